@@ -1,0 +1,273 @@
+"""One typed configuration tree: YAML -> dataclasses, dotted overrides, unknown keys rejected.
+
+Every field has a default and a doc comment; `load` checks types and names the closest valid key
+when a key is unknown. Imports nothing from the package but `errors`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from translator.errors import TranslatorError
+
+
+@dataclass(kw_only=True)
+class DataConfig:
+    name: str = "multi30k"
+    """Name of the prepared data set: it lands in `{data_dir}/{name}/`."""
+    source: str = "hf:bentrevett/multi30k"
+    """`hf:NAME[:CONFIG]` for a Hugging Face hub dataset, or a local directory of `{split}.{lang}` files."""
+    data_dir: str = "data"
+    """Root directory for prepared data."""
+    src_lang: str = "en"
+    """Source language code, as it appears in the data (column or file suffix)."""
+    tgt_lang: str = "de"
+    """Target language code."""
+    splits: dict[str, str] = field(
+        default_factory=lambda: {"train": "train", "valid": "validation", "test": "test"}
+    )
+    """Our split name -> the source's split name (train, valid and test are used)."""
+    max_train_pairs: int = 0
+    """Use only the first N training pairs (0 = all); handy for quick experiments."""
+    max_tokens_per_side: int = 250
+    """Cleaning: drop training pairs with a side longer than this many subword tokens."""
+    max_length_ratio: float = 3.0
+    """Cleaning: drop training pairs whose token-length ratio exceeds this (0 = off)."""
+    vocab_size: int = 8000
+    """SentencePiece vocabulary size (joint source+target vocabulary)."""
+    spm_model_type: Literal["unigram", "bpe"] = "unigram"
+    """SentencePiece algorithm."""
+    character_coverage: float = 1.0
+    """SentencePiece character coverage (1.0 for Latin scripts, 0.9995 for CJK)."""
+    byte_fallback: bool = False
+    """Encode unknown characters as UTF-8 bytes instead of <unk>."""
+    input_sentence_size: int = 2_000_000
+    """Train SentencePiece on a random sample of at most this many sentences (0 = all)."""
+
+
+@dataclass(kw_only=True)
+class ModelConfig:
+    vocab_size: int = 0
+    """Vocabulary size; 0 = take it from the prepared data's SentencePiece model."""
+    d_model: int = 512
+    """Width of embeddings and residual stream."""
+    n_heads: int = 8
+    """Attention heads; d_head = d_model / n_heads."""
+    n_kv_heads: int | None = None
+    """Key/value heads for grouped-query attention (None = n_heads, 1 = multi-query)."""
+    n_encoder_layers: int = 6
+    """Encoder layers."""
+    n_decoder_layers: int = 6
+    """Decoder layers."""
+    d_ff: int = 2048
+    """Hidden width of the position-wise feed-forward network."""
+    dropout: float = 0.1
+    """Dropout on embeddings, sublayer outputs and the FFN hidden layer."""
+    attention_dropout: float = 0.0
+    """Dropout on attention weights."""
+    positions: Literal["sinusoidal", "learned", "rope"] = "sinusoidal"
+    """Position scheme: added sinusoids, learned embeddings, or rotary (self-attention only)."""
+    norm: Literal["pre", "post"] = "pre"
+    """LayerNorm placement: pre-LN (with a final norm) or post-LN (as in the original paper)."""
+    max_positions: int = 1024
+    """Longest sequence (tokens) the model accepts; sizes learned positions and the KV cache."""
+    scale_embeddings: bool = True
+    """Multiply embeddings by sqrt(d_model)."""
+    tie_embeddings: bool = True
+    """Share source embeddings, target embeddings and the output projection (needs a joint vocab)."""
+    gradient_checkpointing: bool = False
+    """Recompute each layer's activations in the backward pass to save memory."""
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise TranslatorError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}",
+                "model", "pick n_heads dividing d_model",
+            )
+        if self.n_kv_heads is not None and (self.n_kv_heads < 1 or self.n_heads % self.n_kv_heads):
+            raise TranslatorError(
+                f"n_kv_heads={self.n_kv_heads} does not divide n_heads={self.n_heads}",
+                "model.n_kv_heads", "use a divisor of n_heads (1 = multi-query)",
+            )
+        if self.positions == "rope" and (self.d_model // self.n_heads) % 2:
+            raise TranslatorError("rotary positions need an even d_head", "model.positions")
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    run_dir: str = "runs/multi30k"
+    """Where checkpoints, logs, TensorBoard events and the resolved config go."""
+    seed: int = 1
+    """Seed for parameters, dropout and batch order."""
+    device: str = "auto"
+    """`auto` (CUDA when present), `cpu`, `cuda` or `cuda:N`."""
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    """Autocast dtype: auto = bf16 on CUDA that supports it, fp16 on older CUDA, fp32 on CPU."""
+    max_tokens: int = 4096
+    """Tokens per batch and side, padding included."""
+    grad_accum_steps: int = 1
+    """Batches accumulated into one update."""
+    max_updates: int = 100_000
+    """Stop after this many updates."""
+    max_epochs: int = 0
+    """Stop after this many epochs (0 = no limit)."""
+    lr: float = 7e-4
+    """Peak learning rate."""
+    warmup_steps: int = 4000
+    """Linear warm-up updates before the schedule decays."""
+    schedule: Literal["inverse_sqrt", "cosine"] = "inverse_sqrt"
+    """Learning-rate decay after warm-up."""
+    min_lr: float = 0.0
+    """Floor of the cosine schedule."""
+    adam_beta1: float = 0.9
+    """AdamW beta1."""
+    adam_beta2: float = 0.98
+    """AdamW beta2."""
+    adam_eps: float = 1e-9
+    """AdamW epsilon."""
+    weight_decay: float = 0.0
+    """AdamW decoupled weight decay."""
+    label_smoothing: float = 0.1
+    """Label smoothing of the cross-entropy loss."""
+    clip_grad_norm: float = 0.0
+    """Clip the gradient norm to this value (0 = off)."""
+    log_every: int = 100
+    """Updates between training-log lines and TensorBoard points."""
+    eval_every: int = 1000
+    """Updates between validations (loss and BLEU) and checkpoints."""
+    valid_bleu_sentences: int = 0
+    """Decode at most this many valid sentences for BLEU at each validation (0 = all)."""
+    keep_last: int = 3
+    """Numbered checkpoints kept besides `last.pt` and `best.pt`."""
+    patience: int = 0
+    """Stop after this many validations without a better BLEU (0 = never)."""
+
+
+@dataclass(kw_only=True)
+class DecodeConfig:
+    beam_size: int = 4
+    """Beam width; 1 = greedy search."""
+    length_penalty: float = 0.6
+    """GNMT length-penalty exponent alpha (0 = none)."""
+    max_len_a: float = 1.2
+    """Maximum output length is max_len_a * source_length + max_len_b tokens."""
+    max_len_b: int = 10
+    """See max_len_a."""
+    min_len: int = 0
+    """Minimum output length in tokens before EOS is allowed."""
+    batch_tokens: int = 4096
+    """Source tokens per decoding batch."""
+    device: str = "auto"
+    """`auto` (CUDA when present), `cpu`, `cuda` or `cuda:N`."""
+    dtype: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    """Inference dtype: auto = bf16 on CUDA that supports it, else fp32."""
+
+
+@dataclass(kw_only=True)
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    """Where the corpus comes from and how it is prepared."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Transformer architecture."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """Optimisation and logging."""
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    """Search settings for validation, eval and translate."""
+
+
+def load(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML config (or the defaults when `path` is None) and apply `key.sub=value` overrides."""
+    raw: dict[str, Any] = {}
+    where = "defaults"
+    if path is not None:
+        where = str(path)
+        if not Path(path).is_file():
+            raise TranslatorError("config file not found", where, "give the path to a YAML file")
+        try:
+            raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as err:
+            raise TranslatorError(f"invalid YAML: {err}".replace("\n", " "), where) from None
+        if not isinstance(raw, dict):
+            raise TranslatorError("top level must be a mapping of sections", where)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise TranslatorError(f"override {item!r} is not KEY=VALUE", "--set", "e.g. --set train.lr=5e-4")
+        _set_dotted(raw, key.strip(), yaml.safe_load(text) if text.strip() else "", item)
+    return from_dict(raw, where)
+
+
+def from_dict(raw: dict[str, Any], where: str = "config") -> Config:
+    """Build a checked Config from plain nested dicts (as stored in checkpoints)."""
+    return _build(Config, raw, where, "")
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """Plain nested dicts, ready for YAML or a checkpoint."""
+    return dataclasses.asdict(cfg)
+
+
+def dump(cfg: Config) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
+def _set_dotted(raw: dict[str, Any], key: str, value: Any, item: str) -> None:
+    *parents, leaf = key.split(".")
+    node = raw
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise TranslatorError(f"{part!r} is not a section", f"--set {item}")
+    node[leaf] = value
+
+
+def _build(cls: type, raw: Any, where: str, prefix: str) -> Any:
+    if not isinstance(raw, dict):
+        raise TranslatorError(f"{prefix or 'config'} must be a mapping", where)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for key, value in raw.items():
+        dotted = f"{prefix}{key}"
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            fix = f"did you mean {prefix}{close[0]}?" if close else "valid keys: " + ", ".join(fields)
+            raise TranslatorError(f"unknown key {dotted!r}", where, fix)
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            values[key] = _build(hint, value, where, f"{dotted}.")
+        else:
+            values[key] = _convert(value, hint, dotted, where)
+    return cls(**values)
+
+
+def _convert(value: Any, hint: Any, key: str, where: str) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        if value in args:
+            return value
+        raise TranslatorError(f"{key}={value!r} is not one of {', '.join(map(str, args))}", where)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = next(a for a in args if a is not type(None))
+        return _convert(value, inner, key, where)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise TranslatorError(f"{key} expects a mapping, got {value!r}", where)
+        return {str(k): _convert(v, args[1], f"{key}.{k}", where) for k, v in value.items()}
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is str and isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
+        return value
+    raise TranslatorError(f"{key} expects {hint.__name__}, got {value!r}", where)

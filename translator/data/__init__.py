@@ -1,0 +1,1 @@
+"""Corpus loading, SentencePiece tokenization and token-bounded batching."""

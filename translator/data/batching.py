@@ -1,0 +1,77 @@
+"""Token-bounded, length-bucketed batches: deterministic per (seed, epoch), resumable, shardable.
+
+A batch holds at most `max_tokens` tokens per side, padding included. Sequences are built as
+src = x + EOS, tgt_in = BOS + y, tgt_out = y + EOS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+@dataclass
+class Batch:
+    src: torch.Tensor  # (B, S) source ids + EOS, right-padded with PAD
+    tgt_in: torch.Tensor  # (B, T) BOS + target ids
+    tgt_out: torch.Tensor  # (B, T) target ids + EOS; PAD is ignored by the loss
+    src_mask: torch.Tensor  # (B, 1, 1, S) bool, True = may attend
+
+    @property
+    def n_tgt_tokens(self) -> int:
+        return int((self.tgt_out != PAD_ID).sum())
+
+    def to(self, device: torch.device | str) -> Batch:
+        move = lambda t: t.to(device, non_blocking=True)  # noqa: E731
+        return Batch(move(self.src), move(self.tgt_in), move(self.tgt_out), move(self.src_mask))
+
+
+def padding_mask(src: torch.Tensor) -> torch.Tensor:
+    """(B, S) ids -> (B, 1, 1, S) bool key mask, True where a real token may be attended."""
+    return (src != PAD_ID)[:, None, None, :]
+
+
+def pad(seqs: list[list[int]], prefix: list[int] = (), suffix: list[int] = ()) -> torch.Tensor:
+    """Right-pad id lists (with optional prefix/suffix tokens) into a (B, L) long tensor."""
+    rows = [list(prefix) + list(s) + list(suffix) for s in seqs]
+    out = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return out
+
+
+def make_batch(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> Batch:
+    src = pad(src_ids, suffix=[EOS_ID])
+    return Batch(src, pad(tgt_ids, prefix=[BOS_ID]), pad(tgt_ids, suffix=[EOS_ID]), padding_mask(src))
+
+
+def token_batches(
+    src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: int, epoch: int,
+    rank: int = 0, world_size: int = 1,
+) -> list[np.ndarray]:
+    """Index arrays of one epoch's batches for this rank, in training order.
+
+    Pairs are shuffled, stably sorted by length (so equal lengths mix across epochs), cut greedily
+    so that rows * longest side (+1 for EOS/BOS) <= max_tokens, and the batch order is shuffled.
+    With several ranks, each gets every world_size-th batch of the same global order.
+    """
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(len(src_lens))
+    width = np.maximum(src_lens, tgt_lens)[order] + 1
+    order = order[np.argsort(width, kind="stable")]
+    width = np.sort(width, kind="stable")
+    batches, start = [], 0
+    while start < len(order):
+        # longest row in a sorted run is its last one; grow while rows * width fits
+        end = start + 1
+        while end < len(order) and (end + 1 - start) * width[end] <= max_tokens:
+            end += 1
+        batches.append(order[start:end])
+        start = end
+    batches = [batches[i] for i in rng.permutation(len(batches))]
+    usable = len(batches) - len(batches) % world_size if world_size > 1 else len(batches)
+    return batches[rank:usable:world_size]

@@ -1,0 +1,74 @@
+"""SentencePiece train / load / encode / decode. The special-token ids are defined here only."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import sentencepiece as spm
+
+from translator.errors import TranslatorError
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+
+def train_sentencepiece(
+    sentences: Iterable[str],
+    model_prefix: Path,
+    *,
+    vocab_size: int,
+    model_type: str = "unigram",
+    character_coverage: float = 1.0,
+    byte_fallback: bool = False,
+    input_sentence_size: int = 0,
+    seed: int = 1,
+) -> Path:
+    """Train a SentencePiece model on `sentences`; returns the `.model` path."""
+    spm.set_random_generator_seed(seed)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_prefix=str(model_prefix),
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=character_coverage,
+        byte_fallback=byte_fallback,
+        input_sentence_size=input_sentence_size,
+        shuffle_input_sentence=True,
+        pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+        hard_vocab_limit=False,
+        num_threads=os.cpu_count() or 1,
+        minloglevel=2,
+    )
+    return model_prefix.with_suffix(".model")
+
+
+class Tokenizer:
+    """A loaded SentencePiece model: text <-> ids, with our fixed special ids."""
+
+    def __init__(self, model_path: str | Path) -> None:
+        self.path = Path(model_path)
+        if not self.path.is_file():
+            raise TranslatorError("SentencePiece model not found", str(self.path), "run `translator prepare` first")
+        self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
+        assert self.sp.pad_id() == PAD_ID and self.sp.eos_id() == EOS_ID, "unexpected special ids"
+
+    @property
+    def vocab_size(self) -> int:
+        return self.sp.get_piece_size()
+
+    def checksum(self) -> str:
+        return sha256_file(self.path)
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """Ids without BOS/EOS; callers add them where the model needs them."""
+        return self.sp.encode(texts)
+
+    def decode(self, ids: list[list[int]]) -> list[str]:
+        """Text from ids; special tokens are dropped."""
+        return self.sp.decode([[i for i in seq if i > EOS_ID] for seq in ids])
+
+
+def sha256_file(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -1,0 +1,45 @@
+"""The decoder's key/value cache, owned by the decoding loop and passed into `Transformer.decode`.
+
+Self-attention K/V are preallocated for `max_len` positions and written in place, one slice per
+step; `length` is the number of positions written so far and is advanced by the caller.
+Cross-attention K/V are projected once from the encoder output, one copy per source sentence,
+and shared by all beams of that sentence: `reorder` never touches them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class LayerKV:
+    self_k: torch.Tensor  # (N, G, T_max, K)
+    self_v: torch.Tensor  # (N, G, T_max, K)
+    cross_k: torch.Tensor | None = None  # (B, G, S, K), filled on first use
+    cross_v: torch.Tensor | None = None
+
+
+@dataclass
+class KVCache:
+    layers: list[LayerKV] = field(default_factory=list)
+    length: int = 0  # positions already written
+
+    @staticmethod
+    def allocate(n_layers: int, rows: int, n_kv_heads: int, max_len: int, d_head: int,
+                 dtype: torch.dtype, device: torch.device | str) -> KVCache:
+        shape = (rows, n_kv_heads, max_len, d_head)
+        return KVCache([LayerKV(torch.empty(shape, dtype=dtype, device=device),
+                                torch.empty(shape, dtype=dtype, device=device))
+                        for _ in range(n_layers)])
+
+    @property
+    def max_len(self) -> int:
+        return self.layers[0].self_k.shape[2]
+
+    def reorder(self, origin: torch.Tensor) -> None:
+        """Beam search: row i continues the hypothesis that was row origin[i] (N,)."""
+        for layer in self.layers:
+            layer.self_k = layer.self_k.index_select(0, origin)
+            layer.self_v = layer.self_v.index_select(0, origin)

@@ -1,0 +1,122 @@
+"""Embeddings with positions, the feed-forward block, and encoder/decoder layers (Vaswani et al. Fig. 1)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from translator.config import ModelConfig
+from translator.model.attention import MultiHeadAttention, RotaryEmbedding
+from translator.model.cache import LayerKV
+
+
+def sinusoids(max_positions: int, d_model: int) -> torch.Tensor:
+    """(P, D) table: PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(...)."""
+    position = torch.arange(max_positions).float()[:, None]  # (P, 1)
+    inv_freq = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
+    table = torch.zeros(max_positions, d_model)
+    table[:, 0::2], table[:, 1::2] = torch.sin(position * inv_freq), torch.cos(position * inv_freq)
+    return table
+
+
+class Embeddings(nn.Module):
+    """Token embedding (optionally * sqrt(D)) plus absolute positions, then dropout.
+
+    With rotary positions nothing is added here: positions enter through attention.
+    """
+
+    def __init__(self, token: nn.Embedding, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.token = token
+        self.scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+        self.learned = nn.Embedding(cfg.max_positions, cfg.d_model) if cfg.positions == "learned" else None
+        if cfg.positions == "sinusoidal":
+            self.register_buffer("table", sinusoids(cfg.max_positions, cfg.d_model), persistent=False)
+        else:
+            self.table = None
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """ids (N, L) at positions [start, start+L) -> (N, L, D)."""
+        x = self.token(ids) * self.scale
+        positions = slice(start, start + ids.shape[1])
+        if self.table is not None:
+            x = x + self.table[positions].to(x.dtype)
+        elif self.learned is not None:
+            x = x + self.learned.weight[positions]
+        return self.dropout(x)
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN: Linear(D, F) -> ReLU -> dropout -> Linear(F, D)."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
+        super().__init__()
+        self.up, self.down = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.dropout(torch.relu(self.up(x))))
+
+
+class Residual(nn.Module):
+    """One sublayer with its residual connection and LayerNorm.
+
+    pre-LN:  x + dropout(f(norm(x)))     post-LN (the paper):  norm(x + dropout(f(x)))
+    """
+
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool) -> None:
+        super().__init__()
+        self.norm, self.dropout, self.pre_norm = nn.LayerNorm(d_model), nn.Dropout(dropout), pre_norm
+
+    def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        if self.pre_norm:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+def _rotary(cfg: ModelConfig) -> RotaryEmbedding | None:
+    if cfg.positions != "rope":
+        return None
+    return RotaryEmbedding(cfg.d_model // cfg.n_heads, cfg.max_positions)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each in a residual block."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        pre = cfg.norm == "pre"
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads,
+                                            cfg.attention_dropout, _rotary(cfg))
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.attn_block, self.ff_block = (Residual(cfg.d_model, cfg.dropout, pre) for _ in range(2))
+
+    def forward(self, x: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D)."""
+        x = self.attn_block(x, lambda h: self.self_attn(h, mask=src_mask))
+        return self.ff_block(x, self.ff)
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention, cross-attention over the encoder output, then feed-forward."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        pre = cfg.norm == "pre"
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads,
+                                            cfg.attention_dropout, _rotary(cfg))
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.attention_dropout)
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.self_block, self.cross_block, self.ff_block = (
+            Residual(cfg.d_model, cfg.dropout, pre) for _ in range(3))
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
+                kv: LayerKV | None = None, start: int = 0) -> torch.Tensor:
+        """x (N, T, D), memory (B, S, D), src_mask (B, 1, 1, S) -> (N, T, D)."""
+        x = self.self_block(x, lambda h: self.self_attn(h, is_causal=True, kv=kv, start=start))
+        x = self.cross_block(x, lambda h: self.cross_attn(h, memory, src_mask, kv=kv))
+        return self.ff_block(x, self.ff)

@@ -1,0 +1,97 @@
+"""The encoder-decoder Transformer: encode(), decode(), forward() -> logits. No loss, no search."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from translator.config import ModelConfig
+from translator.model.attention import MultiHeadAttention
+from translator.model.cache import KVCache
+from translator.model.layers import DecoderLayer, Embeddings, EncoderLayer
+
+
+class Transformer(nn.Module):
+    """Vaswani et al. (2017), pre-LN by default (with a final LayerNorm on each stack) or post-LN.
+
+    With `tie_embeddings`, source embeddings, target embeddings and the output projection share
+    one (V, D) matrix, which needs a joint vocabulary.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        if cfg.vocab_size <= 0:
+            raise ValueError("ModelConfig.vocab_size must be set before building the model")
+        self.cfg = cfg
+        src_token = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        tgt_token = src_token if cfg.tie_embeddings else nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.src_embed, self.tgt_embed = Embeddings(src_token, cfg), Embeddings(tgt_token, cfg)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
+        final_norm = nn.LayerNorm if cfg.norm == "pre" else nn.Identity  # post-LN ends normalised
+        self.encoder_norm, self.decoder_norm = final_norm(cfg.d_model), final_norm(cfg.d_model)
+        self.out_proj = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.out_proj.weight = tgt_token.weight
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """Embeddings ~ N(0, D^-1/2); linear layers Xavier-uniform; Q, K and V share one range."""
+        d = self.cfg.d_model
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, mean=0.0, std=d**-0.5)
+        bound = math.sqrt(6.0 / (2 * d))  # Xavier for a square D x D map, also under GQA
+        for module in self.modules():
+            if isinstance(module, MultiHeadAttention):
+                for proj in (module.q_proj, module.k_proj, module.v_proj):
+                    nn.init.uniform_(proj.weight, -bound, bound)
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """src (B, S) ids, src_mask (B, 1, 1, S) -> memory (B, S, D)."""
+        x = self.src_embed(src)
+        for layer in self.encoder:
+            if self.cfg.gradient_checkpointing and self.training:
+                x = checkpoint(layer, x, src_mask, use_reentrant=False)
+            else:
+                x = layer(x, src_mask)
+        return self.encoder_norm(x)
+
+    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
+               cache: KVCache | None = None) -> torch.Tensor:
+        """tgt (N, T) ids -> logits (N, T, V); N is B or B * beams (beams share memory rows).
+
+        With a cache, `tgt` holds only the new positions, which start at `cache.length`; the
+        caller advances `cache.length` afterwards.
+        """
+        start = cache.length if cache is not None else 0
+        x = self.tgt_embed(tgt, start)
+        for i, layer in enumerate(self.decoder):
+            kv = cache.layers[i] if cache is not None else None
+            if self.cfg.gradient_checkpointing and self.training:
+                x = checkpoint(layer, x, memory, src_mask, kv, start, use_reentrant=False)
+            else:
+                x = layer(x, memory, src_mask, kv, start)
+        return self.out_proj(self.decoder_norm(x))
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: src (B, S), tgt_in (B, T) -> logits (B, T, V)."""
+        return self.decode(tgt_in, self.encode(src, src_mask), src_mask)
+
+    def new_cache(self, rows: int, max_len: int, dtype: torch.dtype, device: torch.device) -> KVCache:
+        """An empty KV cache for `rows` decoder rows and at most `max_len` target positions."""
+        cfg = self.cfg
+        return KVCache.allocate(cfg.n_decoder_layers, rows, cfg.n_kv_heads or cfg.n_heads,
+                                min(max_len, cfg.max_positions), cfg.d_model // cfg.n_heads, dtype, device)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Distinct trainable parameters (a tied matrix counts once)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
