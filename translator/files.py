@@ -19,6 +19,7 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    os.chmod(tmp, 0o644)  # mkstemp makes it private; the result is an ordinary file
     try:
         with open(tmp, mode, encoding=None if "b" in mode else encoding) as handle:
             yield handle
@@ -34,6 +35,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary directory
     try:
         yield tmp
         if path.exists():

@@ -48,18 +48,34 @@ class Tokenizer:
     """A loaded SentencePiece model: text <-> ids, with our fixed special ids."""
 
     def __init__(self, model_path: str | Path) -> None:
-        self.path = Path(model_path)
-        if not self.path.is_file():
-            raise TranslatorError("SentencePiece model not found", str(self.path), "run `translator prepare` first")
-        self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
-        assert self.sp.pad_id() == PAD_ID and self.sp.eos_id() == EOS_ID, "unexpected special ids"
+        path = Path(model_path)
+        if not path.is_file():
+            raise TranslatorError("SentencePiece model not found", str(path), "run `translator prepare` first")
+        self._init(path.read_bytes())
+
+    @classmethod
+    def from_proto(cls, proto: bytes) -> Tokenizer:
+        """Rebuild from the serialized model embedded in a checkpoint."""
+        tokenizer = cls.__new__(cls)
+        tokenizer._init(proto)
+        return tokenizer
+
+    def _init(self, proto: bytes) -> None:
+        self._proto = proto
+        self.sp = spm.SentencePieceProcessor(model_proto=proto)
+        if (self.sp.pad_id(), self.sp.bos_id(), self.sp.eos_id()) != (PAD_ID, BOS_ID, EOS_ID):
+            raise TranslatorError("SentencePiece model has unexpected special-token ids",
+                                  fix="train it with `translator prepare`")
+
+    def proto(self) -> bytes:
+        return self._proto
 
     @property
     def vocab_size(self) -> int:
         return self.sp.get_piece_size()
 
     def checksum(self) -> str:
-        return sha256_file(self.path)
+        return hashlib.sha256(self._proto).hexdigest()
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Ids without BOS/EOS; callers add them where the model needs them."""

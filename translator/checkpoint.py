@@ -1,0 +1,56 @@
+"""Checkpoints: model, optimizer and training state, the resolved config and the tokenizer itself.
+
+A checkpoint embeds the SentencePiece model bytes, so `translate CKPT` and `eval CKPT` need
+neither the YAML nor the prepared data directory. Saving is atomic (temporary file, then rename).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from translator.config import Config, from_dict, to_dict
+from translator.data.tokenizer import Tokenizer
+from translator.errors import TranslatorError
+from translator.files import atomic_write
+from translator.model.transformer import Transformer
+
+
+def save(path: str | Path, model: torch.nn.Module, cfg: Config, tokenizer: Tokenizer,
+         state: dict[str, Any] | None = None) -> None:
+    """Write model weights, config, tokenizer and any training `state` (optimizer, step, RNG...)."""
+    payload = {
+        "format": 1,
+        "model": model.state_dict(),
+        "config": to_dict(cfg),
+        "tokenizer": {"proto": tokenizer.proto(), "sha256": tokenizer.checksum()},
+        "state": state or {},
+    }
+    with atomic_write(path, "wb") as handle:
+        torch.save(payload, handle)
+
+
+def read(path: str | Path) -> dict[str, Any]:
+    """The raw checkpoint dictionary, with a clear error for a missing or foreign file."""
+    path = Path(path)
+    if not path.is_file():
+        raise TranslatorError("checkpoint not found", str(path), "give a .pt file written by `translator train`")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises many kinds for a corrupt file
+        raise TranslatorError(f"not a readable checkpoint ({type(err).__name__})", str(path)) from None
+    if not isinstance(payload, dict) or payload.get("format") != 1:
+        raise TranslatorError("not a translator checkpoint", str(path))
+    return payload
+
+
+def load(path: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, Config, Tokenizer]:
+    """Rebuild the model (eval mode) with its config and tokenizer."""
+    payload = read(path)
+    cfg = from_dict(payload["config"], str(path))
+    model = Transformer(cfg.model)
+    model.load_state_dict(payload["model"])
+    tokenizer = Tokenizer.from_proto(payload["tokenizer"]["proto"])
+    return model.to(device).eval(), cfg, tokenizer

@@ -1,0 +1,133 @@
+"""The `translator` command line: thin typer commands; each loads a config and makes one call.
+
+torch is imported inside the command bodies so that `--help` stays instant.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from translator import __version__
+from translator.errors import TranslatorError
+
+app = typer.Typer(
+    name="translator", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help="Train, evaluate and serve encoder-decoder Transformers for machine translation.",
+)
+
+ConfigArg = Annotated[Path, typer.Argument(help="YAML config, e.g. configs/multi30k.yaml.", show_default=False)]
+CkptArg = Annotated[Path, typer.Argument(help="Checkpoint written by `translator train`.", show_default=False)]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", "-s", metavar="KEY=VALUE",  # noqa: UP045
+                                                     help="Override a config value, e.g. train.lr=5e-4 (repeatable).")]
+DataOpt = Annotated[Optional[str], typer.Option("--data", metavar="PATH_OR_HF",  # noqa: UP045
+                                                help="Data source: a directory of {split}.{lang} files or hf:NAME[:CONFIG].")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or log lines.")]
+BeamOpt = Annotated[Optional[int], typer.Option("--beam", min=1, help="Beam size (1 = greedy); default from the checkpoint.")]  # noqa: UP045
+DeviceOpt = Annotated[str, typer.Option("--device", help="auto (CUDA when present), cpu, cuda or cuda:N.")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="auto (bf16 on CUDA, fp32 on CPU), fp32, bf16 or fp16.")]
+
+
+def _config(path: Path, overrides: list[str] | None, data: str | None):
+    from translator import config
+
+    return config.load(path, [*(overrides or []), *([f"data.source={data}"] if data else [])])
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"translator {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                               help="Print the version and exit.")] = False) -> None:
+    """Train, evaluate and serve encoder-decoder Transformers for machine translation."""
+
+
+@app.command()
+def prepare(config: ConfigArg, set: SetOpt = None, data: DataOpt = None,
+            force: Annotated[bool, typer.Option("--force", help="Prepare again even if up to date.")] = False,
+            quiet: QuietOpt = False) -> None:
+    """Load the corpus, clean it, train SentencePiece and write id arrays to data/<name>/.
+
+    Example: translator prepare configs/multi30k.yaml --data ../shared/data/multi30k --set data.splits.test=test2016
+    """
+    from translator import prepare as prepare_mod
+
+    prepare_mod.run(_config(config, set, data), force=force, log=_logger(quiet))
+
+
+@app.command()
+def train(config: ConfigArg, set: SetOpt = None, data: DataOpt = None, quiet: QuietOpt = False) -> None:
+    """Train a Transformer on prepared data; checkpoints and TensorBoard logs go to train.run_dir.
+
+    Example: translator train configs/multi30k.yaml --set train.max_updates=20000
+    """
+    from translator.train import loop
+
+    loop.run(_config(config, set, data), quiet=quiet)
+
+
+@app.command("eval")
+def evaluate(ckpt: CkptArg,
+             split: Annotated[str, typer.Option("--split", help="Prepared split to score: valid or test.")] = "test",
+             src: Annotated[Optional[Path], typer.Option("--src", help="Source file (instead of a split).")] = None,  # noqa: UP045
+             ref: Annotated[Optional[Path], typer.Option("--ref", help="Reference file, line-aligned with --src.")] = None,  # noqa: UP045
+             out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where to write hypotheses.")] = None,  # noqa: UP045
+             beam: BeamOpt = None, device: DeviceOpt = "auto", dtype: DtypeOpt = "auto",
+             lc_tok: Annotated[bool, typer.Option("--lc-tok", help="Also print lowercased tokenized BLEU.")] = False) -> None:
+    """Translate a test set and print sacreBLEU (with signature) and chrF.
+
+    Example: translator eval runs/multi30k/best.pt --split test --beam 4
+    """
+    from translator import evaluate as evaluate_mod
+
+    scores = evaluate_mod.run(str(ckpt), split, _str(src), _str(ref), _str(out), beam, lc_tok, device, dtype)
+    typer.echo("\n".join(scores.lines()))
+
+
+@app.command()
+def translate(ckpt: CkptArg, beam: BeamOpt = None,
+              nbest: Annotated[int, typer.Option("--nbest", min=1, help="Print N best as TSV: line, text, score.")] = 1,
+              max_len_a: Annotated[Optional[float], typer.Option("--max-len-a", help="Output length limit a*|src|+b: a.")] = None,  # noqa: UP045
+              max_len_b: Annotated[Optional[int], typer.Option("--max-len-b", help="Output length limit: b.")] = None,  # noqa: UP045
+              batch_tokens: Annotated[Optional[int], typer.Option("--batch-tokens", help="Source tokens per batch.")] = None,  # noqa: UP045
+              device: DeviceOpt = "auto", dtype: DtypeOpt = "auto") -> None:
+    """Translate stdin to stdout, one output line per input line.
+
+    Example: echo "A man rides a bike." | translator translate runs/multi30k/best.pt
+    """
+    from translator import checkpoint
+    from translator import translate as translate_mod
+
+    torch_device = translate_mod.resolve_device(device)
+    model, cfg, tokenizer = checkpoint.load(ckpt, torch_device)
+    model.to(translate_mod.resolve_dtype(dtype, torch_device))
+    for key, value in {"beam_size": beam, "max_len_a": max_len_a, "max_len_b": max_len_b,
+                       "batch_tokens": batch_tokens}.items():
+        if value is not None:
+            setattr(cfg.decode, key, value)
+    translate_mod.run(model, tokenizer, cfg.decode, translate_mod.read_chunks(sys.stdin), sys.stdout, nbest)
+
+
+def _str(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
+def _logger(quiet: bool):
+    return (lambda message: None) if quiet else (lambda message: typer.echo(message, err=True))
+
+
+def main() -> None:
+    """Entry point: a TranslatorError becomes one `error: ...` line and exit code 1."""
+    try:
+        app()
+    except TranslatorError as err:
+        typer.echo(f"error: {err}", err=True)
+        sys.exit(1)

@@ -1,0 +1,1 @@
+"""Training: the loop, the learning-rate schedule, and metric logging."""

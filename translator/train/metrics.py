@@ -1,0 +1,61 @@
+"""Where training numbers go: TensorBoard, a log file, and a progress bar. Only importer of tensorboard."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from torch.utils.tensorboard import SummaryWriter
+
+
+class Metrics:
+    """Scalars to TensorBoard and `train.log`, a live progress bar unless quiet."""
+
+    def __init__(self, run_dir: Path, total_updates: int, start: int, quiet: bool, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.writer = SummaryWriter(str(run_dir / "tensorboard")) if enabled else None
+        self.log_file = open(run_dir / "train.log", "a", encoding="utf-8") if enabled else None
+        self.progress = Progress(
+            TextColumn("train"), BarColumn(), TextColumn("{task.completed}/{task.total} updates"),
+            TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+            disable=quiet or not enabled,
+        )
+        self.task = self.progress.add_task("train", total=total_updates, completed=start, status="")
+        self.progress.start()
+        self.quiet = quiet
+        self.started = time.time()
+
+    def scalars(self, step: int, values: dict[str, float], prefix: str) -> None:
+        if not self.enabled:
+            return
+        for name, value in values.items():
+            self.writer.add_scalar(f"{prefix}/{name}", value, step)
+
+    def text(self, step: int, tag: str, body: str) -> None:
+        if self.enabled:
+            self.writer.add_text(tag, body, step)
+
+    def hparams(self, flat: dict[str, object], final: dict[str, float]) -> None:
+        if self.enabled:
+            clean = {k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in flat.items()}
+            self.writer.add_hparams(clean, final, run_name=".")
+
+    def advance(self, step: int, status: str) -> None:
+        self.progress.update(self.task, completed=step, status=status)
+
+    def line(self, message: str) -> None:
+        """A log line: into train.log always, onto the console unless quiet."""
+        if not self.enabled:
+            return
+        stamp = f"[{time.time() - self.started:7.0f}s] "
+        self.log_file.write(stamp + message + "\n")
+        self.log_file.flush()
+        if not self.quiet:
+            self.progress.console.print(message)
+
+    def close(self) -> None:
+        self.progress.stop()
+        if self.enabled:
+            self.writer.close()
+            self.log_file.close()
