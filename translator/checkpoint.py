@@ -54,3 +54,27 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> tuple[Transfor
     model.load_state_dict(payload["model"])
     tokenizer = Tokenizer.from_proto(payload["tokenizer"]["proto"])
     return model.to(device).eval(), cfg, tokenizer
+
+
+def average(paths: list[str | Path], out: str | Path) -> int:
+    """Average the parameters of checkpoints of one architecture into `out` (no optimizer state)."""
+    if not paths:
+        raise TranslatorError("no checkpoints to average", "average", "give one or more .pt files")
+    first = read(paths[0])
+    total = {k: v.double() if v.is_floating_point() else v for k, v in first["model"].items()}
+    for path in paths[1:]:
+        payload = read(path)
+        if payload["config"]["model"] != first["config"]["model"]:
+            raise TranslatorError("architecture differs from the first checkpoint", str(path),
+                                  "average checkpoints of one training run")
+        if payload["tokenizer"]["sha256"] != first["tokenizer"]["sha256"]:
+            raise TranslatorError("tokenizer differs from the first checkpoint", str(path))
+        for key, value in payload["model"].items():
+            if value.is_floating_point():
+                total[key] += value.double()
+    first["model"] = {k: (v / len(paths)).to(first["model"][k].dtype) if v.is_floating_point() else v
+                      for k, v in total.items()}
+    first["state"] = {"averaged": [str(p) for p in paths]}
+    with atomic_write(out, "wb") as handle:
+        torch.save(first, handle)
+    return len(paths)

@@ -22,12 +22,12 @@ app = typer.Typer(
 
 ConfigArg = Annotated[Path, typer.Argument(help="YAML config, e.g. configs/multi30k.yaml.", show_default=False)]
 CkptArg = Annotated[Path, typer.Argument(help="Checkpoint written by `translator train`.", show_default=False)]
-SetOpt = Annotated[Optional[list[str]], typer.Option("--set", "-s", metavar="KEY=VALUE",  # noqa: UP045
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", "-s", metavar="KEY=VALUE",
                                                      help="Override a config value, e.g. train.lr=5e-4 (repeatable).")]
-DataOpt = Annotated[Optional[str], typer.Option("--data", metavar="PATH_OR_HF",  # noqa: UP045
+DataOpt = Annotated[Optional[str], typer.Option("--data", metavar="PATH_OR_HF",
                                                 help="Data source: a directory of {split}.{lang} files or hf:NAME[:CONFIG].")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or log lines.")]
-BeamOpt = Annotated[Optional[int], typer.Option("--beam", min=1, help="Beam size (1 = greedy); default from the checkpoint.")]  # noqa: UP045
+BeamOpt = Annotated[Optional[int], typer.Option("--beam", min=1, help="Beam size (1 = greedy); default from the checkpoint.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto (CUDA when present), cpu, cuda or cuda:N.")]
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="auto (bf16 on CUDA, fp32 on CPU), fp32, bf16 or fp16.")]
 
@@ -77,9 +77,9 @@ def train(config: ConfigArg, set: SetOpt = None, data: DataOpt = None, quiet: Qu
 @app.command("eval")
 def evaluate(ckpt: CkptArg,
              split: Annotated[str, typer.Option("--split", help="Prepared split to score: valid or test.")] = "test",
-             src: Annotated[Optional[Path], typer.Option("--src", help="Source file (instead of a split).")] = None,  # noqa: UP045
-             ref: Annotated[Optional[Path], typer.Option("--ref", help="Reference file, line-aligned with --src.")] = None,  # noqa: UP045
-             out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where to write hypotheses.")] = None,  # noqa: UP045
+             src: Annotated[Optional[Path], typer.Option("--src", help="Source file (instead of a split).")] = None,
+             ref: Annotated[Optional[Path], typer.Option("--ref", help="Reference file, line-aligned with --src.")] = None,
+             out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where to write hypotheses.")] = None,
              beam: BeamOpt = None, device: DeviceOpt = "auto", dtype: DtypeOpt = "auto",
              lc_tok: Annotated[bool, typer.Option("--lc-tok", help="Also print lowercased tokenized BLEU.")] = False) -> None:
     """Translate a test set and print sacreBLEU (with signature) and chrF.
@@ -95,9 +95,9 @@ def evaluate(ckpt: CkptArg,
 @app.command()
 def translate(ckpt: CkptArg, beam: BeamOpt = None,
               nbest: Annotated[int, typer.Option("--nbest", min=1, help="Print N best as TSV: line, text, score.")] = 1,
-              max_len_a: Annotated[Optional[float], typer.Option("--max-len-a", help="Output length limit a*|src|+b: a.")] = None,  # noqa: UP045
-              max_len_b: Annotated[Optional[int], typer.Option("--max-len-b", help="Output length limit: b.")] = None,  # noqa: UP045
-              batch_tokens: Annotated[Optional[int], typer.Option("--batch-tokens", help="Source tokens per batch.")] = None,  # noqa: UP045
+              max_len_a: Annotated[Optional[float], typer.Option("--max-len-a", help="Output length limit a*|src|+b: a.")] = None,
+              max_len_b: Annotated[Optional[int], typer.Option("--max-len-b", help="Output length limit: b.")] = None,
+              batch_tokens: Annotated[Optional[int], typer.Option("--batch-tokens", help="Source tokens per batch.")] = None,
               device: DeviceOpt = "auto", dtype: DtypeOpt = "auto") -> None:
     """Translate stdin to stdout, one output line per input line.
 
@@ -114,6 +114,31 @@ def translate(ckpt: CkptArg, beam: BeamOpt = None,
         if value is not None:
             setattr(cfg.decode, key, value)
     translate_mod.run(model, tokenizer, cfg.decode, translate_mod.read_chunks(sys.stdin), sys.stdout, nbest)
+
+
+@app.command()
+def average(ckpts: Annotated[list[Path], typer.Argument(help="Checkpoints of one run.", show_default=False)],
+            out: Annotated[Path, typer.Option("--out", "-o", help="Averaged checkpoint to write.")]) -> None:
+    """Average the parameters of several checkpoints into one (optimizer state is dropped).
+
+    Example: translator average runs/multi30k/step-*.pt -o runs/multi30k/avg.pt
+    """
+    from translator import checkpoint
+
+    count = checkpoint.average([str(p) for p in ckpts], out)
+    typer.echo(f"averaged {count} checkpoints into {out}")
+
+
+@app.command()
+def info(source: Annotated[Path, typer.Argument(help="A YAML config or a checkpoint.", show_default=False)],
+         set: SetOpt = None) -> None:
+    """Print the model architecture and its parameter count.
+
+    Example: translator info configs/base.yaml --set model.vocab_size=37000
+    """
+    from translator import summary
+
+    typer.echo(summary.describe(str(source), set or []))
 
 
 def _str(path: Path | None) -> str | None:

@@ -246,6 +246,8 @@ def _build(cls: type, raw: Any, where: str, prefix: str) -> Any:
             values[key] = _build(hint, value, where, f"{dotted}.")
         else:
             values[key] = _convert(value, hint, dotted, where)
+            if isinstance(values[key], dict):  # a mapping adds to (and overrides) its defaults
+                values[key] = {**fields[key].default_factory(), **values[key]}
     return cls(**values)
 
 
@@ -266,6 +268,11 @@ def _convert(value: Any, hint: Any, key: str, where: str) -> Any:
         return {str(k): _convert(v, args[1], f"{key}.{k}", where) for k, v in value.items()}
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if hint is float and isinstance(value, str):  # YAML 1.1 reads `5e-4` (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
     if hint is str and isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
     if isinstance(value, hint) and not (hint is int and isinstance(value, bool)):

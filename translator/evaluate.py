@@ -42,8 +42,6 @@ def run(ckpt: str, split: str, src_file: str | None, ref_file: str | None, hyp_f
     """Decode a prepared split (or --src/--ref files), write the hypotheses, and score them."""
     from pathlib import Path
 
-    import torch
-
     from translator import checkpoint
     from translator.errors import TranslatorError
     from translator.files import atomic_write, read_lines

@@ -10,7 +10,6 @@ import hashlib
 import json
 import platform
 import time
-from collections import Counter
 from pathlib import Path
 
 from translator import __version__

@@ -85,13 +85,19 @@ def translate_lines(model: Transformer, tokenizer: Tokenizer, lines: list[str], 
     for batch in length_batches([len(p) for p in pieces], decode.batch_tokens):
         for i, hyps in zip(batch, search(model, [pieces[i] for i in batch], decode, nbest)):
             results[i] = hyps
-    out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
-    for i, line in enumerate(owner):
-        texts = [(text, h.score) for text, h in zip(tokenizer.decode([h.tokens for h in results[i]]), results[i])]
-        if out[line] == [("", 0.0)]:
-            out[line] = texts
-        else:  # a further piece of an over-long line: append its best output
-            out[line] = [(f"{out[line][0][0]} {texts[0][0]}", out[line][0][1] + texts[0][1])]
+    by_line: list[list[list[Hypothesis]]] = [[] for _ in lines]
+    for hyps, line in zip(results, owner):
+        by_line[line].append(hyps)
+    out = []
+    for pieces_hyps in by_line:
+        if not pieces_hyps:  # empty line
+            out.append([("", 0.0)])
+        elif len(pieces_hyps) == 1:
+            texts = tokenizer.decode([h.tokens for h in pieces_hyps[0]])
+            out.append([(text, h.score) for text, h in zip(texts, pieces_hyps[0])])
+        else:  # an over-long line: join the best output of each piece
+            texts = tokenizer.decode([hyps[0].tokens for hyps in pieces_hyps])
+            out.append([(" ".join(texts), sum(hyps[0].score for hyps in pieces_hyps))])
     return out
 
 

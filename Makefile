@@ -1,0 +1,52 @@
+# translator: install, test, lint, demo, bench.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+DATA   ?=
+CONFIG ?= configs/tiny.yaml
+export HF_HUB_DISABLE_TELEMETRY := 1
+
+.PHONY: install bench-install test test-fast lint demo bench tensorboard clean
+
+install:  ## venv with the CPU build of torch pinned first, then the package with dev extras
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]'
+
+bench-install: install  ## peers for benchmarks, kept from moving torch
+	$(BIN)/pip freeze | grep -i '^torch==' > $(VENV)/torch-constraint.txt
+	$(BIN)/pip install -q -c $(VENV)/torch-constraint.txt -e '.[bench]'
+
+test:  ## the whole suite (CPU; CUDA tests skip without a GPU)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python -m pytest -q
+
+lint:
+	$(BIN)/ruff check translator tests bench
+
+# The main job end to end: prepare -> train -> eval -> translate with $(CONFIG).
+# DATA=../shared/data/multi30k uses local files (train, valid, test2016); without it, the hub copy.
+ifeq ($(DATA),)
+DATA_ARGS :=
+else
+DATA_ARGS := --data $(DATA) --set data.splits.valid=valid --set data.splits.test=test2016
+export HF_HUB_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+endif
+RUN_DIR = $(shell $(BIN)/python -c "from translator import config; print(config.load('$(CONFIG)').train.run_dir)")
+
+demo:
+	$(BIN)/translator prepare $(CONFIG) $(DATA_ARGS)
+	$(BIN)/translator train $(CONFIG) $(DATA_ARGS)
+	$(BIN)/translator eval $(RUN_DIR)/best.pt --split test
+	@echo "A man in a blue shirt is playing the guitar on a stage." | tee /dev/stderr | \
+		$(BIN)/translator translate $(RUN_DIR)/best.pt
+
+bench:
+	$(BIN)/python -m bench.run
+
+tensorboard:
+	$(BIN)/tensorboard --logdir runs
+
+clean:
+	rm -rf runs .pytest_cache .ruff_cache

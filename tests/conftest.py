@@ -1,0 +1,52 @@
+"""Shared fixtures: the real Multi30k files from ../shared/data, a tiny config, a prepared 2k-pair slice."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+from translator import config  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+MULTI30K = SHARED_DATA / "multi30k"
+
+
+def tiny_overrides(data_dir: Path, run_dir: Path) -> list[str]:
+    """Overrides that make configs/tiny.yaml a seconds-long run on a 2k-pair Multi30k slice."""
+    return [
+        f"data.source={MULTI30K}", "data.splits.valid=valid", "data.splits.test=test2016",
+        f"data.data_dir={data_dir}", "data.max_train_pairs=2000", "data.vocab_size=1000",
+        "model.d_model=64", "model.d_ff=128", "model.n_heads=4", "model.max_positions=128",
+        f"train.run_dir={run_dir}", "train.max_updates=6", "train.eval_every=3", "train.log_every=2",
+        "train.warmup_steps=2", "train.max_tokens=1024", "train.valid_bleu_sentences=20",
+    ]
+
+
+@pytest.fixture(scope="session")
+def multi30k() -> Path:
+    if not (MULTI30K / "train.en").is_file():
+        pytest.fail(f"the shared Multi30k files are missing: expected {MULTI30K}/train.en (see DEVELOPERS.md)")
+    return MULTI30K
+
+
+@pytest.fixture(scope="session")
+def prepared(multi30k, tmp_path_factory) -> config.Config:
+    """configs/tiny.yaml shrunk to a 2k-pair slice and prepared once for the whole session."""
+    from translator import prepare
+
+    root = tmp_path_factory.mktemp("prepared")
+    cfg = config.load(REPO / "configs" / "tiny.yaml", tiny_overrides(root / "data", root / "run"))
+    prepare.run(cfg, log=lambda message: None)
+    return cfg
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)

@@ -1,0 +1,82 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from translator import config
+from translator.errors import TranslatorError
+
+CONFIGS = sorted((Path(__file__).parents[1] / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_shipped_configs_load_and_round_trip(path):
+    cfg = config.load(path)
+    again = config.from_dict(yaml.safe_load(config.dump(cfg)))
+    assert again == cfg
+
+
+def test_defaults_have_docs():
+    import ast
+    import inspect
+
+    source = inspect.getsource(config)
+    tree = ast.parse(source)
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name.endswith("Config") and node.name != "Config" or (
+                isinstance(node, ast.ClassDef) and node.name == "Config"):
+            body = node.body
+            for i, stmt in enumerate(body):
+                if isinstance(stmt, ast.AnnAssign):
+                    assert stmt.value is not None, f"{node.name}.{stmt.target.id} has no default"
+                    doc = body[i + 1] if i + 1 < len(body) else None
+                    assert isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant), \
+                        f"{node.name}.{stmt.target.id} has no doc line"
+
+
+def test_overrides_are_typed(tmp_path):
+    cfg = config.load(None, ["train.lr=5e-4", "model.n_kv_heads=2", "train.max_updates=7",
+                             "data.splits.test=test2016", "model.tie_embeddings=false"])
+    assert cfg.train.lr == 5e-4 and isinstance(cfg.train.lr, float)
+    assert cfg.model.n_kv_heads == 2 and cfg.train.max_updates == 7
+    assert cfg.data.splits["test"] == "test2016" and cfg.data.splits["train"] == "train"
+    assert cfg.model.tie_embeddings is False
+
+
+def test_unknown_key_names_key_file_and_closest(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("train:\n  learning_rate: 0.1\n")
+    with pytest.raises(TranslatorError) as err:
+        config.load(path)
+    message = str(err.value)
+    assert "train.learning_rate" in message and str(path) in message
+
+
+def test_unknown_key_suggests_closest():
+    with pytest.raises(TranslatorError, match="did you mean train.max_updates"):
+        config.load(None, ["train.max_update=3"])
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("train.max_updates=abc", "expects int"),
+    ("train.max_updates=true", "expects int"),
+    ("train.lr=[1]", "expects float"),
+    ("model.norm=middle", "not one of pre, post"),
+    ("data.splits=3", "expects a mapping"),
+])
+def test_wrong_type_names_key_and_type(override, expected):
+    with pytest.raises(TranslatorError, match=expected) as err:
+        config.load(None, [override])
+    assert override.split("=")[0].split(".")[-1] in str(err.value)
+
+
+def test_invariants_checked():
+    with pytest.raises(TranslatorError, match="divisible"):
+        config.load(None, ["model.d_model=100", "model.n_heads=8"])
+    with pytest.raises(TranslatorError, match="n_kv_heads"):
+        config.load(None, ["model.n_kv_heads=3"])
+
+
+def test_malformed_override():
+    with pytest.raises(TranslatorError, match="KEY=VALUE"):
+        config.load(None, ["train.lr"])

@@ -1,0 +1,32 @@
+"""`translator info`: architecture and parameter count of a config or a checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from translator import checkpoint, config
+from translator.model.transformer import Transformer, count_parameters
+
+
+def describe(source: str, overrides: list[str]) -> str:
+    """A short text: the model section, the vocabulary, and the parameter count."""
+    if Path(source).suffix in (".pt", ".pth"):
+        cfg = config.from_dict(checkpoint.read(source)["config"], source)
+    else:
+        cfg = config.load(source, overrides)
+    m = cfg.model
+    if m.vocab_size == 0:  # not trained yet: the joint SentencePiece vocabulary the data config asks for
+        m.vocab_size = cfg.data.vocab_size
+    import torch
+
+    with torch.device("meta"):  # count without allocating (big configs stay instant)
+        model = Transformer(m)
+    kv = m.n_kv_heads or m.n_heads
+    lines = [
+        f"Transformer ({m.norm}-LN, {m.positions} positions, {'tied' if m.tie_embeddings else 'untied'} embeddings)",
+        f"  encoder {m.n_encoder_layers} x, decoder {m.n_decoder_layers} x layers; d_model {m.d_model}, "
+        f"d_ff {m.d_ff}, heads {m.n_heads} (kv heads {kv}, d_head {m.d_model // m.n_heads})",
+        f"  vocabulary {m.vocab_size}, max positions {m.max_positions}, dropout {m.dropout}",
+        f"  parameters: {count_parameters(model):,} ({count_parameters(model) / 1e6:.1f}M)",
+    ]
+    return "\n".join(lines)
