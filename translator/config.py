@@ -119,6 +119,10 @@ class TrainConfig:
     """Stop after this many updates."""
     max_epochs: int = 0
     """Stop after this many epochs (0 = no limit)."""
+    max_minutes: float = 0.0
+    """Stop (validating and saving) after this many minutes of training in this session (0 = no limit)."""
+    compile: bool = False
+    """Run the training forward/backward through `torch.compile` (validation and decoding stay eager)."""
     lr: float = 7e-4
     """Peak learning rate."""
     warmup_steps: int = 4000
@@ -145,6 +149,8 @@ class TrainConfig:
     """Updates between validations (loss and BLEU) and checkpoints."""
     valid_bleu_sentences: int = 0
     """Decode at most this many valid sentences for BLEU at each validation (0 = all)."""
+    valid_beam_size: int = 0
+    """Beam width of the validation BLEU decode (0 = decode.beam_size, 1 = greedy)."""
     keep_last: int = 3
     """Numbered checkpoints kept besides `last.pt` and `best.pt`."""
     patience: int = 0

@@ -1,4 +1,8 @@
-"""Where training numbers go: TensorBoard, a log file, and a progress bar. Only importer of tensorboard."""
+"""Where training numbers go: TensorBoard, a log file, and a progress bar. Only importer of tensorboard.
+
+Events go to `run_dir/tensorboard/` (`tensorboard --logdir runs` shows every run); on ranks
+other than 0 every method is a no-op.
+"""
 
 from __future__ import annotations
 
@@ -7,39 +11,43 @@ from pathlib import Path
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from torch.utils.tensorboard import SummaryWriter
+from torch.utils.tensorboard.summary import hparams
 
 
 class Metrics:
-    """Scalars to TensorBoard and `train.log`, a live progress bar unless quiet."""
+    """Scalars and text to TensorBoard, lines to `train.log`, a live progress bar unless quiet."""
 
     def __init__(self, run_dir: Path, total_updates: int, start: int, quiet: bool, enabled: bool = True) -> None:
-        self.enabled = enabled
+        self.enabled, self.quiet = enabled, quiet
         self.writer = SummaryWriter(str(run_dir / "tensorboard")) if enabled else None
         self.log_file = open(run_dir / "train.log", "a", encoding="utf-8") if enabled else None
         self.progress = Progress(
-            TextColumn("train"), BarColumn(), TextColumn("{task.completed}/{task.total} updates"),
+            TextColumn("train"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
             TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
             disable=quiet or not enabled,
         )
         self.task = self.progress.add_task("train", total=total_updates, completed=start, status="")
         self.progress.start()
-        self.quiet = quiet
         self.started = time.time()
 
     def scalars(self, step: int, values: dict[str, float], prefix: str) -> None:
-        if not self.enabled:
-            return
-        for name, value in values.items():
-            self.writer.add_scalar(f"{prefix}/{name}", value, step)
+        if self.enabled:
+            for name, value in values.items():
+                self.writer.add_scalar(f"{prefix}/{name}", value, step)
 
     def text(self, step: int, tag: str, body: str) -> None:
         if self.enabled:
             self.writer.add_text(tag, body, step)
 
-    def hparams(self, flat: dict[str, object], final: dict[str, float]) -> None:
+    def hparams(self, flat: dict[str, object], metric_tags: list[str]) -> None:
+        """Hyperparameters for TensorBoard's HParams tab, tied to scalar tags logged during training.
+
+        Written at the start (not with `add_hparams` at the end), so an interrupted run has them too.
+        """
         if self.enabled:
             clean = {k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in flat.items()}
-            self.writer.add_hparams(clean, final, run_name=".")
+            for summary in hparams(clean, dict.fromkeys(metric_tags, 0.0)):
+                self.writer.file_writer.add_summary(summary)
 
     def advance(self, step: int, status: str) -> None:
         self.progress.update(self.task, completed=step, status=status)

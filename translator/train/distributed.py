@@ -1,0 +1,88 @@
+"""Data-parallel training: join the process group torchrun describes, wrap the model, reduce numbers.
+
+`torchrun --nproc_per_node N -m translator train CFG` sets RANK, WORLD_SIZE and LOCAL_RANK; each
+process then trains on every N-th batch (data.batching.token_batches) and DDP averages gradients.
+Without those variables everything here is a no-op for one process. Only rank 0 writes files.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import nullcontext
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from translator.translate import resolve_device
+
+
+@dataclass
+class Dist:
+    """Where this process stands: its rank among world_size processes and its device."""
+
+    device: torch.device
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        """Rank 0: the one process that logs and writes checkpoints."""
+        return self.rank == 0
+
+
+def init(device_name: str) -> Dist:
+    """Join the process group when launched with WORLD_SIZE > 1 (NCCL on CUDA, gloo on CPU)."""
+    device = resolve_device(device_name)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size == 1:
+        return Dist(device)
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    if device.type == "cuda":  # one GPU per process, chosen by the launcher's local rank
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    # rank 0 validates alone while the others wait, so allow more than the default 10 minutes
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world_size,
+                            timeout=timedelta(minutes=60))
+    return Dist(device, rank, world_size, local_rank)
+
+
+def close(d: Dist) -> None:
+    if d.world_size > 1 and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def wrap(model: torch.nn.Module, d: Dist) -> torch.nn.Module:
+    """DDP around the model when there are several processes (it also broadcasts rank 0's weights)."""
+    if d.world_size == 1:
+        return model
+    return DistributedDataParallel(model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
+
+
+def no_sync(model: torch.nn.Module, sync: bool):
+    """Skip DDP's gradient all-reduce on accumulation micro-batches before the last."""
+    if sync or not hasattr(model, "no_sync"):
+        return nullcontext()
+    return model.no_sync()
+
+
+def sum_all(d: Dist, values: list[float]) -> list[float]:
+    """Element-wise sum of `values` over all processes (float64)."""
+    if d.world_size == 1:
+        return values
+    tensor = torch.tensor(values, dtype=torch.float64, device=d.device)
+    dist.all_reduce(tensor)
+    return tensor.tolist()
+
+
+def gather(d: Dist, obj: Any) -> list[Any]:
+    """`obj` from every process, in rank order (picklable objects, e.g. RNG states)."""
+    if d.world_size == 1:
+        return [obj]
+    out: list[Any] = [None] * d.world_size
+    dist.all_gather_object(out, obj)
+    return out

@@ -1,0 +1,91 @@
+"""`run_dir/manifest.json`: what a run was made from (code, data, seeds, versions) and its wall-clock.
+
+Each session (the first start and every resume) appends an entry; the file is rewritten
+atomically at the start and at the end of a session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from translator import __version__
+from translator.files import atomic_write
+from translator.prepare import load_manifest, prepared_dir
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+
+
+def git_state() -> dict[str, Any]:
+    """Commit and dirtiness of the code that runs, or None outside a git checkout."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=PACKAGE_ROOT, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+def data_checksums(cfg_data) -> dict[str, Any]:
+    """sha256 of the prepared files training reads, plus the prepare manifest's identifiers."""
+    folder = prepared_dir(cfg_data)
+    prepared = load_manifest(cfg_data)
+    files = {}
+    for path in sorted(folder.glob("*.npy")) + [folder / "spm.model"]:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 24):
+                digest.update(chunk)
+        files[path.name] = digest.hexdigest()
+    return {"dir": str(folder), "config_hash": prepared.get("config_hash"), "pairs": prepared.get("pairs"),
+            "sha256": files}
+
+
+def versions() -> dict[str, str]:
+    import numpy
+    import sacrebleu
+    import sentencepiece
+    import torch
+
+    return {"translator": __version__, "python": platform.python_version(), "torch": torch.__version__,
+            "cuda": str(torch.version.cuda), "numpy": numpy.__version__, "sentencepiece": sentencepiece.__version__,
+            "sacrebleu": sacrebleu.__version__}
+
+
+class RunManifest:
+    """The manifest of one run directory, with this session appended."""
+
+    def __init__(self, run_dir: Path, cfg, world_size: int, start_step: int) -> None:
+        self.path = run_dir / "manifest.json"
+        self.data = json.loads(self.path.read_text()) if self.path.is_file() else {"sessions": []}
+        self.started = time.time()
+        self.session = {
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "ended": None, "seconds": 0.0,
+            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "host": platform.node(),
+            "git": git_state(), "versions": versions(), "world_size": world_size,
+            "seeds": {"train": cfg.train.seed, "per_rank": [cfg.train.seed + r for r in range(world_size)]},
+            "data": data_checksums(cfg.data), "first_update": start_step, "last_update": start_step,
+            "end_reason": None,
+        }
+        self.data["sessions"].append(self.session)
+        self.write()
+
+    def finish(self, step: int, reason: str) -> None:
+        self.session.update(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"), seconds=round(time.time() - self.started, 1),
+                            last_update=step, end_reason=reason)
+        self.write()
+
+    def write(self) -> None:
+        self.data["wall_seconds"] = round(sum(s["seconds"] for s in self.data["sessions"]), 1)
+        with atomic_write(self.path) as handle:
+            handle.write(json.dumps(self.data, indent=2) + "\n")

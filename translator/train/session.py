@@ -1,0 +1,127 @@
+"""One training process's objects (model, optimizer, scaler, state, process group) and what acts on
+them between updates: setup, resume, checkpoint, validation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from translator.config import Config
+from translator.data.tokenizer import Tokenizer
+from translator.errors import TranslatorError
+from translator.model.transformer import Transformer
+from translator.prepare import load_manifest, prepared_dir
+from translator.train import distributed
+from translator.train.distributed import Dist, gather, sum_all
+from translator.train.metrics import Metrics
+from translator.train.precision import amp_dtype, grad_scaler
+from translator.train.state import (
+    TrainState,
+    read_resumable,
+    rng_state,
+    save_checkpoints,
+    seed_all,
+    set_rng_state,
+)
+from translator.train.validate import validate
+
+
+@dataclass(kw_only=True)
+class Session:
+    """What one training process holds: a plain record; the loop itself is `run`."""
+
+    cfg: Config
+    model: Transformer  # the parameters: checkpoints and validation use it directly
+    net: torch.nn.Module  # what training forwards through: the model, or DDP / torch.compile around it
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    tokenizer: Tokenizer
+    dist: Dist
+    dtype: torch.dtype | None  # autocast dtype, None = fp32
+    run_dir: Path
+    state: TrainState = field(default_factory=TrainState)
+    metrics: Metrics | None = None
+
+
+def setup(cfg: Config, quiet: bool) -> Session:
+    """Tokenizer, process group, seeded model, optimizer and scaler; resumed when run_dir/last.pt exists."""
+    load_manifest(cfg.data)
+    tokenizer = Tokenizer(prepared_dir(cfg.data) / "spm.model")
+    if cfg.model.vocab_size == 0:
+        cfg.model.vocab_size = tokenizer.vocab_size
+    elif cfg.model.vocab_size != tokenizer.vocab_size:
+        raise TranslatorError(f"model.vocab_size={cfg.model.vocab_size} but the tokenizer has "
+                              f"{tokenizer.vocab_size} pieces", "model.vocab_size", "set it to 0 (automatic)")
+    t, d = cfg.train, distributed.init(cfg.train.device)
+    seed_all(t.seed)  # the same initial weights on every process
+    model = Transformer(cfg.model).to(d.device)
+    seed_all(t.seed + d.rank)  # a different dropout stream per process
+    net = distributed.wrap(model, d)
+    if t.compile:
+        net = torch.compile(net)
+    dtype = amp_dtype(t.precision, d.device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr, betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps,
+                                  weight_decay=t.weight_decay, fused=d.device.type == "cuda")
+    s = Session(cfg=cfg, model=model, net=net, optimizer=optimizer, scaler=grad_scaler(d.device, dtype),
+                tokenizer=tokenizer, dist=d, dtype=dtype, run_dir=Path(t.run_dir))
+    s.run_dir.mkdir(parents=True, exist_ok=True)
+    s.metrics = Metrics(s.run_dir, t.max_updates, 0, quiet, enabled=d.main)
+    if (s.run_dir / "last.pt").is_file():
+        resume(s, s.run_dir / "last.pt")
+    return s
+
+
+def resume(s: Session, path: Path) -> None:
+    """Load model, optimizer, scaler, counters and this process's RNG states from `path`."""
+    payload = read_resumable(path, s.cfg, s.tokenizer)
+    s.model.load_state_dict(payload["model"])
+    s.optimizer.load_state_dict(payload["state"]["optimizer"])
+    if s.scaler.is_enabled() and payload["state"]["scaler"]:
+        s.scaler.load_state_dict(payload["state"]["scaler"])
+    state, d = s.state, s.dist
+    state.load_state_dict(payload["state"]["train"])
+    if state.world_size == d.world_size:
+        set_rng_state(state.rng[d.rank])
+    else:  # the same global position in the epoch; dropout streams cannot carry over
+        state.batch_index = state.batch_index * state.world_size // d.world_size
+        seed_all(s.cfg.train.seed + d.rank + state.step)
+        s.metrics.line(f"resuming with {d.world_size} processes instead of {state.world_size}: "
+                       "same data position, new dropout random streams (not bit-exact)")
+    s.metrics.line(f"resumed from {path} at update {state.step} (epoch {state.epoch}, batch {state.batch_index})")
+
+
+def save(s: Session, best: bool) -> None:
+    """Checkpoint from rank 0, with every process's RNG states (a collective: all processes call it)."""
+    rngs = gather(s.dist, rng_state())
+    if not s.dist.main:
+        return
+    s.state.rng, s.state.world_size = rngs, s.dist.world_size
+    payload = {"optimizer": s.optimizer.state_dict(), "scaler": s.scaler.state_dict(),
+               # the schedule is a pure function of the update number: this is all of its state
+               "scheduler": {"schedule": s.cfg.train.schedule, "step": s.state.step},
+               "train": s.state.state_dict()}
+    save_checkpoints(s.run_dir, s.model, s.cfg, s.tokenizer, payload, s.state.step, best)
+
+
+def evaluate_and_save(s: Session) -> bool:
+    """Validate on rank 0, log, checkpoint; returns True (on every process) when early stopping says stop."""
+    state, t, stop = s.state, s.cfg.train, 0.0
+    improved = False
+    if s.dist.main:
+        result = validate(s.model, s.tokenizer, s.cfg, s.dtype)
+        improved = result.bleu > state.best_bleu
+        state.best_bleu = max(state.best_bleu, result.bleu)
+        state.bad_evals = 0 if improved else state.bad_evals + 1
+        s.metrics.scalars(state.step, result.scalars(), "valid")
+        s.metrics.text(state.step, "valid/samples", "\n\n".join(
+            f"**source:** {src}  \n**output:** {hyp}  \n**reference:** {ref}" for src, hyp, ref in result.samples))
+        s.metrics.line(f"validation at update {state.step}: loss {result.loss:.3f}, ppl {result.ppl:.2f}, "
+                       f"BLEU {result.bleu:.2f}, chrF {result.chrf:.2f}{' (best)' if improved else ''} "
+                       f"[{result.signature}]")
+        stop = float(bool(t.patience and state.bad_evals >= t.patience))
+    state.last_valid_step = state.step
+    (stop,) = sum_all(s.dist, [stop])
+    save(s, best=improved)
+    return bool(stop)

@@ -1,0 +1,116 @@
+"""What an exact resume needs: counters, data position, RNG states; checkpoint save and resume checks."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from translator import checkpoint
+from translator.config import Config, to_dict
+from translator.data.tokenizer import Tokenizer
+from translator.errors import TranslatorError
+
+# Model settings that may change between sessions of one run: they do not shape the parameters.
+TRAINING_ONLY = ("dropout", "attention_dropout", "gradient_checkpointing")
+
+
+@dataclass
+class TrainState:
+    """Counters and positions that, with model, optimizer and scaler, determine the rest of a run."""
+
+    step: int = 0  # updates done (skipped ones included: their batches were consumed)
+    epoch: int = 0
+    batch_index: int = 0  # next batch of this epoch, per rank
+    best_bleu: float = -1.0
+    bad_evals: int = 0  # validations in a row without a better BLEU (early stopping)
+    last_valid_step: int = -1
+    skipped_steps: int = 0  # updates dropped for a non-finite loss or gradient
+    window_loss: float = 0.0  # token sums since the last log line, so resumed logs match
+    window_nll: float = 0.0
+    window_tokens: int = 0
+    world_size: int = 1
+    rng: list[dict] = field(default_factory=list)  # one entry per rank
+
+    def state_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key, value in state.items():
+            setattr(self, key, value)
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, NumPy, torch CPU and CUDA generator states (tensors, so `weights_only` loads them)."""
+    kind, key, pos, has_gauss, cached = np.random.get_state()
+    return {"python": random.getstate(), "numpy": [kind, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, cached],
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def set_rng_state(rng: dict[str, Any]) -> None:
+    random.setstate(rng["python"])
+    kind, key, pos, has_gauss, cached = rng["numpy"]
+    np.random.set_state((kind, key.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(rng["torch"])
+    if rng["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def seed_all(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # seeds every CUDA device too
+
+
+def save_checkpoints(run_dir: Path, model: torch.nn.Module, cfg: Config, tokenizer: Tokenizer,
+                     payload: dict[str, Any], step: int, best: bool) -> None:
+    """last.pt always; best.pt when validation improved; step-N.pt with only the newest keep_last kept.
+
+    The state is serialized once; the other names are hard links (copies where links fail), each
+    put in place by an atomic rename.
+    """
+    keep = cfg.train.keep_last
+    first = run_dir / (f"step-{step}.pt" if keep else "last.pt")
+    checkpoint.save(first, model, cfg, tokenizer, payload)
+    for name in ["last.pt"] * bool(keep) + ["best.pt"] * best:
+        _link(first, run_dir / name)
+    if keep:
+        numbered = sorted(run_dir.glob("step-*.pt"), key=lambda p: int(p.stem.split("-")[1]))
+        for old in numbered[:-keep]:
+            old.unlink()
+
+
+def _link(src: Path, dst: Path) -> None:
+    tmp = dst.with_name(f".{dst.name}.link.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:  # a file system without hard links
+        shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+def read_resumable(path: Path, cfg: Config, tokenizer: Tokenizer) -> dict[str, Any]:
+    """The checkpoint to continue from; refuses a different tokenizer or architecture."""
+    payload = checkpoint.read(path)
+    if payload["tokenizer"]["sha256"] != tokenizer.checksum():
+        raise TranslatorError("cannot resume: the checkpoint was trained with a different tokenizer", str(path),
+                              "use a new train.run_dir, or the prepared data the run started with")
+    saved = {k: v for k, v in payload["config"]["model"].items() if k not in TRAINING_ONLY}
+    wanted = {k: v for k, v in to_dict(cfg.model).items() if k not in TRAINING_ONLY}
+    changed = sorted(k for k in wanted if saved.get(k) != wanted[k])
+    if changed:
+        diff = ", ".join(f"model.{k}: {saved.get(k)!r} -> {wanted[k]!r}" for k in changed)
+        raise TranslatorError(f"cannot resume: the architecture differs from the checkpoint's ({diff})", str(path),
+                              "use a new train.run_dir, or the checkpoint's model settings")
+    if "optimizer" not in payload["state"]:
+        raise TranslatorError("cannot resume: the checkpoint holds no training state", str(path),
+                              "resume from a last.pt or step-N.pt written by `translator train`")
+    return payload

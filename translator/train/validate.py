@@ -1,0 +1,66 @@
+"""Validation: loss and perplexity of the valid split, then BLEU/chrF of its decoded sources.
+
+Decoding and scoring go through `translate.translate_lines` and `evaluate.score`, the code the
+`eval` command uses, so a validation BLEU is the BLEU `eval` reports for the same checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+
+from translator.config import Config
+from translator.data.batching import make_batch, token_batches
+from translator.data.shards import TokenArray
+from translator.data.tokenizer import PAD_ID, Tokenizer
+from translator.evaluate import score
+from translator.files import read_lines
+from translator.model.transformer import Transformer
+from translator.prepare import prepared_dir
+from translator.train.precision import autocast
+from translator.translate import translate_lines
+
+
+@dataclass
+class Validation:
+    loss: float  # cross-entropy per target token, no label smoothing
+    ppl: float
+    bleu: float
+    chrf: float
+    signature: str  # sacreBLEU's, so the number can be reproduced
+    samples: list[tuple[str, str, str]]  # (source, hypothesis, reference), the first few sentences
+
+    def scalars(self) -> dict[str, float]:
+        return {"loss": self.loss, "ppl": self.ppl, "bleu": self.bleu, "chrf": self.chrf}
+
+
+@torch.no_grad()
+def validate(model: Transformer, tokenizer: Tokenizer, cfg: Config, dtype: torch.dtype | None,
+             n_samples: int = 3) -> Validation:
+    """Score `model` (left in train mode afterwards) on the prepared valid split."""
+    device = next(model.parameters()).device
+    model.eval()
+    folder = prepared_dir(cfg.data)
+    src, tgt = TokenArray(folder / "valid.src"), TokenArray(folder / "valid.tgt")
+    loss, tokens = 0.0, 0
+    for rows in token_batches(src.lengths, tgt.lengths, cfg.train.max_tokens, seed=0, epoch=0):
+        batch = make_batch([src[i] for i in rows], [tgt[i] for i in rows]).to(device)
+        with autocast(device, dtype):
+            logits = model(batch.src, batch.tgt_in, batch.src_mask)  # (B, T, V)
+        loss += F.cross_entropy(logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=PAD_ID,
+                                reduction="sum").item()
+        tokens += batch.n_tgt_tokens
+    sources = read_lines(folder / f"valid.{cfg.data.src_lang}")
+    refs = read_lines(folder / f"valid.{cfg.data.tgt_lang}")
+    limit = cfg.train.valid_bleu_sentences or len(sources)
+    decode = replace(cfg.decode, beam_size=cfg.train.valid_beam_size or cfg.decode.beam_size)
+    with autocast(device, dtype):
+        hyps = [h[0][0] for h in translate_lines(model, tokenizer, sources[:limit], decode)]
+    scores = score(hyps, refs[:limit])
+    model.train()
+    mean = loss / max(tokens, 1)
+    return Validation(mean, math.exp(min(mean, 50.0)), scores.bleu, scores.chrf, scores.bleu_signature,
+                      list(zip(sources, hyps, refs))[:n_samples])
