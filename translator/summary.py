@@ -9,7 +9,7 @@ from translator.model.transformer import Transformer, count_parameters
 
 
 def describe(source: str, overrides: list[str]) -> str:
-    """A short text: the model section, the vocabulary, and the parameter count."""
+    """A short text: the model section, the vocabulary, the KV-cache size and the parameter count."""
     if Path(source).suffix in (".pt", ".pth"):
         cfg = config.from_dict(checkpoint.read(source)["config"], source)
     else:
@@ -21,12 +21,16 @@ def describe(source: str, overrides: list[str]) -> str:
 
     with torch.device("meta"):  # count without allocating (big configs stay instant)
         model = Transformer(m)
-    kv = m.n_kv_heads or m.n_heads
+    n_params = count_parameters(model)
+    kv, d_head = m.n_kv_heads or m.n_heads, m.d_model // m.n_heads
+    cache_per_token = 2 * m.n_decoder_layers * kv * d_head  # K and V, every decoder layer
+    attention = {m.n_heads: "MHA", 1: "MQA"}.get(kv, "GQA")
     lines = [
         f"Transformer ({m.norm}-LN, {m.positions} positions, {'tied' if m.tie_embeddings else 'untied'} embeddings)",
         f"  encoder {m.n_encoder_layers} x, decoder {m.n_decoder_layers} x layers; d_model {m.d_model}, "
-        f"d_ff {m.d_ff}, heads {m.n_heads} (kv heads {kv}, d_head {m.d_model // m.n_heads})",
+        f"d_ff {m.d_ff}, heads {m.n_heads} ({attention}: kv heads {kv}, d_head {d_head})",
         f"  vocabulary {m.vocab_size}, max positions {m.max_positions}, dropout {m.dropout}",
-        f"  parameters: {count_parameters(model):,} ({count_parameters(model) / 1e6:.1f}M)",
+        f"  decoder KV cache: {cache_per_token:,} values per target token and hypothesis",
+        f"  parameters: {n_params:,} ({n_params / 1e6:.2f}M)",
     ]
     return "\n".join(lines)

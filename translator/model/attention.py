@@ -74,9 +74,7 @@ class MultiHeadAttention(nn.Module):
         if need_weights:
             out, weights = attention_weights(q, k, v, mask, is_causal, p)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
-                                                 is_causal=is_causal,
-                                                 enable_gqa=self.n_kv_heads != self.n_heads)
+            out = sdpa_attention(q, k, v, mask, is_causal, p)
         if memory is not None:  # unfold beams: (B, H, beams*T, K) -> (B*beams, H, T, K)
             out = out.view(-1, self.n_heads, beams, T, self.d_head).transpose(1, 2).flatten(0, 1)
             if need_weights:
@@ -85,22 +83,43 @@ class MultiHeadAttention(nn.Module):
         return (out, weights) if need_weights else out
 
 
-def attention_weights(q, k, v, mask=None, is_causal=False, dropout_p=0.0):
+def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+                   is_causal: bool = False, dropout_p: float = 0.0) -> torch.Tensor:
+    """The fast path: one fused softmax(Q K^T / sqrt(d_k)) V. q (N, H, T, K); k, v (N, G, L, K) -> (N, H, T, K)."""
+    gqa = k.shape[1] != q.shape[1]
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=is_causal,
+                                              enable_gqa=gqa)
+    # A query row with no key to attend to (an all-padding sentence) has no softmax; CUDA's
+    # memory-efficient kernel returns NaN there (pytorch#110213) and its backward spreads it.
+    # Let such rows attend everywhere inside the kernel, then zero them: the same on every backend.
+    has_key = mask.any(dim=-1, keepdim=True)  # (..., T, 1)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~has_key, dropout_p=dropout_p,
+                                         is_causal=is_causal, enable_gqa=gqa)
+    return out.masked_fill(~has_key, 0.0)
+
+
+def attention_weights(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+                      is_causal: bool = False, dropout_p: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """The written-out path: softmax(Q K^T / sqrt(d_k)) V, returning (output, weights).
 
-    q (N, H, T, K); k, v (N, G, L, K). Masked keys get exactly zero weight; a row with every key
-    masked gets all-zero weights (and a zero output) instead of NaN.
+    q (N, H, T, K); k, v (N, G, L, K) -> (N, H, T, K), (N, H, T, L). Masked keys get exactly
+    zero weight (-inf before the softmax, never a large finite negative that leaks in fp16/bf16);
+    a row with every key masked gets all-zero weights and a zero output instead of NaN.
     """
     H, G = q.shape[1], k.shape[1]
     if G != H:  # each group of H/G query heads reads one key/value head
-        k, v = k.repeat_interleave(H // G, dim=1), v.repeat_interleave(H // G, dim=1)
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (N, H, T, L)
-    if is_causal:
+        k, v = k.repeat_interleave(H // G, dim=1), v.repeat_interleave(H // G, dim=1)  # (N, H, L, K)
+    scores = (q / math.sqrt(q.shape[-1])) @ k.transpose(-2, -1)  # (N, H, T, L); scale first: no fp16 overflow
+    if is_causal:  # upper-left aligned, as in SDPA
         causal = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).tril()
         mask = causal if mask is None else mask & causal
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores.float(), dim=-1).nan_to_num(0.0).to(q.dtype)
+    weights = torch.softmax(scores.float(), dim=-1)  # fp32 softmax; a fully masked row is NaN here
+    if mask is not None:
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    weights = weights.to(q.dtype)
     if dropout_p:
         weights = F.dropout(weights, dropout_p)
     return weights @ v, weights

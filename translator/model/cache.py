@@ -39,7 +39,13 @@ class KVCache:
         return self.layers[0].self_k.shape[2]
 
     def reorder(self, origin: torch.Tensor) -> None:
-        """Beam search: row i continues the hypothesis that was row origin[i] (N,)."""
+        """Beam search: row i continues the hypothesis that was row origin[i] (N,).
+
+        Only the written prefix is moved, in place, so the buffers stay the preallocated ones and
+        a step costs O(length), not O(max_len). The prefix runs one position past `length`, so
+        reordering before or after the caller advances `length` gives the same cache.
+        """
+        end = min(self.length + 1, self.max_len)
         for layer in self.layers:
-            layer.self_k = layer.self_k.index_select(0, origin)
-            layer.self_v = layer.self_v.index_select(0, origin)
+            for buffer in (layer.self_k, layer.self_v):  # (N, G, T_max, K)
+                buffer[:, :, :end] = buffer[:, :, :end].index_select(0, origin)

@@ -46,7 +46,10 @@ class Transformer(nn.Module):
                 nn.init.xavier_uniform_(module.weight)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding):
+        # Embeddings after the linear layers: a tied output projection is an nn.Linear too, and
+        # Xavier over (V, D) would otherwise overwrite the shared matrix with a 5x smaller range.
+        for module in self.modules():
+            if isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=d**-0.5)
         bound = math.sqrt(6.0 / (2 * d))  # Xavier for a square D x D map, also under GQA
         for module in self.modules():

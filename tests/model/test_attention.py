@@ -1,0 +1,157 @@
+"""Attention equals the written-out formula; masked keys get exactly zero weight, in every dtype."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from translator.model.attention import MultiHeadAttention, attention_weights, sdpa_attention
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def reference_attention(x, memory, module, key_mask=None, causal=False):
+    """softmax(Q K^T / sqrt(d_k)) V with every step spelled out, in float64, head by head.
+
+    x (N, T, D); memory (N, S, D) or None; key_mask (N, L) bool, True = may attend.
+    Returns output (N, T, D) and weights (N, H, T, L). A row with no visible key gets zero weights.
+    """
+    def project(linear, inputs):
+        return inputs.double() @ linear.weight.double().T + linear.bias.double()
+
+    source = x if memory is None else memory
+    q, k, v = project(module.q_proj, x), project(module.k_proj, source), project(module.v_proj, source)
+    H, G, d_k = module.n_heads, module.n_kv_heads, module.d_head
+    N, T, L = x.shape[0], x.shape[1], source.shape[1]
+    out = torch.zeros(N, T, H * d_k, dtype=torch.float64)
+    weights = torch.zeros(N, H, T, L, dtype=torch.float64)
+    for h in range(H):
+        g = h // (H // G)  # query head h reads key/value head g
+        qh = q[:, :, h * d_k:(h + 1) * d_k]
+        kh, vh = k[:, :, g * d_k:(g + 1) * d_k], v[:, :, g * d_k:(g + 1) * d_k]
+        scores = torch.einsum("ntk,nlk->ntl", qh, kh) / math.sqrt(d_k)
+        visible = torch.ones(N, T, L, dtype=torch.bool)
+        if key_mask is not None:
+            visible &= key_mask[:, None, :]
+        if causal:
+            visible &= torch.arange(L)[None, :] <= torch.arange(T)[:, None]
+        e = torch.where(visible, torch.exp(scores - scores.max()), torch.zeros_like(scores))
+        total = e.sum(-1, keepdim=True)
+        w = torch.where(total > 0, e / total.clamp_min(1e-300), torch.zeros_like(e))
+        weights[:, h] = w
+        out[:, :, h * d_k:(h + 1) * d_k] = w @ vh
+    return project(module.out_proj, out.float()), weights
+
+
+def _module(n_kv_heads):
+    return MultiHeadAttention(32, 4, n_kv_heads).eval()
+
+
+KV_HEADS = [pytest.param(4, id="mha"), pytest.param(2, id="gqa"), pytest.param(1, id="mqa")]
+
+
+@pytest.mark.parametrize("n_kv_heads", KV_HEADS)
+@pytest.mark.parametrize("kind", ["padding", "causal", "cross"])
+def test_attention_equals_written_out_formula(kind, n_kv_heads):
+    module = _module(n_kv_heads)
+    x, memory = torch.randn(3, 6, 32), torch.randn(3, 5, 32) if kind == "cross" else None
+    L = 5 if kind == "cross" else 6
+    key_mask = torch.arange(L)[None, :] < torch.tensor([L, 3, 1])[:, None]  # (3, L)
+    mask = key_mask[:, None, None, :]  # (B, 1, 1, L)
+    if kind == "causal":
+        expected, expected_w = reference_attention(x, None, module, causal=True)
+        fast, (slow, weights) = module(x, is_causal=True), module(x, is_causal=True, need_weights=True)
+    else:
+        expected, expected_w = reference_attention(x, memory, module, key_mask)
+        fast = module(x, memory, mask)
+        slow, weights = module(x, memory, mask, need_weights=True)
+    torch.testing.assert_close(fast, expected.float(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(slow, expected.float(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(weights.double(), expected_w, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("n_kv_heads", KV_HEADS)
+def test_beams_folded_into_queries_equal_memory_repeated_per_beam(n_kv_heads):
+    module, B, k = _module(n_kv_heads), 2, 3
+    x, memory = torch.randn(B * k, 4, 32), torch.randn(B, 5, 32)
+    mask = (torch.arange(5)[None, :] < torch.tensor([5, 2])[:, None])[:, None, None, :]  # (B, 1, 1, S)
+    folded, folded_w = module(x, memory, mask, need_weights=True)
+    repeated, repeated_w = module(x, memory.repeat_interleave(k, 0), mask.repeat_interleave(k, 0),
+                                  need_weights=True)
+    torch.testing.assert_close(module(x, memory, mask), repeated, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(folded, repeated, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(folded_w, repeated_w, atol=1e-6, rtol=1e-6)
+
+
+def _fully_masked_case(dtype, device="cpu", requires_grad=False):
+    """q (2, 4, 3, 8), k/v (2, 2, 5, 8) (GQA); sentence 0 sees 3 keys, sentence 1 none."""
+    q, k, v = (torch.randn(2, h, n, 8, device=device, dtype=dtype, requires_grad=requires_grad)
+               for h, n in ((4, 3), (2, 5), (2, 5)))
+    mask = (torch.arange(5, device=device)[None, :] < torch.tensor([3, 0], device=device)[:, None])
+    return q, k, v, mask[:, None, None, :]
+
+
+def _check_masked_rows(dtype, device):
+    q, k, v, mask = _fully_masked_case(dtype, device)
+    fast = sdpa_attention(q, k, v, mask)
+    slow, weights = attention_weights(q, k, v, mask)
+    for out in (fast, slow):
+        assert not out.isnan().any()
+        assert (out[1] == 0).all()  # no key to read: a zero output, not NaN
+    assert (weights[1] == 0).all() and (weights[0, ..., 3:] == 0).all()  # exactly zero, no leak
+    torch.testing.assert_close(weights[0].float().sum(-1), torch.ones(4, 3, device=device),
+                               atol=1e-2, rtol=0)  # weights rounded to bf16/fp16
+    # A masked key's value cannot move the output, however large: its weight is exactly zero.
+    v_big = v.clone()
+    v_big[0, :, 3:] = 1e4
+    assert torch.equal(sdpa_attention(q, k, v_big, mask)[0], fast[0])
+    assert torch.equal(attention_weights(q, k, v_big, mask)[0][0], slow[0])
+
+
+def _check_masked_rows_backward(dtype, device):
+    q, k, v, mask = _fully_masked_case(dtype, device, requires_grad=True)
+    sdpa_attention(q, k, v, mask).float().sum().backward()
+    for t in (q, k, v):
+        assert t.grad.isfinite().all()
+    assert (q.grad[1] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_fully_masked_rows_get_zero_weight_not_nan(dtype):
+    _check_masked_rows(dtype, "cpu")  # fp16 attention runs on CPU in the supported torch versions
+    _check_masked_rows_backward(dtype, "cpu")
+
+
+@pytest.mark.cuda
+@cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_fully_masked_rows_cuda(dtype):
+    _check_masked_rows(dtype, "cuda")
+    _check_masked_rows_backward(dtype, "cuda")
+
+
+@pytest.mark.cuda
+@cuda
+@pytest.mark.parametrize("n_kv_heads", KV_HEADS)
+def test_attention_equals_written_out_formula_cuda_bf16(n_kv_heads):
+    module = _module(n_kv_heads)
+    x, key_mask = torch.randn(3, 6, 32), torch.arange(6)[None, :] < torch.tensor([6, 3, 1])[:, None]
+    expected, _ = reference_attention(x, None, module, key_mask)
+    causal, _ = reference_attention(x, None, module, causal=True)
+    module = module.to("cuda", torch.bfloat16)
+    xb, mask = x.to("cuda", torch.bfloat16), key_mask[:, None, None, :].cuda()
+    for got, want in ((module(xb, mask=mask), expected), (module(xb, is_causal=True), causal),
+                      (module(xb, mask=mask, need_weights=True)[0], expected)):
+        torch.testing.assert_close(got.float().cpu(), want.float(), atol=3e-2, rtol=3e-2)
+
+
+def test_rotary_scores_depend_only_on_relative_position():
+    from translator.model.attention import RotaryEmbedding
+
+    rope = RotaryEmbedding(8, 64)
+    q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
+    scores = [(rope(q, start + 3) * rope(k, start)).sum() for start in (0, 5, 40)]
+    torch.testing.assert_close(torch.stack(scores), scores[0].expand(3), atol=1e-5, rtol=1e-5)
+    assert not torch.allclose((rope(q, 4) * rope(k, 0)).sum(), scores[0])

@@ -1,0 +1,97 @@
+"""Whole-model properties: causality, source padding, tying, initialisation, parameter count."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from translator import config, summary
+from translator.model.transformer import Transformer, count_parameters
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMES = [dict(positions=p, norm=n) for p in ("sinusoidal", "learned", "rope") for n in ("pre", "post")]
+IDS = [f"{s['positions']}-{s['norm']}LN" for s in SCHEMES]
+
+
+@pytest.mark.parametrize("scheme", SCHEMES, ids=IDS)
+def test_future_target_tokens_do_not_change_earlier_outputs(make_model, src_batch, scheme):
+    model, (src, src_mask) = make_model(n_kv_heads=2, **scheme), src_batch
+    tgt = torch.randint(4, model.cfg.vocab_size, (3, 8))
+    changed = tgt.clone()
+    changed[:, 5:] = torch.randint(4, model.cfg.vocab_size, (3, 3))
+    with torch.no_grad():
+        before, after = model(src, tgt, src_mask), model(src, changed, src_mask)
+    torch.testing.assert_close(after[:, :5], before[:, :5], atol=1e-6, rtol=1e-6)
+    assert not torch.allclose(after[:, 5:], before[:, 5:])  # the test can see a change
+
+
+@pytest.mark.parametrize("scheme", SCHEMES, ids=IDS)
+def test_padded_source_positions_do_not_change_outputs(make_model, src_batch, scheme):
+    model, (src, src_mask) = make_model(**scheme), src_batch
+    changed = torch.where(src_mask[:, 0, 0], src, torch.randint(4, model.cfg.vocab_size, src.shape))
+    tgt = torch.randint(4, model.cfg.vocab_size, (3, 5))
+    with torch.no_grad():
+        memory, memory_changed = model.encode(src, src_mask), model.encode(changed, src_mask)
+        logits, logits_changed = model.decode(tgt, memory, src_mask), model.decode(tgt, memory_changed, src_mask)
+    real = src_mask[:, 0, 0]  # (B, S)
+    torch.testing.assert_close(memory_changed[real], memory[real], atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(logits_changed, logits, atol=1e-6, rtol=1e-6)
+    assert not torch.allclose(memory_changed[~real], memory[~real])  # pad positions did change
+
+
+def test_tied_and_untied_embeddings(make_model):
+    tied, untied = make_model(), make_model(tie_embeddings=False)
+    assert tied.out_proj.weight is tied.src_embed.token.weight is tied.tgt_embed.token.weight
+    assert untied.out_proj.weight is not untied.tgt_embed.token.weight
+    assert untied.src_embed.token.weight is not untied.tgt_embed.token.weight
+    V, D = tied.cfg.vocab_size, tied.cfg.d_model
+    assert count_parameters(untied) - count_parameters(tied) == 2 * V * D
+
+
+def test_initialisation_ranges():
+    cfg = config.ModelConfig(vocab_size=2000, d_model=128, n_heads=8, n_kv_heads=2, d_ff=256,
+                             n_encoder_layers=1, n_decoder_layers=1)
+    model = Transformer(cfg)
+    # The shared matrix keeps the embedding init N(0, D^-1/2), not the output projection's Xavier.
+    assert model.out_proj.weight.std().item() == pytest.approx(128**-0.5, rel=0.05)
+    attn = model.decoder[0].self_attn
+    bounds = {name: getattr(attn, name).weight.abs().max().item() for name in ("q_proj", "k_proj", "v_proj")}
+    limit = math.sqrt(6 / (2 * 128))
+    for name, bound in bounds.items():  # one range for Q and K, also when K has fewer heads (GQA)
+        assert limit * 0.95 < bound <= limit, name
+
+
+def test_embeddings_are_scaled_by_sqrt_d_model(make_model):
+    scaled, unscaled = make_model(positions="learned"), make_model(positions="learned", scale_embeddings=False)
+    unscaled.load_state_dict(scaled.state_dict())
+    ids = torch.randint(4, 40, (2, 5))
+    pos = scaled.src_embed.learned.weight[:5]
+    torch.testing.assert_close(scaled.src_embed(ids) - pos, (unscaled.src_embed(ids) - pos) * math.sqrt(32))
+
+
+def test_pre_ln_has_final_norms_and_post_ln_does_not(make_model):
+    assert isinstance(make_model(norm="pre").decoder_norm, nn.LayerNorm)
+    assert isinstance(make_model(norm="post").decoder_norm, nn.Identity)
+
+
+def test_base_config_matches_the_papers_65m_parameters():
+    text = summary.describe(str(REPO / "configs" / "base.yaml"), ["model.vocab_size=37000"])
+    cfg = config.load(REPO / "configs" / "base.yaml", ["model.vocab_size=37000"])
+    with torch.device("meta"):
+        n = count_parameters(Transformer(cfg.model))
+    assert abs(n - 65e6) / 65e6 < 0.05, n
+    assert f"{n:,}" in text and "d_model 512" in text and "MHA" in text
+
+
+def test_info_reports_the_smaller_kv_cache_of_gqa_and_mqa():
+    base = str(REPO / "configs" / "base.yaml")
+    per_token = {}
+    for kv in (8, 2, 1):
+        text = summary.describe(base, [f"model.n_kv_heads={kv}"])
+        line = next(line for line in text.splitlines() if "KV cache" in line)
+        per_token[kv] = int(line.split(":")[1].split()[0].replace(",", ""))
+    assert per_token == {8: 2 * 6 * 8 * 64, 2: 2 * 6 * 2 * 64, 1: 2 * 6 * 64}
