@@ -14,9 +14,17 @@ class Hypothesis:
 
 
 def max_lengths(src_mask: torch.Tensor, max_len_a: float, max_len_b: int, limit: int) -> torch.Tensor:
-    """(B,) longest allowed output per sentence: a * |src| + b tokens (|src| without EOS), capped."""
+    """(B,) longest allowed output per sentence: a * |src| + b tokens (|src| without EOS), capped.
+
+    `limit` is the model's own bound (max_positions - 1: BOS takes a position).
+    """
     src_lens = src_mask.sum(dim=(1, 2, 3)) - 1
     return (max_len_a * src_lens + max_len_b).long().clamp(min=1, max=limit)
+
+
+def eos_allowed_from(max_lens: torch.Tensor, min_len: int) -> torch.Tensor:
+    """(B,) first step at which EOS may be emitted: min_len, but never after the length limit."""
+    return max_lens.clamp(max=min_len)
 
 
 def strip(row: list[int], eos_id: int) -> list[int]:
