@@ -60,7 +60,7 @@ def prepare(config: ConfigArg, set: SetOpt = None, data: DataOpt = None,
     """
     from translator import prepare as prepare_mod
 
-    prepare_mod.run(_config(config, set, data), force=force, log=_logger(quiet))
+    prepare_mod.run(_config(config, set, data), force=force, quiet=quiet)
 
 
 @app.command()

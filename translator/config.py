@@ -24,7 +24,7 @@ class DataConfig:
     name: str = "multi30k"
     """Name of the prepared data set: it lands in `{data_dir}/{name}/`."""
     source: str = "hf:bentrevett/multi30k"
-    """`hf:NAME[:CONFIG]` for a Hugging Face hub dataset, or a local directory of `{split}.{lang}` files."""
+    """`hf:NAME[:CONFIG]` (hub), or a directory of `{split}.{lang}[.gz]`, `{split}.tsv`, `{split}.jsonl` files or a `save_to_disk` dataset."""
     data_dir: str = "data"
     """Root directory for prepared data."""
     src_lang: str = "en"
@@ -37,20 +37,36 @@ class DataConfig:
     """Our split name -> the source's split name (train, valid and test are used)."""
     max_train_pairs: int = 0
     """Use only the first N training pairs (0 = all); handy for quick experiments."""
+    tsv_columns: str = ""
+    """Column names of headerless TSV files in file order, comma-separated (e.g. `de,en`); empty = a header row names them."""
+    nfc: bool = True
+    """Cleaning: Unicode NFC normalisation of every sentence."""
+    normalize_spaces: bool = True
+    """Cleaning: remove control characters; turn each whitespace run (TAB, NO-BREAK SPACE...) into one space; trim."""
+    drop_empty: bool = True
+    """Cleaning: drop training pairs with an empty side."""
+    drop_debris: bool = True
+    """Cleaning: drop training pairs with a side that has no letter or digit (markup debris such as `@@`)."""
     max_tokens_per_side: int = 250
-    """Cleaning: drop training pairs with a side longer than this many subword tokens."""
+    """Cleaning: drop training pairs with a side longer than this many subword tokens (0 = off)."""
     max_length_ratio: float = 3.0
     """Cleaning: drop training pairs whose token-length ratio exceeds this (0 = off)."""
+    dedup: bool = True
+    """Cleaning: drop exact duplicate training pairs (the first occurrence stays)."""
+    drop_held_out: bool = True
+    """Cleaning: drop training pairs whose source or target also occurs in the valid or test set."""
+    joint_vocab: bool = True
+    """One SentencePiece model for both languages (tied embeddings need it), or one per side."""
     vocab_size: int = 8000
-    """SentencePiece vocabulary size (joint source+target vocabulary)."""
+    """SentencePiece vocabulary size (of each model when the vocabularies are separate)."""
     spm_model_type: Literal["unigram", "bpe"] = "unigram"
     """SentencePiece algorithm."""
     character_coverage: float = 1.0
     """SentencePiece character coverage (1.0 for Latin scripts, 0.9995 for CJK)."""
     byte_fallback: bool = False
     """Encode unknown characters as UTF-8 bytes instead of <unk>."""
-    input_sentence_size: int = 2_000_000
-    """Train SentencePiece on a random sample of at most this many sentences (0 = all)."""
+    input_sentence_size: int = 1_000_000
+    """Train SentencePiece on a seeded random sample of at most this many sentences (0 = all)."""
 
 
 @dataclass(kw_only=True)

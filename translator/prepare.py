@@ -1,7 +1,9 @@
 """`translator prepare`: corpus -> cleaning -> SentencePiece -> memory-mapped id arrays in data/<name>/.
 
-The directory is written under a temporary name and renamed when complete, so an interrupted
-prepare leaves nothing that looks finished. A rerun with the same data config is a cache hit.
+The training split streams through in bounded memory (see data/binarize.py), so a WMT-sized corpus
+fits a small machine. The directory is written under a temporary name and renamed when complete:
+an interrupted or failed prepare leaves nothing that looks finished. A rerun with the same data
+config (and unchanged local files) is a cache hit that touches no data.
 """
 
 from __future__ import annotations
@@ -9,107 +11,227 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import shutil
 import time
+from collections import Counter
+from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 
 from translator import __version__
 from translator.config import Config, DataConfig, dump, to_dict
-from translator.data.clean import clean_pairs, length_filter, normalize
-from translator.data.corpus import Pairs, load_split
-from translator.data.shards import write_ids
-from translator.data.tokenizer import Tokenizer, train_sentencepiece
+from translator.data import clean
+from translator.data.binarize import clean_to_scratch, encode_to_ids, sample_lines, sample_mask
+from translator.data.corpus import is_hub, load_split, pair_batches
+from translator.data.progress import Bars, summary_table
+from translator.data.shards import id_dtype, write_ids
+from translator.data.tokenizer import Tokenizer, sha256_file, train_sentencepiece
 from translator.errors import TranslatorError
 from translator.files import atomic_dir
 
 SPLITS = ("train", "valid", "test")
+FORMAT = 2  # layout of the prepared directory; part of the config hash
+SEED = 1  # SentencePiece sample and training: fixed, so that train.seed does not change the data
 
 
 def prepared_dir(data: DataConfig) -> Path:
     return Path(data.data_dir) / data.name
 
 
+def vocab_files(data: DataConfig) -> dict[str, str]:
+    """Side -> SentencePiece model file name in the prepared directory."""
+    if data.joint_vocab:
+        return {"src": "spm.model", "tgt": "spm.model"}
+    return {"src": "spm.src.model", "tgt": "spm.tgt.model"}
+
+
+def source_fingerprint(data: DataConfig) -> list:
+    """Name, size and mtime of a local source's files, so edited data is prepared again (hub: none)."""
+    root = Path(data.source)
+    if is_hub(data.source) or not root.is_dir():
+        return []
+    files = [p for p in root.iterdir() if p.is_file()]
+    files += [p for d in root.iterdir() if d.is_dir() for p in d.iterdir() if p.is_file()]  # save_to_disk splits
+    return sorted([str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns] for p in files)
+
+
 def config_hash(data: DataConfig) -> str:
     """Identifies everything that shapes the prepared files (not where they are written)."""
     fields = {k: v for k, v in to_dict(data).items() if k not in ("data_dir", "name")}
-    return hashlib.sha256(json.dumps([__version__, fields], sort_keys=True).encode()).hexdigest()[:16]
+    identity = [__version__, FORMAT, fields, source_fingerprint(data)]
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def run(cfg: Config, force: bool = False, log=print) -> Path:
-    """Prepare the data set described by `cfg.data`; returns its directory."""
+def up_to_date(data: DataConfig) -> bool:
+    path = prepared_dir(data) / "manifest.json"
+    return path.is_file() and json.loads(path.read_text()).get("config_hash") == config_hash(data)
+
+
+def run(cfg: Config, force: bool = False, log: Callable[[str], None] | None = None, quiet: bool = False) -> Path:
+    """Prepare the data set described by `cfg.data`; returns its directory.
+
+    Progress bars and the summary table go to stderr; `log`, when given, gets the summary as
+    plain lines instead of the table; `quiet` silences everything.
+    """
     data, out = cfg.data, prepared_dir(cfg.data)
-    manifest_path = out / "manifest.json"
-    if not force and manifest_path.is_file():
-        if json.loads(manifest_path.read_text()).get("config_hash") == config_hash(data):
-            log(f"{out} is up to date (same data config); use --force to prepare again")
-            return out
+    say = (lambda line: None) if quiet else log
+    if not force and up_to_date(data):
+        (say or Bars(quiet).print)(f"{out} is up to date (same data config); use --force to prepare again")
+        return out
     started = time.time()
-    splits = {}
-    for split in SPLITS:
-        log(f"loading {split} ({data.splits.get(split, split)}) from {data.source}")
-        splits[split] = load_split(data, split)
-    if data.max_train_pairs:
-        train = splits["train"]
-        splits["train"] = Pairs(train.src[: data.max_train_pairs], train.tgt[: data.max_train_pairs])
-
-    held_out = {normalize(s) for split in ("valid", "test") for side in (splits[split].src, splits[split].tgt)
-                for s in side}
-    train_src, train_tgt, drops = clean_pairs(splits["train"].src, splits["train"].tgt, held_out)
-    if not train_src:
-        raise TranslatorError("no training pairs left after cleaning", data.source,
-                              "check the languages and the split mapping")
-
-    with atomic_dir(out) as tmp:
-        log(f"training SentencePiece ({data.spm_model_type}, {data.vocab_size} pieces) on {2 * len(train_src)} sentences")
-        model_file = train_sentencepiece(
-            train_src + train_tgt, tmp / "spm", vocab_size=data.vocab_size, model_type=data.spm_model_type,
-            character_coverage=data.character_coverage, byte_fallback=data.byte_fallback,
-            input_sentence_size=data.input_sentence_size, seed=cfg.train.seed)
-        tokenizer = Tokenizer(model_file)
-        src_ids, tgt_ids = tokenizer.encode(train_src), tokenizer.encode(train_tgt)
-        keep, length_drops = length_filter(src_ids, tgt_ids, data.max_tokens_per_side, data.max_length_ratio)
-        drops += length_drops
-        counts = {"train": len(keep)}
-        write_ids(tmp / "train.src", [src_ids[i] for i in keep], tokenizer.vocab_size)
-        write_ids(tmp / "train.tgt", [tgt_ids[i] for i in keep], tokenizer.vocab_size)
-        for split in ("valid", "test"):
-            pairs = splits[split]
-            write_ids(tmp / f"{split}.src", tokenizer.encode([normalize(s) for s in pairs.src]), tokenizer.vocab_size)
-            write_ids(tmp / f"{split}.tgt", tokenizer.encode([normalize(t) for t in pairs.tgt]), tokenizer.vocab_size)
-            # raw text stays as given: sources for decoding, references for sacreBLEU
-            (tmp / f"{split}.{data.src_lang}").write_text("".join(s + "\n" for s in pairs.src), encoding="utf-8")
-            (tmp / f"{split}.{data.tgt_lang}").write_text("".join(t + "\n" for t in pairs.tgt), encoding="utf-8")
-            counts[split] = len(pairs)
-        manifest = {
-            "source": data.source, "config_hash": config_hash(data), "src_lang": data.src_lang,
-            "tgt_lang": data.tgt_lang, "pairs_in": len(splits["train"]), "dropped": dict(drops),
-            "pairs": counts, "vocab_size": tokenizer.vocab_size, "spm_sha256": tokenizer.checksum(),
-            "versions": _versions(), "seconds": round(time.time() - started, 1),
-        }
+    with Bars(quiet) as bars, atomic_dir(out) as tmp:
+        manifest = _prepare(data, tmp, bars)
+        manifest["seconds"] = round(time.time() - started, 1)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         (tmp / "config.yaml").write_text(dump(cfg))
-    _report(manifest, log)
+    rows = summary_rows(manifest)
+    if say:
+        for name, value in rows:
+            say(f"{name}: {value}")
+    else:
+        bars.print(summary_table(f"prepared {out}", rows))
     return out
 
 
+def _prepare(data: DataConfig, tmp: Path, bars: Bars) -> dict:
+    """All the work, inside the temporary directory; returns the manifest."""
+    scratch = tmp / ".scratch"
+    scratch.mkdir()
+    cache = None if is_hub(data.source) else scratch / "datasets"  # local sources: Arrow copy, deleted at the end
+    tables = {}
+    for split in SPLITS:
+        with bars.step(f"load {split}"):
+            tables[split] = load_split(data, split, cache)
+    held_out = {split: _read_pairs(tables.pop(split), data) for split in ("valid", "test")}
+    cleaner = clean.Cleaner(data, (s for pairs in held_out.values() for side in pairs for s in side))
+    train = tables.pop("train")
+    with bars.step("clean train", train.num_rows) as step:
+        passed = clean_to_scratch(train, data.src_lang, data.tgt_lang, cleaner, scratch, step.advance)
+    del train  # unmaps the Arrow file before the memory-hungry SentencePiece step
+    keep = cleaner.first_occurrences(passed)
+    if not keep.any():
+        raise TranslatorError(f"no training pairs left after cleaning (dropped: {_drops(cleaner.drops)})",
+                              data.source, "check the languages, the split mapping and the cleaning rules")
+    tokenizers = _train_tokenizers(data, scratch, keep, tmp, bars)
+    with bars.step("encode train", int(keep.sum())) as step:
+        counts = {"train": encode_to_ids(scratch, keep, tmp, tokenizers, data.max_tokens_per_side,
+                                         data.max_length_ratio, cleaner.drops, step.advance)}
+    if not counts["train"]["pairs"]:
+        raise TranslatorError(f"no training pairs left after the length rules (dropped: {_drops(cleaner.drops)})",
+                              data.source, "raise data.max_tokens_per_side or data.max_length_ratio")
+    for split, (src, tgt) in held_out.items():
+        counts[split] = _write_eval_split(tmp, split, src, tgt, tokenizers, cleaner, data)
+    shutil.rmtree(scratch)
+    return _manifest(data, cleaner, counts, tokenizers, tmp)
+
+
+def _read_pairs(table, data: DataConfig) -> tuple[list[str], list[str]]:
+    """All pairs of a small split (valid/test) as two lists."""
+    src, tgt = [], []
+    for batch_src, batch_tgt in pair_batches(table, data.src_lang, data.tgt_lang):
+        src += batch_src
+        tgt += batch_tgt
+    return src, tgt
+
+
+def _train_tokenizers(data: DataConfig, scratch: Path, keep, tmp: Path, bars: Bars) -> dict[str, Tokenizer]:
+    """One joint SentencePiece model, or one per side, each trained on a seeded sample of kept pairs."""
+    files = vocab_files(data)
+    models = {files["src"]: ("src", "tgt")} if data.joint_vocab else {files["src"]: ("src",), files["tgt"]: ("tgt",)}
+    loaded = {}
+    for name, sides in models.items():
+        take = sample_mask(keep, data.input_sentence_size // len(sides), SEED)
+        reading = bars.step(f"spm sample {name}", int(take.sum()) * len(sides))
+        training = []
+
+        def lines(take=take, sides=sides, reading=reading, training=training, name=name):
+            yield from sample_lines(scratch, take, sides, reading.advance)
+            reading.finish()  # SentencePiece has read everything; its training reports no progress
+            training.append(bars.step(f"spm train {name}"))
+
+        model = train_sentencepiece(
+            lines(), tmp / name.removesuffix(".model"), vocab_size=data.vocab_size, model_type=data.spm_model_type,
+            character_coverage=data.character_coverage, byte_fallback=data.byte_fallback,
+            input_sentence_size=0, seed=SEED)  # 0: the sample above is the whole input
+        for step in training:
+            step.finish()
+        loaded[name] = Tokenizer(model)
+    return {side: loaded[name] for side, name in files.items()}
+
+
+def _write_eval_split(tmp: Path, split: str, src: list[str], tgt: list[str], tokenizers: dict[str, Tokenizer],
+                      cleaner: clean.Cleaner, data: DataConfig) -> dict[str, int]:
+    """Ids of the normalised text, and the raw text as given (sources to decode, sacreBLEU references)."""
+    counts = {"pairs": len(src)}
+    for side, lang, texts in (("src", data.src_lang, src), ("tgt", data.tgt_lang, tgt)):
+        ids = tokenizers[side].encode([cleaner.normalize(t) for t in texts])
+        counts[f"{side}_tokens"] = write_ids(tmp / f"{split}.{side}", ids, tokenizers[side].vocab_size)
+        # one sentence per line: a newline inside a record (JSON) would shift every later line
+        (tmp / f"{split}.{lang}").write_text("".join(t.replace("\n", " ") + "\n" for t in texts), encoding="utf-8")
+    return counts
+
+
+def _manifest(data: DataConfig, cleaner: clean.Cleaner, counts: dict, tokenizers: dict[str, Tokenizer],
+              tmp: Path) -> dict:
+    files = vocab_files(data)
+    vocab = {side: {"file": files[side], "size": tok.vocab_size, "sha256": tok.checksum(),
+                    "id_dtype": id_dtype(tok.vocab_size).name} for side, tok in tokenizers.items()}
+    return {
+        "format": FORMAT, "config_hash": config_hash(data),
+        "source": data.source, "source_spec": {"source": data.source, "splits": data.splits, "src_lang": data.src_lang,
+                                               "tgt_lang": data.tgt_lang,
+                                               "file_sizes": {name: size for name, size, _ in source_fingerprint(data)}},
+        "src_lang": data.src_lang, "tgt_lang": data.tgt_lang,
+        "pairs_in": cleaner.pairs_in, "dropped": dict(cleaner.drops),
+        "pairs": {split: c["pairs"] for split, c in counts.items()},
+        "tokens": {split: {"src": c["src_tokens"], "tgt": c["tgt_tokens"]} for split, c in counts.items()},
+        "joint_vocab": data.joint_vocab, "vocab": vocab,
+        "vocab_size": tokenizers["tgt"].vocab_size, "spm_sha256": tokenizers["tgt"].checksum(),
+        "files": {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.suffix in (".npy", ".model")},
+        "versions": _versions(),
+    }
+
+
 def _versions() -> dict[str, str]:
-    import sentencepiece
-    import torch
+    found = {"translator": __version__, "python": platform.python_version()}
+    for package in ("datasets", "pyarrow", "sentencepiece", "numpy", "torch"):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
 
-    return {"translator": __version__, "python": platform.python_version(), "torch": torch.__version__,
-            "sentencepiece": sentencepiece.__version__}
+
+def _drops(drops: Counter) -> str:
+    return ", ".join(f"{rule} {n}" for rule, n in drops.items() if n) or "none"
 
 
-def _report(manifest: dict, log) -> None:
-    dropped = ", ".join(f"{rule} {n}" for rule, n in sorted(manifest["dropped"].items())) or "none"
-    pairs = manifest["pairs"]
-    log(f"train: {manifest['pairs_in']} pairs in, dropped: {dropped}; {pairs['train']} out")
-    log(f"valid {pairs['valid']}, test {pairs['test']} pairs; vocabulary {manifest['vocab_size']}; "
-        f"{manifest['seconds']} s")
+def summary_rows(manifest: dict) -> list[tuple[str, str]]:
+    """What the final table shows: pairs in, dropped per rule, pairs out, tokens, vocabulary, time."""
+    pairs, tokens, vocab = manifest["pairs"], manifest["tokens"], manifest["vocab"]
+    rows = [("source", manifest["source"]), ("train pairs in", f"{manifest['pairs_in']:,}")]
+    rows += [(f"  dropped: {rule}", f"{n:,}") for rule, n in manifest["dropped"].items()]
+    rows += [("train pairs out", f"{pairs['train']:,}"),
+             ("valid / test pairs", f"{pairs['valid']:,} / {pairs['test']:,}"),
+             ("train tokens src / tgt", f"{tokens['train']['src']:,} / {tokens['train']['tgt']:,}")]
+    if manifest["joint_vocab"]:
+        rows.append(("vocabulary (joint)", f"{vocab['src']['size']:,} ({vocab['src']['id_dtype']})"))
+    else:
+        rows.append(("vocabularies src / tgt", f"{vocab['src']['size']:,} / {vocab['tgt']['size']:,}"))
+    rows.append(("time", f"{manifest['seconds']} s"))
+    return rows
 
 
 def load_manifest(data: DataConfig) -> dict:
+    """The prepare manifest; refuses data that training cannot use yet (separate vocabularies)."""
     path = prepared_dir(data) / "manifest.json"
     if not path.is_file():
         raise TranslatorError("prepared data not found", str(prepared_dir(data)),
                               "run `translator prepare CONFIG` first")
-    return json.loads(path.read_text())
+    manifest = json.loads(path.read_text())
+    if not manifest.get("joint_vocab", True):
+        raise TranslatorError(
+            "the data was prepared with separate source/target vocabularies; the model shares one vocabulary "
+            "(tied embeddings, one tokenizer per checkpoint)", str(prepared_dir(data)),
+            "set data.joint_vocab: true and run `translator prepare` again")
+    return manifest

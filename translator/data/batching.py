@@ -55,23 +55,38 @@ def token_batches(
 ) -> list[np.ndarray]:
     """Index arrays of one epoch's batches for this rank, in training order.
 
-    Pairs are shuffled, stably sorted by length (so equal lengths mix across epochs), cut greedily
-    so that rows * longest side (+1 for EOS/BOS) <= max_tokens, and the batch order is shuffled.
-    With several ranks, each gets every world_size-th batch of the same global order.
+    Pairs are shuffled, stably sorted by length (so equal lengths mix across epochs) and cut
+    greedily so that rows * longest side (+1 for EOS/BOS) <= max_tokens. Neighbouring batches of
+    that sorted order are grouped world_size at a time (similar lengths, so similar sizes), the
+    groups are shuffled, and rank r takes the r-th batch of each group: disjoint batches, the same
+    count on every rank. The result depends only on (seed, epoch), so training resumes mid-epoch
+    by index. With one rank every pair is in exactly one batch.
     """
     rng = np.random.default_rng([seed, epoch])
     order = rng.permutation(len(src_lens))
     width = np.maximum(src_lens, tgt_lens)[order] + 1
-    order = order[np.argsort(width, kind="stable")]
-    width = np.sort(width, kind="stable")
-    batches, start = [], 0
-    while start < len(order):
-        # longest row in a sorted run is its last one; grow while rows * width fits
-        end = start + 1
-        while end < len(order) and (end + 1 - start) * width[end] <= max_tokens:
-            end += 1
-        batches.append(order[start:end])
-        start = end
-    batches = [batches[i] for i in rng.permutation(len(batches))]
-    usable = len(batches) - len(batches) % world_size if world_size > 1 else len(batches)
-    return batches[rank:usable:world_size]
+    by_width = np.argsort(width, kind="stable")
+    order, width = order[by_width], width[by_width]
+    batches = np.split(order, cut_points(width, max_tokens))
+    if len(src_lens) == 0:
+        batches = []
+    if extra := len(batches) % world_size:  # drop a random few so that every rank gets as many
+        dropped = set(rng.choice(len(batches), extra, replace=False).tolist())
+        batches = [b for i, b in enumerate(batches) if i not in dropped]
+    groups = rng.permutation(len(batches) // world_size)
+    return [batches[g * world_size + rank] for g in groups]
+
+
+def cut_points(width: np.ndarray, max_tokens: int) -> list[int]:
+    """Where greedy batching cuts rows of non-decreasing `width`: (rows so far + 1) * width <= max_tokens.
+
+    Row j fits in a batch starting at s iff (j - s + 1) * width[j] <= max_tokens, i.e.
+    j + 1 - max_tokens // width[j] <= s; that left side rises strictly with j, so each batch's end
+    is one binary search (a loop over batches, not rows). A row wider than max_tokens is alone.
+    """
+    reach = np.arange(1, len(width) + 1) - max_tokens // np.maximum(width, 1)  # (N,) increasing
+    cuts, start = [], 0
+    while start < len(width):
+        start = max(int(np.searchsorted(reach, start, side="right")), start + 1)
+        cuts.append(start)
+    return cuts[:-1]

@@ -1,59 +1,109 @@
-"""Cleaning rules for training pairs; every dropped pair is counted under its rule's name."""
+"""Cleaning rules for training pairs, applied batch by batch; every dropped pair is counted under its rule.
+
+Text rules (`Cleaner`) run while the corpus streams in; duplicates are found afterwards from 8-byte
+digests (`Cleaner.first_occurrences`), and length rules need token counts, so they run on the
+SentencePiece ids (`length_filter`). Memory stays bounded: 8 bytes per pair, not the text.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 from collections import Counter
+from collections.abc import Iterable
+
+import numpy as np
+
+from translator.config import DataConfig
+
+# rule names as the report shows them, in the order they are applied
+EMPTY, DEBRIS, HELD_OUT, DUPLICATE, TOO_LONG, RATIO = (
+    "empty side", "markup debris", "in valid/test", "duplicate pair", "too long", "length ratio")
+RULES = (EMPTY, DEBRIS, HELD_OUT, DUPLICATE, TOO_LONG, RATIO)
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b\ufeff]")
-_SPACE = re.compile(r"\s+")  # TAB, NO-BREAK SPACE and other Unicode spaces included
+_SPACE = re.compile(r"\s+")  # Python's \s: TAB, NO-BREAK SPACE and every other Unicode space
+_ALNUM = re.compile(r"[^\W_]")  # a letter or digit in any script (str.isalnum)
 
 
-def normalize(text: str) -> str:
-    """NFC, control characters removed, any run of whitespace turned into one space, trimmed."""
-    return _SPACE.sub(" ", _CONTROL.sub("", unicodedata.normalize("NFC", text))).strip()
+def normalize(text: str, nfc: bool = True, spaces: bool = True) -> str:
+    """NFC; control characters removed; each whitespace run one space; trimmed. Never contains a newline."""
+    if nfc:
+        text = unicodedata.normalize("NFC", text)
+    if not spaces:
+        return text.replace("\n", " ")  # one sentence per line, whatever the other rules say
+    # fast path: a printable string has no control character and no space but U+0020
+    if not text.isprintable() or "  " in text:
+        text = _SPACE.sub(" ", _CONTROL.sub("", text))
+    return text.strip()
 
 
 def is_debris(text: str) -> bool:
     """A side with no letter or digit at all (e.g. Multi30k's `@@` lines) carries no sentence."""
-    return not any(ch.isalnum() for ch in text)
+    return _ALNUM.search(text) is None
 
 
-def clean_pairs(src: list[str], tgt: list[str], held_out: set[str]) -> tuple[list[str], list[str], Counter]:
-    """Normalise and filter training pairs; `held_out` holds normalised valid/test sentences.
-
-    Length rules need token counts and run after SentencePiece (see `length_filter`).
-    """
-    drops: Counter = Counter()
-    seen: set[tuple[str, str]] = set()
-    out_src, out_tgt = [], []
-    for s, t in zip(src, tgt):
-        s, t = normalize(s), normalize(t)
-        if not s or not t:
-            drops["empty side"] += 1
-        elif is_debris(s) or is_debris(t):
-            drops["markup debris"] += 1
-        elif s in held_out or t in held_out:
-            drops["in valid/test"] += 1
-        elif (s, t) in seen:
-            drops["duplicate pair"] += 1
-        else:
-            seen.add((s, t))
-            out_src.append(s)
-            out_tgt.append(t)
-    return out_src, out_tgt, drops
+def pair_digest(src: str, tgt: str) -> bytes:
+    """8-byte blake2b of a pair; the length prefix keeps ("a b", "c") apart from ("a", "b c")."""
+    return hashlib.blake2b(f"{len(src)}:{src}{tgt}".encode(), digest_size=8).digest()
 
 
-def length_filter(src_ids: list[list[int]], tgt_ids: list[list[int]], max_tokens: int,
-                  max_ratio: float) -> tuple[list[int], Counter]:
-    """Indices of pairs within the token-length limits, and the drops per rule."""
-    keep, drops = [], Counter()
-    for i, (s, t) in enumerate(zip(src_ids, tgt_ids)):
-        if len(s) > max_tokens or len(t) > max_tokens:
-            drops["too long"] += 1
-        elif max_ratio and max(len(s), len(t)) > max_ratio * max(1, min(len(s), len(t))):
-            drops["length ratio"] += 1
-        else:
-            keep.append(i)
-    return keep, drops
+class Cleaner:
+    """Normalises and filters training pairs batch by batch; `drops` counts each dropped pair by rule."""
+
+    def __init__(self, data: DataConfig, held_out: Iterable[str] = ()) -> None:
+        self.data = data
+        self.held_out = {self.normalize(s) for s in held_out} if data.drop_held_out else set()
+        self.drops = Counter(dict.fromkeys(RULES, 0))  # every rule shows in the report, zeros too
+        self.pairs_in = 0
+        self._digests: list[bytes] = []  # joined per batch: one bytes object per batch, not per pair
+
+    def normalize(self, text: str) -> str:
+        return normalize(text, self.data.nfc, self.data.normalize_spaces)
+
+    def __call__(self, src: list[str], tgt: list[str]) -> tuple[list[str], list[str]]:
+        """The normalised pairs of one batch that pass the text rules."""
+        data, held_out, drops = self.data, self.held_out, self.drops
+        out_src, out_tgt = [], []
+        for s, t in zip(map(self.normalize, src), map(self.normalize, tgt)):
+            if data.drop_empty and (not s or not t):
+                drops[EMPTY] += 1
+            elif data.drop_debris and (is_debris(s) or is_debris(t)):
+                drops[DEBRIS] += 1
+            elif s in held_out or t in held_out:
+                drops[HELD_OUT] += 1
+            else:
+                out_src.append(s)
+                out_tgt.append(t)
+        self.pairs_in += len(src)
+        if data.dedup:
+            self._digests.append(b"".join(map(pair_digest, out_src, out_tgt)))
+        return out_src, out_tgt
+
+    def first_occurrences(self, count: int) -> np.ndarray:
+        """(count,) bool over the pairs that passed: True unless an earlier pair was identical."""
+        keep = np.ones(count, dtype=bool)
+        if self.data.dedup and count:
+            digests = np.frombuffer(b"".join(self._digests), dtype=np.uint64)
+            _, first = np.unique(digests, return_index=True)  # index of each digest's first occurrence
+            keep[:] = False
+            keep[first] = True
+            self.drops[DUPLICATE] += count - len(first)
+        self._digests = []
+        return keep
+
+
+def length_filter(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, max_ratio: float,
+                  drops: Counter) -> np.ndarray:
+    """(N,) bool: pairs within the token-length limits (0 = no limit); adds the dropped ones to `drops`."""
+    too_long = np.zeros(len(src_lens), dtype=bool)
+    if max_tokens:
+        too_long = (src_lens > max_tokens) | (tgt_lens > max_tokens)
+    skewed = np.zeros(len(src_lens), dtype=bool)
+    if max_ratio:
+        skewed = np.maximum(src_lens, tgt_lens) > max_ratio * np.maximum(1, np.minimum(src_lens, tgt_lens))
+        skewed &= ~too_long
+    drops[TOO_LONG] += int(too_long.sum())
+    drops[RATIO] += int(skewed.sum())
+    return ~(too_long | skewed)

@@ -1,102 +1,209 @@
-"""Parallel sentence pairs from a Hugging Face hub dataset or a local directory, both via `datasets`.
+"""Parallel sentence pairs from the Hugging Face hub or local files, all through `datasets`.
 
-A source is `hf:NAME[:CONFIG]` (e.g. `hf:wmt14:de-en`, `hf:bentrevett/multi30k`) or a directory of
-line-aligned files `{split}.{lang}` (optionally `.gz`). Hub records may be WMT-style
-(`translation: {en: .., de: ..}`) or flat (`en`, `de` columns).
+`data.source` is one of
+  hf:NAME[:CONFIG]                 a hub dataset (e.g. hf:wmt14:de-en, hf:bentrevett/multi30k)
+  DIR with {split}.{lang}[.gz]     line-aligned plain text, one file per language
+  DIR with {split}.tsv[.gz]        one pair per line; a header row or data.tsv_columns names the columns
+  DIR with {split}.jsonl / .json   records `translation: {en: .., de: ..}` (the hub's WMT schema) or flat `en`, `de`
+  DIR written by save_to_disk      a DatasetDict
+Each becomes an Arrow-backed, memory-mapped `datasets.Dataset`; `pair_batches` streams it in batches.
 """
 
 from __future__ import annotations
 
+import gzip
 import os
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 from translator.config import DataConfig
 from translator.errors import TranslatorError
 
-
-@dataclass
-class Pairs:
-    """Line-aligned source and target sentences of one split."""
-
-    src: list[str]
-    tgt: list[str]
-
-    def __len__(self) -> int:
-        return len(self.src)
+EXTENSIONS = ("", ".gz")
 
 
 def is_hub(source: str) -> bool:
     return source.startswith("hf:")
 
 
-def load_split(data: DataConfig, split: str) -> Pairs:
-    """Load our split `split` (train/valid/test) through the config's split-name mapping."""
+def load_split(data: DataConfig, split: str, cache_dir: Path | None = None):
+    """Our split `split` (train/valid/test), mapped through data.splits, as a `datasets.Dataset`.
+
+    Local sources are converted to Arrow under `cache_dir` (a scratch folder the caller deletes).
+    """
     name = data.splits.get(split, split)
     if is_hub(data.source):
-        return _load_hub(data.source, name, data.src_lang, data.tgt_lang)
-    return _load_local(Path(data.source), name, data.src_lang, data.tgt_lang)
+        table = _load_hub(data.source, name)
+    else:
+        table = _load_local(Path(data.source), name, data, cache_dir)
+    check_languages(table, data.src_lang, data.tgt_lang, f"{data.source} ({name})")
+    if split == "train" and data.max_train_pairs and data.max_train_pairs < table.num_rows:
+        table = table.select(range(data.max_train_pairs))
+    return table
 
 
-def _load_hub(source: str, split: str, src_lang: str, tgt_lang: str) -> Pairs:
+def languages(table) -> list[str]:
+    """Language codes a table offers: fields of a `translation` struct, else its string columns."""
+    schema = table.data.schema
+    if "translation" in schema.names:
+        return [f.name for f in schema.field("translation").type]
+    return list(schema.names)
+
+
+def check_languages(table, src_lang: str, tgt_lang: str, where: str) -> None:
+    found = languages(table)
+    for lang in (src_lang, tgt_lang):
+        if lang not in found:
+            raise TranslatorError(f"language {lang!r} not in the data (found: {', '.join(found) or 'none'})",
+                                  where, "set data.src_lang / data.tgt_lang to codes the data has")
+
+
+def pair_batches(table, src_lang: str, tgt_lang: str, batch_size: int = 20_000) -> Iterator[tuple[list, list]]:
+    """(sources, targets) lists of up to `batch_size` strings, streamed from the Arrow table."""
+    import pyarrow.compute as pc
+
+    nested = "translation" in table.data.schema.names
+    for batch in table.with_format("arrow").iter(batch_size=batch_size):
+        sides = []
+        for lang in (src_lang, tgt_lang):
+            column = pc.struct_field(batch["translation"], lang) if nested else batch[lang]
+            sides.append(pc.fill_null(column, "").to_pylist())  # a missing sentence is an empty side
+        yield sides[0], sides[1]
+
+
+def _datasets():
+    """`datasets` with its own progress bars and warnings off (ours report progress)."""
     import datasets
 
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    return datasets
+
+
+def _load_hub(source: str, split: str):
+    datasets = _datasets()
     repo, _, subset = source[3:].partition(":")
     try:
-        table = datasets.load_dataset(repo, subset or None, split=split)
-    except (ConnectionError, OSError, ValueError, FileNotFoundError) as err:
-        offline = os.environ.get("HF_DATASETS_OFFLINE") == "1" or "offline" in str(err).lower()
-        reason = "the hub cannot be reached" if offline or "connect" in str(err).lower() else str(err).splitlines()[0]
-        raise TranslatorError(
-            f"cannot load hub dataset {repo!r} split {split!r}: {reason}",
-            source, "this source needs internet; or pass a local directory with --data PATH",
-        ) from None
-    return _pairs_from_table(table, src_lang, tgt_lang, source)
+        return datasets.load_dataset(repo, subset or None, split=split)
+    except Exception as err:  # noqa: BLE001 - any failure of a hub load gets the same advice
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        if "split" in first.lower() and "unknown" in first.lower():
+            raise TranslatorError(f"hub dataset {repo!r} has no split {split!r}: {first}", source,
+                                  "map ours with --set data.splits.NAME=THEIRS") from None
+        raise TranslatorError(f"cannot load hub dataset {repo!r}: {first}", source,
+                              "a hub source needs internet; offline, give a local path with --data PATH") from None
 
 
-def _load_local(root: Path, split: str, src_lang: str, tgt_lang: str) -> Pairs:
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import datasets
-
+def _load_local(root: Path, split: str, data: DataConfig, cache_dir: Path | None):
+    os.environ["HF_DATASETS_OFFLINE"] = "1"  # a local source must never wait on the network
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    datasets = _datasets()
     if not root.is_dir():
-        raise TranslatorError("data source is neither `hf:NAME` nor a directory", str(root),
-                              "give a directory of {split}.{lang} files or hf:NAME[:CONFIG]")
-    files = {lang: _find(root, split, lang) for lang in (src_lang, tgt_lang)}
-    sides = {}
-    for lang, path in files.items():
-        table = datasets.load_dataset("text", data_files=str(path), split="train", keep_in_memory=True)
-        sides[lang] = table["text"]
-    if len(sides[src_lang]) != len(sides[tgt_lang]):
-        raise TranslatorError(
-            f"line counts differ: {files[src_lang]} has {len(sides[src_lang])}, "
-            f"{files[tgt_lang]} has {len(sides[tgt_lang])}", str(root), "the files of a pair must be line-aligned",
-        )
-    return Pairs(sides[src_lang], sides[tgt_lang])
+        raise TranslatorError("data source is neither hf:NAME nor a directory", str(root),
+                              "give a directory of {split}.{lang} / .tsv / .jsonl files or hf:NAME[:CONFIG]")
+    if (root / "dataset_dict.json").is_file():
+        saved = datasets.load_from_disk(str(root))
+        if split not in saved:
+            raise TranslatorError(f"no split {split!r} (splits: {', '.join(saved)})", str(root),
+                                  "map ours with --set data.splits.NAME=THEIRS")
+        return saved[split]
+    langs = (data.src_lang, data.tgt_lang)
+    texts = [_find(root, f"{split}.{lang}") for lang in langs]
+    if all(texts):
+        return _load_text_pair(datasets, texts, langs, cache_dir)
+    if tsv := _find(root, f"{split}.tsv"):
+        return _load_tsv(datasets, tsv, data, cache_dir)
+    if jsonl := _find(root, f"{split}.jsonl") or _find(root, f"{split}.json"):
+        return _builder(datasets, "json", jsonl, cache_dir)
+    if any(texts):
+        missing = langs[texts.index(None)]
+        raise TranslatorError(f"missing file {split}.{missing}", str(root),
+                              f"languages found for {split}: {', '.join(_langs_of(root, split)) or 'none'}")
+    raise TranslatorError(f"no files for split {split!r} ({split}.{{lang}}, {split}.tsv or {split}.jsonl)", str(root),
+                          f"splits found: {', '.join(_splits_of(root)) or 'none'}; map ours with "
+                          "--set data.splits.NAME=FOUND")
 
 
-def _find(root: Path, split: str, lang: str) -> Path:
-    for candidate in (root / f"{split}.{lang}", root / f"{split}.{lang}.gz"):
-        if candidate.is_file():
-            return candidate
-    found = sorted({p.name.split(".")[0] for p in root.iterdir() if p.is_file() and not p.name.startswith(".")})
-    raise TranslatorError(
-        f"missing file {split}.{lang}", str(root),
-        f"splits found: {', '.join(found) or 'none'}; map ours with --set data.splits.NAME=FOUND",
-    )
+def _load_text_pair(datasets, paths: list[Path], langs: tuple[str, str], cache_dir: Path | None):
+    sides = [_builder(datasets, "text", path, cache_dir) for path in paths]
+    if sides[0].num_rows != sides[1].num_rows:
+        raise TranslatorError(f"line counts differ: {paths[0]} has {sides[0].num_rows} lines, {paths[1]} has "
+                              f"{sides[1].num_rows}", str(paths[0].parent), "the files of a pair must be line-aligned")
+    # side by side: one Arrow table with a column per language, no copy of the text
+    return datasets.concatenate_datasets(
+        [side.rename_column("text", lang) for side, lang in zip(sides, langs)], axis=1)
 
 
-def _pairs_from_table(table, src_lang: str, tgt_lang: str, where: str) -> Pairs:
-    columns = table.column_names
-    if "translation" in columns:
-        records = table["translation"]
-        missing = [lang for lang in (src_lang, tgt_lang) if lang not in records[0]]
-        if missing:
-            raise TranslatorError(f"language {missing[0]!r} not in translation records "
-                                  f"(has {', '.join(records[0])})", where, "set data.src_lang/tgt_lang")
-        return Pairs([r[src_lang] for r in records], [r[tgt_lang] for r in records])
-    for lang in (src_lang, tgt_lang):
-        if lang not in columns:
-            raise TranslatorError(f"no column {lang!r} (columns: {', '.join(columns)})", where,
-                                  "set data.src_lang/tgt_lang")
-    return Pairs(list(table[src_lang]), list(table[tgt_lang]))
+def _load_tsv(datasets, path: Path, data: DataConfig, cache_dir: Path | None):
+    names = [c.strip() for c in data.tsv_columns.split(",") if c.strip()]
+    header = _first_line(path).split("\t")
+    if not names and not {data.src_lang, data.tgt_lang} <= set(header):
+        raise TranslatorError(f"the first row does not name the columns {data.src_lang} and {data.tgt_lang}",
+                              f"{path}:1", "add a header row, or set data.tsv_columns (e.g. en,de) for headerless files")
+    columns = names or header
+    features = datasets.Features({name: datasets.Value("string") for name in columns})
+    # QUOTE_NONE: quotes are text; no NA parsing: "NA" and "null" are sentences too
+    options = {"delimiter": "\t", "quoting": 3, "keep_default_na": False, "na_filter": False,
+               "skip_blank_lines": False, "features": features}
+    if names:
+        options.update(header=None, column_names=names)
+    return _builder(datasets, "csv", path, cache_dir, **options)
+
+
+def _builder(datasets, kind: str, path: Path, cache_dir: Path | None, **options):
+    """One file through a `datasets` packaged builder (text, csv or json), with errors that name the file."""
+    try:
+        return datasets.load_dataset(kind, data_files=str(path), split="train",
+                                     cache_dir=str(cache_dir) if cache_dir else None, **options)
+    except Exception as err:  # noqa: BLE001 - builders wrap the cause; we name the file and line
+        if _caused_by(err, UnicodeDecodeError) or "utf-8" in str(err).lower() or "utf8" in str(err).lower():
+            line = first_invalid_utf8_line(path)
+            if line:
+                raise TranslatorError("invalid UTF-8", f"{path}:{line}", "re-encode the file as UTF-8") from None
+        cause = err.__cause__ or err.__context__ or err
+        message = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+        raise TranslatorError(f"cannot read {kind} file: {message}", str(path), "check its format") from None
+
+
+def _caused_by(err: BaseException | None, kind: type) -> bool:
+    while err is not None:
+        if isinstance(err, kind):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def first_invalid_utf8_line(path: Path) -> int:
+    """1-based number of the first line that is not valid UTF-8 (0 if none)."""
+    with _open(path) as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return number
+    return 0
+
+
+def _open(path: Path):
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def _first_line(path: Path) -> str:
+    with _open(path) as handle:
+        return handle.readline().decode("utf-8", errors="replace").rstrip("\r\n")
+
+
+def _find(root: Path, name: str) -> Path | None:
+    return next((root / f"{name}{ext}" for ext in EXTENSIONS if (root / f"{name}{ext}").is_file()), None)
+
+
+def _visible_files(root: Path) -> list[str]:
+    return sorted(p.name.removesuffix(".gz") for p in root.iterdir() if p.is_file() and not p.name.startswith("."))
+
+
+def _splits_of(root: Path) -> list[str]:
+    return sorted({name.rsplit(".", 1)[0] for name in _visible_files(root) if "." in name})
+
+
+def _langs_of(root: Path, split: str) -> list[str]:
+    return [name[len(split) + 1:] for name in _visible_files(root) if name.startswith(f"{split}.")]

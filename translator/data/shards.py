@@ -7,6 +7,7 @@ rows through the memory map, so a 4.5M-pair corpus opens in milliseconds.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -16,13 +17,58 @@ def id_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= np.iinfo(np.uint16).max + 1 else np.dtype(np.int32)
 
 
-def write_ids(prefix: Path, seqs: list[list[int]], vocab_size: int) -> None:
-    lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
-    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    flat = np.fromiter((t for s in seqs for t in s), dtype=id_dtype(vocab_size), count=int(offsets[-1]))
-    np.save(f"{prefix}.ids.npy", flat)
-    np.save(f"{prefix}.offsets.npy", offsets)
+def write_ids(prefix: Path, seqs: list[list[int]], vocab_size: int) -> int:
+    """Write all rows at once (small splits); returns the token count."""
+    with IdWriter(prefix, vocab_size) as writer:
+        writer.append(seqs)
+    return writer.tokens
+
+
+class IdWriter:
+    """Appends rows of ids to `{prefix}.ids.npy` + `.offsets.npy` without holding them in memory.
+
+    Rows go to a raw file as they come; `close` copies it, in chunks, behind an .npy header (whose
+    shape is known only then) and writes the offsets.
+    """
+
+    CHUNK = 1 << 24  # ids copied at a time when closing
+
+    def __init__(self, prefix: Path, vocab_size: int) -> None:
+        self.prefix, self.dtype = Path(prefix), id_dtype(vocab_size)
+        self.raw_path = Path(f"{prefix}.ids.raw")
+        self.raw = open(self.raw_path, "wb")
+        self.lengths: list[np.ndarray] = []
+        self.tokens = 0
+
+    def append(self, rows: list[list[int]]) -> None:
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+        count = int(lengths.sum())
+        np.fromiter(itertools.chain.from_iterable(rows), dtype=self.dtype, count=count).tofile(self.raw)
+        self.lengths.append(lengths)
+        self.tokens += count
+
+    def close(self) -> None:
+        self.raw.close()
+        raw = np.memmap(self.raw_path, dtype=self.dtype, mode="r") if self.tokens else np.zeros(0, self.dtype)
+        out = np.lib.format.open_memmap(f"{self.prefix}.ids.npy", mode="w+", dtype=self.dtype, shape=(self.tokens,))
+        for start in range(0, self.tokens, self.CHUNK):
+            out[start:start + self.CHUNK] = raw[start:start + self.CHUNK]
+        out.flush()
+        del out, raw
+        self.raw_path.unlink()
+        lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, dtype=np.int64)
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        np.save(f"{self.prefix}.offsets.npy", offsets)
+
+    def __enter__(self) -> IdWriter:
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.raw.close()
 
 
 class TokenArray:
@@ -31,13 +77,10 @@ class TokenArray:
     def __init__(self, prefix: Path) -> None:
         self.ids = np.load(f"{prefix}.ids.npy", mmap_mode="r")
         self.offsets = np.load(f"{prefix}.offsets.npy")
+        self.lengths = np.diff(self.offsets)  # (N,) tokens per row, without BOS/EOS
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
 
     def __getitem__(self, i: int) -> list[int]:
         return self.ids[self.offsets[i]:self.offsets[i + 1]].tolist()
