@@ -72,17 +72,23 @@ def test_attention_equals_written_out_formula(kind, n_kv_heads):
     torch.testing.assert_close(weights.double(), expected_w, atol=1e-5, rtol=1e-5)
 
 
+ON = [pytest.param(("cpu", torch.float32, 1e-6), id="cpu-fp32"),
+      pytest.param(("cuda", torch.bfloat16, 2e-2), id="cuda-bf16", marks=[pytest.mark.cuda, cuda])]
+
+
+@pytest.mark.parametrize("on", ON)
 @pytest.mark.parametrize("n_kv_heads", KV_HEADS)
-def test_beams_folded_into_queries_equal_memory_repeated_per_beam(n_kv_heads):
-    module, B, k = _module(n_kv_heads), 2, 3
-    x, memory = torch.randn(B * k, 4, 32), torch.randn(B, 5, 32)
-    mask = (torch.arange(5)[None, :] < torch.tensor([5, 2])[:, None])[:, None, None, :]  # (B, 1, 1, S)
+def test_beams_folded_into_queries_equal_memory_repeated_per_beam(n_kv_heads, on):
+    (device, dtype, tol), B, k = on, 2, 3
+    module = _module(n_kv_heads).to(device, dtype)
+    x, memory = torch.randn(B * k, 4, 32, device=device, dtype=dtype), torch.randn(B, 5, 32, device=device, dtype=dtype)
+    mask = (torch.arange(5)[None, :] < torch.tensor([5, 2])[:, None])[:, None, None, :].to(device)  # (B, 1, 1, S)
     folded, folded_w = module(x, memory, mask, need_weights=True)
     repeated, repeated_w = module(x, memory.repeat_interleave(k, 0), mask.repeat_interleave(k, 0),
                                   need_weights=True)
-    torch.testing.assert_close(module(x, memory, mask), repeated, atol=1e-6, rtol=1e-6)
-    torch.testing.assert_close(folded, repeated, atol=1e-6, rtol=1e-6)
-    torch.testing.assert_close(folded_w, repeated_w, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(module(x, memory, mask), repeated, atol=tol, rtol=tol)
+    torch.testing.assert_close(folded, repeated, atol=tol, rtol=tol)
+    torch.testing.assert_close(folded_w, repeated_w, atol=tol, rtol=tol)
 
 
 def _fully_masked_case(dtype, device="cpu", requires_grad=False):

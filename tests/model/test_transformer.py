@@ -15,31 +15,41 @@ from translator.model.transformer import Transformer, count_parameters
 REPO = Path(__file__).resolve().parents[2]
 SCHEMES = [dict(positions=p, norm=n) for p in ("sinusoidal", "learned", "rope") for n in ("pre", "post")]
 IDS = [f"{s['positions']}-{s['norm']}LN" for s in SCHEMES]
+ON = [pytest.param(("cpu", torch.float32, 1e-6), id="cpu-fp32"),
+      pytest.param(("cuda", torch.bfloat16, 2e-2), id="cuda-bf16", marks=[
+          pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")])]
 
 
+@pytest.mark.parametrize("on", ON)
 @pytest.mark.parametrize("scheme", SCHEMES, ids=IDS)
-def test_future_target_tokens_do_not_change_earlier_outputs(make_model, src_batch, scheme):
-    model, (src, src_mask) = make_model(n_kv_heads=2, **scheme), src_batch
-    tgt = torch.randint(4, model.cfg.vocab_size, (3, 8))
+@torch.no_grad()
+def test_future_target_tokens_do_not_change_earlier_outputs(make_model, src_batch, scheme, on):
+    device, dtype, tol = on
+    model = make_model(n_kv_heads=2, **scheme).to(device, dtype)
+    src, src_mask = (t.to(device) for t in src_batch)
+    tgt = torch.randint(4, model.cfg.vocab_size, (3, 8), device=device)
     changed = tgt.clone()
-    changed[:, 5:] = torch.randint(4, model.cfg.vocab_size, (3, 3))
-    with torch.no_grad():
-        before, after = model(src, tgt, src_mask), model(src, changed, src_mask)
-    torch.testing.assert_close(after[:, :5], before[:, :5], atol=1e-6, rtol=1e-6)
+    changed[:, 5:] = torch.randint(4, model.cfg.vocab_size, (3, 3), device=device)
+    before, after = model(src, tgt, src_mask).float(), model(src, changed, src_mask).float()
+    torch.testing.assert_close(after[:, :5], before[:, :5], atol=tol, rtol=tol)
     assert not torch.allclose(after[:, 5:], before[:, 5:])  # the test can see a change
 
 
+@pytest.mark.parametrize("on", ON)
 @pytest.mark.parametrize("scheme", SCHEMES, ids=IDS)
-def test_padded_source_positions_do_not_change_outputs(make_model, src_batch, scheme):
-    model, (src, src_mask) = make_model(**scheme), src_batch
-    changed = torch.where(src_mask[:, 0, 0], src, torch.randint(4, model.cfg.vocab_size, src.shape))
-    tgt = torch.randint(4, model.cfg.vocab_size, (3, 5))
-    with torch.no_grad():
-        memory, memory_changed = model.encode(src, src_mask), model.encode(changed, src_mask)
-        logits, logits_changed = model.decode(tgt, memory, src_mask), model.decode(tgt, memory_changed, src_mask)
+@torch.no_grad()
+def test_padded_source_positions_do_not_change_outputs(make_model, src_batch, scheme, on):
+    device, dtype, tol = on
+    model = make_model(**scheme).to(device, dtype)
+    src, src_mask = (t.to(device) for t in src_batch)
+    noise = torch.randint(4, model.cfg.vocab_size, src.shape, device=device)
+    changed = torch.where(src_mask[:, 0, 0], src, noise)
+    tgt = torch.randint(4, model.cfg.vocab_size, (3, 5), device=device)
+    memory, memory_changed = model.encode(src, src_mask), model.encode(changed, src_mask)
+    logits, logits_changed = model.decode(tgt, memory, src_mask), model.decode(tgt, memory_changed, src_mask)
     real = src_mask[:, 0, 0]  # (B, S)
-    torch.testing.assert_close(memory_changed[real], memory[real], atol=1e-6, rtol=1e-6)
-    torch.testing.assert_close(logits_changed, logits, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(memory_changed[real].float(), memory[real].float(), atol=tol, rtol=tol)
+    torch.testing.assert_close(logits_changed.float(), logits.float(), atol=tol, rtol=tol)
     assert not torch.allclose(memory_changed[~real], memory[~real])  # pad positions did change
 
 
