@@ -203,7 +203,7 @@ def start_logging(s: Session, n_pairs: int) -> None:
     s.metrics.text(state.step, "config", "```yaml\n" + dump(cfg) + "```")
     flat = {f"{section}.{key}": value for section in ("model", "train", "decode")
             for key, value in to_dict(getattr(cfg, section)).items()}
-    s.metrics.hparams(flat, ["valid/bleu", "valid/chrf", "valid/loss", "train/loss"])
+    s.metrics.hparams(state.step, flat, ["valid/bleu", "valid/chrf", "valid/loss", "train/loss"])
     s.metrics.line(f"model: {count_parameters(s.model):,} parameters; {s.dist.world_size} x {s.dist.device}, "
                    f"precision {s.dtype or torch.float32}, gradient checkpointing "
                    f"{'on' if cfg.model.gradient_checkpointing else 'off'}, compile {'on' if cfg.train.compile else 'off'}; "

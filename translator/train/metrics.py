@@ -39,15 +39,17 @@ class Metrics:
         if self.enabled:
             self.writer.add_text(tag, body, step)
 
-    def hparams(self, flat: dict[str, object], metric_tags: list[str]) -> None:
+    def hparams(self, step: int, flat: dict[str, object], metric_tags: list[str]) -> None:
         """Hyperparameters for TensorBoard's HParams tab, tied to scalar tags logged during training.
 
-        Written at the start (not with `add_hparams` at the end), so an interrupted run has them too.
+        Written at the start (not with `add_hparams` at the end), so an interrupted run has them too,
+        and at the current update: an event older than the latest would make TensorBoard drop the
+        earlier session's points as orphaned.
         """
         if self.enabled:
             clean = {k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in flat.items()}
             for summary in hparams(clean, dict.fromkeys(metric_tags, 0.0)):
-                self.writer.file_writer.add_summary(summary)
+                self.writer.file_writer.add_summary(summary, step)
 
     def advance(self, step: int, status: str) -> None:
         self.progress.update(self.task, completed=step, status=status)

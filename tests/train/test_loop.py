@@ -1,0 +1,71 @@
+"""The loop's stopping rules, checkpoint retention, skipped-update accounting and data position."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import torch
+
+from tests.train.conftest import variant
+from translator import checkpoint
+from translator.train import loop
+from translator.train.distributed import Dist
+from translator.train.state import TrainState
+
+
+def test_data_position_resumes_mid_epoch_and_rolls_into_the_next(prepared):
+    cfg = variant(prepared, "unused", "train.max_tokens=8192")
+    data, state = loop.TrainBatches(cfg, Dist(torch.device("cpu"))), TrainState()
+    per_epoch = len(data.epoch(0))
+    data.take(state, per_epoch - 2)
+    saved = copy.deepcopy(state)
+    straight = data.take(state, 4)
+    assert (state.epoch, state.batch_index) == (1, 2)
+    again = loop.TrainBatches(cfg, Dist(torch.device("cpu"))).take(saved, 4)
+    for a, b in zip(straight, again):
+        assert torch.equal(a.src, b.src) and torch.equal(a.tgt_out, b.tgt_out)
+    assert [b.tolist() for b in data.epoch(1)] != [b.tolist() for b in data.epoch(0)]  # shuffled anew
+
+
+def test_max_epochs_keep_last_and_a_skipped_update(prepared, tmp_path, monkeypatch):
+    """One epoch of ~6 updates; the second update's loss is made infinite, as an overflow would."""
+    calls = []
+    real = loop.loss_sums
+
+    def overflow_on_second_update(net, batch, label_smoothing):
+        calls.append(1)
+        loss, nll = real(net, batch, label_smoothing)
+        return (loss * float("inf"), nll) if len(calls) == 2 else (loss, nll)
+
+    monkeypatch.setattr(loop, "loss_sums", overflow_on_second_update)
+    run_dir = tmp_path / "run"
+    cfg = variant(prepared, run_dir, "train.max_tokens=8192", "train.max_epochs=1", "train.max_updates=1000",
+                  "train.eval_every=2", "train.log_every=1", "train.keep_last=1")
+    loop.run(cfg, quiet=True)
+    last = checkpoint.read(run_dir / "last.pt")["state"]["train"]
+    per_epoch = len(loop.TrainBatches(cfg, Dist(torch.device("cpu"))).epoch(0))
+    assert (last["step"], last["epoch"], last["batch_index"]) == (per_epoch, 1, 0)
+    assert last["skipped_steps"] == 1
+    assert sorted(p.name for p in run_dir.glob("*.pt")) == ["best.pt", "last.pt", f"step-{last['step']}.pt"]
+    log = (run_dir / "train.log").read_text()
+    assert "update 2: non-finite loss (inf)" in log and "(1 skipped so far)" in log
+    assert f"stopped at update {last['step']} (max_epochs); 1 updates skipped" in log
+
+
+def test_early_stopping_after_patience_validations_without_gain(prepared, tmp_path):
+    run_dir = tmp_path / "run"
+    cfg = variant(prepared, run_dir, "train.lr=0.0", "train.eval_every=1", "train.patience=2",
+                  "train.max_updates=50")
+    loop.run(cfg, quiet=True)
+    state = checkpoint.read(run_dir / "last.pt")["state"]["train"]
+    assert state["step"] == 3 and state["bad_evals"] == 2  # update 1 sets the best; 2 and 3 do not beat it
+    assert json.loads((run_dir / "manifest.json").read_text())["sessions"][0]["end_reason"] == "early stopping"
+
+
+def test_time_limit_validates_saves_and_stops(prepared, tmp_path):
+    run_dir = tmp_path / "run"
+    loop.run(variant(prepared, run_dir, "train.max_minutes=1e-6", "train.max_updates=50"), quiet=True)
+    state = checkpoint.read(run_dir / "last.pt")["state"]["train"]
+    assert state["step"] == 1 and state["last_valid_step"] == 1
+    assert json.loads((run_dir / "manifest.json").read_text())["sessions"][0]["end_reason"] == "max_minutes"

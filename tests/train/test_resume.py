@@ -1,0 +1,127 @@
+"""Exact resume: stopped by SIGINT at update 2 and resumed == uninterrupted, bit for bit, dropout on."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from tests.train.conftest import variant
+from translator import checkpoint
+from translator.errors import TranslatorError
+from translator.train import loop
+from translator.train.metrics import Metrics
+
+SETTINGS = ("model.dropout=0.1", "train.max_tokens=512", "train.grad_accum_steps=2", "train.log_every=1",
+            "train.max_updates=6", "train.eval_every=3")
+
+
+def interrupt_at(monkeypatch, step: int) -> None:
+    """Send ourselves SIGINT right after update `step`, once, as Ctrl-C would."""
+    advance = Metrics.advance
+    fired = []
+
+    def advance_then_signal(self, at, status):
+        advance(self, at, status)
+        if at == step and not fired:
+            fired.append(at)
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(Metrics, "advance", advance_then_signal)
+
+
+def scalars(run_dir, tag: str) -> list[tuple[int, float]]:
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
+    events.Reload()
+    return [(e.step, e.value) for e in events.Scalars(tag)]
+
+
+@pytest.fixture(scope="module")
+def runs(prepared, tmp_path_factory):
+    """An uninterrupted run and one interrupted at update 2 and then resumed, in their own run dirs."""
+    root = tmp_path_factory.mktemp("resume")
+    loop.run(variant(prepared, root / "straight", *SETTINGS), quiet=True)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        interrupt_at(monkeypatch, 2)
+        loop.run(variant(prepared, root / "resumed", *SETTINGS), quiet=True)
+    stopped = checkpoint.read(root / "resumed" / "last.pt")
+    loop.run(variant(prepared, root / "resumed", *SETTINGS), quiet=True)
+    return root / "straight", root / "resumed", stopped
+
+
+def test_interrupt_saves_a_resumable_checkpoint(runs):
+    _, resumed, stopped = runs
+    state = stopped["state"]
+    assert state["train"]["step"] == 2 and state["train"]["batch_index"] == 4
+    assert set(state) >= {"optimizer", "scaler", "scheduler", "train"}
+    assert set(state["train"]["rng"][0]) == {"python", "numpy", "torch", "cuda"}
+    assert stopped["tokenizer"]["sha256"] and stopped["config"]["train"]["max_updates"] == 6
+    sessions = json.loads((resumed / "manifest.json").read_text())["sessions"]
+    assert [s["end_reason"] for s in sessions] == ["interrupted", "max_updates"]
+    assert [(s["first_update"], s["last_update"]) for s in sessions] == [(0, 2), (2, 6)]
+
+
+def test_resumed_run_equals_uninterrupted_bit_for_bit(runs):
+    straight, resumed, _ = runs
+    a, b = checkpoint.read(straight / "last.pt"), checkpoint.read(resumed / "last.pt")
+    assert a["state"]["train"]["step"] == b["state"]["train"]["step"] == 6
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+    for index, slots in a["state"]["optimizer"]["state"].items():
+        for slot, tensor in slots.items():
+            assert torch.equal(tensor, b["state"]["optimizer"]["state"][index][slot]), (index, slot)
+
+
+def test_resumed_run_logs_the_same_losses(runs):
+    straight, resumed, _ = runs
+    for tag in ("train/loss", "train/ppl", "train/lr", "train/grad_norm", "valid/loss", "valid/bleu"):
+        assert scalars(straight, tag) == scalars(resumed, tag), tag
+    assert [step for step, _ in scalars(resumed, "train/loss")] == [1, 2, 3, 4, 5, 6]
+
+
+def test_tensorboard_holds_the_issue_s_metrics(runs):
+    straight, _, _ = runs
+    events = EventAccumulator(str(straight / "tensorboard"), size_guidance={"tensors": 0})
+    events.Reload()
+    tags = events.Tags()
+    for name in ("loss", "nll_loss", "ppl", "lr", "grad_norm", "tokens_per_s", "skipped_steps"):
+        assert f"train/{name}" in tags["scalars"], name
+    for name in ("loss", "ppl", "bleu", "chrf"):
+        assert [step for step, _ in scalars(straight, f"valid/{name}")] == [3, 6], name
+    assert "valid/samples/text_summary" in tags["tensors"] and "config/text_summary" in tags["tensors"]
+    sample = events.Tensors("valid/samples/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert "**source:** " in sample and "**reference:** " in sample
+    assert "_hparams_/experiment" in tags["tensors"] + list(events.summary_metadata)
+    log = (straight / "train.log").read_text()
+    assert "BLEU" in log and "nrefs:1|case:mixed" in log  # the sacreBLEU signature
+
+
+def test_resume_refuses_another_architecture(runs, prepared):
+    straight, _, _ = runs
+    with pytest.raises(TranslatorError, match=r"architecture differs.*model.d_model: 64 -> 32"):
+        loop.run(variant(prepared, straight, *SETTINGS, "model.d_model=32", "train.max_updates=7"), quiet=True)
+
+
+def test_resume_refuses_another_tokenizer(runs, prepared, tmp_path):
+    straight, _, _ = runs
+    payload = checkpoint.read(straight / "last.pt")
+    payload["tokenizer"]["sha256"] = "0" * 64
+    (tmp_path / "run").mkdir()
+    torch.save(payload, tmp_path / "run" / "last.pt")
+    with pytest.raises(TranslatorError, match="different tokenizer"):
+        loop.run(variant(prepared, tmp_path / "run", *SETTINGS, "train.max_updates=7"), quiet=True)
+
+
+def test_resume_allows_training_only_model_changes(runs, prepared, tmp_path):
+    """Dropout and gradient checkpointing do not change the parameters, so a run may switch them."""
+    straight, _, _ = runs
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "last.pt").write_bytes((straight / "last.pt").read_bytes())
+    model = loop.run(variant(prepared, tmp_path / "run", *SETTINGS, "model.dropout=0.0",
+                             "model.gradient_checkpointing=true", "train.max_updates=7", "train.eval_every=100"),
+                     quiet=True)
+    assert checkpoint.read(tmp_path / "run" / "last.pt")["state"]["train"]["step"] == 7
+    assert model.cfg.gradient_checkpointing
