@@ -82,6 +82,7 @@ def run(cfg: Config, force: bool = False, log: Callable[[str], None] | None = No
     with Bars(quiet) as bars, atomic_dir(out) as tmp:
         manifest = _prepare(data, tmp, bars)
         manifest["seconds"] = round(time.time() - started, 1)
+        manifest["step_seconds"] = bars.seconds
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         (tmp / "config.yaml").write_text(dump(cfg))
     rows = summary_rows(manifest)

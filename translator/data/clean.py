@@ -25,23 +25,32 @@ RULES = (EMPTY, DEBRIS, HELD_OUT, DUPLICATE, TOO_LONG, RATIO)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b\ufeff]")
 _SPACE = re.compile(r"\s+")  # Python's \s: TAB, NO-BREAK SPACE and every other Unicode space
 _ALNUM = re.compile(r"[^\W_]")  # a letter or digit in any script (str.isalnum)
+_MARKUP = re.compile(r"<[^<>]*>|&#?\w+;")  # an HTML/XML tag or entity
 
 
 def normalize(text: str, nfc: bool = True, spaces: bool = True) -> str:
-    """NFC; control characters removed; each whitespace run one space; trimmed. Never contains a newline."""
-    if nfc:
-        text = unicodedata.normalize("NFC", text)
+    """Control characters removed; each whitespace run one space; trimmed; then NFC. Never a newline.
+
+    NFC comes last: removing a control character can bring a letter and a combining mark together.
+    """
     if not spaces:
-        return text.replace("\n", " ")  # one sentence per line, whatever the other rules say
+        text = text.replace("\n", " ")  # one sentence per line, whatever the other rules say
     # fast path: a printable string has no control character and no space but U+0020
-    if not text.isprintable() or "  " in text:
-        text = _SPACE.sub(" ", _CONTROL.sub("", text))
-    return text.strip()
+    elif not text.isprintable() or "  " in text:
+        text = _SPACE.sub(" ", _CONTROL.sub("", text)).strip()
+    else:
+        text = text.strip()
+    return unicodedata.normalize("NFC", text) if nfc else text
 
 
 def is_debris(text: str) -> bool:
-    """A side with no letter or digit at all (e.g. Multi30k's `@@` lines) carries no sentence."""
-    return _ALNUM.search(text) is None
+    """A non-empty side that is only markup: no letter or digit once tags and entities are gone (`@@`, `<br/>`).
+
+    An empty side is the empty rule's business, so that each rule can be switched off alone.
+    """
+    if "<" in text or "&" in text:
+        text = _MARKUP.sub(" ", text)
+    return bool(text) and _ALNUM.search(text) is None
 
 
 def pair_digest(src: str, tgt: str) -> bytes:

@@ -76,7 +76,7 @@ def _datasets():
     import datasets
 
     datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its errors reach the user as ours
     return datasets
 
 
@@ -153,16 +153,28 @@ def _load_tsv(datasets, path: Path, data: DataConfig, cache_dir: Path | None):
 def _builder(datasets, kind: str, path: Path, cache_dir: Path | None, **options):
     """One file through a `datasets` packaged builder (text, csv or json), with errors that name the file."""
     try:
-        return datasets.load_dataset(kind, data_files=str(path), split="train",
-                                     cache_dir=str(cache_dir) if cache_dir else None, **options)
+        table = datasets.load_dataset(kind, data_files=str(path), split="train",
+                                      cache_dir=str(cache_dir) if cache_dir else None, **options)
+        if kind == "json":  # Arrow's JSON reader takes bytes as they are: check the UTF-8 here
+            table.data.table.validate(full=True)
+        return table
     except Exception as err:  # noqa: BLE001 - builders wrap the cause; we name the file and line
-        if _caused_by(err, UnicodeDecodeError) or "utf-8" in str(err).lower() or "utf8" in str(err).lower():
+        if _caused_by(err, UnicodeDecodeError) or "utf" in _messages(err).lower():
             line = first_invalid_utf8_line(path)
             if line:
                 raise TranslatorError("invalid UTF-8", f"{path}:{line}", "re-encode the file as UTF-8") from None
         cause = err.__cause__ or err.__context__ or err
         message = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
         raise TranslatorError(f"cannot read {kind} file: {message}", str(path), "check its format") from None
+
+
+def _messages(err: BaseException | None) -> str:
+    """The messages of an exception and of everything it wraps."""
+    found = []
+    while err is not None:
+        found.append(str(err))
+        err = err.__cause__ or err.__context__
+    return " ".join(found)
 
 
 def _caused_by(err: BaseException | None, kind: type) -> bool:

@@ -34,8 +34,9 @@ class StatsColumn(ProgressColumn):
 class Step:
     """One line of the display: a bar over `total` items, or a spinner when total is None."""
 
-    def __init__(self, progress: Progress, description: str, total: int | None) -> None:
+    def __init__(self, progress: Progress, description: str, total: int | None, seconds: dict[str, float]) -> None:
         self.progress, self.id = progress, progress.add_task(description, total=total, bar=total is not None)
+        self.description, self.seconds, self.started = description, seconds, time.time()
 
     def advance(self, n: int = 1) -> None:
         self.progress.advance(self.id, n)
@@ -46,6 +47,7 @@ class Step:
         done = task.completed if task.total is not None else 1
         self.progress.update(self.id, total=done, completed=done)
         self.progress.stop_task(self.id)
+        self.seconds[self.description] = round(time.time() - self.started, 2)
 
     def __enter__(self) -> Step:
         return self
@@ -58,6 +60,7 @@ class Bars:
     """One rich progress display (count, rate, ETA, elapsed) for a whole job, on stderr."""
 
     def __init__(self, quiet: bool) -> None:
+        self.seconds: dict[str, float] = {}  # step -> wall-clock seconds, once finished
         self.console = Console(stderr=True, quiet=quiet)
         self.progress = Progress(
             SpinnerColumn(), TextColumn("{task.description:<18}"), BarColumn(bar_width=12), TimeElapsedColumn(),
@@ -74,7 +77,7 @@ class Bars:
 
     def step(self, description: str, total: int | None = None) -> Step:
         """A new line: a bar when `total` is known, else a spinner with elapsed time (a library call)."""
-        return Step(self.progress, description, total)
+        return Step(self.progress, description, total, self.seconds)
 
     def print(self, renderable) -> None:
         self.console.print(renderable)

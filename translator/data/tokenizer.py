@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,11 +26,17 @@ def train_sentencepiece(
     input_sentence_size: int = 0,
     seed: int = 1,
 ) -> Path:
-    """Train a SentencePiece model on `sentences`; returns the `.model` path."""
+    """Train a SentencePiece model on `sentences`; writes and returns `{model_prefix}.model`.
+
+    The model comes back in memory (model_writer) rather than through model_prefix, which
+    SentencePiece would store inside the model: the same data then gives the same bytes wherever
+    it is prepared, so the checksum identifies the vocabulary.
+    """
     spm.set_random_generator_seed(seed)
+    model = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(sentences),
-        model_prefix=str(model_prefix),
+        model_writer=model,
         vocab_size=vocab_size,
         model_type=model_type,
         character_coverage=character_coverage,
@@ -41,7 +48,9 @@ def train_sentencepiece(
         num_threads=os.cpu_count() or 1,
         minloglevel=2,
     )
-    return model_prefix.with_suffix(".model")
+    path = Path(f"{model_prefix}.model")
+    path.write_bytes(model.getvalue())
+    return path
 
 
 class Tokenizer:

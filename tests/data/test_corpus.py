@@ -1,0 +1,134 @@
+"""Every source format reaches the same pairs through `datasets`; bad input gives one clear error."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+
+import datasets
+import pytest
+
+from tests.data.conftest import tiny_config, write_text_corpus
+from translator.data.corpus import load_split, pair_batches
+from translator.errors import TranslatorError
+
+EN = ['A man says "hi".', "NA", "null", "Two dogs # run.", "", "Ein Satz?"]
+DE = ['Ein Mann sagt "hallo".', "NA", "nichts", "Zwei Hunde # rennen.", "leer", "A sentence?"]
+
+
+def pairs(data, split="train", cache=None):
+    table = load_split(data.data, split, cache)
+    out_src, out_tgt = [], []
+    for src, tgt in pair_batches(table, data.data.src_lang, data.data.tgt_lang, batch_size=4):
+        out_src += src
+        out_tgt += tgt
+    return out_src, out_tgt
+
+
+def write_all_formats(root):
+    """The same pairs in every local format the loader accepts; returns {format: (directory, overrides)}."""
+    write_text_corpus(root / "text", {"train": (EN, DE)})
+    (root / "gz").mkdir()
+    for lang, lines in (("en", EN), ("de", DE)):
+        (root / "gz" / f"train.{lang}.gz").write_bytes(gzip.compress("".join(s + "\n" for s in lines).encode()))
+    (root / "tsv").mkdir()  # header row, columns in the other order
+    (root / "tsv" / "train.tsv").write_text("de\ten\n" + "".join(f"{d}\t{e}\n" for e, d in zip(EN, DE)))
+    (root / "tsv_bare").mkdir()
+    (root / "tsv_bare" / "train.tsv").write_text("".join(f"{e}\t{d}\n" for e, d in zip(EN, DE)))
+    (root / "wmt").mkdir()
+    (root / "wmt" / "train.jsonl").write_text(
+        "".join(json.dumps({"translation": {"de": d, "en": e}}) + "\n" for e, d in zip(EN, DE)))
+    (root / "flat").mkdir()
+    (root / "flat" / "train.jsonl").write_text("".join(json.dumps({"en": e, "de": d}) + "\n" for e, d in zip(EN, DE)))
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"en": EN, "de": DE})}).save_to_disk(str(root / "saved"))
+    return {"text": [], "gz": [], "tsv": [], "tsv_bare": ["data.tsv_columns=en,de"], "wmt": [], "flat": [],
+            "saved": []}
+
+
+def test_every_local_format_gives_the_same_pairs(tmp_path):
+    formats = write_all_formats(tmp_path / "src")
+    for name, overrides in formats.items():
+        cfg = tiny_config(tmp_path / "src" / name, tmp_path / "data", *overrides)
+        assert pairs(cfg, cache=tmp_path / "cache") == (EN, DE), name
+
+
+def test_direction_is_a_config_field(tmp_path):
+    write_all_formats(tmp_path / "src")
+    cfg = tiny_config(tmp_path / "src" / "wmt", tmp_path / "data", "data.src_lang=de", "data.tgt_lang=en")
+    assert pairs(cfg, cache=tmp_path / "cache") == (DE, EN)
+
+
+def test_hub_records_and_split_mapping(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_load_dataset(repo, subset=None, split=None, **kwargs):
+        calls.append((repo, subset, split))
+        return datasets.Dataset.from_dict({"translation": [{"de": d, "en": e} for e, d in zip(EN, DE)]})
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    cfg = tiny_config("hf:wmt14:de-en", tmp_path / "data", "data.splits.valid=validation")
+    assert pairs(cfg, "valid") == (EN, DE)
+    assert calls == [("wmt14", "de-en", "validation")]
+
+
+def test_unknown_hub_name_says_it_needs_internet(tmp_path, monkeypatch):
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'nobody/nothing' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", unreachable)
+    started = time.time()
+    with pytest.raises(TranslatorError, match="needs internet.*local path"):
+        load_split(tiny_config("hf:nobody/nothing", tmp_path / "data").data, "train")
+    assert time.time() - started < 2
+
+
+def test_mismatched_line_counts_name_both_files(tmp_path):
+    root = write_text_corpus(tmp_path / "src", {"train": (EN, DE[:-1])})
+    with pytest.raises(TranslatorError) as err:
+        pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")
+    message = str(err.value)
+    assert f"{root / 'train.en'} has {len(EN)} lines" in message and f"{root / 'train.de'} has {len(DE) - 1}" in message
+
+
+def test_missing_split_lists_the_splits_found(tmp_path):
+    root = write_text_corpus(tmp_path / "src", {"train": (EN, DE), "dev": (EN, DE)})
+    with pytest.raises(TranslatorError, match=r"split 'valid'.*splits found: dev, train.*data.splits"):
+        pairs(tiny_config(root, tmp_path / "data"), "valid", cache=tmp_path / "cache")
+
+
+@pytest.mark.parametrize("name", ["text", "wmt", "flat", "saved"])
+def test_missing_language_is_named(tmp_path, name):
+    write_all_formats(tmp_path / "src")
+    cfg = tiny_config(tmp_path / "src" / name, tmp_path / "data", "data.tgt_lang=fr")
+    with pytest.raises(TranslatorError, match=r"\bfr\b"):
+        pairs(cfg, cache=tmp_path / "cache")
+
+
+def test_tsv_without_header_needs_column_names(tmp_path):
+    write_all_formats(tmp_path / "src")
+    with pytest.raises(TranslatorError, match="train.tsv:1.*data.tsv_columns"):
+        pairs(tiny_config(tmp_path / "src" / "tsv_bare", tmp_path / "data"), cache=tmp_path / "cache")
+
+
+@pytest.mark.parametrize("name", ["train.de", "train.de.gz", "train.tsv", "train.jsonl"])
+def test_invalid_utf8_names_file_and_line(tmp_path, name):
+    lines = {"train.de": b"eins\nzwei\ndrei \xff kaputt\nvier\n",
+             "train.tsv": b"en\tde\na\teins\nb\tzwei \xff\nc\tdrei\n",
+             "train.jsonl": b'{"en": "a", "de": "eins"}\n{"en": "b", "de": "zwei"}\n{"en": "c", "de": "\xff"}\n'}
+    root = write_text_corpus(tmp_path / "src", {"train": (["a", "b", "c", "d"], ["1", "2", "3", "4"])})
+    if name != "train.de.gz":
+        (root / "train.de").unlink()
+        if name != "train.de":
+            (root / "train.en").unlink()
+        (root / name).write_bytes(lines[name])
+    else:
+        (root / "train.de").rename(root / "other")
+        (root / name).write_bytes(gzip.compress(lines["train.de"]))
+    with pytest.raises(TranslatorError, match=rf"{name}:3: invalid UTF-8"):
+        pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")
+
+
+def test_max_train_pairs_takes_the_first_ones(tmp_path):
+    root = write_text_corpus(tmp_path / "src", {"train": (EN, DE)})
+    assert pairs(tiny_config(root, tmp_path / "data", "data.max_train_pairs=2"), cache=tmp_path / "c") == (EN[:2], DE[:2])

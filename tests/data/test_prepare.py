@@ -1,0 +1,169 @@
+"""`prepare` end to end on small corpora: the output contract, drop counts, cache, atomicity, CLI errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import datasets
+import numpy as np
+import pytest
+
+from tests.data.conftest import REPO, small_splits, tiny_config, write_text_corpus
+from translator import prepare
+from translator.data.clean import normalize
+from translator.data.shards import TokenArray
+from translator.data.tokenizer import UNK_ID, Tokenizer
+from translator.errors import TranslatorError
+
+CRAFTED = [  # (en, de, rule)
+    ("", "Ein leerer Satz.", "empty side"),
+    ("A man in a blue shirt.", "@@", "markup debris"),
+    (None, "Ein Satz aus dem Testset.", "in valid/test"),  # en filled in from the valid set below
+    ("A\tdog\xa0runs  fast.", "Ein Hund rennt schnell.", None),  # kept, normalised
+    ("A dog runs fast.", "Ein Hund rennt schnell.", "duplicate pair"),  # equal after normalisation
+    (" ".join(["word"] * 300), "Ein Wort.", "too long"),
+    ("Yes.", "Ja, das ist ein sehr langer Satz mit sehr vielen Wörtern und noch mehr Wörtern dazu.", "length ratio"),
+]
+
+
+def crafted_corpus(root):
+    splits = small_splits()
+    en, de = list(splits["train"][0]), list(splits["train"][1])
+    for i, (src, tgt, _) in enumerate(CRAFTED):
+        en.insert(10 + 20 * i, src if src is not None else splits["valid"][0][3])
+        de.insert(10 + 20 * i, tgt)
+    splits["train"] = (en, de)
+    return write_text_corpus(root, splits)
+
+
+def run(cfg, **kwargs):
+    return prepare.run(cfg, quiet=True, **kwargs)
+
+
+def test_prepared_directory_contract_and_drop_counts(tmp_path):
+    source = crafted_corpus(tmp_path / "corpus")
+    cfg = tiny_config(source, tmp_path / "data", "data.max_tokens_per_side=150")
+    out = run(cfg)
+    manifest = json.loads((out / "manifest.json").read_text())
+    expected = {rule: sum(c[2] == rule for c in CRAFTED) for rule in manifest["dropped"]}
+    assert manifest["dropped"] == expected
+    assert manifest["pairs_in"] == 300 + len(CRAFTED)
+    assert manifest["pairs"] == {"train": 300 + 1, "valid": 40, "test": 30}
+    assert manifest["config_hash"] == prepare.config_hash(cfg.data) and prepare.load_manifest(cfg.data) == manifest
+    assert {"datasets", "sentencepiece", "numpy"} <= set(manifest["versions"])
+    assert (out / "config.yaml").is_file() and not list(out.glob(".*"))
+
+    tokenizer = Tokenizer(out / "spm.model")
+    assert manifest["vocab"]["src"]["sha256"] == tokenizer.checksum() == manifest["files"]["spm.model"] and (
+        manifest["vocab"]["src"]["id_dtype"] == "uint16")
+    src, tgt = TokenArray(out / "train.src"), TokenArray(out / "train.tgt")
+    assert len(src) == len(tgt) == 301 and src.ids.dtype == np.uint16
+    assert int(src.lengths.sum()) == manifest["tokens"]["train"]["src"]
+    decoded = tokenizer.decode([src[i] for i in range(len(src))])
+    assert "A dog runs fast." in decoded and "A\tdog\xa0runs  fast." not in decoded
+    splits = small_splits()
+    for split in ("valid", "test"):
+        en, de = splits[split]
+        # eval reads the raw text, line-aligned with the ids
+        assert (out / f"{split}.en").read_text(encoding="utf-8").splitlines() == en
+        assert (out / f"{split}.de").read_text(encoding="utf-8").splitlines() == de
+        ids = TokenArray(out / f"{split}.tgt")
+        known = [i for i in range(len(ids)) if UNK_ID not in ids[i]]  # a 200-piece vocabulary misses some letters
+        assert len(known) > len(ids) // 2
+        assert tokenizer.decode([ids[i] for i in known]) == [normalize(de[i]) for i in known]
+
+
+def test_rerun_is_a_cache_hit_and_changes_prepare_again(tmp_path, corpus):
+    cfg = tiny_config(corpus, tmp_path / "data")
+    out = run(cfg)
+    stamp = (out / "manifest.json").stat().st_mtime_ns
+    started = time.time()
+    run(cfg)
+    assert time.time() - started < 2 and (out / "manifest.json").stat().st_mtime_ns == stamp
+
+    run(cfg, force=True)
+    assert (out / "manifest.json").stat().st_mtime_ns != stamp
+    for change in (lambda: tiny_config(corpus, tmp_path / "data", "data.dedup=false"),
+                   lambda: os.utime(corpus / "train.de", ns=(1, 1)) or cfg):
+        before = json.loads((out / "manifest.json").read_text())["config_hash"]
+        changed = change()
+        assert not prepare.up_to_date(changed.data)
+        run(changed)
+        assert json.loads((out / "manifest.json").read_text())["config_hash"] != before
+
+
+def test_same_config_same_bytes(tmp_path, corpus):
+    a = run(tiny_config(corpus, tmp_path / "a"))
+    b = run(tiny_config(corpus, tmp_path / "b"))
+    for name in ("spm.model", "train.src.ids.npy", "train.tgt.offsets.npy", "valid.tgt.ids.npy"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def test_separate_bpe_vocabularies_and_training_refuses_them(tmp_path, corpus):
+    cfg = tiny_config(corpus, tmp_path / "data", "data.joint_vocab=false", "data.spm_model_type=bpe")
+    out = run(cfg)
+    src_tok, tgt_tok = Tokenizer(out / "spm.src.model"), Tokenizer(out / "spm.tgt.model")
+    assert not (out / "spm.model").exists() and src_tok.checksum() != tgt_tok.checksum()
+    en, de = small_splits()["test"]
+    test_src, test_tgt = TokenArray(out / "test.src"), TokenArray(out / "test.tgt")
+    assert src_tok.decode([test_src[1]]) == [en[1]] and tgt_tok.decode([test_tgt[1]]) == [de[1]]
+    with pytest.raises(TranslatorError, match="separate .*vocabularies.*joint_vocab"):
+        prepare.load_manifest(cfg.data)
+
+
+def test_hub_source_goes_through_the_same_path(tmp_path, monkeypatch):
+    splits = small_splits(120)
+
+    def fake_hub(repo, subset=None, split=None, **kwargs):
+        en, de = splits[{"train": "train", "validation": "valid", "test": "test"}[split]]
+        return datasets.Dataset.from_dict({"translation": [{"de": d, "en": e} for e, d in zip(en, de)]})
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_hub)
+    out = run(tiny_config("hf:wmt14:de-en", tmp_path / "data", "data.splits.valid=validation"))
+    assert json.loads((out / "manifest.json").read_text())["pairs"] == {"train": 120, "valid": 40, "test": 30}
+
+
+def test_failure_leaves_nothing_and_keeps_the_previous_result(tmp_path, corpus):
+    cfg = tiny_config(corpus, tmp_path / "data")
+    out = run(cfg)
+    before = (out / "manifest.json").read_text()
+    debris = write_text_corpus(tmp_path / "debris", {**small_splits(), "train": (["@@"] * 5, ["<br/>"] * 5)})
+    with pytest.raises(TranslatorError, match="no training pairs left after cleaning.*markup debris 5"):
+        run(tiny_config(debris, tmp_path / "data"))
+    assert (out / "manifest.json").read_text() == before
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["small"]  # no temporary directory left
+    with pytest.raises(TranslatorError):
+        run(tiny_config(debris, tmp_path / "fresh"))
+    assert not (tmp_path / "fresh" / "small").exists() and not list((tmp_path / "fresh").iterdir())
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "translator", "prepare", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_bad_input_is_one_line_and_quiet_is_silent(tmp_path, corpus):
+    (corpus / "train.de").write_text("nur eine Zeile\n", encoding="utf-8")
+    done = cli("configs/tiny.yaml", "--data", str(corpus), "--set", f"data.data_dir={tmp_path / 'data'}",
+               "--set", "data.splits.valid=valid", "--quiet")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: ") and "line counts differ" in done.stderr
+    assert not (tmp_path / "data").exists() or not list((tmp_path / "data").iterdir())
+
+    fixed = write_text_corpus(tmp_path / "ok", small_splits(100))
+    done = cli("configs/tiny.yaml", "--data", str(fixed), "--set", f"data.data_dir={tmp_path / 'data'}",
+               "--set", "data.splits.valid=valid", "--set", "data.vocab_size=200", "--quiet")
+    assert done.returncode == 0 and done.stdout == done.stderr == ""
+
+
+def test_session_fixture_matches_the_contract(prepared):
+    folder = prepare.prepared_dir(prepared.data)
+    for split in ("train", "valid", "test"):
+        assert len(TokenArray(folder / f"{split}.src")) == len(TokenArray(folder / f"{split}.tgt")) > 0
+    assert (folder / "valid.en").is_file() and (folder / "test.de").is_file()
+    assert prepare.load_manifest(prepared.data)["pairs"]["train"] <= prepared.data.max_train_pairs
