@@ -54,9 +54,9 @@ def root(version: Annotated[bool, typer.Option("--version", callback=_version, i
 def prepare(config: ConfigArg, set: SetOpt = None, data: DataOpt = None,
             force: Annotated[bool, typer.Option("--force", help="Prepare again even if up to date.")] = False,
             quiet: QuietOpt = False) -> None:
-    """Load the corpus, clean it, train SentencePiece and write id arrays to data/<name>/.
+    """Load the corpus, clean it, train SentencePiece and write id arrays to data/<name>/ (a rerun with the same config is a cache hit).
 
-    Example: translator prepare configs/multi30k.yaml --data ../shared/data/multi30k --set data.splits.test=test2016
+    Example: translator prepare configs/multi30k.yaml --data ../shared/data/multi30k --set data.splits.valid=valid --set data.splits.test=test2016
     """
     from translator import prepare as prepare_mod
 

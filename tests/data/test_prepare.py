@@ -167,3 +167,10 @@ def test_session_fixture_matches_the_contract(prepared):
         assert len(TokenArray(folder / f"{split}.src")) == len(TokenArray(folder / f"{split}.tgt")) > 0
     assert (folder / "valid.en").is_file() and (folder / "test.de").is_file()
     assert prepare.load_manifest(prepared.data)["pairs"]["train"] <= prepared.data.max_train_pairs
+
+
+def test_byte_fallback_encodes_unseen_characters(tmp_path, corpus):
+    out = run(tiny_config(corpus, tmp_path / "data", "data.byte_fallback=true", "data.vocab_size=400"))
+    tokenizer = Tokenizer(out / "spm.model")
+    ids = tokenizer.encode(["Ein Hund für 5 € 😀."])[0]
+    assert UNK_ID not in ids and tokenizer.decode([ids]) == ["Ein Hund für 5 € 😀."]

@@ -72,7 +72,9 @@ class Bars:
         self.progress.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, value, traceback) -> None:
+        if kind is not None:  # failed: no final render (a log then holds the error line alone)
+            self.console.quiet = True
         self.progress.stop()
 
     def step(self, description: str, total: int | None = None) -> Step:
