@@ -1,8 +1,10 @@
 """Lines in, lines out: encode, sort by length, batch by tokens, search, restore order, detokenize.
 
-Rule for over-long input: a source longer than the model's `max_positions - 1` tokens is cut into
-consecutive pieces of that length, each piece is translated, and the outputs are joined with a
-space; a warning names the line. Nothing is silently truncated.
+Rule for over-long input: a line of more than `max_positions - 1` subword tokens (with its EOS
+it would not fit the model's positions) is cut into consecutive pieces that fit, each cut made
+at the last sentence end (. ! ? ; :) that fits, else at the last word start, else mid-word;
+every piece is translated and the outputs are joined with a space. A warning on stderr names the line. Nothing is silently
+truncated. (With --nbest such a line gets one hypothesis, the joined best.)
 """
 
 from __future__ import annotations
@@ -10,25 +12,39 @@ from __future__ import annotations
 import os
 import select
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import TextIO
 
 import torch
 
-from translator.config import DecodeConfig
+from translator import checkpoint
+from translator.config import Config, DecodeConfig
 from translator.data.batching import pad, padding_mask
 from translator.data.tokenizer import EOS_ID, Tokenizer
 from translator.decode import Hypothesis
 from translator.decode.beam import beam_search
 from translator.decode.greedy import greedy_search
+from translator.errors import TranslatorError
 from translator.model.transformer import Transformer
+
+SENTENCE_END = (".", "!", "?", ";", ":")
+
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def resolve_device(name: str) -> torch.device:
-    """`auto` -> CUDA when present, else CPU."""
+    """`auto` -> CUDA when present, else CPU; asking for absent CUDA is a user error."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise TranslatorError(f"unknown device {name!r}", "--device", "use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise TranslatorError("CUDA is not available on this machine", "--device", "use --device cpu or auto")
+    return device
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -37,14 +53,25 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
         if device.type != "cuda":
             return torch.float32
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+    if name not in DTYPES:
+        raise TranslatorError(f"unknown dtype {name!r}", "--dtype", "use auto, " + ", ".join(DTYPES))
+    return DTYPES[name]
+
+
+def load(ckpt: str | Path, device: str | None = None, dtype: str | None = None
+         ) -> tuple[Transformer, Config, Tokenizer]:
+    """A checkpoint's model (eval mode) on `device` in `dtype`; None takes the checkpoint's decode.* values."""
+    model, cfg, tokenizer = checkpoint.load(ckpt, "cpu")
+    torch_device = resolve_device(device or cfg.decode.device)
+    model.to(torch_device, resolve_dtype(dtype or cfg.decode.dtype, torch_device))
+    return model, cfg, tokenizer
 
 
 def search(model: Transformer, src_ids: list[list[int]], decode: DecodeConfig, nbest: int = 1) -> list[list[Hypothesis]]:
     """Decode one batch of id lists (no EOS) on the model's device -> nbest hypotheses each."""
     device = next(model.parameters()).device
     src = pad(src_ids, suffix=[EOS_ID]).to(device)  # (B, S)
-    src_mask = padding_mask(src)
+    src_mask = padding_mask(src)  # (B, 1, 1, S)
     if decode.beam_size == 1 and nbest == 1:
         hyps = greedy_search(model, src, src_mask, max_len_a=decode.max_len_a, max_len_b=decode.max_len_b,
                              min_len=decode.min_len)
@@ -54,7 +81,7 @@ def search(model: Transformer, src_ids: list[list[int]], decode: DecodeConfig, n
 
 
 def length_batches(lengths: list[int], batch_tokens: int) -> Iterator[list[int]]:
-    """Indices sorted by length (longest first), cut so rows * longest <= batch_tokens."""
+    """Indices sorted by length (longest first, so memory peaks at once), cut so rows * (longest + EOS) <= batch_tokens."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     batch: list[int] = []
     for i in order:
@@ -66,46 +93,74 @@ def length_batches(lengths: list[int], batch_tokens: int) -> Iterator[list[int]]
         yield batch
 
 
+def split_long(ids: list[int], limit: int, pieces: list[str]) -> list[list[int]]:
+    """Cut `ids` (with SentencePiece `pieces`) into runs of <= limit, preferring sentence ends, then word starts."""
+    out = []
+    while len(ids) > limit:
+        cut = max(range(1, limit + 1), key=lambda i, p=pieces: _cut_rank(p, i))
+        out.append(ids[:cut])
+        ids, pieces = ids[cut:], pieces[cut:]
+    return [*out, ids]
+
+
+def _cut_rank(pieces: list[str], i: int) -> tuple[bool, bool, int]:
+    """How good a cut before piece i is: after a sentence end, at a word start, then the latest."""
+    word_start = pieces[i].startswith("\u2581")  # SentencePiece marks a preceding space with U+2581
+    return word_start and pieces[i - 1].endswith(SENTENCE_END), word_start, i
+
+
 def translate_lines(model: Transformer, tokenizer: Tokenizer, lines: list[str], decode: DecodeConfig,
-                    nbest: int = 1, warn=None) -> list[list[tuple[str, float]]]:
+                    nbest: int = 1, warn: Callable[[str], None] | None = None,
+                    progress: Callable[[int, int], None] | None = None) -> list[list[tuple[str, float]]]:
     """Translate `lines`; returns, per input line and in input order, (text, score) best first.
 
-    An empty (or whitespace-only) line gives one empty translation with score 0.
+    An empty (or whitespace-only) line gives one empty translation with score 0. `progress(done,
+    total)` is called after each batch, counting sentences (pieces of over-long lines count apart).
     """
-    limit = model.cfg.max_positions - 1
+    limit = model.cfg.max_positions - 1  # source tokens; with EOS they fill the positions
     pieces: list[list[int]] = []  # sub-sequences to decode
     owner: list[int] = []  # which line each piece belongs to
     for number, ids in enumerate(tokenizer.encode([line.strip() for line in lines])):
-        if len(ids) > limit and warn is not None:
-            warn(f"line {number + 1}: {len(ids)} tokens exceed the model's {limit}; translated in pieces")
-        for start in range(0, len(ids), limit):
-            pieces.append(ids[start:start + limit])
-            owner.append(number)
-    results: list[list[Hypothesis]] = [[]] * len(pieces)
+        if len(ids) > limit:
+            parts = split_long(ids, limit, tokenizer.sp.id_to_piece(ids))
+            if warn is not None:
+                warn(f"line {number + 1}: {len(ids)} tokens exceed the model's {limit}; "
+                     f"translated in {len(parts)} pieces, joined")
+        else:
+            parts = [ids] if ids else []
+        pieces += parts
+        owner += [number] * len(parts)
+    results: list[list[Hypothesis]] = [[] for _ in pieces]
+    done = 0
     for batch in length_batches([len(p) for p in pieces], decode.batch_tokens):
         for i, hyps in zip(batch, search(model, [pieces[i] for i in batch], decode, nbest)):
             results[i] = hyps
+        done += len(batch)
+        if progress is not None:
+            progress(done, len(pieces))
     by_line: list[list[list[Hypothesis]]] = [[] for _ in lines]
     for hyps, line in zip(results, owner):
         by_line[line].append(hyps)
-    out = []
-    for pieces_hyps in by_line:
-        if not pieces_hyps:  # empty line
-            out.append([("", 0.0)])
-        elif len(pieces_hyps) == 1:
-            texts = tokenizer.decode([h.tokens for h in pieces_hyps[0]])
-            out.append([(text, h.score) for text, h in zip(texts, pieces_hyps[0])])
-        else:  # an over-long line: join the best output of each piece
-            texts = tokenizer.decode([hyps[0].tokens for hyps in pieces_hyps])
-            out.append([(" ".join(texts), sum(hyps[0].score for hyps in pieces_hyps))])
-    return out
+    return [_detokenize(tokenizer, line_hyps) for line_hyps in by_line]
+
+
+def _detokenize(tokenizer: Tokenizer, pieces_hyps: list[list[Hypothesis]]) -> list[tuple[str, float]]:
+    """One line's hypotheses (one list per piece) -> [(text, score)] best first."""
+    if not pieces_hyps:  # empty line
+        return [("", 0.0)]
+    if len(pieces_hyps) == 1:
+        texts = tokenizer.decode([h.tokens for h in pieces_hyps[0]])
+        return [(text, h.score) for text, h in zip(texts, pieces_hyps[0])]
+    texts = tokenizer.decode([hyps[0].tokens for hyps in pieces_hyps])  # over-long: join the best of each
+    return [(" ".join(texts), sum(hyps[0].score for hyps in pieces_hyps))]
 
 
 def read_chunks(stream: TextIO, max_lines: int = 2000) -> Iterator[list[str]]:
     """Lines from `stream` in chunks: everything already available, up to `max_lines`.
 
     Piped bulk input fills whole chunks (so it is batched); an interactive user, whose next line
-    is not yet there, gets each line translated as soon as it is entered.
+    is not yet there, gets each line translated as soon as it is entered. Reads the file
+    descriptor directly: a buffered text stream would wait for more input before returning.
     """
     try:
         fd = stream.fileno()
@@ -123,29 +178,33 @@ def read_chunks(stream: TextIO, max_lines: int = 2000) -> Iterator[list[str]]:
             pending += data
             *complete, pending = pending.split(b"\n")
             lines += [raw.decode("utf-8", errors="replace").rstrip("\r") for raw in complete]
-        if lines and (not data or len(lines) >= max_lines or not _ready(fd)):
+        while lines and (not data or len(lines) >= max_lines or not _ready(fd)):
             yield lines[:max_lines]
             lines = lines[max_lines:]
         if not data:
             break
-    if pending:
+    if pending:  # a last line without a newline
         yield [pending.decode("utf-8", errors="replace").rstrip("\r")]
 
 
 def _ready(fd: int) -> bool:
+    """Is more input waiting right now (without blocking)?"""
     return bool(select.select([fd], [], [], 0)[0])
 
 
 def run(model: Transformer, tokenizer: Tokenizer, decode: DecodeConfig, lines_in: Iterable[list[str]],
         out: TextIO, nbest: int = 1) -> int:
-    """Translate chunks of lines, writing each chunk as soon as it is done; returns the line count."""
+    """Translate chunks of lines, writing each chunk as soon as it is done; returns the line count.
+
+    With nbest > 1 each input line gives nbest TSV rows `line<TAB>text<TAB>score` (line from 0).
+    """
     count = 0
     for chunk in lines_in:
         for hyps in translate_lines(model, tokenizer, chunk, decode, nbest, warn=_warn):
             if nbest == 1:
                 out.write(hyps[0][0] + "\n")
             else:
-                out.write("".join(f"{count}\t{text}\t{score:.4f}\n" for text, score in hyps))
+                out.write("".join(f"{count}\t{text.replace(chr(9), ' ')}\t{score:.4f}\n" for text, score in hyps))
             count += 1
         out.flush()
     return count

@@ -1,0 +1,213 @@
+"""Lines in, lines out: order, empty lines, n-best TSV, over-long lines, batching, streaming stdin."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import io
+import os
+import select
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from translator import checkpoint, translate
+from translator.data.tokenizer import Tokenizer
+from translator.errors import TranslatorError
+from translator.model.transformer import Transformer
+
+SENTENCES = [
+    "A man in a blue shirt is playing the guitar on a stage.",
+    "Two dogs.",
+    "A little girl climbs into a wooden playhouse while her father watches from the porch.",
+    "People are walking down the street.",
+    "A woman.",
+    "Several men in hard hats are operating a giant pulley system.",
+    "A boy jumps.",
+    "A black dog and a spotted dog are fighting",
+]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models run fastest on one thread; spin-waiting threads on shared cores are 10x slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tiny(prepared, tmp_path_factory):
+    """A random 2+2-layer, d_model 32 model with the prepared tokenizer, saved as a checkpoint."""
+    cfg = copy.deepcopy(prepared)
+    tokenizer = Tokenizer(Path(cfg.data.data_dir) / cfg.data.name / "spm.model")
+    cfg.model.vocab_size, cfg.model.d_model, cfg.model.d_ff = tokenizer.vocab_size, 32, 64
+    cfg.model.max_positions, cfg.model.tie_embeddings = 40, False
+    cfg.decode.beam_size, cfg.decode.device, cfg.decode.dtype = 1, "cpu", "fp32"
+    torch.manual_seed(0)
+    model = Transformer(cfg.model).eval()
+    path = tmp_path_factory.mktemp("tiny") / "tiny.pt"
+    checkpoint.save(path, model, cfg, tokenizer)
+    return SimpleNamespace(model=model, cfg=cfg, tokenizer=tokenizer, path=path)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_output_order_is_input_order(tiny, beam_size):
+    decode = dataclasses.replace(tiny.cfg.decode, beam_size=beam_size, batch_tokens=40)  # several batches
+    batched = translate.translate_lines(tiny.model, tiny.tokenizer, SENTENCES, decode)
+    alone = [translate.translate_lines(tiny.model, tiny.tokenizer, [line], decode)[0] for line in SENTENCES]
+    assert [hyps[0][0] for hyps in batched] == [hyps[0][0] for hyps in alone]
+    torch.testing.assert_close([h[0][1] for h in batched], [h[0][1] for h in alone], atol=1e-4, rtol=1e-4)
+    assert len({hyps[0][0] for hyps in batched}) > 1  # the outputs differ, so a mix-up would show
+
+
+def test_empty_lines_give_empty_lines(tiny):
+    lines = ["", SENTENCES[0], "   ", "", SENTENCES[1], "\t"]
+    out = translate.translate_lines(tiny.model, tiny.tokenizer, lines, tiny.cfg.decode)
+    assert len(out) == len(lines)
+    assert [hyps[0][0] == "" for hyps in out] == [True, False, True, True, False, True]
+
+
+def test_run_writes_one_line_per_input_line(tiny):
+    chunks = [["", SENTENCES[0]], [SENTENCES[1], "", ""], [SENTENCES[2]]]
+    out = io.StringIO()
+    assert translate.run(tiny.model, tiny.tokenizer, tiny.cfg.decode, iter(chunks), out) == 6
+    lines = out.getvalue().split("\n")
+    assert len(lines) == 7 and lines[-1] == ""  # six lines, each ended by a newline
+    assert lines[0] == lines[3] == lines[4] == "" and lines[1] and lines[2]
+
+
+def test_nbest_tsv_is_numbered_and_sorted(tiny):
+    out = io.StringIO()
+    translate.run(tiny.model, tiny.tokenizer, tiny.cfg.decode, iter([[SENTENCES[0], "", SENTENCES[1]]]), out, nbest=3)
+    rows = [line.split("\t") for line in out.getvalue().splitlines()]
+    assert [int(r[0]) for r in rows] == [0, 0, 0, 1, 2, 2, 2]
+    assert rows[3][1:] == ["", "0.0000"]
+    for first in (0, 4):
+        scores = [float(r[2]) for r in rows[first:first + 3]]
+        assert scores == sorted(scores, reverse=True)
+
+
+def test_split_long_cuts_at_sentence_ends_then_word_starts(tiny):
+    text = "Two dogs play in the snow. " * 3 + "A man rides a bike down a very long and winding road."
+    ids = tiny.tokenizer.encode([text])[0]
+    pieces = tiny.tokenizer.sp.id_to_piece(ids)
+    parts = translate.split_long(ids, 12, pieces)
+    assert [i for part in parts for i in part] == ids and all(0 < len(p) <= 12 for p in parts)
+    texts = tiny.tokenizer.decode(parts)
+    assert texts[:3] == ["Two dogs play in the snow."] * 3  # whole sentences where they fit
+    assert all(tiny.tokenizer.sp.id_to_piece(p[0]).startswith("\u2581") for p in parts)  # no word is cut
+    assert translate.split_long(list(range(30)), 7, ["x"] * 30) == [list(range(i, min(i + 7, 30))) for i in range(0, 30, 7)]
+
+
+def test_over_long_line_is_translated_in_pieces_with_a_warning(tiny):
+    long_line = " ".join(SENTENCES * 2)  # well over the model's 39 source tokens
+    warnings = []
+    out = translate.translate_lines(tiny.model, tiny.tokenizer, [SENTENCES[1], long_line], tiny.cfg.decode,
+                                    warn=warnings.append)
+    assert len(out) == 2 and len(warnings) == 1 and warnings[0].startswith("line 2: ")
+    ids = tiny.tokenizer.encode([long_line])[0]
+    parts = translate.split_long(ids, 39, tiny.tokenizer.sp.id_to_piece(ids))
+    assert len(parts) > 1
+    pieces = tiny.tokenizer.decode([hyps[0].tokens for hyps in translate.search(tiny.model, parts, tiny.cfg.decode)])
+    assert out[1][0][0] == " ".join(pieces)  # the pieces' translations, joined
+
+
+def test_length_batches_cover_every_index_within_the_budget():
+    lengths = [5, 1, 9, 3, 3, 12, 7, 2, 40, 6]
+    batches = list(translate.length_batches(lengths, batch_tokens=24))
+    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
+    flat = [lengths[i] for batch in batches for i in batch]
+    assert flat == sorted(lengths, reverse=True)
+    for batch in batches:
+        assert len(batch) == 1 or len(batch) * (max(lengths[i] for i in batch) + 1) <= 24
+
+
+def _no_hang(signum, frame):
+    raise TimeoutError("read_chunks waited for input that was never coming")
+
+
+def test_read_chunks_yields_what_is_there_without_waiting_for_more():
+    read_fd, write_fd = os.pipe()
+    previous = signal.signal(signal.SIGALRM, _no_hang)
+    signal.alarm(20)  # a reader that waits for more input would block this test forever
+    try:
+        with os.fdopen(read_fd, "r") as reader:
+            chunks = translate.read_chunks(reader, max_lines=3)
+            os.write(write_fd, b"first\n")
+            assert next(chunks) == ["first"]  # the writer is still open: an interactive user gets an answer
+            os.write(write_fd, b"a\nb\n\nc\nd")
+            assert next(chunks) == ["a", "b", ""]  # bulk input is batched, max_lines at a time
+            assert next(chunks) == ["c"]
+            os.close(write_fd)
+            assert list(chunks) == [["d"]]  # a last line without its newline
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_read_chunks_from_a_stream_without_a_file_descriptor():
+    assert list(translate.read_chunks(io.StringIO("a\n\nb\r\nc\n"), max_lines=2)) == [["a", ""], ["b", "c"]]
+
+
+def test_device_and_dtype_names():
+    assert translate.resolve_device("cpu").type == "cpu"
+    assert translate.resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert translate.resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert translate.resolve_dtype("bf16", torch.device("cpu")) == torch.bfloat16
+    with pytest.raises(TranslatorError, match="dtype"):
+        translate.resolve_dtype("half", torch.device("cpu"))
+    with pytest.raises(TranslatorError, match="device"):
+        translate.resolve_device("gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(TranslatorError, match="CUDA"):
+            translate.resolve_device("cuda")
+
+
+def test_load_puts_the_model_in_the_asked_dtype_and_it_translates(tiny):
+    model, cfg, tokenizer = translate.load(tiny.path, "cpu", "bf16")
+    assert next(model.parameters()).dtype == torch.bfloat16 and not model.training
+    out = translate.translate_lines(model, tokenizer, ["", SENTENCES[0]], cfg.decode)
+    assert out[0][0][0] == "" and len(out) == 2
+
+
+def test_translate_streams_through_a_pipe(tiny):
+    """A subprocess answers a line before its stdin is closed (as an interactive user needs)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "translator", "translate", str(tiny.path), "--device", "cpu"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        proc.stdin.write(SENTENCES[1] + "\n")
+        proc.stdin.flush()
+        ready, _, _ = select.select([proc.stdout], [], [], 120)
+        assert ready, "no answer within 120 s while stdin stayed open"
+        first = proc.stdout.readline()
+        assert first.endswith("\n") and proc.poll() is None  # answered; still waiting for more input
+        proc.stdin.write("\n" + SENTENCES[0] + "\n")
+        proc.stdin.close()
+        rest = proc.stdout.read().split("\n")
+        assert proc.wait(60) == 0, proc.stderr.read()
+        assert rest[0] == "" and rest[1] and rest[2:] == [""]
+    finally:
+        proc.kill()
+        proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            stream.close()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_translate_lines_on_cuda(tiny, dtype):
+    model, cfg, tokenizer = translate.load(tiny.path, "auto", dtype)
+    assert next(model.parameters()).is_cuda
+    for beam_size in (1, 4):
+        cfg.decode.beam_size = beam_size
+        out = translate.translate_lines(model, tokenizer, ["", *SENTENCES], cfg.decode, nbest=2 if beam_size > 1 else 1)
+        assert len(out) == len(SENTENCES) + 1 and out[0][0][0] == ""
