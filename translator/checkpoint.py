@@ -57,23 +57,33 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> tuple[Transfor
 
 
 def average(paths: list[str | Path], out: str | Path) -> int:
-    """Average the parameters of checkpoints of one architecture into `out` (no optimizer state)."""
+    """Average the parameters of checkpoints of one architecture into `out` (optimizer state dropped).
+
+    Sums in float64, so averaging identical checkpoints gives them back bit for bit; integer
+    tensors are taken from the first checkpoint; tied weights stay one shared tensor.
+    """
     if not paths:
         raise TranslatorError("no checkpoints to average", "average", "give one or more .pt files")
     first = read(paths[0])
-    total = {k: v.double() if v.is_floating_point() else v for k, v in first["model"].items()}
+    weights = first["model"]
+    total = {k: v.double() for k, v in weights.items() if v.is_floating_point()}
     for path in paths[1:]:
         payload = read(path)
-        if payload["config"]["model"] != first["config"]["model"]:
+        if payload["config"]["model"] != first["config"]["model"] or payload["model"].keys() != weights.keys():
             raise TranslatorError("architecture differs from the first checkpoint", str(path),
                                   "average checkpoints of one training run")
         if payload["tokenizer"]["sha256"] != first["tokenizer"]["sha256"]:
-            raise TranslatorError("tokenizer differs from the first checkpoint", str(path))
-        for key, value in payload["model"].items():
-            if value.is_floating_point():
-                total[key] += value.double()
-    first["model"] = {k: (v / len(paths)).to(first["model"][k].dtype) if v.is_floating_point() else v
-                      for k, v in total.items()}
+            raise TranslatorError("tokenizer differs from the first checkpoint", str(path),
+                                  "average checkpoints of one training run")
+        for key in total:
+            total[key] += payload["model"][key].double()
+    shared: dict[int, torch.Tensor] = {}  # storage of the first checkpoint -> its averaged tensor
+    for key, value in weights.items():
+        if key in total:
+            ptr = value.untyped_storage().data_ptr()
+            if ptr not in shared:
+                shared[ptr] = (total[key] / len(paths)).to(value.dtype)
+            weights[key] = shared[ptr]
     first["state"] = {"averaged": [str(p) for p in paths]}
     with atomic_write(out, "wb") as handle:
         torch.save(first, handle)

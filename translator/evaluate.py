@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import sacrebleu
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from translator.errors import TranslatorError
+from translator.files import atomic_write, read_lines
+from translator.translate import load, translate_lines
 
 
 @dataclass
@@ -14,13 +29,15 @@ class Scores:
     bleu_signature: str
     chrf_signature: str
     lc_tok_bleu: float | None = None  # lowercased, 13a-tokenized BLEU (the Multi30k literature's)
+    lc_tok_signature: str = ""
 
     def lines(self) -> list[str]:
         out = [f"BLEU = {self.bleu:.2f}  ({self.bleu_signature})",
                f"chrF = {self.chrf:.2f}  ({self.chrf_signature})"]
         if self.lc_tok_bleu is not None:
-            out.append(f"BLEU (lowercased, 13a-tokenized; as Multi30k papers report, not sacreBLEU) = "
-                       f"{self.lc_tok_bleu:.2f}")
+            out.append(f"lowercased tokenized BLEU = {self.lc_tok_bleu:.2f}  ({self.lc_tok_signature})  "
+                       "[as Multi30k papers report (multi-bleu on lowercased, tokenized text); "
+                       "not comparable with sacreBLEU above]")
         return out
 
 
@@ -31,25 +48,21 @@ def score(hypotheses: list[str], references: list[str], lc_tok: bool = False) ->
     bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
     bleu_score = bleu.corpus_score(hypotheses, [references])
     chrf_score = chrf.corpus_score(hypotheses, [references])
-    lc = None
-    if lc_tok:
-        lc = sacrebleu.BLEU(lowercase=True, tokenize="13a").corpus_score(hypotheses, [references]).score
-    return Scores(bleu_score.score, chrf_score.score, str(bleu.get_signature()), str(chrf.get_signature()), lc)
+    scores = Scores(bleu_score.score, chrf_score.score, str(bleu.get_signature()), str(chrf.get_signature()))
+    if lc_tok:  # 13a tokenization of both sides stands in for Moses tokenization + multi-bleu.perl
+        lc = sacrebleu.BLEU(lowercase=True, tokenize="13a")
+        scores.lc_tok_bleu = lc.corpus_score(hypotheses, [references]).score
+        scores.lc_tok_signature = str(lc.get_signature())
+    return scores
 
 
 def run(ckpt: str, split: str, src_file: str | None, ref_file: str | None, hyp_file: str | None,
-        beam: int | None, lc_tok: bool, device: str, dtype: str, quiet: bool = False) -> Scores:
-    """Decode a prepared split (or --src/--ref files), write the hypotheses, and score them."""
-    from pathlib import Path
+        beam: int | None, lc_tok: bool, device: str | None, dtype: str | None, quiet: bool = False) -> Scores:
+    """Decode a prepared split (or --src/--ref files), write the hypotheses, and score them.
 
-    from translator import checkpoint
-    from translator.errors import TranslatorError
-    from translator.files import atomic_write, read_lines
-    from translator.translate import resolve_device, resolve_dtype, translate_lines
-
-    torch_device = resolve_device(device)
-    model, cfg, tokenizer = checkpoint.load(ckpt, torch_device)
-    model.to(resolve_dtype(dtype, torch_device))
+    Hypotheses go to `hyp_file`, by default `<source file name>.hyp` beside the checkpoint.
+    """
+    model, cfg, tokenizer = load(ckpt, device, dtype)
     if beam is not None:
         cfg.decode.beam_size = beam
     if (src_file is None) != (ref_file is None):
@@ -64,8 +77,25 @@ def run(ckpt: str, split: str, src_file: str | None, ref_file: str | None, hyp_f
     if len(sources) != len(refs):
         raise TranslatorError(f"{src_file} has {len(sources)} lines but {ref_file} has {len(refs)}", "eval",
                               "source and reference files must be line-aligned")
-    hyps = [h[0][0] for h in translate_lines(model, tokenizer, sources, cfg.decode)]
+    with _progress_bar(quiet) as bar:
+        task = bar.add_task("eval", total=None)
+        translated = translate_lines(model, tokenizer, sources, cfg.decode, warn=None if quiet else _warn,
+                                     progress=lambda done, total: bar.update(task, completed=done, total=total))
+    hyps = [h[0][0] for h in translated]
     hyp_path = Path(hyp_file) if hyp_file else Path(ckpt).parent / f"{Path(src_file).name}.hyp"
     with atomic_write(hyp_path) as handle:
         handle.write("".join(h + "\n" for h in hyps))
+    if not quiet:
+        print(f"{len(hyps)} hypotheses written to {hyp_path}", file=sys.stderr)
     return score(hyps, refs, lc_tok)
+
+
+def _progress_bar(quiet: bool) -> Progress:
+    """A rich progress bar on stderr counting decoded sentences; invisible when quiet."""
+    return Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TextColumn("sentences"),
+                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                    console=Console(stderr=True), disable=quiet, transient=True)
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)

@@ -1,0 +1,131 @@
+"""sacreBLEU/chrF scoring, the eval run on a split or on --src/--ref files, and checkpoint averaging."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+
+from translator import checkpoint, evaluate
+from translator.data.tokenizer import Tokenizer
+from translator.errors import TranslatorError
+from translator.model.transformer import Transformer
+
+REFS = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch."]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models run fastest on one thread; spin-waiting threads on shared cores are 10x slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def save_tiny(prepared, path: Path, seed: int = 0, **state) -> Path:
+    """A random 2+2-layer, d_model 32 checkpoint with the prepared tokenizer and data config."""
+    cfg = copy.deepcopy(prepared)
+    tokenizer = Tokenizer(Path(cfg.data.data_dir) / cfg.data.name / "spm.model")
+    cfg.model.vocab_size, cfg.model.d_model, cfg.model.d_ff = tokenizer.vocab_size, 32, 64
+    cfg.decode.beam_size, cfg.decode.max_len_a, cfg.decode.max_len_b = 1, 0.5, 4  # short outputs: fast
+    cfg.decode.device, cfg.decode.dtype = "cpu", "fp32"
+    torch.manual_seed(seed)
+    checkpoint.save(path, Transformer(cfg.model), cfg, tokenizer, state)
+    return path
+
+
+def test_perfect_hypotheses_score_100():
+    scores = evaluate.score(REFS, REFS)
+    assert scores.bleu == pytest.approx(100.0) and scores.chrf == pytest.approx(100.0)
+    assert "nrefs:1" in scores.bleu_signature and "case:mixed" in scores.bleu_signature
+    assert scores.lc_tok_bleu is None and len(scores.lines()) == 2
+
+
+def test_lowercased_tokenized_bleu_is_separate_and_labelled():
+    hyps = [r.lower().replace(".", " .") for r in REFS]
+    scores = evaluate.score(hyps, REFS, lc_tok=True)
+    assert scores.lc_tok_bleu == pytest.approx(100.0) and scores.bleu < 60.0
+    assert "case:lc" in scores.lc_tok_signature and "tok:13a" in scores.lc_tok_signature
+    line = scores.lines()[2]
+    assert line.startswith("lowercased tokenized BLEU = 100.00") and "not comparable" in line
+
+
+def test_hypothesis_count_must_match():
+    with pytest.raises(ValueError, match="2 hypotheses for 3 references"):
+        evaluate.score(REFS[:2], REFS)
+
+
+def test_eval_on_files_writes_hypotheses_and_scores(prepared, tmp_path, capsys):
+    ckpt = save_tiny(prepared, tmp_path / "tiny.pt")
+    src, ref = tmp_path / "src.en", tmp_path / "ref.de"
+    src.write_text("A man rides a bike.\n\nTwo dogs play in the snow.\n", encoding="utf-8")
+    ref.write_text("Ein Mann fährt Fahrrad.\n\nZwei Hunde spielen im Schnee.\n", encoding="utf-8")
+    scores = evaluate.run(str(ckpt), "test", str(src), str(ref), None, 2, True, None, None)
+    hyps = (tmp_path / "src.en.hyp").read_text(encoding="utf-8").split("\n")
+    assert len(hyps) == 4 and hyps[1] == "" and hyps[3] == ""  # three lines, newline-ended
+    assert 0.0 <= scores.bleu <= 100.0 and scores.lc_tok_bleu is not None
+    assert "hypotheses written to" in capsys.readouterr().err
+
+
+def test_eval_on_the_prepared_split_quietly(prepared, tmp_path, capsys):
+    ckpt = save_tiny(prepared, tmp_path / "tiny.pt")
+    out = tmp_path / "out" / "valid.hyp"
+    scores = evaluate.run(str(ckpt), "valid", None, None, str(out), None, False, "cpu", "bf16", quiet=True)
+    sources = (Path(prepared.data.data_dir) / prepared.data.name / "valid.en").read_text().splitlines()
+    assert len(out.read_text(encoding="utf-8").splitlines()) == len(sources) > 100
+    assert scores.chrf >= 0.0 and capsys.readouterr().err == ""
+
+
+def test_eval_input_errors(prepared, tmp_path):
+    ckpt = str(save_tiny(prepared, tmp_path / "tiny.pt"))
+    src, ref = tmp_path / "src.en", tmp_path / "ref.de"
+    src.write_text("one\ntwo\n")
+    ref.write_text("eins\n")
+    with pytest.raises(TranslatorError, match="line-aligned"):
+        evaluate.run(ckpt, "test", str(src), str(ref), None, None, False, None, None, quiet=True)
+    with pytest.raises(TranslatorError, match="--src and --ref go together"):
+        evaluate.run(ckpt, "test", str(src), None, None, None, False, None, None, quiet=True)
+    with pytest.raises(TranslatorError, match="split 'nosuch' not found"):
+        evaluate.run(ckpt, "nosuch", None, None, None, None, False, None, None, quiet=True)
+    assert not (tmp_path / "src.en.hyp").exists()
+
+
+def test_average_of_identical_checkpoints_is_the_checkpoint(prepared, tmp_path):
+    a = save_tiny(prepared, tmp_path / "a.pt", seed=1, optimizer={"step": 7})
+    b = tmp_path / "b.pt"
+    b.write_bytes(a.read_bytes())
+    assert checkpoint.average([a, b, a], tmp_path / "avg.pt") == 3
+    original, averaged = checkpoint.read(a), checkpoint.read(tmp_path / "avg.pt")
+    assert original["model"].keys() == averaged["model"].keys()
+    for key, value in original["model"].items():
+        assert torch.equal(averaged["model"][key], value), key
+    assert averaged["config"] == original["config"] and "optimizer" not in averaged["state"]
+    checkpoint.load(tmp_path / "avg.pt")  # loads as an ordinary checkpoint
+
+
+def test_average_of_two_is_their_mean(prepared, tmp_path):
+    a, b = save_tiny(prepared, tmp_path / "a.pt", seed=1), save_tiny(prepared, tmp_path / "b.pt", seed=2)
+    checkpoint.average([a, b], tmp_path / "avg.pt")
+    wa, wb, avg = (checkpoint.read(p)["model"] for p in (a, b, tmp_path / "avg.pt"))
+    for key in wa:
+        assert avg[key].dtype == wa[key].dtype
+        torch.testing.assert_close(avg[key], (wa[key] + wb[key]) / 2, rtol=0, atol=1e-7)
+    assert not torch.equal(wa["encoder.0.ff.up.weight"], wb["encoder.0.ff.up.weight"])
+    tied = {avg[key].untyped_storage().data_ptr() for key in ("out_proj.weight", "src_embed.token.weight")}
+    assert len(tied) == 1  # the tied matrix is stored once, as in the inputs
+
+
+def test_average_refuses_other_architectures(prepared, tmp_path):
+    a = save_tiny(prepared, tmp_path / "a.pt")
+    other = copy.deepcopy(prepared)
+    other.model.vocab_size, other.model.d_model, other.model.d_ff = checkpoint.read(a)["config"]["model"]["vocab_size"], 64, 64
+    tokenizer = Tokenizer(Path(other.data.data_dir) / other.data.name / "spm.model")
+    checkpoint.save(tmp_path / "b.pt", Transformer(other.model), other, tokenizer)
+    with pytest.raises(TranslatorError, match="architecture differs"):
+        checkpoint.average([a, tmp_path / "b.pt"], tmp_path / "avg.pt")
+    with pytest.raises(TranslatorError, match="no checkpoints"):
+        checkpoint.average([], tmp_path / "avg.pt")
+    assert not (tmp_path / "avg.pt").exists()
