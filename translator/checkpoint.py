@@ -77,13 +77,13 @@ def average(paths: list[str | Path], out: str | Path) -> int:
                                   "average checkpoints of one training run")
         for key in total:
             total[key] += payload["model"][key].double()
-    shared: dict[int, torch.Tensor] = {}  # storage of the first checkpoint -> its averaged tensor
+    shared: dict[tuple, torch.Tensor] = {}  # a tensor of the first checkpoint -> its average
     for key, value in weights.items():
         if key in total:
-            ptr = value.untyped_storage().data_ptr()
-            if ptr not in shared:
-                shared[ptr] = (total[key] / len(paths)).to(value.dtype)
-            weights[key] = shared[ptr]
+            same = (value.data_ptr(), value.shape, value.stride())  # tied keys are one tensor
+            if same not in shared:
+                shared[same] = (total[key] / len(paths)).to(value.dtype)
+            weights[key] = shared[same]
     first["state"] = {"averaged": [str(p) for p in paths]}
     with atomic_write(out, "wb") as handle:
         torch.save(first, handle)
