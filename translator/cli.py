@@ -65,7 +65,10 @@ def prepare(config: ConfigArg, set: SetOpt = None, data: DataOpt = None,
 
 @app.command()
 def train(config: ConfigArg, set: SetOpt = None, data: DataOpt = None, quiet: QuietOpt = False) -> None:
-    """Train a Transformer on prepared data; checkpoints and TensorBoard logs go to train.run_dir.
+    """Train a Transformer on prepared data; checkpoints, log and TensorBoard events go to train.run_dir.
+
+    Resumes exactly from run_dir/last.pt when it exists; Ctrl-C or SIGTERM saves last.pt and exits.
+    Several GPUs (or CPU processes): torchrun --nproc_per_node 4 -m translator train CONFIG
 
     Example: translator train configs/multi30k.yaml --set train.max_updates=20000
     """
