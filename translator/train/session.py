@@ -84,11 +84,11 @@ def resume(s: Session, path: Path) -> None:
     state.load_state_dict(payload["state"]["train"])
     if state.world_size == d.world_size:
         set_rng_state(state.rng[d.rank])
-    else:  # the same global position in the epoch; dropout streams cannot carry over
+    else:  # another process count splits the epoch differently: keep the fraction of it already seen
         state.batch_index = state.batch_index * state.world_size // d.world_size
         seed_all(s.cfg.train.seed + d.rank + state.step)
-        s.metrics.line(f"resuming with {d.world_size} processes instead of {state.world_size}: "
-                       "same data position, new dropout random streams (not bit-exact)")
+        s.metrics.line(f"resuming with {d.world_size} processes instead of {state.world_size}: the same share "
+                       "of the epoch is skipped, but batch order and dropout streams differ (not bit-exact)")
     s.metrics.line(f"resumed from {path} at update {state.step} (epoch {state.epoch}, batch {state.batch_index})")
 
 
