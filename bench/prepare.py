@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from translator import config
 from translator.files import atomic_write
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,15 +66,16 @@ def make_corpus(root: Path, pairs: int) -> None:
 
 
 def timed(command: list[str]) -> tuple[float, int, str]:
-    """(seconds, peak RSS in bytes of this child, stdout) of one child process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """(seconds, largest peak RSS in bytes of the children so far, stdout) of one child process.
+
+    prepare runs first, so the peak read right after it is its own.
+    """
     started = time.time()
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     seconds = time.time() - started
     if done.returncode:
         sys.exit(f"failed ({done.returncode}): {' '.join(command)}\n{done.stderr[-3000:]}")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # KiB on Linux
-    return seconds, peak if peak > before * 1024 else 0, done.stdout
+    return seconds, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024, done.stdout  # KiB on Linux
 
 
 def main() -> None:
@@ -110,6 +112,7 @@ def main() -> None:
 
 def write_results(args, seconds: float, peak: int, hit: float, first: tuple[float, float], manifest: dict) -> None:
     pass_fail = lambda ok: "met" if ok else "MISSED"  # noqa: E731
+    data = config.load(args.work / "data" / "bench-4.5m" / "config.yaml").data.__dict__
     dropped = ", ".join(f"{rule} {n:,}" for rule, n in manifest["dropped"].items())
     lines = [
         "# `translator prepare` at WMT scale",
@@ -118,9 +121,9 @@ def write_results(args, seconds: float, peak: int, hit: float, first: tuple[floa
         f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, Python "
         f"{platform.python_version()}; the 2 cores were shared with other jobs, so the numbers are indicative.",
         "",
-        f"Command: `.venv/bin/python -m bench.prepare --pairs {args.pairs}` (config {args.config}, data section "
-        f"as given there: {manifest['vocab']['src']['size']:,}-piece vocabulary; extra settings: "
-        f"{' '.join(args.set) or 'none'}).",
+        f"Command: `.venv/bin/python -m bench.prepare --pairs {args.pairs}` (data section of {args.config}: "
+        f"{data['spm_model_type']} SentencePiece, vocab_size {data['vocab_size']:,}, joint_vocab {data['joint_vocab']}, "
+        f"input_sentence_size {data['input_sentence_size']:,}; extra settings: {' '.join(args.set) or 'none'}).",
         "",
         "Corpus: Multi30k's 29,000 training pairs repeated, copy k > 0 with ` k` appended to both sides; valid and "
         "test from Multi30k (valid, test2016).",
@@ -136,6 +139,12 @@ def write_results(args, seconds: float, peak: int, hit: float, first: tuple[floa
         f"Pairs in {manifest['pairs_in']:,}; dropped: {dropped}; out {manifest['pairs']['train']:,}. "
         f"Train tokens src/tgt {manifest['tokens']['train']['src']:,} / {manifest['tokens']['train']['tgt']:,} "
         f"({manifest['vocab']['src']['id_dtype']}).",
+        "",
+        "Steps of the prepare run (wall-clock seconds, from the manifest's step_seconds):",
+        "",
+        "| step | seconds |",
+        "| --- | --- |",
+        *[f"| {step} | {sec:.1f} |" for step, sec in manifest.get("step_seconds", {}).items()],
         "",
         "The first-step run uses a 2+2-layer d_model 256 model (train.max_tokens 4096, no accumulation) on the "
         "prepared data, so it measures start-up: imports, opening the memory-mapped ids, length-bucketed batching "
