@@ -28,8 +28,10 @@ DataOpt = Annotated[Optional[str], typer.Option("--data", metavar="PATH_OR_HF",
                                                 help="Data source: a directory of {split}.{lang} files or hf:NAME[:CONFIG].")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or log lines.")]
 BeamOpt = Annotated[Optional[int], typer.Option("--beam", min=1, help="Beam size (1 = greedy); default from the checkpoint.")]
-DeviceOpt = Annotated[str, typer.Option("--device", help="auto (CUDA when present), cpu, cuda or cuda:N.")]
-DtypeOpt = Annotated[str, typer.Option("--dtype", help="auto (bf16 on CUDA, fp32 on CPU), fp32, bf16 or fp16.")]
+DeviceOpt = Annotated[Optional[str], typer.Option("--device", show_default="checkpoint's decode.device: auto",
+                                                  help="auto (CUDA when present), cpu, cuda or cuda:N.")]
+DtypeOpt = Annotated[Optional[str], typer.Option("--dtype", show_default="checkpoint's decode.dtype: auto",
+                                                 help="auto (bf16 on CUDA, fp32 on CPU), fp32, bf16 or fp16.")]
 
 
 def _config(path: Path, overrides: list[str] | None, data: str | None):
@@ -83,37 +85,41 @@ def evaluate(ckpt: CkptArg,
              src: Annotated[Optional[Path], typer.Option("--src", help="Source file (instead of a split).")] = None,
              ref: Annotated[Optional[Path], typer.Option("--ref", help="Reference file, line-aligned with --src.")] = None,
              out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where to write hypotheses.")] = None,
-             beam: BeamOpt = None, device: DeviceOpt = "auto", dtype: DtypeOpt = "auto",
-             lc_tok: Annotated[bool, typer.Option("--lc-tok", help="Also print lowercased tokenized BLEU.")] = False) -> None:
-    """Translate a test set and print sacreBLEU (with signature) and chrF.
+             beam: BeamOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
+             lc_tok: Annotated[bool, typer.Option("--lc-tok", help="Also print lowercased, tokenized BLEU (as Multi30k papers report).")] = False,
+             quiet: QuietOpt = False) -> None:
+    """Translate a test set and print sacreBLEU (with signature) and chrF; hypotheses go to a file.
 
     Example: translator eval runs/multi30k/best.pt --split test --beam 4
     """
     from translator import evaluate as evaluate_mod
 
-    scores = evaluate_mod.run(str(ckpt), split, _str(src), _str(ref), _str(out), beam, lc_tok, device, dtype)
+    scores = evaluate_mod.run(str(ckpt), split, _str(src), _str(ref), _str(out), beam, lc_tok, device, dtype, quiet)
     typer.echo("\n".join(scores.lines()))
 
 
 @app.command()
 def translate(ckpt: CkptArg, beam: BeamOpt = None,
-              nbest: Annotated[int, typer.Option("--nbest", min=1, help="Print N best as TSV: line, text, score.")] = 1,
+              nbest: Annotated[int, typer.Option("--nbest", min=1, help="Print N best as TSV: line (from 0), text, score.")] = 1,
               max_len_a: Annotated[Optional[float], typer.Option("--max-len-a", help="Output length limit a*|src|+b: a.")] = None,
               max_len_b: Annotated[Optional[int], typer.Option("--max-len-b", help="Output length limit: b.")] = None,
+              min_len: Annotated[Optional[int], typer.Option("--min-len", help="Output tokens before EOS is allowed.")] = None,
+              length_penalty: Annotated[Optional[float], typer.Option("--length-penalty", help="GNMT length-penalty alpha (0 = none).")] = None,
               batch_tokens: Annotated[Optional[int], typer.Option("--batch-tokens", help="Source tokens per batch.")] = None,
-              device: DeviceOpt = "auto", dtype: DtypeOpt = "auto") -> None:
-    """Translate stdin to stdout, one output line per input line.
+              device: DeviceOpt = None, dtype: DtypeOpt = None) -> None:
+    """Translate stdin to stdout: one output line per input line; an empty line gives an empty line.
+
+    Streams: a line typed interactively is answered at once; piped input is batched.
+
+    A line too long for the model is split at sentence ends or word starts, translated in pieces and joined, with a warning (never truncated).
 
     Example: echo "A man rides a bike." | translator translate runs/multi30k/best.pt
     """
-    from translator import checkpoint
     from translator import translate as translate_mod
 
-    torch_device = translate_mod.resolve_device(device)
-    model, cfg, tokenizer = checkpoint.load(ckpt, torch_device)
-    model.to(translate_mod.resolve_dtype(dtype, torch_device))
-    for key, value in {"beam_size": beam, "max_len_a": max_len_a, "max_len_b": max_len_b,
-                       "batch_tokens": batch_tokens}.items():
+    model, cfg, tokenizer = translate_mod.load(ckpt, device, dtype)
+    for key, value in {"beam_size": beam, "max_len_a": max_len_a, "max_len_b": max_len_b, "min_len": min_len,
+                       "length_penalty": length_penalty, "batch_tokens": batch_tokens}.items():
         if value is not None:
             setattr(cfg.decode, key, value)
     translate_mod.run(model, tokenizer, cfg.decode, translate_mod.read_chunks(sys.stdin), sys.stdout, nbest)
