@@ -136,28 +136,33 @@ def _read_pairs(table, data: DataConfig) -> tuple[list[str], list[str]]:
 
 
 def _train_tokenizers(data: DataConfig, scratch: Path, keep, tmp: Path, bars: Bars) -> dict[str, Tokenizer]:
-    """One joint SentencePiece model, or one per side, each trained on a seeded sample of kept pairs."""
+    """Side -> tokenizer: one joint SentencePiece model, or one per side."""
     files = vocab_files(data)
-    models = {files["src"]: ("src", "tgt")} if data.joint_vocab else {files["src"]: ("src",), files["tgt"]: ("tgt",)}
-    loaded = {}
-    for name, sides in models.items():
-        take = sample_mask(keep, data.input_sentence_size // len(sides), SEED)
-        reading = bars.step(f"spm sample {name}", int(take.sum()) * len(sides))
-        training = []
+    if data.joint_vocab:
+        joint = _train_tokenizer(files["src"], ("src", "tgt"), data, scratch, keep, tmp, bars)
+        return {"src": joint, "tgt": joint}
+    return {side: _train_tokenizer(files[side], (side,), data, scratch, keep, tmp, bars) for side in ("src", "tgt")}
 
-        def lines(take=take, sides=sides, reading=reading, training=training, name=name):
-            yield from sample_lines(scratch, take, sides, reading.advance)
-            reading.finish()  # SentencePiece has read everything; its training reports no progress
-            training.append(bars.step(f"spm train {name}"))
 
-        model = train_sentencepiece(
-            lines(), tmp / name.removesuffix(".model"), vocab_size=data.vocab_size, model_type=data.spm_model_type,
-            character_coverage=data.character_coverage, byte_fallback=data.byte_fallback,
-            input_sentence_size=0, seed=SEED)  # 0: the sample above is the whole input
-        for step in training:
-            step.finish()
-        loaded[name] = Tokenizer(model)
-    return {side: loaded[name] for side, name in files.items()}
+def _train_tokenizer(name: str, sides: tuple[str, ...], data: DataConfig, scratch: Path, keep, tmp: Path,
+                     bars: Bars) -> Tokenizer:
+    """Train `name` on the `sides` of a seeded sample of at most data.input_sentence_size kept sentences."""
+    take = sample_mask(keep, data.input_sentence_size // len(sides), SEED)
+    reading = bars.step(f"spm sample {name}", int(take.sum()) * len(sides))
+    training = []
+
+    def lines():
+        yield from sample_lines(scratch, take, sides, reading.advance)
+        reading.finish()  # SentencePiece has read everything; its training reports no progress
+        training.append(bars.step(f"spm train {name}"))
+
+    model = train_sentencepiece(
+        lines(), tmp / name.removesuffix(".model"), vocab_size=data.vocab_size, model_type=data.spm_model_type,
+        character_coverage=data.character_coverage, byte_fallback=data.byte_fallback,
+        input_sentence_size=0, seed=SEED)  # 0: the sample above is the whole input
+    for step in training:
+        step.finish()
+    return Tokenizer(model)
 
 
 def _write_eval_split(tmp: Path, split: str, src: list[str], tgt: list[str], tokenizers: dict[str, Tokenizer],
