@@ -88,14 +88,14 @@ def train_step(s: Session, batches: list[Batch], total_tokens: float) -> tuple[f
     """
     device, t = s.dist.device, s.cfg.train
     factor = s.dist.world_size / total_tokens  # DDP averages gradients over processes
-    loss_total = nll_total = 0.0
+    sums = torch.zeros(2, device=device)  # loss, NLL; read once per update (no GPU sync per batch)
     for i, batch in enumerate(batches):
         with no_sync(s.net, sync=i == len(batches) - 1):
             with autocast(device, s.dtype):
                 loss, nll = loss_sums(s.net, batch.to(device), t.label_smoothing)
             s.scaler.scale(loss * factor).backward()
-        loss_total, nll_total = loss_total + loss.item(), nll_total + nll.item()
-    loss_total, nll_total = sum_all(s.dist, [loss_total, nll_total])  # every process decides alike
+        sums += torch.stack([loss.detach(), nll])
+    loss_total, nll_total = sum_all(s.dist, sums.tolist())  # every process decides alike
     s.scaler.unscale_(s.optimizer)
     params = [p for p in s.model.parameters() if p.grad is not None]
     norm = torch.nn.utils.get_total_norm([p.grad for p in params])
@@ -110,7 +110,10 @@ def train_step(s: Session, batches: list[Batch], total_tokens: float) -> tuple[f
 
 
 class StopRequest:
-    """Ctrl-C / SIGTERM set a flag; the loop saves after the current update and exits. A second Ctrl-C quits."""
+    """Ctrl-C / SIGTERM set a flag; the loop saves after the current update and exits.
+
+    A second Ctrl-C raises KeyboardInterrupt at once (nothing saved).
+    """
 
     def __init__(self) -> None:
         self.requested = False
@@ -204,9 +207,10 @@ def start_logging(s: Session, n_pairs: int) -> None:
     flat = {f"{section}.{key}": value for section in ("model", "train", "decode")
             for key, value in to_dict(getattr(cfg, section)).items()}
     s.metrics.hparams(state.step, flat, ["valid/bleu", "valid/chrf", "valid/loss", "train/loss"])
+    on_off = {True: "on", False: "off"}
     s.metrics.line(f"model: {count_parameters(s.model):,} parameters; {s.dist.world_size} x {s.dist.device}, "
                    f"precision {s.dtype or torch.float32}, gradient checkpointing "
-                   f"{'on' if cfg.model.gradient_checkpointing else 'off'}, compile {'on' if cfg.train.compile else 'off'}; "
+                   f"{on_off[cfg.model.gradient_checkpointing]}, compile {on_off[cfg.train.compile]}; "
                    f"{n_pairs:,} training pairs; starting at update {state.step}")
 
 

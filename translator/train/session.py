@@ -69,7 +69,12 @@ def setup(cfg: Config, quiet: bool) -> Session:
     s.run_dir.mkdir(parents=True, exist_ok=True)
     s.metrics = Metrics(s.run_dir, t.max_updates, 0, quiet, enabled=d.main)
     if (s.run_dir / "last.pt").is_file():
-        resume(s, s.run_dir / "last.pt")
+        try:
+            resume(s, s.run_dir / "last.pt")
+        except BaseException:  # e.g. a refused resume: release the log file and the process group
+            s.metrics.close()
+            distributed.close(d)
+            raise
     return s
 
 

@@ -49,8 +49,8 @@ class TrainState:
 def rng_state() -> dict[str, Any]:
     """Python, NumPy, torch CPU and CUDA generator states (tensors, so `weights_only` loads them)."""
     kind, key, pos, has_gauss, cached = np.random.get_state()
-    return {"python": random.getstate(), "numpy": [kind, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, cached],
-            "torch": torch.get_rng_state(),
+    numpy_state = [kind, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, cached]
+    return {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
 
 
