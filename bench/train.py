@@ -56,6 +56,23 @@ PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4
              "A10": 125e12, "RTX 4090": 165e12, "RTX 3090": 71e12}
 
 
+NOTES = """\
+tgt tokens/s counts target tokens that are not padding, over the timed updates only (warm-up
+excluded, CUDA synchronised before reading the clock). TFLOP/s = model FLOPs of those updates /
+time: 3 x the forward matmul FLOPs of the real tokens (encoder and decoder projections and
+feed-forward layers, the output projection, attention scores and values; recomputation by gradient
+checkpointing not counted). MFU = TFLOP/s / the GPU's dense bf16 peak (table in bench/train.py;
+`n/a` for an unknown GPU or a CPU)."""
+NOTES_CPU = """\
+Memory on CPU is the process's peak resident set (`ru_maxrss`), which includes the Python and
+torch libraries; the resident set before the model was built is the baseline to subtract. Not yet
+measured: the CUDA path (bf16, the config's max_tokens and grad_accum_steps, 5 warm-up + 20 timed
+updates, `torch.cuda.max_memory_allocated`, MFU); no GPU was available for this run."""
+NOTES_CUDA = """\
+Memory on CUDA is `torch.cuda.max_memory_allocated` over the timed updates: weights, gradients,
+AdamW state and the step's activations (tensor bytes; the caching allocator reserves more)."""
+
+
 def batch_flops(m: ModelConfig, batch: Batch) -> float:
     """Forward + backward matmul FLOPs of one batch, counting real tokens only (3 x forward)."""
     d, kv = m.d_model, (m.n_kv_heads or m.n_heads) * (m.d_model // m.n_heads)
@@ -139,7 +156,7 @@ def report(args, device: torch.device, results: list[dict]) -> str:
     memory = "peak allocated (MiB)" if on_cuda else "peak RSS (MiB) | RSS before the model (MiB)"
     lines = [
         "# Training benchmark: throughput and memory", "",
-        f"Command: `.venv/bin/python -m bench.train {' '.join(args.argv)}`".rstrip() + "  ",
+        "Command: `" + " ".join([".venv/bin/python -m bench.train", *args.argv]) + "`  ",
         f"Date: {when}  ", f"Machine: {machine}; torch {torch.__version__}  ",
         f"Each config: {args.warmup} warm-up + {args.updates} timed updates of the `translator train` step "
         "on real batches (Multi30k; for base the WMT newstest2013 text, model vocabulary 32000)", "",
@@ -152,6 +169,7 @@ def report(args, device: torch.device, results: list[dict]) -> str:
         lines.append(f"| {r['config']} | {r['params'] / 1e6:.1f}M | {r['precision'].replace('torch.', '')} | "
                      f"{r['max_tokens']} x {r['accum']} | {r['tgt_tokens_per_s']:,.0f} | {mem} | "
                      f"{r['tflops']:.3f} | {mfu} |")
+    lines += ["", NOTES_CUDA if on_cuda else NOTES_CPU, "", NOTES]
     return "\n".join(lines) + "\n"
 
 
