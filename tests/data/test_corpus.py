@@ -132,3 +132,9 @@ def test_invalid_utf8_names_file_and_line(tmp_path, name):
 def test_max_train_pairs_takes_the_first_ones(tmp_path):
     root = write_text_corpus(tmp_path / "src", {"train": (EN, DE)})
     assert pairs(tiny_config(root, tmp_path / "data", "data.max_train_pairs=2"), cache=tmp_path / "c") == (EN[:2], DE[:2])
+
+
+def test_saved_dataset_without_splits_is_refused(tmp_path):
+    datasets.Dataset.from_dict({"en": EN, "de": DE}).save_to_disk(str(tmp_path / "saved"))
+    with pytest.raises(TranslatorError, match="without splits.*DatasetDict"):
+        pairs(tiny_config(tmp_path / "saved", tmp_path / "data"))

@@ -107,6 +107,9 @@ def _load_local(root: Path, split: str, data: DataConfig, cache_dir: Path | None
             raise TranslatorError(f"no split {split!r} (splits: {', '.join(saved)})", str(root),
                                   "map ours with --set data.splits.NAME=THEIRS")
         return saved[split]
+    if (root / "state.json").is_file():
+        raise TranslatorError("a dataset saved without splits", str(root),
+                              "save a DatasetDict({'train': ..., 'valid': ..., 'test': ...}) with save_to_disk")
     langs = (data.src_lang, data.tgt_lang)
     texts = [_find(root, f"{split}.{lang}") for lang in langs]
     if all(texts):
