@@ -138,3 +138,12 @@ def test_saved_dataset_without_splits_is_refused(tmp_path):
     datasets.Dataset.from_dict({"en": EN, "de": DE}).save_to_disk(str(tmp_path / "saved"))
     with pytest.raises(TranslatorError, match="without splits.*DatasetDict"):
         pairs(tiny_config(tmp_path / "saved", tmp_path / "data"))
+
+
+def test_hub_split_that_does_not_exist_is_named(tmp_path, monkeypatch):
+    def no_such_split(repo, subset=None, split=None, **kwargs):
+        raise ValueError(f'Unknown split "{split}". Should be one of [\'train\', \'validation\', \'test\'].')
+
+    monkeypatch.setattr(datasets, "load_dataset", no_such_split)
+    with pytest.raises(TranslatorError, match="has no split 'valid'.*data.splits"):
+        load_split(tiny_config("hf:bentrevett/multi30k", tmp_path / "data").data, "valid")
