@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 
+import pytest
 import torch
 
 from tests.train.conftest import variant
@@ -69,3 +70,19 @@ def test_time_limit_validates_saves_and_stops(prepared, tmp_path):
     state = checkpoint.read(run_dir / "last.pt")["state"]["train"]
     assert state["step"] == 1 and state["last_valid_step"] == 1
     assert json.loads((run_dir / "manifest.json").read_text())["sessions"][0]["end_reason"] == "max_minutes"
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_auto_precision_run_logs_memory_and_resumes(prepared, tmp_path):
+    """bf16 (or fp16 with a scaler) on CUDA, then 2 more updates from last.pt with the CUDA RNG restored."""
+    run_dir = tmp_path / "run"
+    loop.run(variant(prepared, run_dir, "train.precision=auto", "train.device=cuda", "train.max_updates=4",
+                     "train.log_every=1", "model.gradient_checkpointing=true"), quiet=True)
+    loop.run(variant(prepared, run_dir, "train.precision=auto", "train.device=cuda", "train.max_updates=6",
+                     "train.log_every=1"), quiet=True)
+    payload = checkpoint.read(run_dir / "last.pt")
+    assert payload["state"]["train"]["step"] == 6 and payload["state"]["train"]["skipped_steps"] == 0
+    assert payload["state"]["train"]["rng"][0]["cuda"]
+    log = (run_dir / "train.log").read_text()
+    assert "gpu_mem_gb" in log and "precision torch.float32" not in log
