@@ -43,7 +43,7 @@ def prepared(multi30k, tmp_path_factory) -> config.Config:
 
     root = tmp_path_factory.mktemp("prepared")
     cfg = config.load(REPO / "configs" / "tiny.yaml", tiny_overrides(root / "data", root / "run"))
-    prepare.run(cfg, log=lambda message: None)
+    prepare.run(cfg, quiet=True)
     return cfg
 
 
