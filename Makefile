@@ -6,7 +6,7 @@ DATA   ?=
 CONFIG ?= configs/tiny.yaml
 export HF_HUB_DISABLE_TELEMETRY := 1
 
-.PHONY: install bench-install test test-fast lint demo bench tensorboard clean
+.PHONY: install bench-install test lint demo bench bench-model bench-train bench-decode bench-prepare tensorboard clean
 
 install:  ## venv with the CPU build of torch pinned first, then the package with dev extras
 	$(PYTHON) -m venv $(VENV)
@@ -42,8 +42,20 @@ demo:
 	@echo "A man in a blue shirt is playing the guitar on a stage." | tee /dev/stderr | \
 		$(BIN)/translator translate $(RUN_DIR)/best.pt
 
-bench:
-	$(BIN)/python -m bench.run
+# Speed and memory benchmarks; each writes docs/benchmarks/<name>.md (see docs/benchmarks.md).
+bench: bench-model bench-train bench-decode
+
+bench-model:
+	$(BIN)/python -m bench.model
+
+bench-train:
+	$(BIN)/python -m bench.train
+
+bench-decode:  ## needs `make bench-install` for the Hugging Face peer
+	$(BIN)/python -m bench.decode
+
+bench-prepare:  ## ~7 minutes; builds a 4.5M-pair corpus under /tmp
+	$(BIN)/python -m bench.prepare
 
 tensorboard:
 	$(BIN)/tensorboard --logdir runs
