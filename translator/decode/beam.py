@@ -4,6 +4,11 @@ Shapes never change (Sockeye): a finished beam stays in its slot and may only ex
 PAD at cost 0, so it competes with open beams on its raw score and drops out only when k open
 continuations score higher. Nothing is re-batched when a sentence ends; the loop stops when
 every beam of every sentence has ended, or at the length limit, where only EOS is allowed.
+
+The best k of a sentence's k*V continuations are found in two exact stages: each beam's top k
+over V, then the top k of those k*k. Everything after the first stage is (B, k, k), so the
+per-step work over the vocabulary is one log_softmax and one top-k (on CPU the rest of a
+(B, k, V) pass, masks and adds, cost as much as a decoder layer).
 """
 
 from __future__ import annotations
@@ -20,11 +25,12 @@ def length_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor:
     return ((5.0 + length.float()) / 6.0) ** alpha
 
 
-def top_k_over_beams(candidates: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """candidates (B, k', V) -> best k scores (B, k), their beam `origin` and `token` (B, k) each."""
-    V = candidates.shape[-1]
-    scores, index = candidates.flatten(1).topk(k, dim=1)  # over k' * V continuations
-    return scores, index // V, index % V
+def top_k_over_beams(candidates: torch.Tensor, tokens: torch.Tensor, k: int
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """candidates, tokens (B, k', c) -> best k scores (B, k), their beam `origin` and `token` (B, k) each."""
+    c = candidates.shape[-1]
+    scores, index = candidates.flatten(1).topk(k, dim=1)  # over the k' * c continuations
+    return scores, index // c, tokens.flatten(1).gather(1, index)
 
 
 @torch.inference_mode()
@@ -39,6 +45,7 @@ def beam_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, *
     max_lens = max_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions - 1)  # (B,)
     eos_from = eos_allowed_from(max_lens, min_len)[:, None]  # (B, 1)
     steps = int(max_lens.max()) + 1  # the last step can only emit EOS
+    shortest_limit = int(max_lens.min())  # before this step no sentence is at its limit
 
     # 0. Encode once. Beams share their sentence's memory: decoder rows are B*k, memory rows B,
     #    and the cache projects each sentence's cross-attention K/V once, on the first step.
@@ -52,24 +59,34 @@ def beam_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, *
     lengths = torch.zeros(B, k, dtype=torch.long, device=device)  # tokens so far, EOS included
     row_offset = torch.arange(B, device=device)[:, None] * k  # (B, 1): first row of each sentence
 
+    first_slot = torch.arange(k, device=device) == 0  # (k,): where a forced continuation goes
+    any_finished = False  # known on the host, so the PAD rule costs nothing until a beam ends
     for step in range(steps):
         # 1. Next-token log-probs for every beam (only the newest token goes in: the cache has the rest).
         logits = model.decode(tokens[:, step:step + 1], memory, src_mask, cache)  # (B*k, 1, V)
         cache.length += 1
-        log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1).view(B, k, -1)  # (B, k, V)
-        V = log_probs.shape[-1]
-        log_probs[..., BOS_ID] = float("-inf")  # never generated (PAD is handled in step 2)
-        log_probs[..., EOS_ID] = log_probs[..., EOS_ID].masked_fill(step < eos_from, float("-inf"))
-        at_limit = (step >= max_lens)[:, None, None] & (torch.arange(V, device=device) != EOS_ID)
-        log_probs = log_probs.masked_fill(at_limit, float("-inf"))  # at the length limit only EOS
+        log_probs = torch.log_softmax(logits[:, -1], dim=-1, dtype=torch.float32)  # (B*k, V), fp32 in one pass
+        log_probs[:, [PAD_ID, BOS_ID]] = float("-inf")  # never chosen (PAD only continues ended beams, below)
+        log_probs[:, EOS_ID] = log_probs[:, EOS_ID].masked_fill((step < eos_from).repeat_interleave(k), float("-inf"))
 
-        # 2. Finished beams may only emit PAD, at cost 0; open beams never. Add the running scores.
-        log_probs = log_probs.masked_fill(finished[..., None], float("-inf"))
-        log_probs[..., PAD_ID] = torch.where(finished, 0.0, float("-inf"))
-        candidates = scores[..., None] + log_probs  # (B, k, V)
+        # 2. Each beam's k best tokens: the best k continuations of a sentence are among them, and
+        #    what follows works on (B, k, k), not (B, k, V). At the length limit the only
+        #    continuation is EOS; an ended beam's is PAD, at cost 0. Add the running scores.
+        eos_log_probs = log_probs[:, EOS_ID].view(B, k, 1)
+        log_probs, top_tokens = log_probs.topk(k, dim=-1)  # (B*k, k)
+        log_probs, top_tokens = log_probs.view(B, k, k), top_tokens.view(B, k, k)
+        if step >= shortest_limit:
+            at_limit = (step >= max_lens)[:, None, None]  # (B, 1, 1)
+            eos = torch.where(first_slot, eos_log_probs, float("-inf"))  # (B, k, k)
+            log_probs, top_tokens = log_probs.where(~at_limit, eos), top_tokens.masked_fill(at_limit, EOS_ID)
+        if any_finished:
+            pad = torch.where(first_slot, 0.0, float("-inf"))  # (k,)
+            log_probs = log_probs.where(~finished[..., None], pad)
+            top_tokens = top_tokens.masked_fill(finished[..., None], PAD_ID)
+        candidates = scores[..., None] + log_probs  # (B, k, k)
 
-        # 3. Best k of the k*V continuations of each sentence.
-        scores, origin, token = top_k_over_beams(candidates, k)  # (B, k) each
+        # 3. Best k of the k*k continuations of each sentence (= the best k of all k*V).
+        scores, origin, token = top_k_over_beams(candidates, top_tokens, k)  # (B, k) each
 
         # 4. Gather the surviving beams' state by origin; the cache reorders its self-attention K/V.
         rows = (row_offset + origin).view(-1)  # (B*k,)
@@ -82,8 +99,10 @@ def beam_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, *
         # 5. Mark ended beams; stop when every beam has ended (the limit forces that at the last step).
         #    A beam at -inf (fewer than k possible continuations) holds no hypothesis: it ends too.
         finished = was_finished | (token == EOS_ID) | scores.isneginf()
-        if finished.all():
+        done = int(finished.sum())  # the one host sync per step
+        if done == B * k:
             break
+        any_finished = done > 0
 
     final = scores / length_penalty(lengths, alpha)  # (B, k)
     final, order = final.sort(dim=1, descending=True)

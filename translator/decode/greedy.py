@@ -30,7 +30,7 @@ def greedy_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor,
     for step in range(steps):
         logits = model.decode(tokens[:, step:step + 1], memory, src_mask, cache)  # (B, 1, V)
         cache.length += 1
-        log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (B, V)
+        log_probs = torch.log_softmax(logits[:, -1], dim=-1, dtype=torch.float32)  # (B, V)
         log_probs[:, [PAD_ID, BOS_ID]] = float("-inf")  # never generated
         log_probs[:, EOS_ID] = log_probs[:, EOS_ID].masked_fill(step < eos_from, float("-inf"))
         token = log_probs.argmax(dim=-1)  # (B,)
