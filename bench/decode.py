@@ -11,7 +11,9 @@ L = the longest reference (newstest2014.de, same tokenizer) in the batch, plus E
 with min_len = max_len = L (EOS is forced at step L); HF with min_new_tokens = max_new_tokens =
 L + 1. Both make L + 1 decoder steps over 32 x 4 rows and count 32 x (L + 1) target tokens.
 Each (system, device, dtype) runs in its own process after one untimed warm-up batch; CPU peak
-memory is that process's peak RSS (ru_maxrss), CUDA peak memory is max_memory_allocated.
+memory is that process's peak RSS (ru_maxrss: libraries, the model as built in fp32, then
+decoding), shown beside its RSS just before the timed run; CUDA peak memory is
+torch.cuda.max_memory_allocated during the timed run.
 """
 
 from __future__ import annotations
@@ -105,7 +107,7 @@ def worker(spec: dict, batches: list[dict]) -> dict:
     model = build(spec["system"], device, dtype)
     params = sum(p.numel() for p in model.parameters())
     decode_batch(spec["system"], model, {"src": batches[-1]["src"][:8], "length": 8}, spec["beam"], device)  # warm-up
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_before = _current_rss_mib()
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -119,6 +121,15 @@ def worker(spec: dict, batches: list[dict]) -> dict:
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     return {**spec, "params": params, "tokens": tokens, "seconds": round(seconds, 2),
             "tokens_per_s": round(tokens / seconds, 1), "peak_mib": round(peak), "rss_after_warmup_mib": round(rss_before)}
+
+
+def _current_rss_mib() -> float:
+    """Resident memory now (not the peak), from /proc; 0 where there is no /proc."""
+    try:
+        fields = Path("/proc/self/status").read_text().split("VmRSS:")[1].split()
+        return int(fields[0]) / 1024  # kB
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def run_all(specs: list[dict], data_file: Path, repeats: int) -> list[dict]:
@@ -144,7 +155,7 @@ def table(results: list[dict]) -> str:
     """Markdown rows with the speed-up of ours over HF at the same device and dtype."""
     hf = {(r["device"], r["dtype"]): r["tokens_per_s"] for r in results if r["system"] == "hf"}
     lines = ["| system | device | dtype | target tokens/s | speed-up vs HF | seconds | tokens | peak memory (MiB) "
-             "| CPU: RSS after warm-up (MiB) | parameters |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| CPU: RSS before timing (MiB) | parameters |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         ratio = r["tokens_per_s"] / hf[(r["device"], r["dtype"])] if (r["device"], r["dtype"]) in hf else None
         name = "ours (translator)" if r["system"] == "ours" else "HF MarianMT generate"

@@ -119,6 +119,14 @@ def test_over_long_line_is_translated_in_pieces_with_a_warning(tiny):
     assert out[1][0][0] == " ".join(pieces)  # the pieces' translations, joined
 
 
+def test_run_numbers_over_long_lines_across_chunks(tiny, capsys):
+    long_line = " ".join(SENTENCES * 2)
+    out = io.StringIO()
+    translate.run(tiny.model, tiny.tokenizer, tiny.cfg.decode, iter([["a", "b"], ["", long_line]]), out)
+    assert len(out.getvalue().splitlines()) == 4
+    assert capsys.readouterr().err.startswith("warning: line 4: ")
+
+
 def test_length_batches_cover_every_index_within_the_budget():
     lengths = [5, 1, 9, 3, 3, 12, 7, 2, 40, 6]
     batches = list(translate.length_batches(lengths, batch_tokens=24))

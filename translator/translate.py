@@ -111,11 +111,13 @@ def _cut_rank(pieces: list[str], i: int) -> tuple[bool, bool, int]:
 
 def translate_lines(model: Transformer, tokenizer: Tokenizer, lines: list[str], decode: DecodeConfig,
                     nbest: int = 1, warn: Callable[[str], None] | None = None,
-                    progress: Callable[[int, int], None] | None = None) -> list[list[tuple[str, float]]]:
+                    progress: Callable[[int, int], None] | None = None, first_line: int = 1
+                    ) -> list[list[tuple[str, float]]]:
     """Translate `lines`; returns, per input line and in input order, (text, score) best first.
 
     An empty (or whitespace-only) line gives one empty translation with score 0. `progress(done,
     total)` is called after each batch, counting sentences (pieces of over-long lines count apart).
+    Warnings number lines from `first_line`.
     """
     limit = model.cfg.max_positions - 1  # source tokens; with EOS they fill the positions
     pieces: list[list[int]] = []  # sub-sequences to decode
@@ -124,7 +126,7 @@ def translate_lines(model: Transformer, tokenizer: Tokenizer, lines: list[str], 
         if len(ids) > limit:
             parts = split_long(ids, limit, tokenizer.sp.id_to_piece(ids))
             if warn is not None:
-                warn(f"line {number + 1}: {len(ids)} tokens exceed the model's {limit}; "
+                warn(f"line {first_line + number}: {len(ids)} tokens exceed the model's {limit}; "
                      f"translated in {len(parts)} pieces, joined")
         else:
             parts = [ids] if ids else []
@@ -200,7 +202,7 @@ def run(model: Transformer, tokenizer: Tokenizer, decode: DecodeConfig, lines_in
     """
     count = 0
     for chunk in lines_in:
-        for hyps in translate_lines(model, tokenizer, chunk, decode, nbest, warn=_warn):
+        for hyps in translate_lines(model, tokenizer, chunk, decode, nbest, warn=_warn, first_line=count + 1):
             if nbest == 1:
                 out.write(hyps[0][0] + "\n")
             else:
