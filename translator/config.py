@@ -180,17 +180,17 @@ class DecodeConfig:
     length_penalty: float = 0.6
     """GNMT length-penalty exponent alpha (0 = none)."""
     max_len_a: float = 1.2
-    """Maximum output length is max_len_a * source_length + max_len_b tokens."""
+    """Maximum output length is max_len_a * source_length + max_len_b tokens (EOS not counted), capped by max_positions - 1."""
     max_len_b: int = 10
     """See max_len_a."""
     min_len: int = 0
-    """Minimum output length in tokens before EOS is allowed."""
+    """Minimum output length in tokens before EOS is allowed (the maximum length wins if smaller)."""
     batch_tokens: int = 4096
-    """Source tokens per decoding batch."""
+    """Source tokens per decoding batch, padding included (sentences are sorted by length first)."""
     device: str = "auto"
-    """`auto` (CUDA when present), `cpu`, `cuda` or `cuda:N`."""
+    """Inference device for `translate`/`eval` (their --device overrides): `auto` (CUDA when present), `cpu`, `cuda` or `cuda:N`."""
     dtype: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
-    """Inference dtype: auto = bf16 on CUDA that supports it, else fp32."""
+    """Inference dtype (--dtype overrides): auto = bf16 on CUDA that supports it, fp16 on older CUDA, fp32 on CPU (bf16 is ~1.8x faster on CPUs with native bf16)."""
 
 
 @dataclass(kw_only=True)
