@@ -48,5 +48,11 @@ def prepared(multi30k, tmp_path_factory) -> config.Config:
 
 
 @pytest.fixture(autouse=True)
-def _seed():
+def _seed_and_one_thread():
+    """Seeded, and one intra-op thread: tiny models gain nothing from two, and two OpenMP threads
+    spin-waiting against any other job on a 2-core machine were measured 10-20x slower."""
     torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -16,14 +16,6 @@ from translator.model.transformer import Transformer
 REFS = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch."]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run fastest on one thread; spin-waiting threads on shared cores are 10x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def save_tiny(prepared, path: Path, seed: int = 0, **state) -> Path:
     """A random 2+2-layer, d_model 32 checkpoint with the prepared tokenizer and data config."""

@@ -33,14 +33,6 @@ SENTENCES = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run fastest on one thread; spin-waiting threads on shared cores are 10x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 @pytest.fixture(scope="module")
 def tiny(prepared, tmp_path_factory):

@@ -95,11 +95,3 @@ def toy():
     """The ToyScorer class: toy(table, default=None, vocab=8, max_positions=64, floor=1e-6)."""
     return ToyScorer
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run fastest on one thread; several spin-waiting threads on shared cores are 10x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)

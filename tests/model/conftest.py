@@ -37,12 +37,3 @@ def src_batch():
     src[torch.arange(7)[None, :] >= lengths[:, None]] = PAD
     return src, (src != PAD)[:, None, None, :]
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models gain nothing from a second thread, and on a shared, busy 2-core machine OpenMP
-    threads waiting for each other made these tests 10x slower (measured: 77 s vs 7 s)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
