@@ -25,7 +25,7 @@ CkptArg = Annotated[Path, typer.Argument(help="Checkpoint written by `translator
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", "-s", metavar="KEY=VALUE",
                                                      help="Override a config value, e.g. train.lr=5e-4 (repeatable).")]
 DataOpt = Annotated[Optional[str], typer.Option("--data", metavar="PATH_OR_HF",
-                                                help="Data source: a directory of {split}.{lang} files or hf:NAME[:CONFIG].")]
+                                                help="Data source: hf:NAME[:CONFIG], or a directory of {split}.{lang}[.gz] / {split}.tsv / {split}.jsonl files or a save_to_disk dataset.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or log lines.")]
 BeamOpt = Annotated[Optional[int], typer.Option("--beam", min=1, help="Beam size (1 = greedy); default from the checkpoint.")]
 DeviceOpt = Annotated[Optional[str], typer.Option("--device", show_default="checkpoint's decode.device: auto",
@@ -152,10 +152,6 @@ def info(source: Annotated[Path, typer.Argument(help="A YAML config or a checkpo
 
 def _str(path: Path | None) -> str | None:
     return None if path is None else str(path)
-
-
-def _logger(quiet: bool):
-    return (lambda message: None) if quiet else (lambda message: typer.echo(message, err=True))
 
 
 def main() -> None:
