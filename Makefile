@@ -33,14 +33,15 @@ DATA_ARGS := --data $(DATA) --set data.splits.valid=valid --set data.splits.test
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 endif
+SAMPLE := A man in a blue shirt is playing the guitar on a stage.
 RUN_DIR = $(shell $(BIN)/python -c "from translator import config; print(config.load('$(CONFIG)').train.run_dir)")
 
 demo:
 	$(BIN)/translator prepare $(CONFIG) $(DATA_ARGS)
 	$(BIN)/translator train $(CONFIG) $(DATA_ARGS)
 	$(BIN)/translator eval $(RUN_DIR)/best.pt --split test
-	@echo "A man in a blue shirt is playing the guitar on a stage." | tee /dev/stderr | \
-		$(BIN)/translator translate $(RUN_DIR)/best.pt
+	@echo "source:      $(SAMPLE)"
+	@printf 'translation: '; echo "$(SAMPLE)" | $(BIN)/translator translate $(RUN_DIR)/best.pt
 
 # Speed and memory benchmarks; each writes docs/benchmarks/<name>.md (see docs/benchmarks.md).
 bench: bench-model bench-train bench-decode
