@@ -94,3 +94,23 @@ def test_cached_decoding_reproduces_full_sequence_logits_cuda_bf16(make_model, s
     full = model.decode(tgt, memory, src_mask)
     one_by_one, _ = _incremental(model, tgt, memory, src_mask, [1] * 7, torch.bfloat16)
     torch.testing.assert_close(one_by_one.float(), full.float(), atol=5e-2, rtol=5e-2)
+
+
+def test_reorder_equals_index_select_for_any_origin():
+    """Rows that continue themselves are skipped; sources that are also destinations are read first."""
+    from translator.model.cache import KVCache
+
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        cache = KVCache.allocate(2, 8, 2, 10, 4, torch.float32, "cpu")
+        for layer in cache.layers:
+            layer.self_k.normal_(generator=generator)
+            layer.self_v.normal_(generator=generator)
+        cache.length = int(torch.randint(0, 10, (), generator=generator))
+        origin = torch.randint(0, 8, (8,), generator=generator)
+        end = min(cache.length + 1, 10)
+        expected = [(layer.self_k[:, :, :end].index_select(0, origin), layer.self_v[:, :, :end].index_select(0, origin))
+                    for layer in cache.layers]
+        cache.reorder(origin)
+        for layer, (k, v) in zip(cache.layers, expected):
+            assert torch.equal(layer.self_k[:, :, :end], k) and torch.equal(layer.self_v[:, :, :end], v)
