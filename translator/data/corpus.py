@@ -82,7 +82,11 @@ def _datasets():
 
 def _load_hub(source: str, split: str):
     datasets = _datasets()
+    import huggingface_hub
+
     repo, _, subset = source[3:].partition(":")
+    # Its per-retry warnings would bury the one line below when the hub cannot be reached.
+    huggingface_hub.utils.logging.set_verbosity_error()
     try:
         return datasets.load_dataset(repo, subset or None, split=split)
     except Exception as err:  # noqa: BLE001 - any failure of a hub load gets the same advice
