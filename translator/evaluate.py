@@ -19,7 +19,8 @@ from rich.progress import (
 
 from translator.errors import TranslatorError
 from translator.files import atomic_write, read_lines
-from translator.translate import load, translate_lines
+from translator.prepare import prepared_dir
+from translator.translate import load, translate_lines, warn_stderr
 
 
 @dataclass
@@ -68,7 +69,7 @@ def run(ckpt: str, split: str, src_file: str | None, ref_file: str | None, hyp_f
     if (src_file is None) != (ref_file is None):
         raise TranslatorError("--src and --ref go together", "eval", "give both, or neither to use a split")
     if src_file is None:
-        folder = Path(cfg.data.data_dir) / cfg.data.name
+        folder = prepared_dir(cfg.data)
         src_file, ref_file = folder / f"{split}.{cfg.data.src_lang}", folder / f"{split}.{cfg.data.tgt_lang}"
         if not Path(src_file).is_file():
             raise TranslatorError(f"split {split!r} not found", str(folder),
@@ -79,7 +80,7 @@ def run(ckpt: str, split: str, src_file: str | None, ref_file: str | None, hyp_f
                               "source and reference files must be line-aligned")
     with _progress_bar(quiet) as bar:
         task = bar.add_task("eval", total=None)
-        translated = translate_lines(model, tokenizer, sources, cfg.decode, warn=None if quiet else _warn,
+        translated = translate_lines(model, tokenizer, sources, cfg.decode, warn=None if quiet else warn_stderr,
                                      progress=lambda done, total: bar.update(task, completed=done, total=total))
     hyps = [h[0][0] for h in translated]
     hyp_path = Path(hyp_file) if hyp_file else Path(ckpt).parent / f"{Path(src_file).name}.hyp"
@@ -95,7 +96,3 @@ def _progress_bar(quiet: bool) -> Progress:
     return Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TextColumn("sentences"),
                     TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                     console=Console(stderr=True), disable=quiet, transient=True)
-
-
-def _warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)

@@ -202,7 +202,7 @@ def run(model: Transformer, tokenizer: Tokenizer, decode: DecodeConfig, lines_in
     """
     count = 0
     for chunk in lines_in:
-        for hyps in translate_lines(model, tokenizer, chunk, decode, nbest, warn=_warn, first_line=count + 1):
+        for hyps in translate_lines(model, tokenizer, chunk, decode, nbest, warn=warn_stderr, first_line=count + 1):
             if nbest == 1:
                 out.write(hyps[0][0] + "\n")
             else:
@@ -212,5 +212,5 @@ def run(model: Transformer, tokenizer: Tokenizer, decode: DecodeConfig, lines_in
     return count
 
 
-def _warn(message: str) -> None:
+def warn_stderr(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)

@@ -8,17 +8,16 @@ from contextlib import contextmanager
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from translator.translate import resolve_dtype
+
 
 def amp_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """Autocast dtype, or None for plain fp32.
 
     auto: bf16 on CUDA that supports it, fp16 (with a gradient scaler) on older CUDA, fp32 on CPU.
     """
-    if precision == "auto":
-        if device.type != "cuda":
-            return None
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    dtype = resolve_dtype(precision, device)  # the same rule as inference's --dtype
+    return None if dtype == torch.float32 else dtype
 
 
 def grad_scaler(device: torch.device, dtype: torch.dtype | None) -> torch.amp.GradScaler:
