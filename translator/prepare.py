@@ -22,8 +22,8 @@ from translator import __version__
 from translator.config import Config, DataConfig, dump, to_dict
 from translator.data import clean
 from translator.data.binarize import clean_to_scratch, encode_to_ids, sample_lines, sample_mask
-from translator.data.corpus import is_hub, load_split, pair_batches
-from translator.data.progress import Bars, summary_table
+from translator.data.corpus import is_hub, load_split, pair_batches, source_files
+from translator.data.progress import Bars, bytes_read, summary_table
 from translator.data.shards import id_dtype, write_ids
 from translator.data.tokenizer import Tokenizer, sha256_file, train_sentencepiece
 from translator.errors import TranslatorError
@@ -101,7 +101,9 @@ def _prepare(data: DataConfig, tmp: Path, bars: Bars) -> dict:
     cache = None if is_hub(data.source) else scratch / "datasets"  # local sources: Arrow copy, deleted at the end
     tables = {}
     for split in SPLITS:
-        with bars.step(f"load {split}"):
+        files = source_files(data, split)  # local files: a bar over their bytes; hub: a spinner
+        size = sum(f.stat().st_size for f in files) or None
+        with bars.step(f"load {split}", size, unit="B") as step, bytes_read(files, step.update):
             tables[split] = load_split(data, split, cache)
     held_out = {split: _read_pairs(tables.pop(split), data) for split in ("valid", "test")}
     cleaner = clean.Cleaner(data, (s for pairs in held_out.values() for side in pairs for s in side))
@@ -153,13 +155,18 @@ def _train_tokenizer(name: str, sides: tuple[str, ...], data: DataConfig, scratc
 
     def lines():
         yield from sample_lines(scratch, take, sides, reading.advance)
-        reading.finish()  # SentencePiece has read everything; its training reports no progress
+        reading.finish()  # SentencePiece has read everything; now it trains
         training.append(bars.step(f"spm train {name}"))
+
+    def trained(done: int, total: int) -> None:  # SentencePiece's log, read on another thread
+        if training:
+            training[0].update(done, total)
 
     model = train_sentencepiece(
         lines(), tmp / name.removesuffix(".model"), vocab_size=data.vocab_size, model_type=data.spm_model_type,
         character_coverage=data.character_coverage, byte_fallback=data.byte_fallback,
-        input_sentence_size=0, seed=SEED)  # 0: the sample above is the whole input
+        input_sentence_size=0, seed=SEED,  # 0: the sample above is the whole input
+        progress=None if bars.quiet else trained)
     for step in training:
         step.finish()
     return Tokenizer(model)

@@ -42,6 +42,19 @@ def load_split(data: DataConfig, split: str, cache_dir: Path | None = None):
     return table
 
 
+def source_files(data: DataConfig, split: str) -> list[Path]:
+    """The local files that `load_split` reads for our split `split`; [] for hub and save_to_disk sources."""
+    root = Path(data.source)
+    if is_hub(data.source) or not root.is_dir() or (root / "dataset_dict.json").is_file():
+        return []
+    name = data.splits.get(split, split)
+    texts = [_find(root, f"{name}.{lang}") for lang in (data.src_lang, data.tgt_lang)]
+    if all(texts):
+        return texts
+    found = _find(root, f"{name}.tsv") or _find(root, f"{name}.jsonl") or _find(root, f"{name}.json")
+    return [found] if found else []
+
+
 def languages(table) -> list[str]:
     """Language codes a table offers: fields of a `translation` struct, else its string columns."""
     schema = table.data.schema

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from rich.console import Console
+from rich.filesize import decimal
 from rich.progress import (
     BarColumn,
     Progress,
@@ -19,27 +25,41 @@ from rich.text import Text
 
 
 class StatsColumn(ProgressColumn):
-    """`done/total rate eta` for a bar, e.g. `1,200,000/4,500,000 52.1k/s eta 0:01:03`; blank for a spinner."""
+    """`done/total rate eta` for a bar, e.g. `1,200,000/4,500,000 52.1k/s eta 0:01:03` (or in bytes,
+    `310.2 MB/1.3 GB 41.0 MB/s eta 0:00:24`); blank for a spinner."""
 
     def render(self, task: Task) -> Text:
         if not task.fields.get("bar"):
             return Text("")
         speed = task.finished_speed or task.speed or 0.0
-        rate = f"{speed / 1e6:.1f}M/s" if speed >= 1e6 else f"{speed / 1e3:.1f}k/s" if speed >= 1e3 else f"{speed:.0f}/s"
+        if task.fields.get("unit") == "B":
+            counts, rate = f"{decimal(int(task.completed))}/{decimal(int(task.total or 0))}", f"{decimal(int(speed))}/s"
+        else:
+            counts = f"{task.completed:,.0f}/{task.total:,.0f}"
+            rate = f"{speed / 1e6:.1f}M/s" if speed >= 1e6 else f"{speed / 1e3:.1f}k/s" if speed >= 1e3 else f"{speed:.0f}/s"
         left = task.time_remaining
         eta = "-:--:--" if left is None else time.strftime("%-H:%M:%S", time.gmtime(left))
-        return Text(f"{task.completed:,.0f}/{task.total:,.0f} {rate} eta {eta}", style="progress.data.speed")
+        return Text(f"{counts} {rate} eta {eta}", style="progress.data.speed")
 
 
 class Step:
-    """One line of the display: a bar over `total` items, or a spinner when total is None."""
+    """One line of the display: a bar over `total` items (or bytes, unit "B"), or a spinner while total is None."""
 
-    def __init__(self, progress: Progress, description: str, total: int | None, seconds: dict[str, float]) -> None:
-        self.progress, self.id = progress, progress.add_task(description, total=total, bar=total is not None)
+    def __init__(self, progress: Progress, description: str, total: int | None, seconds: dict[str, float],
+                 unit: str = "") -> None:
+        self.progress = progress
+        self.id = progress.add_task(description, total=total, bar=total is not None, unit=unit)
         self.description, self.seconds, self.started = description, seconds, time.time()
 
     def advance(self, n: int = 1) -> None:
         self.progress.advance(self.id, n)
+
+    def update(self, completed: int, total: int | None = None) -> None:
+        """Set the count; a total turns a spinner into a bar (thread-safe: rich locks its tasks)."""
+        if total is not None:
+            self.progress.update(self.id, completed=completed, total=total, bar=True)
+        else:
+            self.progress.update(self.id, completed=completed)
 
     def finish(self) -> None:
         """Show the step complete (a bar at 100 %, elapsed time frozen)."""
@@ -61,6 +81,7 @@ class Bars:
 
     def __init__(self, quiet: bool) -> None:
         self.seconds: dict[str, float] = {}  # step -> wall-clock seconds, once finished
+        self.quiet = quiet
         self.console = Console(stderr=True, quiet=quiet)
         self.progress = Progress(
             SpinnerColumn(), TextColumn("{task.description:<18}"), BarColumn(bar_width=12), TimeElapsedColumn(),
@@ -73,13 +94,13 @@ class Bars:
         return self
 
     def __exit__(self, kind, value, traceback) -> None:
-        if kind is not None:  # failed: no final render (a log then holds the error line alone)
+        if kind is not None and not self.console.is_terminal:  # failed: a log holds the error line alone
             self.console.quiet = True
-        self.progress.stop()
+        self.progress.stop()  # on a terminal the steps stay on screen, the error goes below them
 
-    def step(self, description: str, total: int | None = None) -> Step:
-        """A new line: a bar when `total` is known, else a spinner with elapsed time (a library call)."""
-        return Step(self.progress, description, total, self.seconds)
+    def step(self, description: str, total: int | None = None, unit: str = "") -> Step:
+        """A new line: a bar when `total` is known, else a spinner with elapsed time until `update` gives one."""
+        return Step(self.progress, description, total, self.seconds, unit)
 
     def print(self, renderable) -> None:
         self.console.print(renderable)
@@ -93,3 +114,54 @@ def summary_table(title: str, rows: list[tuple[str, str]]) -> Table:
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+@contextmanager
+def bytes_read(paths: list[Path], report: Callable[[int], None], every_s: float = 0.25) -> Iterator[None]:
+    """While a library reads `paths` inside this block, report how many of their bytes it has read.
+
+    `datasets` offers no progress hook, but on Linux the read offset of every open file is in
+    /proc/self/fdinfo; a thread polls it for our files (for .gz, the compressed bytes). Elsewhere
+    nothing is reported until the end, when the total is.
+    """
+    wanted = {os.path.realpath(p): 0 for p in paths}  # path -> furthest offset seen
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.wait(every_s):
+            for fd, path in _open_files():
+                if path in wanted:
+                    wanted[path] = max(wanted[path], _offset(fd))
+            report(sum(wanted.values()))
+
+    watcher = threading.Thread(target=poll, daemon=True)
+    if Path("/proc/self/fdinfo").is_dir():
+        watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        if watcher.is_alive():
+            watcher.join()
+    report(sum(Path(p).stat().st_size for p in paths))
+
+
+def _open_files() -> list[tuple[str, str]]:
+    """(fd, real path) of this process's open files."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found.append((fd, os.readlink(f"/proc/self/fd/{fd}")))
+        except OSError:  # closed meanwhile
+            pass
+    return found
+
+
+def _offset(fd: str) -> int:
+    try:
+        for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines():
+            if line.startswith("pos:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0

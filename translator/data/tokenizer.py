@@ -5,7 +5,11 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-from collections.abc import Iterable
+import re
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import sentencepiece as spm
@@ -25,16 +29,18 @@ def train_sentencepiece(
     byte_fallback: bool = False,
     input_sentence_size: int = 0,
     seed: int = 1,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Path:
     """Train a SentencePiece model on `sentences`; writes and returns `{model_prefix}.model`.
 
     The model comes back in memory (model_writer) rather than through model_prefix, which
     SentencePiece would store inside the model: the same data then gives the same bytes wherever
-    it is prepared, so the checksum identifies the vocabulary.
+    it is prepared, so the checksum identifies the vocabulary. `progress(done, total)`, when given,
+    follows the training itself (see TrainingLog), called from another thread.
     """
     spm.set_random_generator_seed(seed)
     model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
+    options = dict(
         sentence_iterator=iter(sentences),
         model_writer=model,
         vocab_size=vocab_size,
@@ -46,11 +52,78 @@ def train_sentencepiece(
         pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
         hard_vocab_limit=False,
         num_threads=os.cpu_count() or 1,
-        minloglevel=2,
     )
+    if progress is None:
+        spm.SentencePieceTrainer.train(**options, minloglevel=2)
+    else:  # its log is the only progress it gives: read it, show none of it
+        with stderr_lines(TrainingLog(vocab_size, progress)):
+            spm.SentencePieceTrainer.train(**options, minloglevel=0)
     path = Path(f"{model_prefix}.model")
     path.write_bytes(model.getvalue())
     return path
+
+
+class TrainingLog:
+    """SentencePiece's training log, line by line -> progress(done, total).
+
+    Unigram prunes its seed pieces down to the vocabulary size over EM rounds (`EM sub_iter=.. size=N`):
+    done = pieces pruned so far. BPE merges up to the vocabulary size (`Merged: .. merges=N`): done = merges.
+    Each round's time grows with the pieces it handles as do the pieces it removes, so the rate is steady
+    enough for an ETA. Before the seed pieces are known there is no total (a spinner).
+    """
+
+    def __init__(self, vocab_size: int, progress: Callable[[int, int], None]) -> None:
+        self.vocab_size, self.progress, self.seed = vocab_size, progress, 0
+
+    def __call__(self, line: str) -> None:
+        if found := re.search(r"Initialized (\d+) seed pieces", line):
+            self.seed = int(found[1])
+            self.progress(0, max(self.seed - self.vocab_size, 1))
+        elif self.seed and (found := re.search(r"EM sub_iter=\d+ size=(\d+)", line)):
+            self.progress(min(max(self.seed - int(found[1]), 0), self.seed - self.vocab_size), self.seed - self.vocab_size)
+        elif found := re.search(r"Merged: .*merges=(\d+)", line):
+            self.progress(min(int(found[1]), self.vocab_size), self.vocab_size)
+
+
+@contextmanager
+def stderr_lines(on_line: Callable[[str], None]) -> Iterator[None]:
+    """Inside the block, what C/C++ code writes to file descriptor 2 goes to `on_line`, line by line.
+
+    Python's own writes (our progress display) keep going where they went: when sys.stderr is
+    file descriptor 2, it is pointed at a copy of it for the duration.
+    """
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    original = os.dup(2)
+    python_stderr = sys.stderr
+    if _fileno(python_stderr) == 2:
+        sys.stderr = open(os.dup(original), "w", buffering=1, encoding="utf-8", errors="replace")  # noqa: SIM115
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    reader = threading.Thread(target=_read_lines, args=(read_end, on_line), daemon=True)
+    reader.start()
+    try:
+        yield
+    finally:
+        os.dup2(original, 2)  # closes the pipe's last write end: the reader gets EOF and ends
+        os.close(original)
+        reader.join()
+        if sys.stderr is not python_stderr:
+            sys.stderr.close()
+            sys.stderr = python_stderr
+
+
+def _read_lines(fd: int, on_line: Callable[[str], None]) -> None:
+    with open(fd, encoding="utf-8", errors="replace") as pipe:
+        for line in pipe:
+            on_line(line)
+
+
+def _fileno(stream) -> int:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return -1
 
 
 class Tokenizer:

@@ -1,0 +1,80 @@
+"""Progress for the steps no library reports on: reading local files, and SentencePiece training."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.data.conftest import small_splits, tiny_config, write_text_corpus
+from translator.data.corpus import load_split, source_files
+from translator.data.progress import bytes_read
+from translator.data.tokenizer import TrainingLog, train_sentencepiece
+
+
+@pytest.mark.skipif(not Path("/proc/self/fdinfo").is_dir(), reason="read offsets come from Linux /proc")
+def test_bytes_read_follows_a_file_read_elsewhere(tmp_path):
+    path = tmp_path / "big.txt"
+    path.write_bytes(b"x" * 1_000_000)
+    seen: list[int] = []
+    halfway = threading.Event()
+
+    def reader():  # another thread reads half, pauses long enough to be seen, then the rest
+        with open(path, "rb", buffering=0) as handle:  # unbuffered: the offset is exact
+            handle.read(500_000)
+            halfway.set()
+            time.sleep(0.5)
+            handle.read()
+
+    with bytes_read([path], seen.append, every_s=0.05):
+        thread = threading.Thread(target=reader)
+        thread.start()
+        thread.join()
+    assert halfway.is_set()
+    assert 500_000 in seen  # the pause was seen, at the reader's offset
+    assert seen == sorted(seen) and seen[-1] == 1_000_000
+
+
+def test_source_files_are_what_load_split_reads(tmp_path):
+    cfg = tiny_config(write_text_corpus(tmp_path / "corpus", small_splits()), tmp_path / "data")
+    files = source_files(cfg.data, "train")
+    assert [f.name for f in files] == ["train.en", "train.de"]
+    seen: list[int] = []
+    with bytes_read(files, seen.append):
+        table = load_split(cfg.data, "train", tmp_path / "cache")
+    assert table.num_rows == 300 and seen[-1] == sum(f.stat().st_size for f in files)
+    assert source_files(tiny_config("hf:wmt14:de-en", tmp_path / "data").data, "train") == []
+
+
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+def test_sentencepiece_training_reports_progress_and_gives_the_same_model(tmp_path, model_type):
+    en, de = small_splits()["train"]
+    sentences = en + de
+    reports: list[tuple[int, int]] = []
+    quiet = train_sentencepiece(sentences, tmp_path / "quiet", vocab_size=300, model_type=model_type)
+    followed = train_sentencepiece(sentences, tmp_path / "followed", vocab_size=300, model_type=model_type,
+                                   progress=lambda done, total: reports.append((done, total)))
+    assert quiet.read_bytes() == followed.read_bytes()  # reading the log changes nothing
+    assert reports, "no progress reported"
+    done = [d for d, _ in reports]
+    assert done == sorted(done) and all(0 <= d <= t for d, t in reports)
+    assert done[-1] > 0
+
+    os.write(2, b"")  # file descriptor 2 is usable again (restored, not left on the closed pipe)
+
+
+def test_training_log_lines_map_to_progress():
+    reports: list[tuple[int, int]] = []
+    log = TrainingLog(1000, lambda d, t: reports.append((d, t)))
+    for line in ["I0000 trainer_interface.cc:446] Loaded all 58000 sentences",
+                 "I0000 unigram_model_trainer.cc:514] Initialized 5000 seed pieces",
+                 "I0000 unigram_model_trainer.cc:903] EM sub_iter=0 size=4000 obj=10.2 num_tokens=8",
+                 "I0000 unigram_model_trainer.cc:903] EM sub_iter=1 size=1100 obj=8.0 num_tokens=8"]:
+        log(line)
+    assert reports == [(0, 4000), (1000, 4000), (3900, 4000)]
+    bpe: list[tuple[int, int]] = []
+    TrainingLog(1000, lambda d, t: bpe.append((d, t)))("I0000 bpe_model_trainer.cc:421] Merged: freq=19 merges=900 piece=ab")
+    assert bpe == [(900, 1000)]
