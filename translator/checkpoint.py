@@ -25,7 +25,8 @@ def save(path: str | Path, model: torch.nn.Module, cfg: Config, tokenizer: Token
         "format": 1,
         "model": model.state_dict(),
         "config": to_dict(cfg),
-        "tokenizer": {"proto": tokenizer.proto(), "sha256": tokenizer.checksum()},
+        "tokenizer": {"proto": tokenizer.proto(), "sha256": tokenizer.checksum(),
+                      **({} if tokenizer.joint else {"target_proto": tokenizer.target_proto()})},
         "state": state or {},
     }
     with atomic_write(path, "wb") as handle:
@@ -52,7 +53,7 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> tuple[Transfor
     cfg = from_dict(payload["config"], str(path))
     model = Transformer(cfg.model)
     model.load_state_dict(payload["model"])
-    tokenizer = Tokenizer.from_proto(payload["tokenizer"]["proto"])
+    tokenizer = Tokenizer.from_proto(payload["tokenizer"]["proto"], payload["tokenizer"].get("target_proto"))
     return model.to(device).eval(), cfg, tokenizer
 
 

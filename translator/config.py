@@ -72,7 +72,9 @@ class DataConfig:
 @dataclass(kw_only=True)
 class ModelConfig:
     vocab_size: int = 0
-    """Vocabulary size; 0 = take it from the prepared data's SentencePiece model."""
+    """Target (or joint) vocabulary size; 0 = take it from the prepared data's SentencePiece model."""
+    src_vocab_size: int = 0
+    """Source vocabulary size when the vocabularies are separate; 0 = joint (the source uses vocab_size's)."""
     d_model: int = 512
     """Width of embeddings and residual stream."""
     n_heads: int = 8
@@ -98,7 +100,7 @@ class ModelConfig:
     scale_embeddings: bool = True
     """Multiply embeddings by sqrt(d_model)."""
     tie_embeddings: bool = True
-    """Share source embeddings, target embeddings and the output projection (needs a joint vocab)."""
+    """Share target embeddings and the output projection, and with a joint vocabulary the source embeddings too."""
     gradient_checkpointing: bool = False
     """Recompute each layer's activations in the backward pass to save memory."""
 

@@ -236,15 +236,9 @@ def summary_rows(manifest: dict) -> list[tuple[str, str]]:
 
 
 def load_manifest(data: DataConfig) -> dict:
-    """The prepare manifest; refuses data that training cannot use yet (separate vocabularies)."""
+    """The prepare manifest of `data`, which training reads."""
     path = prepared_dir(data) / "manifest.json"
     if not path.is_file():
         raise TranslatorError("prepared data not found", str(prepared_dir(data)),
                               "run `translator prepare CONFIG` first")
-    manifest = json.loads(path.read_text())
-    if not manifest.get("joint_vocab", True):
-        raise TranslatorError(
-            "the data was prepared with separate source/target vocabularies; the model shares one vocabulary "
-            "(tied embeddings, one tokenizer per checkpoint)", str(prepared_dir(data)),
-            "set data.joint_vocab: true and run `translator prepare` again")
-    return manifest
+    return json.loads(path.read_text())

@@ -15,8 +15,9 @@ def describe(source: str, overrides: list[str]) -> str:
     else:
         cfg = config.load(source, overrides)
     m = cfg.model
-    if m.vocab_size == 0:  # not trained yet: the joint SentencePiece vocabulary the data config asks for
+    if m.vocab_size == 0:  # not trained yet: the SentencePiece vocabularies the data config asks for
         m.vocab_size = cfg.data.vocab_size
+        m.src_vocab_size = 0 if cfg.data.joint_vocab else cfg.data.vocab_size
     import torch
 
     with torch.device("meta"):  # count without allocating (big configs stay instant)
@@ -29,7 +30,8 @@ def describe(source: str, overrides: list[str]) -> str:
         f"Transformer ({m.norm}-LN, {m.positions} positions, {'tied' if m.tie_embeddings else 'untied'} embeddings)",
         f"  encoder {m.n_encoder_layers} x, decoder {m.n_decoder_layers} x layers; d_model {m.d_model}, "
         f"d_ff {m.d_ff}, heads {m.n_heads} ({attention}: kv heads {kv}, d_head {d_head})",
-        f"  vocabulary {m.vocab_size}, max positions {m.max_positions}, dropout {m.dropout}",
+        f"  vocabulary {m.vocab_size if m.src_vocab_size == 0 else f'{m.src_vocab_size} src / {m.vocab_size} tgt'}, "
+        f"max positions {m.max_positions}, dropout {m.dropout}",
         f"  decoder KV cache: {cache_per_token:,} values per target token and hypothesis",
         f"  parameters: {n_params:,} ({n_params / 1e6:.2f}M)",
     ]

@@ -127,45 +127,71 @@ def _fileno(stream) -> int:
 
 
 class Tokenizer:
-    """A loaded SentencePiece model: text <-> ids, with our fixed special ids."""
+    """A translation model's SentencePiece models: the source's encodes, the target's decodes.
 
-    def __init__(self, model_path: str | Path) -> None:
-        path = Path(model_path)
-        if not path.is_file():
-            raise TranslatorError("SentencePiece model not found", str(path), "run `translator prepare` first")
-        self._init(path.read_bytes())
+    With a joint vocabulary (the default) they are one model; with separate vocabularies
+    (`data.joint_vocab: false`) the target model is its own, and ids of the two sides differ.
+    """
+
+    def __init__(self, model_path: str | Path, target_path: str | Path | None = None) -> None:
+        protos = []
+        for path in (Path(model_path), *([Path(target_path)] if target_path else [])):
+            if not path.is_file():
+                raise TranslatorError("SentencePiece model not found", str(path), "run `translator prepare` first")
+            protos.append(path.read_bytes())
+        self._init(*protos)
 
     @classmethod
-    def from_proto(cls, proto: bytes) -> Tokenizer:
-        """Rebuild from the serialized model embedded in a checkpoint."""
+    def from_proto(cls, proto: bytes, target_proto: bytes | None = None) -> Tokenizer:
+        """Rebuild from the serialized model(s) embedded in a checkpoint."""
         tokenizer = cls.__new__(cls)
-        tokenizer._init(proto)
+        tokenizer._init(proto, target_proto)
         return tokenizer
 
-    def _init(self, proto: bytes) -> None:
-        self._proto = proto
-        self.sp = spm.SentencePieceProcessor(model_proto=proto)
-        if (self.sp.pad_id(), self.sp.bos_id(), self.sp.eos_id()) != (PAD_ID, BOS_ID, EOS_ID):
-            raise TranslatorError("SentencePiece model has unexpected special-token ids",
-                                  fix="train it with `translator prepare`")
+    def _init(self, proto: bytes, target_proto: bytes | None = None) -> None:
+        self._proto, self._target_proto = proto, target_proto
+        self.sp = _processor(proto)  # the source side
+        self.target_sp = _processor(target_proto) if target_proto else self.sp
+
+    @property
+    def joint(self) -> bool:
+        return self._target_proto is None
 
     def proto(self) -> bytes:
         return self._proto
 
+    def target_proto(self) -> bytes | None:
+        """The target model's bytes; None when the vocabulary is joint."""
+        return self._target_proto
+
     @property
     def vocab_size(self) -> int:
+        """Pieces of the source model (of the one model when joint)."""
         return self.sp.get_piece_size()
 
+    @property
+    def target_vocab_size(self) -> int:
+        return self.target_sp.get_piece_size()
+
     def checksum(self) -> str:
-        return hashlib.sha256(self._proto).hexdigest()
+        """sha256 of the model; with separate vocabularies, of the source model's bytes then the target's."""
+        return hashlib.sha256(self._proto + (self._target_proto or b"")).hexdigest()
 
     def encode(self, texts: list[str]) -> list[list[int]]:
-        """Ids without BOS/EOS; callers add them where the model needs them."""
+        """Source ids without BOS/EOS; callers add them where the model needs them."""
         return self.sp.encode(texts)
 
     def decode(self, ids: list[list[int]]) -> list[str]:
-        """Text from ids; special tokens are dropped."""
-        return self.sp.decode([[i for i in seq if i > EOS_ID] for seq in ids])
+        """Text from target ids; special tokens are dropped."""
+        return self.target_sp.decode([[i for i in seq if i > EOS_ID] for seq in ids])
+
+
+def _processor(proto: bytes) -> spm.SentencePieceProcessor:
+    sp = spm.SentencePieceProcessor(model_proto=proto)
+    if (sp.pad_id(), sp.bos_id(), sp.eos_id()) != (PAD_ID, BOS_ID, EOS_ID):
+        raise TranslatorError("SentencePiece model has unexpected special-token ids",
+                              fix="train it with `translator prepare`")
+    return sp
 
 
 def sha256_file(path: str | Path) -> str:

@@ -17,8 +17,8 @@ from translator.model.layers import DecoderLayer, Embeddings, EncoderLayer
 class Transformer(nn.Module):
     """Vaswani et al. (2017), pre-LN by default (with a final LayerNorm on each stack) or post-LN.
 
-    With `tie_embeddings`, source embeddings, target embeddings and the output projection share
-    one (V, D) matrix, which needs a joint vocabulary.
+    With `tie_embeddings`, target embeddings and the output projection share one (V, D) matrix,
+    and with a joint vocabulary (src_vocab_size 0) the source embeddings share it too.
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
@@ -26,8 +26,10 @@ class Transformer(nn.Module):
         if cfg.vocab_size <= 0:
             raise ValueError("ModelConfig.vocab_size must be set before building the model")
         self.cfg = cfg
-        src_token = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        tgt_token = src_token if cfg.tie_embeddings else nn.Embedding(cfg.vocab_size, cfg.d_model)
+        joint = cfg.src_vocab_size == 0  # one vocabulary for both sides
+        tgt_token = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        src_token = tgt_token if cfg.tie_embeddings and joint else nn.Embedding(
+            cfg.vocab_size if joint else cfg.src_vocab_size, cfg.d_model)
         self.src_embed, self.tgt_embed = Embeddings(src_token, cfg), Embeddings(tgt_token, cfg)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from translator.config import Config
+from translator.config import Config, ModelConfig
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
 from translator.model.transformer import Transformer
@@ -45,15 +45,24 @@ class Session:
     metrics: Metrics | None = None
 
 
+def _set_vocab_sizes(model: ModelConfig, tokenizer: Tokenizer) -> None:
+    """Fill vocab_size / src_vocab_size from the tokenizer (0 = automatic), or check the values given."""
+    sizes = {"vocab_size": tokenizer.target_vocab_size, "src_vocab_size": 0 if tokenizer.joint else tokenizer.vocab_size}
+    for name, size in sizes.items():
+        given = getattr(model, name)
+        if given == 0:
+            setattr(model, name, size)
+        elif given != size:
+            raise TranslatorError(f"model.{name}={given} but the prepared data's vocabulary has {size} pieces",
+                                  f"model.{name}", "set it to 0 (automatic)")
+
+
 def setup(cfg: Config, quiet: bool) -> Session:
     """Tokenizer, process group, seeded model, optimizer and scaler; resumed when run_dir/last.pt exists."""
-    load_manifest(cfg.data)
-    tokenizer = Tokenizer(prepared_dir(cfg.data) / "spm.model")
-    if cfg.model.vocab_size == 0:
-        cfg.model.vocab_size = tokenizer.vocab_size
-    elif cfg.model.vocab_size != tokenizer.vocab_size:
-        raise TranslatorError(f"model.vocab_size={cfg.model.vocab_size} but the tokenizer has "
-                              f"{tokenizer.vocab_size} pieces", "model.vocab_size", "set it to 0 (automatic)")
+    vocab, folder = load_manifest(cfg.data)["vocab"], prepared_dir(cfg.data)
+    src, tgt = folder / vocab["src"]["file"], folder / vocab["tgt"]["file"]
+    tokenizer = Tokenizer(src) if src == tgt else Tokenizer(src, tgt)
+    _set_vocab_sizes(cfg.model, tokenizer)
     t, d = cfg.train, distributed.init(cfg.train.device)
     seed_all(t.seed)  # the same initial weights on every process
     model = Transformer(cfg.model).to(d.device)
