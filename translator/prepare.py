@@ -101,7 +101,11 @@ def _prepare(data: DataConfig, tmp: Path, bars: Bars) -> dict:
     cache = None if is_hub(data.source) else scratch / "datasets"  # local sources: Arrow copy, deleted at the end
     tables = {}
     for split in SPLITS:
-        files = source_files(data, split)  # local files: a bar over their bytes; hub: a spinner
+        if is_hub(data.source) and not bars.quiet:  # the hub's own download bars, then ours again
+            with bars.step(f"load {split}"), bars.paused():
+                tables[split] = load_split(data, split, hub_bars=True)
+            continue
+        files = source_files(data, split)  # local files: a bar over the bytes `datasets` has read
         size = sum(f.stat().st_size for f in files) or None
         with bars.step(f"load {split}", size, unit="B") as step, bytes_read(files, step.update):
             tables[split] = load_split(data, split, cache)

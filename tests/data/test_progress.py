@@ -78,3 +78,26 @@ def test_training_log_lines_map_to_progress():
     bpe: list[tuple[int, int]] = []
     TrainingLog(1000, lambda d, t: bpe.append((d, t)))("I0000 bpe_model_trainer.cc:421] Merged: freq=19 merges=900 piece=ab")
     assert bpe == [(900, 1000)]
+
+
+def test_a_hub_download_draws_the_hubs_own_bars_between_ours(tmp_path, monkeypatch):
+    import datasets
+    import huggingface_hub
+    from datasets.utils.tqdm import are_progress_bars_disabled
+
+    from translator import prepare
+
+    splits, seen = small_splits(120), []
+
+    def fake_hub(repo, subset=None, split=None, **kwargs):
+        seen.append((are_progress_bars_disabled(), huggingface_hub.utils.are_progress_bars_disabled()))
+        en, de = splits[{"train": "train", "validation": "valid", "test": "test"}[split]]
+        return datasets.Dataset.from_dict({"translation": [{"de": d, "en": e} for e, d in zip(en, de)]})
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_hub)
+    cfg = tiny_config("hf:wmt14:de-en", tmp_path / "data", "data.splits.valid=validation")
+    prepare.run(cfg, log=lambda line: None)
+    assert seen == [(False, False)] * 3  # shown while loading each split
+    assert are_progress_bars_disabled()  # and off again for the rest of the job
+    prepare.run(cfg, force=True, quiet=True)
+    assert seen[3:] == [(True, True)] * 3  # --quiet: nobody's bars

@@ -26,14 +26,15 @@ def is_hub(source: str) -> bool:
     return source.startswith("hf:")
 
 
-def load_split(data: DataConfig, split: str, cache_dir: Path | None = None):
+def load_split(data: DataConfig, split: str, cache_dir: Path | None = None, hub_bars: bool = False):
     """Our split `split` (train/valid/test), mapped through data.splits, as a `datasets.Dataset`.
 
     Local sources are converted to Arrow under `cache_dir` (a scratch folder the caller deletes).
+    A hub download shows the hub's and `datasets`' own progress bars when `hub_bars`.
     """
     name = data.splits.get(split, split)
     if is_hub(data.source):
-        table = _load_hub(data.source, name)
+        table = _load_hub(data.source, name, hub_bars)
     else:
         table = _load_local(Path(data.source), name, data, cache_dir)
     check_languages(table, data.src_lang, data.tgt_lang, f"{data.source} ({name})")
@@ -93,13 +94,19 @@ def _datasets():
     return datasets
 
 
-def _load_hub(source: str, split: str):
+def _load_hub(source: str, split: str, bars: bool):
     datasets = _datasets()
     import huggingface_hub
 
     repo, _, subset = source[3:].partition(":")
     # Its per-retry warnings would bury the one line below when the hub cannot be reached.
     huggingface_hub.utils.logging.set_verbosity_error()
+    # Downloading and converting report only through their own bars (bytes, rate, ETA).
+    if bars:
+        datasets.enable_progress_bars()
+        huggingface_hub.utils.enable_progress_bars()
+    else:
+        huggingface_hub.utils.disable_progress_bars()
     try:
         return datasets.load_dataset(repo, subset or None, split=split)
     except Exception as err:  # noqa: BLE001 - any failure of a hub load gets the same advice
@@ -109,6 +116,8 @@ def _load_hub(source: str, split: str):
                                   "map ours with --set data.splits.NAME=THEIRS") from None
         raise TranslatorError(f"cannot load hub dataset {repo!r}: {first}", source,
                               "a hub source needs internet; offline, give a local path with --data PATH") from None
+    finally:
+        datasets.disable_progress_bars()
 
 
 def _load_local(root: Path, split: str, data: DataConfig, cache_dir: Path | None):

@@ -98,6 +98,21 @@ class Bars:
             self.console.quiet = True
         self.progress.stop()  # on a terminal the steps stay on screen, the error goes below them
 
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Take the display off the screen while a library draws its own bars, then bring it back below them.
+
+        Off a terminal there is no live display to take away (and stopping would print it).
+        """
+        if not self.console.is_terminal:
+            yield
+            return
+        self.progress.stop()
+        try:
+            yield
+        finally:
+            self.progress.start()
+
     def step(self, description: str, total: int | None = None, unit: str = "") -> Step:
         """A new line: a bar when `total` is known, else a spinner with elapsed time until `update` gives one."""
         return Step(self.progress, description, total, self.seconds, unit)
