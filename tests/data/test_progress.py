@@ -12,7 +12,7 @@ import pytest
 from tests.data.conftest import small_splits, tiny_config, write_text_corpus
 from translator.data.corpus import load_split, source_files
 from translator.data.progress import bytes_read
-from translator.data.tokenizer import TrainingLog, train_sentencepiece
+from translator.data.tokenizer import TrainingLog, stderr_lines, train_sentencepiece
 
 
 @pytest.mark.skipif(not Path("/proc/self/fdinfo").is_dir(), reason="read offsets come from Linux /proc")
@@ -101,3 +101,19 @@ def test_a_hub_download_draws_the_hubs_own_bars_between_ours(tmp_path, monkeypat
     assert are_progress_bars_disabled()  # and off again for the rest of the job
     prepare.run(cfg, force=True, quiet=True)
     assert seen[3:] == [(True, True)] * 3  # --quiet: nobody's bars
+
+
+def test_stderr_lines_keeps_draining_when_the_reader_fails():
+    """A log bigger than a pipe holds, with a line handler that raises: the writer must not block."""
+    lines: list[str] = []
+
+    def handler(line: str) -> None:
+        lines.append(line)
+        raise RuntimeError("display gone")
+
+    writer = threading.Thread(target=lambda: os.write(2, b"x" * 100 + b"\n" * 2000 + b"y" * 300_000 + b"\n"))
+    with stderr_lines(handler):
+        writer.start()
+        writer.join(timeout=10)
+        assert not writer.is_alive(), "the writer blocked on a full pipe"
+    assert lines == ["x" * 100 + "\n"]

@@ -68,8 +68,8 @@ class TrainingLog:
 
     Unigram prunes its seed pieces down to the vocabulary size over EM rounds (`EM sub_iter=.. size=N`):
     done = pieces pruned so far. BPE merges up to the vocabulary size (`Merged: .. merges=N`): done = merges.
-    Each round's time grows with the pieces it handles as do the pieces it removes, so the rate is steady
-    enough for an ETA. Before the seed pieces are known there is no total (a spinner).
+    An EM round's time and the pieces it prunes both scale with the current size, so the rate is steady
+    enough for an ETA. Until the seed pieces are known there is no total (a spinner).
     """
 
     def __init__(self, vocab_size: int, progress: Callable[[int, int], None]) -> None:
@@ -78,11 +78,15 @@ class TrainingLog:
     def __call__(self, line: str) -> None:
         if found := re.search(r"Initialized (\d+) seed pieces", line):
             self.seed = int(found[1])
-            self.progress(0, max(self.seed - self.vocab_size, 1))
+            self._report(0, self.seed - self.vocab_size)
         elif self.seed and (found := re.search(r"EM sub_iter=\d+ size=(\d+)", line)):
-            self.progress(min(max(self.seed - int(found[1]), 0), self.seed - self.vocab_size), self.seed - self.vocab_size)
+            self._report(self.seed - int(found[1]), self.seed - self.vocab_size)
         elif found := re.search(r"Merged: .*merges=(\d+)", line):
-            self.progress(min(int(found[1]), self.vocab_size), self.vocab_size)
+            self._report(int(found[1]), self.vocab_size)
+
+    def _report(self, done: int, total: int) -> None:
+        total = max(total, 1)
+        self.progress(min(max(done, 0), total), total)
 
 
 @contextmanager
@@ -116,7 +120,14 @@ def stderr_lines(on_line: Callable[[str], None]) -> Iterator[None]:
 def _read_lines(fd: int, on_line: Callable[[str], None]) -> None:
     with open(fd, encoding="utf-8", errors="replace") as pipe:
         for line in pipe:
-            on_line(line)
+            try:
+                on_line(line)
+            except Exception:  # noqa: BLE001 - keep draining: a full pipe would block the writer for good
+                on_line = _ignore
+
+
+def _ignore(line: str) -> None:
+    pass
 
 
 def _fileno(stream) -> int:
