@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from translator.model.cache import LayerKV
+from translator.model.linear import Linear
 
 
 class MultiHeadAttention(nn.Module):
@@ -24,10 +25,10 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads or n_heads
         self.d_head = d_model // n_heads
-        self.q_proj = nn.Linear(d_model, n_heads * self.d_head)
-        self.k_proj = nn.Linear(d_model, self.n_kv_heads * self.d_head)
-        self.v_proj = nn.Linear(d_model, self.n_kv_heads * self.d_head)
-        self.out_proj = nn.Linear(n_heads * self.d_head, d_model)
+        self.q_proj = Linear(d_model, n_heads * self.d_head)
+        self.k_proj = Linear(d_model, self.n_kv_heads * self.d_head)
+        self.v_proj = Linear(d_model, self.n_kv_heads * self.d_head)
+        self.out_proj = Linear(n_heads * self.d_head, d_model)
         self.dropout, self.rotary = dropout, rotary
 
     def _split(self, x: torch.Tensor, heads: int) -> torch.Tensor:
