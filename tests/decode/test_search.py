@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from translator.decode import log_softmax_into
 from translator.decode.beam import beam_search, length_penalty
 from translator.decode.greedy import greedy_search
 
@@ -152,6 +153,17 @@ def test_the_model_limit_caps_the_output(make_model, src_batch):
     src, src_mask = src[:, :5], src_mask[..., :5]
     for g in greedy_search(model, src, src_mask, max_len_a=3.0, max_len_b=50, min_len=50):
         assert len(g.tokens) == 5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_log_softmax_into_is_fp32_log_softmax_bit_for_bit(dtype):
+    out = torch.empty(6, 50)
+    for scale in (1.0, 30.0):  # the same buffer twice: nothing of the first call is left over
+        logits = (torch.randn(6, 50) * scale).to(dtype)
+        logits[0, :3] = float("-inf")
+        got = log_softmax_into(out, logits)
+        assert got.data_ptr() == out.data_ptr()
+        assert torch.equal(got, torch.log_softmax(logits, dim=-1, dtype=torch.float32))
 
 
 @pytest.mark.cuda

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from translator.decode import Hypothesis, eos_allowed_from, max_lengths, strip
+from translator.decode import Hypothesis, eos_allowed_from, log_softmax_into, max_lengths, strip
 from translator.model.transformer import Transformer
 
 
@@ -65,7 +65,9 @@ def beam_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, *
         # 1. Next-token log-probs for every beam (only the newest token goes in: the cache has the rest).
         logits = model.decode(tokens[:, step:step + 1], memory, src_mask, cache)  # (B*k, 1, V)
         cache.length += 1
-        log_probs = torch.log_softmax(logits[:, -1], dim=-1, dtype=torch.float32)  # (B*k, V), fp32 in one pass
+        if step == 0:  # written in place at every step (see log_softmax_into)
+            vocab_buffer = logits.new_empty(B * k, logits.shape[-1], dtype=torch.float32)  # (B*k, V)
+        log_probs = log_softmax_into(vocab_buffer, logits[:, -1])  # (B*k, V), fp32
         log_probs[:, [PAD_ID, BOS_ID]] = float("-inf")  # never chosen (PAD only continues ended beams, below)
         log_probs[:, EOS_ID] = log_probs[:, EOS_ID].masked_fill((step < eos_from).repeat_interleave(k), float("-inf"))
 
