@@ -65,8 +65,8 @@ class MultiHeadAttention(nn.Module):
             else:
                 k = self._split(self.k_proj(memory), self.n_kv_heads)  # (B, G, S, K)
                 v = self._split(self.v_proj(memory), self.n_kv_heads)
-                if kv is not None:
-                    kv.cross_k, kv.cross_v = k, v
+                if kv is not None:  # made contiguous once, or every step's matmuls would copy them
+                    k, v = kv.cross_k, kv.cross_v = k.contiguous(), v.contiguous()
             beams = N // k.shape[0]
             # fold beams into the query axis: (B*beams, H, T, K) -> (B, H, beams*T, K)
             q = q.view(-1, beams, self.n_heads, T, self.d_head).transpose(1, 2).flatten(2, 3)
