@@ -56,17 +56,20 @@ class KVCache:
     def reorder(self, origin: torch.Tensor) -> None:
         """Beam search: row i continues the hypothesis that was row origin[i] (N,).
 
-        Only the written prefix of the rows whose origin changed is moved (in a typical beam step
-        most rows continue themselves), in place, so the buffers stay the preallocated ones and a
-        step costs O(moved rows x length), not O(N x max_len). The prefix runs one position past
-        `length`, so reordering before or after the caller advances `length` gives the same cache.
+        Only the rows whose origin changed are moved (in a typical beam step most rows continue
+        themselves), in place, so the buffers stay the preallocated ones. A moved row is copied
+        whole, T_max positions, as one block of memory: index_select and index_put move such rows
+        much faster than the strided slice of the written prefix [:length + 1], which they used to
+        copy (micro-benchmark: as fast at a prefix of a quarter of T_max, ~1.5x faster from half
+        of it). Positions past the prefix are unread until written, so moving them is harmless and
+        reordering before or after the caller advances `length` gives the same cache.
         """
-        end = min(self.length + 1, self.max_len)
         moved = (origin != torch.arange(len(origin), device=origin.device)).nonzero().squeeze(1)  # (M,)
         if len(moved) == 0:
             return
         sources = origin.index_select(0, moved)
         for layer in self.layers:
             for buffer in (layer.self_k, layer.self_v):  # (N, G, T_max, K)
+                rows = buffer if buffer.is_contiguous() else buffer.transpose(2, 3)  # keys: their storage
                 # gather first (a copy), then write: a row may be both a source and a destination
-                buffer[moved, :, :end] = buffer[sources, :, :end]
+                rows[moved] = rows.index_select(0, sources)
