@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from translator.decode.beam import beam_search, length_penalty
+from translator.decode import log_softmax_into
+from translator.decode.beam import beam_search, length_penalty, top_k
 from translator.decode.greedy import greedy_search
 
 NEG_INF = float("-inf")
@@ -152,6 +153,34 @@ def test_the_model_limit_caps_the_output(make_model, src_batch):
     src, src_mask = src[:, :5], src_mask[..., :5]
     for g in greedy_search(model, src, src_mask, max_len_a=3.0, max_len_b=50, min_len=50):
         assert len(g.tokens) == 5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_log_softmax_into_is_fp32_log_softmax_bit_for_bit(dtype):
+    out = torch.empty(6, 50)
+    for scale in (1.0, 30.0):  # the same buffer twice: nothing of the first call is left over
+        logits = (torch.randn(6, 50) * scale).to(dtype)
+        logits[0, :3] = float("-inf")
+        got = log_softmax_into(out, logits)
+        assert got.data_ptr() == out.data_ptr()
+        assert torch.equal(got, torch.log_softmax(logits, dim=-1, dtype=torch.float32))
+
+
+@pytest.mark.parametrize("V,k", [(32000, 4), (1280, 10), (384, 3), (1000, 4), (256, 5), (40, 2)])
+def test_top_k_is_torch_topk(V, k):
+    """Same values and indices as x.topk without ties; with ties (bf16-rounded), the same values
+    at indices that hold them. V = 1000 (not a multiple of the block) and 256 (2 blocks < k) take x.topk."""
+    generator = torch.Generator().manual_seed(V + k)
+    for _ in range(20):
+        x = torch.randn(16, V, generator=generator) * 5
+        x[:, :3] = NEG_INF  # as the search masks PAD, BOS and an early EOS
+        values, index = top_k(x, k)
+        want = x.topk(k, dim=-1)
+        assert torch.equal(values, want.values) and torch.equal(index, want.indices)
+        tied = x.bfloat16().float()
+        values, index = top_k(tied, k)
+        assert torch.equal(values, tied.topk(k, dim=-1).values) and torch.equal(tied.gather(1, index), values)
+        assert all(len(set(row)) == k for row in index.tolist())
 
 
 @pytest.mark.cuda

@@ -114,3 +114,13 @@ def test_reorder_equals_index_select_for_any_origin():
         cache.reorder(origin)
         for layer, (k, v) in zip(cache.layers, expected):
             assert torch.equal(layer.self_k[:, :, :end], k) and torch.equal(layer.self_v[:, :, :end], v)
+
+
+def test_cpu_key_prefix_is_a_row_major_k_transposed():
+    """On CPU, q @ k^T over the written prefix reads the cache in place (no copy of the prefix)."""
+    from translator.model.cache import KVCache
+
+    layer = KVCache.allocate(1, 3, 2, 10, 4, torch.float32, "cpu").layers[0]
+    assert layer.self_k.shape == layer.self_v.shape == (3, 2, 10, 4)
+    prefix_t = layer.self_k[:, :, :6].transpose(-2, -1)  # (N, G, K, L)
+    assert prefix_t.stride(-1) == 1 and prefix_t.stride(0) == 2 * prefix_t.stride(1)  # rows, batch dims merge

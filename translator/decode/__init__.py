@@ -31,3 +31,16 @@ def strip(row: list[int], eos_id: int) -> list[int]:
     """Ids up to (not including) the first EOS, without BOS."""
     row = row[1:]
     return row[: row.index(eos_id)] if eos_id in row else row
+
+
+def log_softmax_into(out: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """torch.log_softmax(logits, -1, dtype=torch.float32) for logits (N, V), written into `out` (N, V) fp32.
+
+    A search calls this at every step with the same `out`. A fresh (N, V) fp32 tensor per step (two
+    for bf16 logits: the upcast, then the result) is big enough that malloc returns it to the OS when
+    it is freed and the next step pays the page faults of getting it back: ~3000 a step and 5-10 ms
+    in a 32 x beam 4 batch with V = 32000 (docs/benchmarks/decode.md).
+    """
+    if logits.dtype != out.dtype:
+        logits = out.copy_(logits)  # upcast in place: the kernel reads a whole row before writing it
+    return torch.log_softmax(logits, dim=-1, out=out)

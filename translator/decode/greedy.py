@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from translator.decode import Hypothesis, eos_allowed_from, max_lengths, strip
+from translator.decode import Hypothesis, eos_allowed_from, log_softmax_into, max_lengths, strip
 from translator.model.transformer import Transformer
 
 
@@ -30,7 +30,9 @@ def greedy_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor,
     for step in range(steps):
         logits = model.decode(tokens[:, step:step + 1], memory, src_mask, cache)  # (B, 1, V)
         cache.length += 1
-        log_probs = torch.log_softmax(logits[:, -1], dim=-1, dtype=torch.float32)  # (B, V)
+        if step == 0:  # written in place at every step (see log_softmax_into)
+            vocab_buffer = logits.new_empty(B, logits.shape[-1], dtype=torch.float32)  # (B, V)
+        log_probs = log_softmax_into(vocab_buffer, logits[:, -1])  # (B, V), fp32
         log_probs[:, [PAD_ID, BOS_ID]] = float("-inf")  # never generated
         log_probs[:, EOS_ID] = log_probs[:, EOS_ID].masked_fill(step < eos_from, float("-inf"))
         token = log_probs.argmax(dim=-1)  # (B,)

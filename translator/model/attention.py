@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from translator.model.cache import LayerKV
+from translator.model.linear import Linear
 
 
 class MultiHeadAttention(nn.Module):
@@ -24,10 +25,10 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads or n_heads
         self.d_head = d_model // n_heads
-        self.q_proj = nn.Linear(d_model, n_heads * self.d_head)
-        self.k_proj = nn.Linear(d_model, self.n_kv_heads * self.d_head)
-        self.v_proj = nn.Linear(d_model, self.n_kv_heads * self.d_head)
-        self.out_proj = nn.Linear(n_heads * self.d_head, d_model)
+        self.q_proj = Linear(d_model, n_heads * self.d_head)
+        self.k_proj = Linear(d_model, self.n_kv_heads * self.d_head)
+        self.v_proj = Linear(d_model, self.n_kv_heads * self.d_head)
+        self.out_proj = Linear(n_heads * self.d_head, d_model)
         self.dropout, self.rotary = dropout, rotary
 
     def _split(self, x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -64,8 +65,8 @@ class MultiHeadAttention(nn.Module):
             else:
                 k = self._split(self.k_proj(memory), self.n_kv_heads)  # (B, G, S, K)
                 v = self._split(self.v_proj(memory), self.n_kv_heads)
-                if kv is not None:
-                    kv.cross_k, kv.cross_v = k, v
+                if kv is not None:  # made contiguous once, or every step's matmuls would copy them
+                    k, v = kv.cross_k, kv.cross_v = k.contiguous(), v.contiguous()
             beams = N // k.shape[0]
             # fold beams into the query axis: (B*beams, H, T, K) -> (B, H, beams*T, K)
             q = q.view(-1, beams, self.n_heads, T, self.d_head).transpose(1, 2).flatten(2, 3)

@@ -11,6 +11,7 @@ from torch import nn
 from translator.config import ModelConfig
 from translator.model.attention import MultiHeadAttention, RotaryEmbedding
 from translator.model.cache import LayerKV
+from translator.model.linear import Linear
 
 
 def sinusoids(max_positions: int, d_model: int) -> torch.Tensor:
@@ -55,7 +56,7 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
         super().__init__()
-        self.up, self.down = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.up, self.down = Linear(d_model, d_ff), Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
