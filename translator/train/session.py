@@ -53,7 +53,8 @@ def _set_vocab_sizes(model: ModelConfig, tokenizer: Tokenizer) -> None:
         if given == 0:
             setattr(model, name, size)
         elif given != size:
-            raise TranslatorError(f"model.{name}={given} but the prepared data's vocabulary has {size} pieces",
+            found = f"has {size} pieces" if size else "is joint (one vocabulary)"
+            raise TranslatorError(f"model.{name}={given} but the prepared data's vocabulary {found}",
                                   f"model.{name}", "set it to 0 (automatic)")
 
 
