@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.train.conftest import variant
 from translator import checkpoint, prepare
 from translator.config import ModelConfig
 from translator.data.tokenizer import Tokenizer
+from translator.errors import TranslatorError
 from translator.model.transformer import Transformer
-from translator.train import loop
+from translator.train import loop, session
 from translator.translate import translate_lines
 
 
@@ -40,3 +43,10 @@ def test_separate_vocabularies_train_and_translate(prepared, tmp_path):
     assert len(translated) == len(lines) and translated[1][0][0] == ""
     # resuming and averaging compare this checksum: it covers both models, not just the source one
     assert checkpoint.read(run_dir / "last.pt")["tokenizer"]["sha256"] == tokenizer.checksum() != src_spm.checksum()
+
+
+@pytest.mark.parametrize(("override", "message"), [("model.vocab_size=5", r"has \d+ pieces"),
+                                                   ("model.src_vocab_size=5", "is joint")])
+def test_vocabulary_sizes_that_disagree_with_the_data_are_refused(prepared, tmp_path, override, message):
+    with pytest.raises(TranslatorError, match=f"model.*=5 but the prepared data's vocabulary {message}"):
+        session.setup(variant(prepared, tmp_path / "run", override), quiet=True)
