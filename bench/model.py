@@ -25,6 +25,7 @@ from torch.profiler import ProfilerActivity, profile
 from translator.config import ModelConfig
 from translator.files import atomic_write
 from translator.model.transformer import Transformer, count_parameters
+from translator.translate import resolve_device
 
 MIB = 2**20
 
@@ -180,8 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="docs/benchmarks/model.md")
     args = parser.parse_args(argv)
     args.argv = argv if argv is not None else sys.argv[1:]
-    name = "cuda" if args.device == "auto" and torch.cuda.is_available() else args.device.replace("auto", "cpu")
-    device = torch.device(name)
+    device = resolve_device(args.device)
     on_cuda = device.type == "cuda"
     args.batch_size = args.batch_size or (64 if on_cuda else 8)
     args.length = args.length or (64 if on_cuda else 32)

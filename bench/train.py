@@ -37,6 +37,7 @@ from translator.train.loop import TrainBatches, train_step
 from translator.train.precision import amp_dtype, grad_scaler
 from translator.train.session import Session
 from translator.train.state import TrainState
+from translator.translate import resolve_device
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
@@ -186,8 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one config, print JSON
     args = parser.parse_args(argv)
     args.argv = argv if argv is not None else sys.argv[1:]
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          args.device.replace("auto", "cpu"))
+    device = resolve_device(args.device)
     args.updates = args.updates or (20 if device.type == "cuda" else 3)
     args.warmup = args.warmup or (5 if device.type == "cuda" else 1)
     torch.set_num_threads(args.threads)
