@@ -48,12 +48,19 @@ def source_files(data: DataConfig, split: str) -> list[Path]:
     root = Path(data.source)
     if is_hub(data.source) or not root.is_dir() or (root / "dataset_dict.json").is_file():
         return []
-    name = data.splits.get(split, split)
-    texts = [_find(root, f"{name}.{lang}") for lang in (data.src_lang, data.tgt_lang)]
+    return _split_files(root, data.splits.get(split, split), (data.src_lang, data.tgt_lang))[1]
+
+
+def _split_files(root: Path, split: str, langs: tuple[str, str]) -> tuple[str | None, list[Path]]:
+    """Which local format holds `split` (their name) and its files: text pair, TSV or JSON lines; (None, []) if none."""
+    texts = [_find(root, f"{split}.{lang}") for lang in langs]
     if all(texts):
-        return texts
-    found = _find(root, f"{name}.tsv") or _find(root, f"{name}.jsonl") or _find(root, f"{name}.json")
-    return [found] if found else []
+        return "text", texts
+    if tsv := _find(root, f"{split}.tsv"):
+        return "tsv", [tsv]
+    if jsonl := _find(root, f"{split}.jsonl") or _find(root, f"{split}.json"):
+        return "json", [jsonl]
+    return None, []
 
 
 def languages(table) -> list[str]:
@@ -137,13 +144,14 @@ def _load_local(root: Path, split: str, data: DataConfig, cache_dir: Path | None
         raise TranslatorError("a dataset saved without splits", str(root),
                               "save a DatasetDict({'train': ..., 'valid': ..., 'test': ...}) with save_to_disk")
     langs = (data.src_lang, data.tgt_lang)
+    kind, files = _split_files(root, split, langs)
+    if kind == "text":
+        return _load_text_pair(datasets, files, langs, cache_dir)
+    if kind == "tsv":
+        return _load_tsv(datasets, files[0], data, cache_dir)
+    if kind == "json":
+        return _builder(datasets, "json", files[0], cache_dir)
     texts = [_find(root, f"{split}.{lang}") for lang in langs]
-    if all(texts):
-        return _load_text_pair(datasets, texts, langs, cache_dir)
-    if tsv := _find(root, f"{split}.tsv"):
-        return _load_tsv(datasets, tsv, data, cache_dir)
-    if jsonl := _find(root, f"{split}.jsonl") or _find(root, f"{split}.json"):
-        return _builder(datasets, "json", jsonl, cache_dir)
     if any(texts):
         missing = langs[texts.index(None)]
         raise TranslatorError(f"missing file {split}.{missing}", str(root),
