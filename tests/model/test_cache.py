@@ -46,7 +46,7 @@ def test_beams_share_memory_and_reorder_the_self_attention_cache(make_model, src
     memory = model.encode(src, src_mask)  # (B, S, D): one row per sentence, never per beam
     tgt = torch.randint(4, model.cfg.vocab_size, (B * k, T))
     cache = model.new_cache(B * k, T, torch.float32, "cpu")
-    storage = [layer.self_k.data_ptr() for layer in cache.layers]
+    buffers = [set() for _ in cache.layers]  # storage each layer's K has lived in
     history = tgt[:, :0]  # (B*k, t) tokens fed so far, reordered along with the cache
     for t in range(T):
         logits = model.decode(tgt[:, t:t + 1], memory, src_mask, cache)[:, 0]  # (B*k, V)
@@ -54,11 +54,13 @@ def test_beams_share_memory_and_reorder_the_self_attention_cache(make_model, src
         history = torch.cat([history, tgt[:, t:t + 1]], dim=1)
         repeated = model.decode(history, memory.repeat_interleave(k, 0), src_mask.repeat_interleave(k, 0))
         torch.testing.assert_close(logits, repeated[:, -1], atol=1e-5, rtol=1e-5)
+        for seen, layer in zip(buffers, cache.layers):
+            seen.add(layer.self_k.untyped_storage().data_ptr())
         if t == 2:  # beam search: each sentence's beams swap; beam 0 of sentence 1 is cloned
             rows = torch.tensor([1, 0, 2, 2, 5, 4])
             cache.reorder(rows)
             history = history.index_select(0, rows)
-    assert [layer.self_k.data_ptr() for layer in cache.layers] == storage  # written in place
+    assert all(len(seen) == 2 for seen in buffers)  # two preallocated buffers alternate, none is made per step
     for layer in cache.layers:  # cross-attention K/V: projected once, B rows, shared by the beams
         assert layer.cross_k.shape[0] == B and layer.cross_v.shape[0] == B
 
@@ -79,7 +81,7 @@ def test_reorder_before_or_after_advancing_length_is_the_same(make_model, src_ba
                 cache.length += 1
         caches.append(cache)
     for a, b in zip(*(c.layers for c in caches)):
-        assert torch.equal(a.self_k[:, :, :2], b.self_k[:, :, :2])
+        assert all(torch.equal(x, y) for x, y in zip(a.written(), b.written()))
 
 
 @pytest.mark.cuda
@@ -96,31 +98,32 @@ def test_cached_decoding_reproduces_full_sequence_logits_cuda_bf16(make_model, s
     torch.testing.assert_close(one_by_one.float(), full.float(), atol=5e-2, rtol=5e-2)
 
 
-def test_reorder_equals_index_select_for_any_origin():
-    """Rows that continue themselves are skipped; sources that are also destinations are read first."""
+def test_reorder_then_append_equals_index_select_then_cat():
+    """Pending reorders compose (a row may be both a source and a destination); the next append applies them."""
     from translator.model.cache import KVCache
 
     generator = torch.Generator().manual_seed(0)
     for _ in range(50):
         cache = KVCache.allocate(2, 8, 2, 10, 4, torch.float32, "cpu")
-        for layer in cache.layers:
-            layer.self_k.normal_(generator=generator)
-            layer.self_v.normal_(generator=generator)
-        cache.length = int(torch.randint(0, 10, (), generator=generator))
-        origin = torch.randint(0, 8, (8,), generator=generator)
-        end = min(cache.length + 1, 10)
-        expected = [(layer.self_k[:, :, :end].index_select(0, origin), layer.self_v[:, :, :end].index_select(0, origin))
-                    for layer in cache.layers]
-        cache.reorder(origin)
+        start = int(torch.randint(1, 9, (), generator=generator))
+        first = [cache.layers[i].append(*torch.randn(2, 8, 2, start, 4, generator=generator), 0) for i in range(2)]
+        expected = [(k.clone(), v.clone()) for k, v in first]
+        for _ in range(int(torch.randint(1, 3, (), generator=generator))):  # one or two reorders
+            origin = torch.randint(0, 8, (8,), generator=generator)
+            cache.reorder(origin)
+            expected = [(k.index_select(0, origin), v.index_select(0, origin)) for k, v in expected]
         for layer, (k, v) in zip(cache.layers, expected):
-            assert torch.equal(layer.self_k[:, :, :end], k) and torch.equal(layer.self_v[:, :, :end], v)
+            assert all(torch.equal(x, y) for x, y in zip(layer.written(), (k, v)))
+            new_k, new_v = torch.randn(2, 8, 2, 1, 4, generator=generator)
+            got_k, got_v = layer.append(new_k, new_v, start)
+            assert torch.equal(got_k, torch.cat([k, new_k], dim=2)) and torch.equal(got_v, torch.cat([v, new_v], dim=2))
+            assert got_k.is_contiguous() and got_v.is_contiguous()  # attention's bmm reads them in place
 
 
-def test_cpu_key_prefix_is_a_row_major_k_transposed():
-    """On CPU, q @ k^T over the written prefix reads the cache in place (no copy of the prefix)."""
+def test_cache_refuses_to_write_past_its_length():
     from translator.model.cache import KVCache
 
-    layer = KVCache.allocate(1, 3, 2, 10, 4, torch.float32, "cpu").layers[0]
-    assert layer.self_k.shape == layer.self_v.shape == (3, 2, 10, 4)
-    prefix_t = layer.self_k[:, :, :6].transpose(-2, -1)  # (N, G, K, L)
-    assert prefix_t.stride(-1) == 1 and prefix_t.stride(0) == 2 * prefix_t.stride(1)  # rows, batch dims merge
+    layer = KVCache.allocate(1, 3, 2, 4, 8, torch.float32, "cpu").layers[0]
+    layer.append(torch.zeros(3, 2, 4, 8), torch.zeros(3, 2, 4, 8), 0)
+    with pytest.raises(ValueError, match="holds 4 positions"):
+        layer.append(torch.zeros(3, 2, 1, 8), torch.zeros(3, 2, 1, 8), 4)

@@ -52,9 +52,7 @@ class MultiHeadAttention(nn.Module):
             if self.rotary is not None:
                 q, k = self.rotary(q, start), self.rotary(k, start)
             if kv is not None:
-                kv.self_k[:, :, start:start + T] = k
-                kv.self_v[:, :, start:start + T] = v
-                k, v = kv.self_k[:, :, :start + T], kv.self_v[:, :, :start + T]  # (N, G, L, K)
+                k, v = kv.append(k, v, start)  # (N, G, start + T, K), dense
                 if is_causal and start > 0 and T > 1:  # is_causal is upper-left aligned
                     mask, is_causal = _shifted_causal_mask(T, start, x.device), False
                 elif T == 1:  # one new query sees every cached key

@@ -1,75 +1,101 @@
 """The decoder's key/value cache, owned by the decoding loop and passed into `Transformer.decode`.
 
-Self-attention K/V are preallocated for `max_len` positions and written in place, one slice per
-step; `length` is the number of positions written so far and is advanced by the caller.
+Each layer keeps its self-attention K and V as dense (N, G, L, K) tensors of exactly the L
+positions written so far: what attention's matrix products read in place (a slice of a longer
+buffer is not a dense batch of matrices, and oneDNN's CPU `bmm` copies such operands whole, every
+step). Appending a position therefore rewrites the prefix into a second preallocated buffer,
+and that same copy applies a pending beam reorder, so reordering costs nothing of its own.
+`length` is the number of positions written so far and is advanced by the caller.
 Cross-attention K/V are projected once from the encoder output, one copy per source sentence,
 and shared by all beams of that sentence: `reorder` never touches them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
 
-@dataclass
 class LayerKV:
-    self_k: torch.Tensor  # (N, G, T_max, K), a transposed view of (N, G, K, T_max) storage
-    self_v: torch.Tensor  # (N, G, T_max, K)
-    cross_k: torch.Tensor | None = None  # (B, G, S, K), filled on first use
-    cross_v: torch.Tensor | None = None
+    """One decoder layer's cache: self-attention K/V (N, G, L, K) and cross-attention K/V (B, G, S, K)."""
+
+    def __init__(self, shape: tuple[int, int, int, int], buffers: list[torch.Tensor]) -> None:
+        N, G, self.max_len, K = shape
+        # Two flat buffers each for K and V (each at least N * G * max_len * K long): a step reads
+        # the prefix from one and writes the longer prefix into the other.
+        self._buffers = buffers
+        self.self_k, self.self_v = (buffer[:0].view(N, G, 0, K) for buffer in buffers[:2])
+        self.origin: torch.Tensor | None = None  # (N,) reorder to apply on the next append
+        self.cross_k: torch.Tensor | None = None  # (B, G, S, K), filled on first use
+        self.cross_v: torch.Tensor | None = None
+
+    def append(self, k: torch.Tensor, v: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k, v (N, G, T, K) at positions [start, start+T) -> the layer's K, V (N, G, start+T, K).
+
+        Positions [0, start) are copied from the current K/V, gathered by the pending `origin`.
+        """
+        N, G, T, K = k.shape
+        end = start + T
+        if end > self.max_len:
+            raise ValueError(f"KV cache holds {self.max_len} positions; writing up to {end}")
+        origin, self.origin = self.origin, None
+        current, spare = self._buffers[:2], self._buffers[2:]
+        for i, (old, new) in enumerate(((self.self_k, k), (self.self_v, v))):
+            dense = spare[i][:N * G * end * K].view(N, G, end, K)
+            if origin is None:
+                dense[:, :, :start] = old[:, :, :start]
+            else:  # one copy both extends and reorders the prefix
+                torch.index_select(old[:, :, :start], 0, origin, out=dense[:, :, :start])
+            dense[:, :, start:] = new
+            if i == 0:
+                self.self_k = dense
+            else:
+                self.self_v = dense
+        self._buffers = spare + current
+        return self.self_k, self.self_v
+
+    def reorder(self, origin: torch.Tensor) -> None:
+        """Row i continues what row origin[i] (N,) holds now; applied by the next `append`."""
+        self.origin = origin if self.origin is None else self.origin.index_select(0, origin)
+
+    def written(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """K, V (N, G, L, K) as they stand, any pending reorder applied (a copy when one is pending)."""
+        if self.origin is None:
+            return self.self_k, self.self_v
+        return self.self_k.index_select(0, self.origin), self.self_v.index_select(0, self.origin)
 
 
-def _empty_keys(shape: tuple[int, int, int, int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """An uninitialised (N, G, T_max, K) key buffer.
-
-    On CPU it is a transposed view of (N, G, K, T_max) storage: decoding steps there take the
-    written-out attention, whose q @ k^T then reads the prefix k^T[..., :L] as a row-major matrix,
-    in place; over (N, G, T_max, K) storage that matmul copies the whole prefix of every layer at
-    every step (~1 ms per layer per step at 128 rows, bf16). CUDA's fused attention kernels want
-    the last dimension contiguous, so there the storage is (N, G, T_max, K).
-    """
-    N, G, T_max, K = shape
-    if device.type == "cpu":
-        return torch.empty(N, G, K, T_max, dtype=dtype, device=device).transpose(2, 3)
-    return torch.empty(shape, dtype=dtype, device=device)
-
-
-@dataclass
 class KVCache:
-    layers: list[LayerKV] = field(default_factory=list)
-    length: int = 0  # positions already written
+    def __init__(self, layers: list[LayerKV]) -> None:
+        self.layers = layers
+        self.length = 0  # positions already written
 
     @staticmethod
-    def allocate(n_layers: int, rows: int, n_kv_heads: int, max_len: int, d_head: int,
-                 dtype: torch.dtype, device: torch.device | str) -> KVCache:
-        shape = (rows, n_kv_heads, max_len, d_head)
-        device = torch.device(device)
-        return KVCache([LayerKV(_empty_keys(shape, dtype, device), torch.empty(shape, dtype=dtype, device=device))
-                        for _ in range(n_layers)])
+    def allocate(n_layers: int, rows: int, n_kv_heads: int, max_len: int, d_head: int, dtype: torch.dtype,
+                 device: torch.device | str, reuse: KVCache | None = None) -> KVCache:
+        """An empty cache; with `reuse`, on that cache's buffers when they are large enough.
+
+        Reusing matters on CPU: a fresh cache for every batch makes the OS map its pages again,
+        ~800 page faults per beam step at 32 x 4 rows in bf16 (docs/benchmarks/decode.md).
+        Untouched capacity costs nothing: only the written prefix is ever paged in.
+        """
+        shape, size, device = (rows, n_kv_heads, max_len, d_head), rows * n_kv_heads * max_len * d_head, torch.device(device)
+        old = reuse.layers if reuse is not None else []
+        fits = (len(old) == n_layers and all(b.dtype == dtype and b.device == device and b.numel() >= size
+                                             for layer in old for b in layer._buffers))
+        return KVCache([LayerKV(shape, old[i]._buffers if fits else
+                                [torch.empty(size, dtype=dtype, device=device) for _ in range(4)])
+                        for i in range(n_layers)])
 
     @property
     def max_len(self) -> int:
-        return self.layers[0].self_k.shape[2]
+        return self.layers[0].max_len
 
     def reorder(self, origin: torch.Tensor) -> None:
         """Beam search: row i continues the hypothesis that was row origin[i] (N,).
 
-        Only the rows whose origin changed are moved (in a typical beam step most rows continue
-        themselves), in place, so the buffers stay the preallocated ones. A moved row is copied
-        whole, T_max positions, as one block of memory: index_select and index_put move such rows
-        much faster than the strided slice of the written prefix [:length + 1], which they used to
-        copy (micro-benchmark: as fast at a prefix of a quarter of T_max, ~1.5x faster from half
-        of it). Positions past the prefix are unread until written, so moving them is harmless and
-        reordering before or after the caller advances `length` gives the same cache.
+        Nothing moves now: each layer gathers its rows by `origin` in the copy its next append
+        makes anyway, so a reorder costs an index, not a pass over the cache. Reordering before
+        or after the caller advances `length` is the same.
         """
-        moved = (origin != torch.arange(len(origin), device=origin.device)).nonzero().squeeze(1)  # (M,)
-        if len(moved) == 0:
-            return
-        sources = origin.index_select(0, moved)
         for layer in self.layers:
-            for buffer in (layer.self_k, layer.self_v):  # (N, G, T_max, K)
-                rows = buffer if buffer.is_contiguous() else buffer.transpose(2, 3)  # keys: their storage
-                # gather first (a copy), then write: a row may be both a source and a destination
-                rows[moved] = rows.index_select(0, sources)
+            layer.reorder(origin)

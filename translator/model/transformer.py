@@ -92,10 +92,16 @@ class Transformer(nn.Module):
         return self.decode(tgt_in, self.encode(src, src_mask), src_mask)
 
     def new_cache(self, rows: int, max_len: int, dtype: torch.dtype, device: torch.device) -> KVCache:
-        """An empty KV cache for `rows` decoder rows and at most `max_len` target positions."""
+        """An empty KV cache for `rows` decoder rows and at most `max_len` target positions.
+
+        It reuses the buffers of the previous cache when they are large enough (see
+        KVCache.allocate), so a model runs one cached search at a time.
+        """
         cfg = self.cfg
-        return KVCache.allocate(cfg.n_decoder_layers, rows, cfg.n_kv_heads or cfg.n_heads,
-                                min(max_len, cfg.max_positions), cfg.d_model // cfg.n_heads, dtype, device)
+        self._last_cache = KVCache.allocate(cfg.n_decoder_layers, rows, cfg.n_kv_heads or cfg.n_heads,
+                                            min(max_len, cfg.max_positions), cfg.d_model // cfg.n_heads, dtype,
+                                            device, reuse=getattr(self, "_last_cache", None))
+        return self._last_cache
 
 
 def count_parameters(model: nn.Module) -> int:
