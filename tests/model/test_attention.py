@@ -161,3 +161,16 @@ def test_rotary_scores_depend_only_on_relative_position():
     scores = [(rope(q, start + 3) * rope(k, start)).sum() for start in (0, 5, 40)]
     torch.testing.assert_close(torch.stack(scores), scores[0].expand(3), atol=1e-5, rtol=1e-5)
     assert not torch.allclose((rope(q, 4) * rope(k, 0)).sum(), scores[0])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_low_precision_weights_are_the_fp32_softmax_rounded(dtype):
+    """attention_weights runs softmax in the input dtype, relying on PyTorch to compute it in fp32."""
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(4, 8, T, 64, generator=generator).to(dtype) for T in (3, 40, 40))
+    mask = torch.rand(4, 1, 3, 40, generator=generator) > 0.3
+    _, weights = attention_weights(q, k, v, mask)
+    scores = ((q / 8) @ k.transpose(-2, -1)).float().masked_fill(~mask, float("-inf"))
+    expected = torch.softmax(scores, dim=-1).to(dtype)
+    ulp = torch.finfo(dtype).eps * expected.float().abs()  # one unit in the last place, per weight
+    assert ((weights.float() - expected.float()).abs() <= ulp).all()
