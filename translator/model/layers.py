@@ -60,7 +60,7 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(self.dropout(torch.relu(self.up(x))))
+        return self.down(self.dropout(self.up(x, relu=True)))
 
 
 class Residual(nn.Module):

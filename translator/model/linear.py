@@ -29,16 +29,20 @@ def _onednn_dtypes() -> frozenset[torch.dtype]:
 ONEDNN_DTYPES = _onednn_dtypes()
 
 
-def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """F.linear(x, weight, bias) through oneDNN, bias fused: x (..., in), weight (out, in) -> (..., out)."""
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str = "none"
+                  ) -> torch.Tensor:
+    """F.linear(x, weight, bias) through oneDNN, bias (and "relu") fused: x (..., in), weight (out, in) -> (..., out)."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, activation, [], "")
 
 
 class Linear(nn.Linear):
     """nn.Linear; on CPU without autograd, through oneDNN (see the module docstring)."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, relu: bool = False) -> torch.Tensor:
+        """x W^T + b, then ReLU when `relu` (on the oneDNN path fused into the product: ~10% of an FFN's
+        first product in fp32)."""
         if (x.device.type == "cpu" and x.dtype in ONEDNN_DTYPES and x.dtype == self.weight.dtype
                 and not torch.is_grad_enabled()):
-            return onednn_linear(x, self.weight, self.bias)
-        return F.linear(x, self.weight, self.bias)
+            return onednn_linear(x, self.weight, self.bias, "relu" if relu else "none")
+        y = F.linear(x, self.weight, self.bias)
+        return torch.relu(y) if relu else y
