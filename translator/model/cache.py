@@ -33,23 +33,13 @@ class LayerKV:
 
         Positions [0, start) are copied from the current K/V, gathered by the pending `origin`.
         """
-        N, G, T, K = k.shape
-        end = start + T
+        end = start + k.shape[2]
         if end > self.max_len:
             raise ValueError(f"KV cache holds {self.max_len} positions; writing up to {end}")
         origin, self.origin = self.origin, None
         current, spare = self._buffers[:2], self._buffers[2:]
-        for i, (old, new) in enumerate(((self.self_k, k), (self.self_v, v))):
-            dense = spare[i][:N * G * end * K].view(N, G, end, K)
-            if origin is None:
-                dense[:, :, :start] = old[:, :, :start]
-            else:  # one copy both extends and reorders the prefix
-                torch.index_select(old[:, :, :start], 0, origin, out=dense[:, :, :start])
-            dense[:, :, start:] = new
-            if i == 0:
-                self.self_k = dense
-            else:
-                self.self_v = dense
+        self.self_k = _extend(self.self_k, k, spare[0], start, origin)
+        self.self_v = _extend(self.self_v, v, spare[1], start, origin)
         self._buffers = spare + current
         return self.self_k, self.self_v
 
@@ -64,6 +54,19 @@ class LayerKV:
         return self.self_k.index_select(0, self.origin), self.self_v.index_select(0, self.origin)
 
 
+def _extend(old: torch.Tensor, new: torch.Tensor, buffer: torch.Tensor, start: int,
+            origin: torch.Tensor | None) -> torch.Tensor:
+    """[old[origin][:, :, :start]; new] written into `buffer` as one dense (N, G, start + T, K) tensor."""
+    N, G, T, K = new.shape
+    dense = buffer[:N * G * (start + T) * K].view(N, G, start + T, K)
+    if origin is None:
+        dense[:, :, :start] = old[:, :, :start]
+    else:  # one copy both moves and reorders the prefix
+        torch.index_select(old[:, :, :start], 0, origin, out=dense[:, :, :start])
+    dense[:, :, start:] = new
+    return dense
+
+
 class KVCache:
     def __init__(self, layers: list[LayerKV]) -> None:
         self.layers = layers
@@ -72,7 +75,7 @@ class KVCache:
     @staticmethod
     def allocate(n_layers: int, rows: int, n_kv_heads: int, max_len: int, d_head: int, dtype: torch.dtype,
                  device: torch.device | str, reuse: KVCache | None = None) -> KVCache:
-        """An empty cache; with `reuse`, on that cache's buffers when they are large enough.
+        """An empty cache; with `reuse` (a cache nobody uses any more), on its buffers when they are large enough.
 
         Reusing matters on CPU: a fresh cache for every batch makes the OS map its pages again,
         ~800 page faults per beam step at 32 x 4 rows in bf16 (docs/benchmarks/decode.md).

@@ -39,6 +39,7 @@ class Transformer(nn.Module):
         self.out_proj = Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.out_proj.weight = tgt_token.weight
+        self._released_cache: KVCache | None = None  # see release_cache
         self.init_weights()
 
     def init_weights(self) -> None:
@@ -94,14 +95,17 @@ class Transformer(nn.Module):
     def new_cache(self, rows: int, max_len: int, dtype: torch.dtype, device: torch.device) -> KVCache:
         """An empty KV cache for `rows` decoder rows and at most `max_len` target positions.
 
-        It reuses the buffers of the previous cache when they are large enough (see
-        KVCache.allocate), so a model runs one cached search at a time.
+        It takes over the buffers of the cache last handed to `release_cache`, when they are large enough.
         """
         cfg = self.cfg
-        self._last_cache = KVCache.allocate(cfg.n_decoder_layers, rows, cfg.n_kv_heads or cfg.n_heads,
-                                            min(max_len, cfg.max_positions), cfg.d_model // cfg.n_heads, dtype,
-                                            device, reuse=getattr(self, "_last_cache", None))
-        return self._last_cache
+        released, self._released_cache = self._released_cache, None
+        return KVCache.allocate(cfg.n_decoder_layers, rows, cfg.n_kv_heads or cfg.n_heads,
+                                min(max_len, cfg.max_positions), cfg.d_model // cfg.n_heads, dtype, device,
+                                reuse=released)
+
+    def release_cache(self, cache: KVCache) -> None:
+        """A search is done with `cache`: the next `new_cache` may reuse its memory (see KVCache.allocate)."""
+        self._released_cache = cache
 
 
 def count_parameters(model: nn.Module) -> int:
