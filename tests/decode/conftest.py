@@ -77,9 +77,6 @@ class ToyScorer:
     def new_cache(self, rows: int, max_len: int, dtype: torch.dtype, device: torch.device) -> ToyCache:
         return ToyCache(rows, max_len)
 
-    def release_cache(self, cache: ToyCache) -> None:
-        pass
-
     def decode(self, tokens: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor, cache: ToyCache):
         """tokens (N, 1) -> logits (N, 1, vocab) from each row's remembered prefix."""
         self.calls += 1

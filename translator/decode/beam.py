@@ -126,7 +126,6 @@ def beam_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, *
             break
         any_finished = done > 0
 
-    model.release_cache(cache)  # its buffers serve the next batch
     final = scores / length_penalty(lengths, alpha)  # (B, k)
     final, order = final.sort(dim=1, descending=True)
     rows, final = tokens.view(B, k, -1).tolist(), final.tolist()

@@ -43,5 +43,4 @@ def greedy_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor,
         finished |= token == EOS_ID
         if finished.all():
             break
-    model.release_cache(cache)  # its buffers serve the next batch
     return [Hypothesis(strip(row, EOS_ID), float(s)) for row, s in zip(tokens.tolist(), scores.tolist())]

@@ -73,21 +73,12 @@ class KVCache:
         self.length = 0  # positions already written
 
     @staticmethod
-    def allocate(n_layers: int, rows: int, n_kv_heads: int, max_len: int, d_head: int, dtype: torch.dtype,
-                 device: torch.device | str, reuse: KVCache | None = None) -> KVCache:
-        """An empty cache; with `reuse` (a cache nobody uses any more), on its buffers when they are large enough.
-
-        Reusing matters on CPU: a fresh cache for every batch makes the OS map its pages again,
-        ~800 page faults per beam step at 32 x 4 rows in bf16 (docs/benchmarks/decode.md).
-        Untouched capacity costs nothing: only the written prefix is ever paged in.
-        """
-        shape, size, device = (rows, n_kv_heads, max_len, d_head), rows * n_kv_heads * max_len * d_head, torch.device(device)
-        old = reuse.layers if reuse is not None else []
-        fits = (len(old) == n_layers and all(b.dtype == dtype and b.device == device and b.numel() >= size
-                                             for layer in old for b in layer._buffers))
-        return KVCache([LayerKV(shape, old[i]._buffers if fits else
-                                [torch.empty(size, dtype=dtype, device=device) for _ in range(4)])
-                        for i in range(n_layers)])
+    def allocate(n_layers: int, rows: int, n_kv_heads: int, max_len: int, d_head: int,
+                 dtype: torch.dtype, device: torch.device | str) -> KVCache:
+        """An empty cache. Untouched capacity costs nothing: only the written prefix is ever paged in."""
+        shape, size = (rows, n_kv_heads, max_len, d_head), rows * n_kv_heads * max_len * d_head
+        return KVCache([LayerKV(shape, [torch.empty(size, dtype=dtype, device=device) for _ in range(4)])
+                        for _ in range(n_layers)])
 
     @property
     def max_len(self) -> int:

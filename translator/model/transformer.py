@@ -39,7 +39,6 @@ class Transformer(nn.Module):
         self.out_proj = Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.out_proj.weight = tgt_token.weight
-        self._released_cache: KVCache | None = None  # see release_cache
         self.init_weights()
 
     def init_weights(self) -> None:
@@ -93,19 +92,10 @@ class Transformer(nn.Module):
         return self.decode(tgt_in, self.encode(src, src_mask), src_mask)
 
     def new_cache(self, rows: int, max_len: int, dtype: torch.dtype, device: torch.device) -> KVCache:
-        """An empty KV cache for `rows` decoder rows and at most `max_len` target positions.
-
-        It takes over the buffers of the cache last handed to `release_cache`, when they are large enough.
-        """
+        """An empty KV cache for `rows` decoder rows and at most `max_len` target positions."""
         cfg = self.cfg
-        released, self._released_cache = self._released_cache, None
         return KVCache.allocate(cfg.n_decoder_layers, rows, cfg.n_kv_heads or cfg.n_heads,
-                                min(max_len, cfg.max_positions), cfg.d_model // cfg.n_heads, dtype, device,
-                                reuse=released)
-
-    def release_cache(self, cache: KVCache) -> None:
-        """A search is done with `cache`: the next `new_cache` may reuse its memory (see KVCache.allocate)."""
-        self._released_cache = cache
+                                min(max_len, cfg.max_positions), cfg.d_model // cfg.n_heads, dtype, device)
 
 
 def count_parameters(model: nn.Module) -> int:
