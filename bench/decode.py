@@ -132,11 +132,16 @@ def _current_rss_mib() -> float:
         return 0.0
 
 
-def run_all(specs: list[dict], data_file: Path, repeats: int) -> list[dict]:
+def run_all(specs: list[dict], data_file: Path, repeats: int) -> tuple[list[dict], list[list[dict]]]:
     """Each spec in a fresh process (clean peak memory), all specs `repeats` times interleaved so
-    that load from other users of a shared machine hits every system alike; the fastest run counts."""
+    that load from other users of a shared machine hits every system alike.
+
+    Returns the fastest run of each spec, and every pass's runs (for the per-pass ratios).
+    """
     best: dict[str, dict] = {}
+    passes: list[list[dict]] = []
     for attempt in range(repeats):
+        passes.append([])
         for spec in specs:
             print(f"run {attempt + 1}/{repeats}: {spec}", file=sys.stderr, flush=True)
             proc = subprocess.run([sys.executable, "-m", "bench.decode", "--worker", json.dumps(spec),
@@ -145,10 +150,18 @@ def run_all(specs: list[dict], data_file: Path, repeats: int) -> list[dict]:
                 raise SystemExit(f"worker {spec} failed:\n{proc.stderr[-3000:]}")
             result = json.loads(proc.stdout.strip().splitlines()[-1])
             print(f"  {result['tokens_per_s']} tokens/s, peak {result['peak_mib']} MiB", file=sys.stderr, flush=True)
+            passes[-1].append(result)
             key = json.dumps(spec)
             if key not in best or result["tokens_per_s"] > best[key]["tokens_per_s"]:
                 best[key] = result
-    return list(best.values())
+    return list(best.values()), passes
+
+
+def speedups(results: list[dict]) -> dict[tuple[str, str], float]:
+    """(device, dtype) -> ours / HF tokens per second, where both ran."""
+    speed = {(r["system"], r["device"], r["dtype"]): r["tokens_per_s"] for r in results}
+    return {(dev, dt): tps / speed["hf", dev, dt] for (system, dev, dt), tps in speed.items()
+            if system == "ours" and ("hf", dev, dt) in speed}
 
 
 def table(results: list[dict]) -> str:
@@ -188,12 +201,15 @@ def main() -> None:
             runs += [("cuda", d) for d in args.cuda_dtypes.split(",") if d]
         specs = [{"system": s, "device": dev, "dtype": dt, "beam": args.beam}
                  for dev, dt in runs for s in args.systems.split(",")]
-        results = run_all(specs, Path(tmp) / "batches.pt", args.repeats)
+        results, passes = run_all(specs, Path(tmp) / "batches.pt", args.repeats)
     machine = (f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
                f"torch {torch.__version__}" + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""))
     print(f"{datetime.datetime.now():%Y-%m-%d %H:%M}; {machine}; {args.sentences} sentences, batch {args.batch_size}, "
           f"beam {args.beam}; best of {args.repeats}; forced lengths L per batch: {[b['length'] for b in batches]}\n")
     print(table(results))
+    per_pass = [speedups(runs) for runs in passes]  # the machine's speed drifts: show each pass's own ratio
+    for key in per_pass[0]:
+        print(f"\nper pass, ours / HF, {' '.join(key)}: " + ", ".join(f"{ratios[key]:.2f}x" for ratios in per_pass))
 
 
 if __name__ == "__main__":
