@@ -166,11 +166,11 @@ def speedups(results: list[dict]) -> dict[tuple[str, str], float]:
 
 def table(results: list[dict]) -> str:
     """Markdown rows with the speed-up of ours over HF at the same device and dtype."""
-    hf = {(r["device"], r["dtype"]): r["tokens_per_s"] for r in results if r["system"] == "hf"}
+    ratios = speedups(results)
     lines = ["| system | device | dtype | target tokens/s | speed-up vs HF | seconds | tokens | peak memory (MiB) "
              "| CPU: RSS before timing (MiB) | parameters |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
-        ratio = r["tokens_per_s"] / hf[(r["device"], r["dtype"])] if (r["device"], r["dtype"]) in hf else None
+        ratio = 1.0 if r["system"] == "hf" else ratios.get((r["device"], r["dtype"]))
         name = "ours (translator)" if r["system"] == "ours" else "HF MarianMT generate"
         lines.append(f"| {name} | {r['device']} | {r['dtype']} | {r['tokens_per_s']:.0f} | "
                      f"{f'{ratio:.2f}x' if ratio else '-'} | {r['seconds']} | {r['tokens']} | {r['peak_mib']} | "
