@@ -32,7 +32,7 @@ def tiny_overrides(data_dir: Path, run_dir: Path) -> list[str]:
 @pytest.fixture(scope="session")
 def multi30k() -> Path:
     if not (MULTI30K / "train.en").is_file():
-        pytest.fail(f"the shared Multi30k files are missing: expected {MULTI30K}/train.en (see DEVELOPERS.md)")
+        pytest.fail(f"the shared Multi30k files are missing: expected {MULTI30K}/train.en (see README.md: the tests read ../shared/data beside the checkout)")
     return MULTI30K
 
 

@@ -38,10 +38,24 @@ def test_cached_decoding_reproduces_full_sequence_logits(make_model, src_batch, 
     assert cache.layers[0].self_k.shape == (3, G, 7, model.cfg.d_model // model.cfg.n_heads)
 
 
+def _forbidden(*args, **kwargs):
+    raise AssertionError("the written-out attention ran where the fused SDPA path should")
+
+
+@pytest.mark.parametrize("path", [pytest.param("cpu-search", id="cpu-search-path"), pytest.param("sdpa", id="sdpa-path")])
 @pytest.mark.parametrize("n_kv_heads", ATTENTION)
-@torch.no_grad()
-def test_beams_share_memory_and_reorder_the_self_attention_cache(make_model, src_batch, n_kv_heads):
-    model, (src, src_mask) = make_model(n_kv_heads=n_kv_heads, positions="rope"), src_batch
+def test_beams_share_memory_and_reorder_the_self_attention_cache(make_model, src_batch, n_kv_heads, path, monkeypatch):
+    """With autograd on, a CPU decoding step takes the path CUDA always takes: one fused SDPA call
+    for the one-token query (self- and cross-attention) and F.linear; without, the CPU search path."""
+    model = make_model(n_kv_heads=n_kv_heads, positions="rope").requires_grad_(False)
+    if path == "sdpa":
+        monkeypatch.setattr("translator.model.attention.attention_weights", _forbidden)
+    with torch.set_grad_enabled(path == "sdpa"):
+        _check_beams_share_memory_and_reorder(model, src_batch)
+
+
+def _check_beams_share_memory_and_reorder(model, src_batch):
+    src, src_mask = src_batch
     B, k, T = 3, 2, 6
     memory = model.encode(src, src_mask)  # (B, S, D): one row per sentence, never per beam
     tgt = torch.randint(4, model.cfg.vocab_size, (B * k, T))
