@@ -6,7 +6,7 @@ DATA   ?=
 CONFIG ?= configs/tiny.yaml
 export HF_HUB_DISABLE_TELEMETRY := 1
 
-.PHONY: install bench-install test lint demo bench bench-model bench-train bench-decode bench-prepare tensorboard clean
+.PHONY: install bench-install test cuda-check lint demo bench bench-model bench-train bench-decode bench-prepare tensorboard clean
 
 install:  ## venv with the CPU build of torch pinned first, then the package with dev extras
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,12 @@ bench-install: install  ## peers for benchmarks, kept from moving torch
 
 test:  ## the whole suite (CPU; CUDA tests skip without a GPU)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python -m pytest -q
+
+cuda-check:  ## on a machine with a CUDA GPU: the CUDA tests, then the CUDA halves of the benchmarks
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python -m pytest -q -m cuda -p no:cacheprovider
+	$(BIN)/python -m bench.decode --cpu-dtypes ''
+	$(BIN)/python -m bench.model --device cuda --out docs/benchmarks/model-cuda.md
+	$(BIN)/python -m bench.train --device cuda --out docs/benchmarks/train-cuda.md
 
 lint:
 	$(BIN)/ruff check translator tests bench

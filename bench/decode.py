@@ -193,14 +193,16 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker), torch.load(args.data))))
         return
+    runs = [("cpu", d) for d in args.cpu_dtypes.split(",") if d]
+    if torch.cuda.is_available():
+        runs += [("cuda", d) for d in args.cuda_dtypes.split(",") if d]
+    if not runs:
+        raise SystemExit("nothing to run: --cpu-dtypes is empty and there is no CUDA device here")
+    specs = [{"system": s, "device": dev, "dtype": dt, "beam": args.beam}
+             for dev, dt in runs for s in args.systems.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         batches = make_batches(args.sentences, args.batch_size, Path(tmp))
         torch.save(batches, Path(tmp) / "batches.pt")
-        runs = [("cpu", d) for d in args.cpu_dtypes.split(",") if d]
-        if torch.cuda.is_available():
-            runs += [("cuda", d) for d in args.cuda_dtypes.split(",") if d]
-        specs = [{"system": s, "device": dev, "dtype": dt, "beam": args.beam}
-                 for dev, dt in runs for s in args.systems.split(",")]
         results, passes = run_all(specs, Path(tmp) / "batches.pt", args.repeats)
     machine = (f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
                f"torch {torch.__version__}" + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""))
