@@ -52,6 +52,7 @@ class ToyCache:
     def __init__(self, rows: int, max_len: int) -> None:
         self.prefix = torch.full((rows, max_len), PAD_ID)
         self.length = 0
+        self.static = False  # never replayed as a CUDA graph
 
     def reorder(self, rows: torch.Tensor) -> None:
         self.prefix = self.prefix.index_select(0, rows)
@@ -74,7 +75,8 @@ class ToyScorer:
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         return torch.zeros(src.shape[0], src.shape[1], 1)  # (B, S, 1)
 
-    def new_cache(self, rows: int, max_len: int, dtype: torch.dtype, device: torch.device) -> ToyCache:
+    def new_cache(self, rows: int, max_len: int, dtype: torch.dtype, device: torch.device,
+                  static: bool = False) -> ToyCache:
         return ToyCache(rows, max_len)
 
     def decode(self, tokens: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor, cache: ToyCache):

@@ -11,13 +11,14 @@ SCHEMES = [pytest.param(dict(positions=p, norm=n), id=f"{p}-{n}LN")
            for p in ("sinusoidal", "learned", "rope") for n in ("pre", "post")]
 
 
-def _incremental(model, tgt, memory, src_mask, chunks, dtype=torch.float32):
+def _incremental(model, tgt, memory, src_mask, chunks, dtype=torch.float32, static=False):
     """Logits (N, T, V) from feeding `tgt` through a cache in pieces of the given lengths."""
-    cache = model.new_cache(tgt.shape[0], tgt.shape[1], dtype, tgt.device)
-    pieces = []
+    cache = model.new_cache(tgt.shape[0], tgt.shape[1], dtype, tgt.device, static)
+    pieces, position = [], 0
     for size in chunks:
-        pieces.append(model.decode(tgt[:, cache.length:cache.length + size], memory, src_mask, cache))
-        cache.length += size
+        pieces.append(model.decode(tgt[:, position:position + size], memory, src_mask, cache))
+        cache.length += size  # a static cache's length is a device tensor, advanced in place
+        position += size
     return torch.cat(pieces, dim=1), cache
 
 
@@ -36,30 +37,37 @@ def test_cached_decoding_reproduces_full_sequence_logits(make_model, src_batch, 
     torch.testing.assert_close(chunked, full, atol=1e-5, rtol=1e-5)
     G = n_kv_heads or model.cfg.n_heads  # GQA / MQA keep G heads in the cache, not H
     assert cache.layers[0].self_k.shape == (3, G, 7, model.cfg.d_model // model.cfg.n_heads)
+    # The static cache (CUDA graphs): one position per step, written in place at a device-side length.
+    static, cache = _incremental(model, tgt, memory, src_mask, [1] * 7, static=True)
+    torch.testing.assert_close(static, full, atol=1e-5, rtol=1e-5)
+    assert cache.length.tolist() == [7] and cache.layers[0].written()[0].shape[2] == 7
 
 
 def _forbidden(*args, **kwargs):
     raise AssertionError("the written-out attention ran where the fused SDPA path should")
 
 
+@pytest.mark.parametrize("static", [pytest.param(False, id="dense"), pytest.param(True, id="static")])
 @pytest.mark.parametrize("path", [pytest.param("cpu-search", id="cpu-search-path"), pytest.param("sdpa", id="sdpa-path")])
 @pytest.mark.parametrize("n_kv_heads", ATTENTION)
-def test_beams_share_memory_and_reorder_the_self_attention_cache(make_model, src_batch, n_kv_heads, path, monkeypatch):
+def test_beams_share_memory_and_reorder_the_self_attention_cache(make_model, src_batch, n_kv_heads, path, static,
+                                                                 monkeypatch):
     """With autograd on, a CPU decoding step takes the path CUDA always takes: one fused SDPA call
-    for the one-token query (self- and cross-attention) and F.linear; without, the CPU search path."""
+    for the one-token query (self- and cross-attention) and F.linear; without, the CPU search path.
+    The static cache is the one CUDA graphs replay over."""
     model = make_model(n_kv_heads=n_kv_heads, positions="rope").requires_grad_(False)
     if path == "sdpa":
         monkeypatch.setattr("translator.model.attention.attention_weights", _forbidden)
     with torch.set_grad_enabled(path == "sdpa"):
-        _check_beams_share_memory_and_reorder(model, src_batch)
+        _check_beams_share_memory_and_reorder(model, src_batch, static)
 
 
-def _check_beams_share_memory_and_reorder(model, src_batch):
+def _check_beams_share_memory_and_reorder(model, src_batch, static):
     src, src_mask = src_batch
     B, k, T = 3, 2, 6
     memory = model.encode(src, src_mask)  # (B, S, D): one row per sentence, never per beam
     tgt = torch.randint(4, model.cfg.vocab_size, (B * k, T))
-    cache = model.new_cache(B * k, T, torch.float32, "cpu")
+    cache = model.new_cache(B * k, T, torch.float32, "cpu", static)
     buffers = [set() for _ in cache.layers]  # storage each layer's K has lived in
     history = tgt[:, :0]  # (B*k, t) tokens fed so far, reordered along with the cache
     for t in range(T):
@@ -74,7 +82,8 @@ def _check_beams_share_memory_and_reorder(model, src_batch):
             rows = torch.tensor([1, 0, 2, 2, 5, 4])
             cache.reorder(rows)
             history = history.index_select(0, rows)
-    assert all(len(seen) == 2 for seen in buffers)  # two preallocated buffers alternate, none is made per step
+    # dense: two preallocated buffers alternate, none is made per step; static: K never moves (a graph reads it there)
+    assert all(len(seen) == (1 if static else 2) for seen in buffers)
     for layer in cache.layers:  # cross-attention K/V: projected once, B rows, shared by the beams
         assert layer.cross_k.shape[0] == B and layer.cross_v.shape[0] == B
 

@@ -17,6 +17,7 @@ import torch
 
 from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from translator.decode import Hypothesis, eos_allowed_from, log_softmax_into, max_lengths, strip
+from translator.decode.step import decoding_step, use_cuda_graph
 from translator.model.transformer import Transformer
 
 
@@ -70,7 +71,8 @@ def beam_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, *
     # 0. Encode once. Beams share their sentence's memory: decoder rows are B*k, memory rows B,
     #    and the cache projects each sentence's cross-attention K/V once, on the first step.
     memory = model.encode(src, src_mask)  # (B, S, D)
-    cache = model.new_cache(B * k, steps, memory.dtype, device)
+    cache = model.new_cache(B * k, steps, memory.dtype, device, static=use_cuda_graph(device))
+    next_logits = decoding_step(model, memory, src_mask, cache)  # on CUDA a replayed graph (decode/step.py)
     tokens = torch.full((B * k, steps + 1), PAD_ID, dtype=torch.long, device=device)  # BOS + outputs
     tokens[:, 0] = BOS_ID
     scores = torch.full((B, k), float("-inf"), device=device)
@@ -83,7 +85,7 @@ def beam_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, *
     any_finished = False  # known on the host, so the PAD rule costs nothing until a beam ends
     for step in range(steps):
         # 1. Next-token log-probs for every beam (only the newest token goes in: the cache has the rest).
-        logits = model.decode(tokens[:, step:step + 1], memory, src_mask, cache)  # (B*k, 1, V)
+        logits = next_logits(tokens[:, step:step + 1])  # (B*k, 1, V)
         cache.length += 1
         if step == 0:  # written in place at every step (see log_softmax_into)
             vocab_buffer = logits.new_empty(B * k, logits.shape[-1], dtype=torch.float32)  # (B*k, V)

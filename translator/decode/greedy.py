@@ -6,6 +6,7 @@ import torch
 
 from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from translator.decode import Hypothesis, eos_allowed_from, log_softmax_into, max_lengths, strip
+from translator.decode.step import decoding_step, use_cuda_graph
 from translator.model.transformer import Transformer
 
 
@@ -22,13 +23,14 @@ def greedy_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor,
     eos_from = eos_allowed_from(max_lens, min_len)  # (B,)
     steps = int(max_lens.max()) + 1  # the last step can only emit EOS
     memory = model.encode(src, src_mask)  # (B, S, D); cross-attention K/V are projected from it once
-    cache = model.new_cache(B, steps, memory.dtype, device)
+    cache = model.new_cache(B, steps, memory.dtype, device, static=use_cuda_graph(device))
+    next_logits = decoding_step(model, memory, src_mask, cache)  # on CUDA a replayed graph (decode/step.py)
     tokens = torch.full((B, steps + 1), PAD_ID, dtype=torch.long, device=device)  # BOS + outputs
     tokens[:, 0] = BOS_ID
     scores = torch.zeros(B, device=device)
     finished = torch.zeros(B, dtype=torch.bool, device=device)
     for step in range(steps):
-        logits = model.decode(tokens[:, step:step + 1], memory, src_mask, cache)  # (B, 1, V)
+        logits = next_logits(tokens[:, step:step + 1])  # (B, 1, V)
         cache.length += 1
         if step == 0:  # written in place at every step (see log_softmax_into)
             vocab_buffer = logits.new_empty(B, logits.shape[-1], dtype=torch.float32)  # (B, V)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from translator.model.cache import LayerKV
+from translator.model.cache import LayerKV, StaticLayerKV, rows_at
 from translator.model.linear import Linear
 
 
@@ -37,7 +37,8 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None, *, is_causal: bool = False,
-                kv: LayerKV | None = None, start: int = 0, need_weights: bool = False):
+                kv: LayerKV | StaticLayerKV | None = None, start: int | torch.Tensor = 0,
+                need_weights: bool = False):
         """x (N, T, D) queries; memory (B, S, D) for cross-attention (N = B * beams), else None.
 
         With `kv`, self-attention writes this call's K/V at positions [start, start+T) of the cache
@@ -52,11 +53,13 @@ class MultiHeadAttention(nn.Module):
             if self.rotary is not None:
                 q, k = self.rotary(q, start), self.rotary(k, start)
             if kv is not None:
-                k, v = kv.append(k, v, start)  # (N, G, start + T, K), dense
-                if is_causal and start > 0 and T > 1:  # is_causal is upper-left aligned
-                    mask, is_causal = _shifted_causal_mask(T, start, x.device), False
-                elif T == 1:  # one new query sees every cached key
+                k, v = kv.append(k, v, start)  # (N, G, start + T, K), or a static cache's T_max slots
+                if kv.key_mask is not None:  # a static cache: only its written slots
+                    mask = kv.key_mask
+                if T == 1:  # one new query sees every cached key
                     is_causal = False
+                elif is_causal and start > 0:  # is_causal is upper-left aligned
+                    mask, is_causal = _shifted_causal_mask(T, start, x.device), False
         else:  # cross-attention; beams of one sentence share its K/V
             if kv is not None and kv.cross_k is not None:
                 k, v = kv.cross_k, kv.cross_v
@@ -144,10 +147,10 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
 
-    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start: int | torch.Tensor = 0) -> torch.Tensor:
         """x (N, heads, T, K) at absolute positions [start, start+T)."""
         T = x.shape[-2]
-        cos, sin = self.cos[start:start + T].to(x.dtype), self.sin[start:start + T].to(x.dtype)
+        cos, sin = rows_at(self.cos, start, T).to(x.dtype), rows_at(self.sin, start, T).to(x.dtype)
         x1, x2 = x[..., 0::2], x[..., 1::2]  # (N, heads, T, K/2) each
         rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
         return rotated.flatten(-2)  # interleave back to (N, heads, T, K)

@@ -8,6 +8,10 @@ and that same copy applies a pending beam reorder, so reordering costs nothing o
 `length` is the number of positions written so far and is advanced by the caller.
 Cross-attention K/V are projected once from the encoder output, one copy per source sentence,
 and shared by all beams of that sentence: `reorder` never touches them.
+
+A *static* cache (`StaticLayerKV`) is the layout a CUDA graph can replay: K/V of fixed shape
+(N, G, T_max, K) at fixed addresses, written in place at a position held in a device tensor
+(`length` is then a (1,) tensor, advanced in place), and read through a mask of the written slots.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ class LayerKV:
         self._buffers = buffers
         self.self_k, self.self_v = (buffer[:0].view(N, G, 0, K) for buffer in buffers[:2])
         self.origin: torch.Tensor | None = None  # (N,) reorder to apply on the next append
+        self.key_mask: torch.Tensor | None = None  # K/V hold exactly the written positions: nothing to mask
         self.cross_k: torch.Tensor | None = None  # (B, G, S, K), filled on first use
         self.cross_v: torch.Tensor | None = None
 
@@ -67,18 +72,64 @@ def _extend(old: torch.Tensor, new: torch.Tensor, buffer: torch.Tensor, start: i
     return dense
 
 
+class StaticLayerKV:
+    """One layer's static cache: self-attention K/V (N, G, T_max, K) written in place, cross-attention K/V (B, G, S, K).
+
+    Shapes, addresses and every value a step reads stay on the device, so a step can be captured
+    once as a CUDA graph and replayed: attention reads all T_max slots through `key_mask`.
+    """
+
+    def __init__(self, shape: tuple[int, int, int, int], dtype: torch.dtype, device: torch.device | str) -> None:
+        self.max_len = shape[2]
+        # zeros, not empty: a masked slot gets weight 0, and 0 * (NaN from uninitialised memory) is NaN
+        self.self_k, self.self_v = (torch.zeros(shape, dtype=dtype, device=device) for _ in range(2))
+        self.slots = torch.arange(self.max_len, device=device).view(1, 1, 1, -1)  # (1, 1, 1, T_max)
+        self.key_mask: torch.Tensor | None = None  # (1, 1, 1, T_max) bool: the slots written so far
+        self.cross_k: torch.Tensor | None = None
+        self.cross_v: torch.Tensor | None = None
+
+    def append(self, k: torch.Tensor, v: torch.Tensor, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k, v (N, G, 1, K) at slot `start` ((1,) long tensor) -> all T_max slots, `key_mask` set."""
+        if k.shape[2] != 1:
+            raise ValueError("a static KV cache takes one position per step")
+        self.self_k.index_copy_(2, start, k)
+        self.self_v.index_copy_(2, start, v)
+        self.key_mask = self.slots <= start
+        return self.self_k, self.self_v
+
+    def reorder(self, origin: torch.Tensor) -> None:
+        """Row i continues what row origin[i] (N,) holds now: gathered in place, addresses unchanged."""
+        self.self_k.copy_(self.self_k.index_select(0, origin))
+        self.self_v.copy_(self.self_v.index_select(0, origin))
+
+    def written(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """K, V (N, G, L, K) of the L positions written so far."""
+        length = int(self.key_mask.sum()) if self.key_mask is not None else 0
+        return self.self_k[:, :, :length], self.self_v[:, :, :length]
+
+
 class KVCache:
-    def __init__(self, layers: list[LayerKV]) -> None:
+    def __init__(self, layers: list[LayerKV] | list[StaticLayerKV], length: int | torch.Tensor = 0) -> None:
         self.layers = layers
-        self.length = 0  # positions already written
+        self.length = length  # positions already written: an int, or a (1,) device tensor for a static cache
 
     @staticmethod
     def allocate(n_layers: int, rows: int, n_kv_heads: int, max_len: int, d_head: int,
-                 dtype: torch.dtype, device: torch.device | str) -> KVCache:
-        """An empty cache. Untouched capacity costs nothing: only the written prefix is ever paged in."""
+                 dtype: torch.dtype, device: torch.device | str, static: bool = False) -> KVCache:
+        """An empty cache. Untouched capacity costs nothing: only the written prefix is ever paged in.
+
+        static: fixed shapes and a device-side length, for CUDA graphs (see the module docstring).
+        """
         shape, size = (rows, n_kv_heads, max_len, d_head), rows * n_kv_heads * max_len * d_head
+        if static:
+            return KVCache([StaticLayerKV(shape, dtype, device) for _ in range(n_layers)],
+                           torch.zeros(1, dtype=torch.long, device=device))
         return KVCache([LayerKV(shape, [torch.empty(size, dtype=dtype, device=device) for _ in range(4)])
                         for _ in range(n_layers)])
+
+    @property
+    def static(self) -> bool:
+        return isinstance(self.length, torch.Tensor)
 
     @property
     def max_len(self) -> int:
@@ -93,3 +144,14 @@ class KVCache:
         """
         for layer in self.layers:
             layer.reorder(origin)
+
+
+def rows_at(table: torch.Tensor, start: int | torch.Tensor, length: int) -> torch.Tensor:
+    """table (P, ...) -> its rows for positions [start, start + length).
+
+    A static cache's `start` is a (1,) device tensor: it is indexed on the device, never read on
+    the host (a CUDA graph would keep the value it read at capture).
+    """
+    if isinstance(start, torch.Tensor):
+        return table[start + torch.arange(length, device=start.device)]
+    return table[start:start + length]

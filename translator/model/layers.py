@@ -10,7 +10,7 @@ from torch import nn
 
 from translator.config import ModelConfig
 from translator.model.attention import MultiHeadAttention, RotaryEmbedding
-from translator.model.cache import LayerKV
+from translator.model.cache import LayerKV, StaticLayerKV, rows_at
 from translator.model.linear import Linear
 
 
@@ -40,14 +40,13 @@ class Embeddings(nn.Module):
             self.table = None
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, start: int | torch.Tensor = 0) -> torch.Tensor:
         """ids (N, L) at positions [start, start+L) -> (N, L, D)."""
         x = self.token(ids) * self.scale
-        positions = slice(start, start + ids.shape[1])
         if self.table is not None:
-            x = x + self.table[positions].to(x.dtype)
+            x = x + rows_at(self.table, start, ids.shape[1]).to(x.dtype)
         elif self.learned is not None:
-            x = x + self.learned.weight[positions]
+            x = x + rows_at(self.learned.weight, start, ids.shape[1])
         return self.dropout(x)
 
 
@@ -116,7 +115,7 @@ class DecoderLayer(nn.Module):
             Residual(cfg.d_model, cfg.dropout, pre) for _ in range(3))
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
-                kv: LayerKV | None = None, start: int = 0) -> torch.Tensor:
+                kv: LayerKV | StaticLayerKV | None = None, start: int | torch.Tensor = 0) -> torch.Tensor:
         """x (N, T, D), memory (B, S, D), src_mask (B, 1, 1, S) -> (N, T, D)."""
         x = self.self_block(x, lambda h: self.self_attn(h, is_causal=True, kv=kv, start=start))
         x = self.cross_block(x, lambda h: self.cross_attn(h, memory, src_mask, kv=kv))

@@ -91,11 +91,12 @@ class Transformer(nn.Module):
         """Teacher forcing: src (B, S), tgt_in (B, T) -> logits (B, T, V)."""
         return self.decode(tgt_in, self.encode(src, src_mask), src_mask)
 
-    def new_cache(self, rows: int, max_len: int, dtype: torch.dtype, device: torch.device) -> KVCache:
-        """An empty KV cache for `rows` decoder rows and at most `max_len` target positions."""
+    def new_cache(self, rows: int, max_len: int, dtype: torch.dtype, device: torch.device,
+                  static: bool = False) -> KVCache:
+        """An empty KV cache for `rows` decoder rows and at most `max_len` target positions (static: for CUDA graphs)."""
         cfg = self.cfg
         return KVCache.allocate(cfg.n_decoder_layers, rows, cfg.n_kv_heads or cfg.n_heads,
-                                min(max_len, cfg.max_positions), cfg.d_model // cfg.n_heads, dtype, device)
+                                min(max_len, cfg.max_positions), cfg.d_model // cfg.n_heads, dtype, device, static)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -1,0 +1,63 @@
+"""A search's decoding step: model.decode of one new token per row, replayed as a CUDA graph on GPUs.
+
+On a GPU a step of a base-size model is ~400 small kernels (layer norms, projections, attention
+over a few hundred rows), each done in microseconds: the host launching them one by one is what
+bounds the step. A CUDA graph records the launches of one step once and replays them with one
+call. It needs every step to run the same kernels on the same addresses, hence the static cache
+(fixed (N, G, T_max, K) K/V, the position in a device tensor), and no host reads inside the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from translator.model.cache import KVCache
+from translator.model.transformer import Transformer
+
+
+def use_cuda_graph(device: torch.device) -> bool:
+    """Graphs on CUDA, and not under autocast (its cache of cast weights must not outlive a capture)."""
+    return device.type == "cuda" and not torch.is_autocast_enabled("cuda")
+
+
+def decoding_step(model: Transformer, memory: torch.Tensor, src_mask: torch.Tensor, cache: KVCache
+                  ) -> Callable[[torch.Tensor], torch.Tensor]:
+    """tokens (N, 1) at position cache.length -> logits (N, 1, V); the caller advances cache.length.
+
+    With a static cache on CUDA the step is a CUDA graph: its logits tensor is overwritten by the
+    next call, so a caller reads it before calling again.
+    """
+    if cache.static and memory.is_cuda:
+        return CudaGraphStep(model, memory, src_mask, cache)
+    return lambda tokens: model.decode(tokens, memory, src_mask, cache)
+
+
+class CudaGraphStep:
+    """model.decode(tokens, memory, src_mask, cache) for one token per row, captured on the first call."""
+
+    def __init__(self, model: Transformer, memory: torch.Tensor, src_mask: torch.Tensor, cache: KVCache) -> None:
+        self.run = lambda: model.decode(self.tokens, memory, src_mask, cache)
+        self.tokens: torch.Tensor | None = None  # (N, 1): the graph's input, copied into at each step
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.logits: torch.Tensor | None = None  # (N, 1, V): the graph's output
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self.graph is None:
+            self.tokens = tokens.clone()
+            # One eager run first, on a side stream as capture requires: it projects the
+            # cross-attention K/V (kept outside the graph) and lets kernels pick their algorithms.
+            # It writes this step's K/V slot, which the replay below rewrites with the same values.
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self.run()
+            torch.cuda.current_stream().wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.logits = self.run()
+        else:
+            self.tokens.copy_(tokens)
+        self.graph.replay()
+        return self.logits
