@@ -59,6 +59,19 @@ def test_output_order_is_input_order(tiny, beam_size):
     assert len({hyps[0][0] for hyps in batched}) > 1  # the outputs differ, so a mix-up would show
 
 
+@pytest.mark.parametrize("beam_size", [1, 3])
+@pytest.mark.parametrize("cuda_graphs", [True, False])
+def test_decode_cuda_graphs_reaches_the_search(tiny, beam_size, cuda_graphs, monkeypatch):
+    """decode.cuda_graphs (--no-cuda-graphs) goes to greedy and beam search alike."""
+    seen = []
+    for name in ("greedy_search", "beam_search"):
+        search = getattr(translate, name)
+        monkeypatch.setattr(translate, name, lambda *a, _search=search, **kw: seen.append(kw["cuda_graphs"]) or _search(*a, **kw))
+    decode = dataclasses.replace(tiny.cfg.decode, beam_size=beam_size, cuda_graphs=cuda_graphs)
+    translate.translate_lines(tiny.model, tiny.tokenizer, SENTENCES[:2], decode)
+    assert seen and set(seen) == {cuda_graphs}
+
+
 def test_empty_lines_give_empty_lines(tiny):
     lines = ["", SENTENCES[0], "   ", "", SENTENCES[1], "\t"]
     out = translate.translate_lines(tiny.model, tiny.tokenizer, lines, tiny.cfg.decode)

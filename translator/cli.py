@@ -32,6 +32,9 @@ DeviceOpt = Annotated[Optional[str], typer.Option("--device", show_default="chec
                                                   help="auto (CUDA when present), cpu, cuda or cuda:N.")]
 DtypeOpt = Annotated[Optional[str], typer.Option("--dtype", show_default="checkpoint's decode.dtype: auto",
                                                  help="auto (bf16 on CUDA, fp32 on CPU), fp32, bf16 or fp16.")]
+GraphsOpt = Annotated[Optional[bool], typer.Option("--cuda-graphs/--no-cuda-graphs",
+                                                   show_default="checkpoint's decode.cuda_graphs: on",
+                                                   help="On CUDA, replay each decoding step as one CUDA graph.")]
 
 
 def _config(path: Path, overrides: list[str] | None, data: str | None):
@@ -85,7 +88,7 @@ def evaluate(ckpt: CkptArg,
              src: Annotated[Optional[Path], typer.Option("--src", help="Source file (instead of a split).")] = None,
              ref: Annotated[Optional[Path], typer.Option("--ref", help="Reference file, line-aligned with --src.")] = None,
              out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where to write hypotheses.")] = None,
-             beam: BeamOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
+             beam: BeamOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None, cuda_graphs: GraphsOpt = None,
              lc_tok: Annotated[bool, typer.Option("--lc-tok", help="Also print lowercased, tokenized BLEU (as Multi30k papers report).")] = False,
              quiet: QuietOpt = False) -> None:
     """Translate a test set and print sacreBLEU (with signature) and chrF; hypotheses go to a file.
@@ -94,7 +97,8 @@ def evaluate(ckpt: CkptArg,
     """
     from translator import evaluate as evaluate_mod
 
-    scores = evaluate_mod.run(str(ckpt), split, _str(src), _str(ref), _str(out), beam, lc_tok, device, dtype, quiet)
+    scores = evaluate_mod.run(str(ckpt), split, _str(src), _str(ref), _str(out), beam, lc_tok, device, dtype, quiet,
+                              cuda_graphs)
     typer.echo("\n".join(scores.lines()))
 
 
@@ -106,7 +110,7 @@ def translate(ckpt: CkptArg, beam: BeamOpt = None,
               min_len: Annotated[Optional[int], typer.Option("--min-len", help="Output tokens before EOS is allowed.")] = None,
               length_penalty: Annotated[Optional[float], typer.Option("--length-penalty", help="GNMT length-penalty alpha (0 = none).")] = None,
               batch_tokens: Annotated[Optional[int], typer.Option("--batch-tokens", help="Source tokens per batch.")] = None,
-              device: DeviceOpt = None, dtype: DtypeOpt = None) -> None:
+              device: DeviceOpt = None, dtype: DtypeOpt = None, cuda_graphs: GraphsOpt = None) -> None:
     """Translate stdin to stdout: one output line per input line; an empty line gives an empty line.
 
     Streams: a line typed interactively is answered at once; piped input is batched.
@@ -119,7 +123,7 @@ def translate(ckpt: CkptArg, beam: BeamOpt = None,
 
     model, cfg, tokenizer = translate_mod.load(ckpt, device, dtype)
     for key, value in {"beam_size": beam, "max_len_a": max_len_a, "max_len_b": max_len_b, "min_len": min_len,
-                       "length_penalty": length_penalty, "batch_tokens": batch_tokens}.items():
+                       "length_penalty": length_penalty, "batch_tokens": batch_tokens, "cuda_graphs": cuda_graphs}.items():
         if value is not None:
             setattr(cfg.decode, key, value)
     translate_mod.run(model, tokenizer, cfg.decode, translate_mod.read_chunks(sys.stdin), sys.stdout, nbest)

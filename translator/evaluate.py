@@ -58,7 +58,8 @@ def score(hypotheses: list[str], references: list[str], lc_tok: bool = False) ->
 
 
 def run(ckpt: str, split: str, src_file: str | None, ref_file: str | None, hyp_file: str | None,
-        beam: int | None, lc_tok: bool, device: str | None, dtype: str | None, quiet: bool = False) -> Scores:
+        beam: int | None, lc_tok: bool, device: str | None, dtype: str | None, quiet: bool = False,
+        cuda_graphs: bool | None = None) -> Scores:
     """Decode a prepared split (or --src/--ref files), write the hypotheses, and score them.
 
     Hypotheses go to `hyp_file`, by default `<source file name>.hyp` beside the checkpoint.
@@ -66,6 +67,8 @@ def run(ckpt: str, split: str, src_file: str | None, ref_file: str | None, hyp_f
     model, cfg, tokenizer = load(ckpt, device, dtype)
     if beam is not None:
         cfg.decode.beam_size = beam
+    if cuda_graphs is not None:
+        cfg.decode.cuda_graphs = cuda_graphs
     if (src_file is None) != (ref_file is None):
         raise TranslatorError("--src and --ref go together", "eval", "give both, or neither to use a split")
     if src_file is None:

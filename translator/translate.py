@@ -74,10 +74,11 @@ def search(model: Transformer, src_ids: list[list[int]], decode: DecodeConfig, n
     src_mask = padding_mask(src)  # (B, 1, 1, S)
     if decode.beam_size == 1 and nbest == 1:
         hyps = greedy_search(model, src, src_mask, max_len_a=decode.max_len_a, max_len_b=decode.max_len_b,
-                             min_len=decode.min_len)
+                             min_len=decode.min_len, cuda_graphs=decode.cuda_graphs)
         return [[h] for h in hyps]
     return beam_search(model, src, src_mask, beam_size=max(decode.beam_size, nbest), alpha=decode.length_penalty,
-                       max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, min_len=decode.min_len, nbest=nbest)
+                       max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, min_len=decode.min_len, nbest=nbest,
+                       cuda_graphs=decode.cuda_graphs)
 
 
 def length_batches(lengths: list[int], batch_tokens: int) -> Iterator[list[int]]:

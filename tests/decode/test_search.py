@@ -200,3 +200,53 @@ def test_cuda_half_precision_search(make_model, src_batch, dtype):
     assert first, "half precision changed the first tokens of a sharp random model"
     hyps = beam_search(model, src, src_mask, beam_size=4, nbest=4)
     assert all(len(h) == 4 for h in hyps)
+
+
+def _searches(model, src, src_mask, cuda_graphs=True):
+    """Greedy, then beam (k = 3, 3-best) hypotheses, as comparable (tokens, score) lists."""
+    greedy = greedy_search(model, src, src_mask, min_len=2, cuda_graphs=cuda_graphs)
+    beam = beam_search(model, src, src_mask, beam_size=3, nbest=3, cuda_graphs=cuda_graphs)
+    return [[(h.tokens, h.score)] for h in greedy] + [[(h.tokens, h.score) for h in hyps] for hyps in beam]
+
+
+def _assert_same_searches(got, want, tolerance):
+    assert [[tokens for tokens, _ in hyps] for hyps in got] == [[tokens for tokens, _ in hyps] for hyps in want]
+    torch.testing.assert_close([s for hyps in got for _, s in hyps], [s for hyps in want for _, s in hyps],
+                               atol=tolerance, rtol=tolerance)
+
+
+@pytest.mark.parametrize("changes", [{}, {"positions": "rope", "n_kv_heads": 2}, {"positions": "learned"}])
+def test_searches_over_the_static_cache_find_what_the_dense_cache_finds(make_model, src_batch, changes, monkeypatch):
+    """The static cache that CUDA graphs replay over, here run eagerly on CPU."""
+    model, (src, src_mask) = make_model(**changes), src_batch
+    dense = _searches(model, src, src_mask)
+    for search in ("beam", "greedy"):
+        monkeypatch.setattr(f"translator.decode.{search}.use_cuda_graph", lambda device: True)
+    _assert_same_searches(_searches(model, src, src_mask), dense, 1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_graph_replays_compute_the_eager_steps(make_model, src_batch, dtype, monkeypatch):
+    """Replayed graphs == the same static-cache steps run eagerly, and, in fp32, == the eager
+    dense-cache search."""
+    import translator.decode.step as step
+
+    model = make_model(positions="rope", n_kv_heads=2).to("cuda", dtype)
+    src, src_mask = (t.cuda() for t in src_batch)
+    captured = []
+    original = step.CudaGraphStep.__call__
+
+    def recording_call(self, tokens):
+        captured.append(self)
+        return original(self, tokens)
+
+    monkeypatch.setattr(step.CudaGraphStep, "__call__", recording_call)
+    graphed = _searches(model, src, src_mask)
+    assert captured and all(s.graph is not None for s in captured)  # the graph path ran
+    monkeypatch.setattr(step.CudaGraphStep, "__call__", lambda self, tokens: self.decode(tokens))
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-3  # cuBLAS may pick other algorithms under capture
+    _assert_same_searches(_searches(model, src, src_mask), graphed, tolerance)
+    if dtype == torch.float32:  # the dense cache, no graph
+        _assert_same_searches(_searches(model, src, src_mask, cuda_graphs=False), graphed, 1e-4)

@@ -57,10 +57,11 @@ def top_k_over_beams(candidates: torch.Tensor, tokens: torch.Tensor, k: int
 @torch.inference_mode()
 def beam_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, *, beam_size: int = 4,
                 alpha: float = 0.6, max_len_a: float = 1.2, max_len_b: int = 10, min_len: int = 0,
-                nbest: int = 1) -> list[list[Hypothesis]]:
+                nbest: int = 1, cuda_graphs: bool = True) -> list[list[Hypothesis]]:
     """src (B, S), src_mask (B, 1, 1, S) -> per sentence its min(nbest, k) best hypotheses, best first.
 
-    A score is the summed log-prob divided by length_penalty(tokens + EOS, alpha).
+    A score is the summed log-prob divided by length_penalty(tokens + EOS, alpha). On CUDA, with
+    `cuda_graphs`, the decoder steps are one replayed CUDA graph each (decode/step.py).
     """
     B, k, device = src.shape[0], beam_size, src.device
     max_lens = max_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions - 1)  # (B,)
@@ -71,7 +72,7 @@ def beam_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, *
     # 0. Encode once. Beams share their sentence's memory: decoder rows are B*k, memory rows B,
     #    and the cache projects each sentence's cross-attention K/V once, on the first step.
     memory = model.encode(src, src_mask)  # (B, S, D)
-    cache = model.new_cache(B * k, steps, memory.dtype, device, static=use_cuda_graph(device))
+    cache = model.new_cache(B * k, steps, memory.dtype, device, static=cuda_graphs and use_cuda_graph(device))
     next_logits = decoding_step(model, memory, src_mask, cache)  # on CUDA a replayed graph (decode/step.py)
     tokens = torch.full((B * k, steps + 1), PAD_ID, dtype=torch.long, device=device)  # BOS + outputs
     tokens[:, 0] = BOS_ID

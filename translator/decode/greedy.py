@@ -12,18 +12,20 @@ from translator.model.transformer import Transformer
 
 @torch.inference_mode()
 def greedy_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, *,
-                  max_len_a: float = 1.2, max_len_b: int = 10, min_len: int = 0) -> list[Hypothesis]:
+                  max_len_a: float = 1.2, max_len_b: int = 10, min_len: int = 0, cuda_graphs: bool = True
+                  ) -> list[Hypothesis]:
     """src (B, S), src_mask (B, 1, 1, S) -> one hypothesis per sentence, scored by its summed log-probs.
 
     Sentence b gets at most max_lens[b] tokens before EOS (at that step only EOS is allowed) and at
     least min_len (unless the limit is smaller). The loop stops once every sentence has ended.
+    On CUDA, with `cuda_graphs`, each decoder step is one replayed CUDA graph (decode/step.py).
     """
     B, device = src.shape[0], src.device
     max_lens = max_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions - 1)  # (B,)
     eos_from = eos_allowed_from(max_lens, min_len)  # (B,)
     steps = int(max_lens.max()) + 1  # the last step can only emit EOS
     memory = model.encode(src, src_mask)  # (B, S, D); cross-attention K/V are projected from it once
-    cache = model.new_cache(B, steps, memory.dtype, device, static=use_cuda_graph(device))
+    cache = model.new_cache(B, steps, memory.dtype, device, static=cuda_graphs and use_cuda_graph(device))
     next_logits = decoding_step(model, memory, src_mask, cache)  # on CUDA a replayed graph (decode/step.py)
     tokens = torch.full((B, steps + 1), PAD_ID, dtype=torch.long, device=device)  # BOS + outputs
     tokens[:, 0] = BOS_ID

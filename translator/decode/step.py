@@ -38,26 +38,30 @@ class CudaGraphStep:
     """model.decode(tokens, memory, src_mask, cache) for one token per row, captured on the first call."""
 
     def __init__(self, model: Transformer, memory: torch.Tensor, src_mask: torch.Tensor, cache: KVCache) -> None:
-        self.run = lambda: model.decode(self.tokens, memory, src_mask, cache)
+        self.decode = lambda tokens: model.decode(tokens, memory, src_mask, cache)  # the step, eagerly
         self.tokens: torch.Tensor | None = None  # (N, 1): the graph's input, copied into at each step
         self.graph: torch.cuda.CUDAGraph | None = None
         self.logits: torch.Tensor | None = None  # (N, 1, V): the graph's output
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
         if self.graph is None:
-            self.tokens = tokens.clone()
-            # One eager run first, on a side stream as capture requires: it projects the
-            # cross-attention K/V (kept outside the graph) and lets kernels pick their algorithms.
-            # It writes this step's K/V slot, which the replay below rewrites with the same values.
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                self.run()
-            torch.cuda.current_stream().wait_stream(side)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                self.logits = self.run()
+            self._capture(tokens)
         else:
             self.tokens.copy_(tokens)
         self.graph.replay()
         return self.logits
+
+    def _capture(self, tokens: torch.Tensor) -> None:
+        self.tokens = tokens.clone()
+        with torch.cuda.device(tokens.device):  # capture runs on the current device's streams
+            # One eager run first, on a side stream as capture requires: it projects the
+            # cross-attention K/V (kept outside the graph) and lets kernels pick their algorithms.
+            # It writes this step's K/V slot, which the first replay rewrites with the same values.
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self.decode(self.tokens)
+            torch.cuda.current_stream().wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.logits = self.decode(self.tokens)

@@ -153,5 +153,5 @@ def rows_at(table: torch.Tensor, start: int | torch.Tensor, length: int) -> torc
     the host (a CUDA graph would keep the value it read at capture).
     """
     if isinstance(start, torch.Tensor):
-        return table[start + torch.arange(length, device=start.device)]
+        return table.index_select(0, start + torch.arange(length, device=start.device))
     return table[start:start + length]
