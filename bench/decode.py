@@ -1,6 +1,6 @@
 """Beam-search speed: our KV-cached search against Hugging Face `generate` on a same-size MarianMT.
 
-    .venv/bin/python -m bench.decode                      # CPU fp32 + bf16, and CUDA fp16/bf16 when present
+    .venv/bin/python -m bench.decode                      # CPU fp32 + bf16; CUDA fp16/bf16 (with and without CUDA graphs) when present
     .venv/bin/python -m bench.decode --sentences 64 --cpu-dtypes bfloat16 --systems ours
 
 The setting CTranslate2 publishes: beam 4, batch 32, newstest2014 en->de sources, length
@@ -36,6 +36,7 @@ from translator.data.tokenizer import Tokenizer, train_sentencepiece
 WMT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wmt"
 BASE = dict(vocab=32000, d_model=512, layers=6, heads=8, ffn=2048, max_positions=1024)
 MIB = 2**20
+SYSTEM_NAMES = {"ours": "ours (translator)", "ours-eager": "ours, no CUDA graphs", "hf": "HF MarianMT generate"}
 
 
 def make_batches(n_sentences: int, batch_size: int, workdir: Path) -> list[dict]:
@@ -57,7 +58,7 @@ def make_batches(n_sentences: int, batch_size: int, workdir: Path) -> list[dict]
 def build(system: str, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
     """A randomly initialised base model, ours or Hugging Face MarianMT, in eval mode."""
     torch.manual_seed(0)
-    if system == "ours":
+    if system.startswith("ours"):
         from translator.config import ModelConfig
         from translator.model.transformer import Transformer
 
@@ -86,11 +87,11 @@ def decode_batch(system: str, model, batch: dict, beam: int, device: torch.devic
 
     src = pad(batch["src"], suffix=[EOS_ID]).to(device)  # (B, S)
     L = batch["length"]
-    if system == "ours":
+    if system.startswith("ours"):
         from translator.decode.beam import beam_search
 
         hyps = beam_search(model, src, padding_mask(src), beam_size=beam, alpha=0.0, max_len_a=0.0,
-                           max_len_b=L, min_len=L)
+                           max_len_b=L, min_len=L, cuda_graphs=system == "ours")
         assert all(len(h[0].tokens) == L for h in hyps)
     else:
         with torch.inference_mode():
@@ -157,11 +158,11 @@ def run_all(specs: list[dict], data_file: Path, repeats: int) -> tuple[list[dict
     return list(best.values()), passes
 
 
-def speedups(results: list[dict]) -> dict[tuple[str, str], float]:
-    """(device, dtype) -> ours / HF tokens per second, where both ran."""
+def speedups(results: list[dict]) -> dict[tuple[str, str, str], float]:
+    """(system, device, dtype) -> that system's / HF's tokens per second, where both ran."""
     speed = {(r["system"], r["device"], r["dtype"]): r["tokens_per_s"] for r in results}
-    return {(dev, dt): tps / speed["hf", dev, dt] for (system, dev, dt), tps in speed.items()
-            if system == "ours" and ("hf", dev, dt) in speed}
+    return {(system, dev, dt): tps / speed["hf", dev, dt] for (system, dev, dt), tps in speed.items()
+            if system != "hf" and ("hf", dev, dt) in speed}
 
 
 def table(results: list[dict]) -> str:
@@ -170,8 +171,8 @@ def table(results: list[dict]) -> str:
     lines = ["| system | device | dtype | target tokens/s | speed-up vs HF | seconds | tokens | peak memory (MiB) "
              "| CPU: RSS before timing (MiB) | parameters |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
-        ratio = 1.0 if r["system"] == "hf" else ratios.get((r["device"], r["dtype"]))
-        name = "ours (translator)" if r["system"] == "ours" else "HF MarianMT generate"
+        ratio = 1.0 if r["system"] == "hf" else ratios.get((r["system"], r["device"], r["dtype"]))
+        name = SYSTEM_NAMES[r["system"]]
         lines.append(f"| {name} | {r['device']} | {r['dtype']} | {r['tokens_per_s']:.0f} | "
                      f"{f'{ratio:.2f}x' if ratio else '-'} | {r['seconds']} | {r['tokens']} | {r['peak_mib']} | "
                      f"{r['rss_after_warmup_mib'] if r['device'] == 'cpu' else '-'} | {r['params'] / 1e6:.1f}M |")
@@ -185,7 +186,8 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--cpu-dtypes", default="float32,bfloat16")
     parser.add_argument("--cuda-dtypes", default="float16,bfloat16")
-    parser.add_argument("--systems", default="ours,hf")
+    parser.add_argument("--systems", default="ours,ours-eager,hf",
+                        help="ours-eager (decode.cuda_graphs off) runs on CUDA only: on CPU it is ours.")
     parser.add_argument("--repeats", type=int, default=1, help="Runs per configuration; the fastest counts.")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
@@ -199,7 +201,7 @@ def main() -> None:
     if not runs:
         raise SystemExit("nothing to run: --cpu-dtypes is empty and there is no CUDA device here")
     specs = [{"system": s, "device": dev, "dtype": dt, "beam": args.beam}
-             for dev, dt in runs for s in args.systems.split(",")]
+             for dev, dt in runs for s in args.systems.split(",") if not (s == "ours-eager" and dev == "cpu")]
     with tempfile.TemporaryDirectory() as tmp:
         batches = make_batches(args.sentences, args.batch_size, Path(tmp))
         torch.save(batches, Path(tmp) / "batches.pt")
@@ -211,7 +213,8 @@ def main() -> None:
     print(table(results))
     per_pass = [speedups(runs) for runs in passes]  # the machine's speed drifts: show each pass's own ratio
     for key in per_pass[0]:
-        print(f"\nper pass, ours / HF, {' '.join(key)}: " + ", ".join(f"{ratios[key]:.2f}x" for ratios in per_pass))
+        system, device, dtype = key
+        print(f"\nper pass, {system} / HF, {device} {dtype}: " + ", ".join(f"{ratios[key]:.2f}x" for ratios in per_pass))
 
 
 if __name__ == "__main__":
