@@ -78,8 +78,8 @@ class MultiHeadAttention(nn.Module):
         few_queries = q.shape[-2] <= 8 and q.device.type == "cpu" and not torch.is_grad_enabled()
         if need_weights or few_queries:
             out, weights = attention_weights(q, k, v, mask, is_causal, p)
-        else:
-            out = sdpa_attention(q, k, v, mask, is_causal, p)
+        else:  # decoding (a cache) never has a query without keys: the first target position, the source's EOS
+            out = sdpa_attention(q, k, v, mask, is_causal, p, every_query_has_a_key=kv is not None)
         if memory is not None:  # unfold beams: (B, H, beams*T, K) -> (B*beams, H, T, K)
             out = out.view(-1, self.n_heads, beams, T, self.d_head).transpose(1, 2).flatten(0, 1)
             if need_weights:
@@ -89,11 +89,16 @@ class MultiHeadAttention(nn.Module):
 
 
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-                   is_causal: bool = False, dropout_p: float = 0.0) -> torch.Tensor:
-    """The fast path: one fused softmax(Q K^T / sqrt(d_k)) V. q (N, H, T, K); k, v (N, G, L, K) -> (N, H, T, K)."""
+                   is_causal: bool = False, dropout_p: float = 0.0, every_query_has_a_key: bool = False
+                   ) -> torch.Tensor:
+    """The fast path: one fused softmax(Q K^T / sqrt(d_k)) V. q (N, H, T, K); k, v (N, G, L, K) -> (N, H, T, K).
+
+    every_query_has_a_key: the caller knows no mask row is all False, so the guard below (five
+    small kernels, a quarter of a decoding step's launches) is skipped.
+    """
     gqa = k.shape[1] != q.shape[1]
-    if mask is None:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=is_causal,
+    if mask is None or every_query_has_a_key:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
                                               enable_gqa=gqa)
     # A query row with no key to attend to (an all-padding sentence) has no softmax; CUDA's
     # memory-efficient kernel returns NaN there (pytorch#110213) and its backward spreads it.
