@@ -6,7 +6,7 @@ DATA   ?=
 CONFIG ?= configs/tiny.yaml
 export HF_HUB_DISABLE_TELEMETRY := 1
 
-.PHONY: install bench-install test cuda-check lint demo bench bench-model bench-train bench-decode bench-prepare tensorboard clean
+.PHONY: install bench-install test cuda-check lint demo bench bench-model bench-train bench-decode bench-launches bench-prepare tensorboard clean
 
 install:  ## venv with the CPU build of torch pinned first, then the package with dev extras
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,9 @@ bench-train:
 
 bench-decode:  ## needs `make bench-install` for the Hugging Face peer
 	$(BIN)/python -m bench.decode --repeats 2  # the machine drifts: two interleaved passes, per-pass ratios printed
+
+bench-launches:  ## needs `make bench-install`; host launches per decoding step on the CUDA path, counted on CPU
+	$(BIN)/python -m bench.launches
 
 bench-prepare:  ## ~7 minutes; builds a 4.5M-pair corpus under /tmp
 	$(BIN)/python -m bench.prepare
