@@ -1,9 +1,9 @@
 """A search's decoding step: model.decode of one new token per row, replayed as a CUDA graph on GPUs.
 
-On a GPU a step of a base-size model is ~400 small kernels (layer norms, projections, attention
-over a few hundred rows), each done in microseconds: the host launching them one by one is what
-bounds the step. A CUDA graph records the launches of one step once and replays them with one
-call. It needs every step to run the same kernels on the same addresses, hence the static cache
+On a GPU a beam-search step of a base-size model is ~160 small kernels (layer norms, projections,
+attention over a few hundred rows; `make bench-launches`), each done in microseconds: the host
+launching them one by one is what bounds the step. A CUDA graph records the launches of one
+step once and replays them with one call. It needs every step to run the same kernels on the same addresses, hence the static cache
 (fixed (N, G, T_max, K) K/V, the position in a device tensor), and no host reads inside the step.
 """
 

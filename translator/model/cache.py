@@ -129,6 +129,7 @@ class KVCache:
 
     @property
     def static(self) -> bool:
+        """Whether this is the CUDA-graph layout (StaticLayerKV, device-side length)."""
         return isinstance(self.length, torch.Tensor)
 
     @property
@@ -138,9 +139,10 @@ class KVCache:
     def reorder(self, origin: torch.Tensor) -> None:
         """Beam search: row i continues the hypothesis that was row origin[i] (N,).
 
-        Nothing moves now: each layer gathers its rows by `origin` in the copy its next append
-        makes anyway, so a reorder costs an index, not a pass over the cache. Reordering before
-        or after the caller advances `length` is the same.
+        Dense cache: nothing moves now; each layer gathers its rows by `origin` in the copy its
+        next append makes anyway, so a reorder costs an index, not a pass over the cache. Static
+        cache: the rows move now, in place. Reordering before or after the caller advances
+        `length` is the same.
         """
         for layer in self.layers:
             layer.reorder(origin)
