@@ -9,6 +9,7 @@ step once and replays them with one call. It needs every step to run the same ke
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -42,12 +43,20 @@ class CudaGraphStep:
         self.tokens: torch.Tensor | None = None  # (N, 1): the graph's input, copied into at each step
         self.graph: torch.cuda.CUDAGraph | None = None
         self.logits: torch.Tensor | None = None  # (N, 1, V): the graph's output
+        self.eager = False  # capture failed: step without a graph
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
-        if self.graph is None:
-            self._capture(tokens)
-        else:
-            self.tokens.copy_(tokens)
+        if self.graph is None and not self.eager:
+            try:
+                self._capture(tokens)
+            except RuntimeError as error:  # an operation this GPU or PyTorch cannot capture
+                reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                warnings.warn(f"CUDA graph capture failed ({reason}); this search decodes step by step "
+                              "(--no-cuda-graphs skips the attempt)", RuntimeWarning, stacklevel=2)
+                self.eager = True
+        if self.eager:  # the static cache, stepped without a graph
+            return self.decode(tokens)
+        self.tokens.copy_(tokens)
         self.graph.replay()
         return self.logits
 
@@ -62,6 +71,7 @@ class CudaGraphStep:
             with torch.cuda.stream(side):
                 self.decode(self.tokens)
             torch.cuda.current_stream().wait_stream(side)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                self.logits = self.decode(self.tokens)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                logits = self.decode(self.tokens)
+        self.graph, self.logits = graph, logits
