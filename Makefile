@@ -50,7 +50,7 @@ demo:
 	@printf 'translation: '; echo "$(SAMPLE)" | $(BIN)/translator translate $(RUN_DIR)/best.pt
 
 # Speed and memory benchmarks; each writes docs/benchmarks/<name>.md (see docs/benchmarks.md).
-bench: bench-model bench-train bench-decode
+bench: bench-model bench-train bench-decode bench-launches
 
 bench-model:
 	$(BIN)/python -m bench.model
