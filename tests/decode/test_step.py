@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 import translator.decode.step as step
 from tests import cuda_graph_on_cpu
@@ -27,8 +28,19 @@ def recorded_graphs(monkeypatch):
     return steps
 
 
+def _forbidden(*args, **kwargs):
+    raise AssertionError("the written-out attention ran where the fused SDPA path should")
+
+
+@pytest.mark.parametrize("path", ["cpu", "cuda"])
 @pytest.mark.parametrize("changes", [{}, {"positions": "rope", "n_kv_heads": 2}, {"positions": "learned"}])
-def test_replayed_steps_decode_what_eager_steps_decode(make_model, src_batch, changes, recorded_graphs):
+def test_replayed_steps_decode_what_eager_steps_decode(make_model, src_batch, changes, path, recorded_graphs,
+                                                       monkeypatch):
+    """path "cuda": the layers take the branches they take on a GPU (SDPA for the one-token query,
+    F.linear), selected on CPU by reporting autograd as on; "cpu": the CPU search path."""
+    if path == "cuda":
+        monkeypatch.setattr(torch, "is_grad_enabled", lambda: True)
+        monkeypatch.setattr("translator.model.attention.attention_weights", _forbidden)
     model, (src, src_mask) = make_model(**changes), src_batch
     want = _searches(model, src, src_mask, cuda_graphs=False)  # the dense cache, model.decode at every step
     got = _searches(model, src, src_mask)
