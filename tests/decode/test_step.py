@@ -8,6 +8,7 @@ import torch
 import translator.decode.step as step
 from tests import cuda_graph_on_cpu
 from tests.decode.test_search import _assert_same_searches, _searches
+from tests.model.test_cache import _forbidden
 
 
 @pytest.fixture
@@ -26,10 +27,6 @@ def recorded_graphs(monkeypatch):
         monkeypatch.setattr(f"translator.decode.{search}.use_cuda_graph", lambda device: True)
         monkeypatch.setattr(f"translator.decode.{search}.decoding_step", graph_step)
     return steps
-
-
-def _forbidden(*args, **kwargs):
-    raise AssertionError("the written-out attention ran where the fused SDPA path should")
 
 
 @pytest.mark.parametrize("path", ["cpu", "cuda"])
