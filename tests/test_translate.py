@@ -132,6 +132,33 @@ def test_run_numbers_over_long_lines_across_chunks(tiny, capsys):
     assert capsys.readouterr().err.startswith("warning: line 4: ")
 
 
+def test_run_progress_counts_sentences_over_all_chunks(tiny):
+    """done never decreases and ends at what was read: empty lines aside, long lines' pieces apart."""
+    long_line = " ".join(SENTENCES * 2)
+    ids = tiny.tokenizer.encode([long_line])[0]
+    pieces = len(translate.split_long(ids, 39, tiny.tokenizer.sp.id_to_piece(ids)))
+    chunks = [SENTENCES[:5], ["", long_line], [], SENTENCES[5:]]
+    decode = dataclasses.replace(tiny.cfg.decode, batch_tokens=40)  # several batches per chunk
+    seen = []
+    translate.run(tiny.model, tiny.tokenizer, decode, iter(chunks), io.StringIO(), progress=lambda *p: seen.append(p))
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and all(d <= t for d, t in seen)
+    assert seen[-1] == (len(SENTENCES) + pieces,) * 2
+    assert (5, 5) in seen  # the first chunk's total, before the second is read
+
+
+@pytest.mark.parametrize("quiet, stdin, stdout, stderr, shown", [
+    (False, False, False, True, True),  # cat in | translate > out, watched on a terminal
+    (True, False, False, True, False),  # --quiet
+    (False, True, False, True, False),  # typed interactively
+    (False, False, True, True, False),  # output on the same screen
+    (False, False, False, False, False),  # stderr to a log
+])
+def test_progress_bar_only_for_redirected_bulk_work_on_a_terminal(quiet, stdin, stdout, stderr, shown):
+    tty = lambda is_tty: SimpleNamespace(isatty=lambda: is_tty)  # noqa: E731
+    assert translate.show_progress(quiet, tty(stdin), tty(stdout), tty(stderr)) is shown
+
+
 def test_length_batches_cover_every_index_within_the_budget():
     lengths = [5, 1, 9, 3, 3, 12, 7, 2, 40, 6]
     batches = list(translate.length_batches(lengths, batch_tokens=24))

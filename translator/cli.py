@@ -110,10 +110,11 @@ def translate(ckpt: CkptArg, beam: BeamOpt = None,
               min_len: Annotated[Optional[int], typer.Option("--min-len", help="Output tokens before EOS is allowed.")] = None,
               length_penalty: Annotated[Optional[float], typer.Option("--length-penalty", help="GNMT length-penalty alpha (0 = none).")] = None,
               batch_tokens: Annotated[Optional[int], typer.Option("--batch-tokens", help="Source tokens per batch.")] = None,
-              device: DeviceOpt = None, dtype: DtypeOpt = None, cuda_graphs: GraphsOpt = None) -> None:
+              device: DeviceOpt = None, dtype: DtypeOpt = None, cuda_graphs: GraphsOpt = None,
+              quiet: QuietOpt = False) -> None:
     """Translate stdin to stdout: one output line per input line; an empty line gives an empty line.
 
-    Streams: a line typed interactively is answered at once; piped input is batched.
+    Streams: a line typed interactively is answered at once; piped input is batched, with a progress bar on stderr when output goes to a file and stderr to a terminal.
 
     A line too long for the model is split at sentence ends or word starts, translated in pieces and joined, with a warning (never truncated).
 
@@ -126,7 +127,11 @@ def translate(ckpt: CkptArg, beam: BeamOpt = None,
                        "length_penalty": length_penalty, "batch_tokens": batch_tokens, "cuda_graphs": cuda_graphs}.items():
         if value is not None:
             setattr(cfg.decode, key, value)
-    translate_mod.run(model, tokenizer, cfg.decode, translate_mod.read_chunks(sys.stdin), sys.stdout, nbest)
+    show = translate_mod.show_progress(quiet, sys.stdin, sys.stdout, sys.stderr)
+    with translate_mod.progress_bar("translate", not show) as bar:
+        task = bar.add_task("translate", total=None)
+        translate_mod.run(model, tokenizer, cfg.decode, translate_mod.read_chunks(sys.stdin), sys.stdout, nbest,
+                          progress=lambda done, total: bar.update(task, completed=done, total=total))
 
 
 @app.command()

@@ -7,20 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import sacrebleu
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from translator.errors import TranslatorError
 from translator.files import atomic_write, read_lines
 from translator.prepare import prepared_dir
-from translator.translate import load, translate_lines, warn_stderr
+from translator.translate import load, progress_bar, translate_lines, warn_stderr
 
 
 @dataclass
@@ -81,7 +72,7 @@ def run(ckpt: str, split: str, src_file: str | None, ref_file: str | None, hyp_f
     if len(sources) != len(refs):
         raise TranslatorError(f"{src_file} has {len(sources)} lines but {ref_file} has {len(refs)}", "eval",
                               "source and reference files must be line-aligned")
-    with _progress_bar(quiet) as bar:
+    with progress_bar("eval", quiet) as bar:
         task = bar.add_task("eval", total=None)
         translated = translate_lines(model, tokenizer, sources, cfg.decode, warn=None if quiet else warn_stderr,
                                      progress=lambda done, total: bar.update(task, completed=done, total=total))
@@ -93,9 +84,3 @@ def run(ckpt: str, split: str, src_file: str | None, ref_file: str | None, hyp_f
         print(f"{len(hyps)} hypotheses written to {hyp_path}", file=sys.stderr)
     return score(hyps, refs, lc_tok)
 
-
-def _progress_bar(quiet: bool) -> Progress:
-    """A rich progress bar on stderr counting decoded sentences; invisible when quiet."""
-    return Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TextColumn("sentences"),
-                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                    console=Console(stderr=True), disable=quiet, transient=True)

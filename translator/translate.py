@@ -17,6 +17,15 @@ from pathlib import Path
 from typing import TextIO
 
 import torch
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from translator import checkpoint
 from translator.config import Config, DecodeConfig
@@ -196,21 +205,48 @@ def _ready(fd: int) -> bool:
 
 
 def run(model: Transformer, tokenizer: Tokenizer, decode: DecodeConfig, lines_in: Iterable[list[str]],
-        out: TextIO, nbest: int = 1) -> int:
+        out: TextIO, nbest: int = 1, progress: Callable[[int, int], None] | None = None) -> int:
     """Translate chunks of lines, writing each chunk as soon as it is done; returns the line count.
 
     With nbest > 1 each input line gives nbest TSV rows `line<TAB>text<TAB>score` (line from 0).
+    `progress(done, total)` counts sentences over all chunks; total is what has been read so far.
     """
-    count = 0
+    count, decoded = 0, 0  # lines written; sentences decoded in earlier chunks
     for chunk in lines_in:
-        for hyps in translate_lines(model, tokenizer, chunk, decode, nbest, warn=warn_stderr, first_line=count + 1):
+        chunk_total = [0]  # this chunk's sentences, once its first batch is done
+
+        def report(done: int, total: int, before: int = decoded, chunk_total: list[int] = chunk_total) -> None:
+            chunk_total[0] = total
+            progress(before + done, before + total)
+
+        for hyps in translate_lines(model, tokenizer, chunk, decode, nbest, warn=warn_stderr, first_line=count + 1,
+                                    progress=report if progress is not None else None):
             if nbest == 1:
                 out.write(hyps[0][0] + "\n")
             else:
                 out.write("".join(f"{count}\t{text.replace(chr(9), ' ')}\t{score:.4f}\n" for text, score in hyps))
             count += 1
         out.flush()
+        decoded += chunk_total[0]
     return count
+
+
+def show_progress(quiet: bool, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> bool:
+    """A bar only for bulk work watched on a terminal: input and output redirected, stderr a terminal.
+
+    Interactive input, or output on the same screen, would interleave with a live bar.
+    """
+    return not quiet and stderr.isatty() and not stdin.isatty() and not stdout.isatty()
+
+
+def progress_bar(label: str, quiet: bool) -> Progress:
+    """A rich progress bar on stderr counting decoded sentences (count, elapsed, ETA); invisible when quiet.
+
+    stdout is left alone (not routed above the bar): it may carry the translations.
+    """
+    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("sentences"),
+                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                    console=Console(stderr=True), disable=quiet, transient=True, redirect_stdout=False)
 
 
 def warn_stderr(message: str) -> None:
