@@ -77,6 +77,21 @@ def test_invariants_checked():
         config.load(None, ["model.n_kv_heads=3"])
 
 
+@pytest.mark.parametrize("override, where", [
+    ("decode.beam_size=0", "decode.beam_size"), ("decode.max_len_a=-1", "decode.max_len_a"),
+    ("decode.min_len=-2", "decode.min_len"), ("decode.batch_tokens=0", "decode.batch_tokens"),
+])
+def test_decode_values_below_their_least_are_refused(override, where):
+    with pytest.raises(TranslatorError, match=where):
+        config.load(None, [override])
+
+
+def test_an_output_limit_of_zero_is_refused():
+    with pytest.raises(TranslatorError, match="allow no output"):
+        config.load(None, ["decode.max_len_a=0", "decode.max_len_b=0"])
+    assert config.load(None, ["decode.max_len_a=0", "decode.max_len_b=50"]).decode.max_len_b == 50
+
+
 def test_malformed_override():
     with pytest.raises(TranslatorError, match="KEY=VALUE"):
         config.load(None, ["train.lr"])

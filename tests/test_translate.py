@@ -217,6 +217,15 @@ def test_load_puts_the_model_in_the_asked_dtype_and_it_translates(tiny):
     assert out[0][0][0] == "" and len(out) == 2
 
 
+@pytest.mark.parametrize("flags, where", [(["--max-len-a", "0", "--max-len-b", "0"], "decode.max_len_b"),
+                                          (["--batch-tokens", "0"], "--batch-tokens")])
+def test_translate_refuses_impossible_decoding_flags(tiny, flags, where):
+    result = subprocess.run([sys.executable, "-m", "translator", "translate", str(tiny.path), *flags],
+                            input="A dog.\n", capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and result.stdout == "" and "Traceback" not in result.stderr
+    assert where in result.stderr
+
+
 def test_translate_streams_through_a_pipe(tiny):
     """A subprocess answers a line before its stdin is closed (as an interactive user needs)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -5,6 +5,7 @@ torch is imported inside the command bodies so that `--help` stays instant.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -105,11 +106,11 @@ def evaluate(ckpt: CkptArg,
 @app.command()
 def translate(ckpt: CkptArg, beam: BeamOpt = None,
               nbest: Annotated[int, typer.Option("--nbest", min=1, help="Print N best as TSV: line (from 0), text, score.")] = 1,
-              max_len_a: Annotated[Optional[float], typer.Option("--max-len-a", help="Output length limit a*|src|+b: a.")] = None,
-              max_len_b: Annotated[Optional[int], typer.Option("--max-len-b", help="Output length limit: b.")] = None,
-              min_len: Annotated[Optional[int], typer.Option("--min-len", help="Output tokens before EOS is allowed.")] = None,
+              max_len_a: Annotated[Optional[float], typer.Option("--max-len-a", min=0, help="Output length limit a*|src|+b: a.")] = None,
+              max_len_b: Annotated[Optional[int], typer.Option("--max-len-b", min=0, help="Output length limit: b.")] = None,
+              min_len: Annotated[Optional[int], typer.Option("--min-len", min=0, help="Output tokens before EOS is allowed.")] = None,
               length_penalty: Annotated[Optional[float], typer.Option("--length-penalty", help="GNMT length-penalty alpha (0 = none).")] = None,
-              batch_tokens: Annotated[Optional[int], typer.Option("--batch-tokens", help="Source tokens per batch.")] = None,
+              batch_tokens: Annotated[Optional[int], typer.Option("--batch-tokens", min=1, help="Source tokens per batch.")] = None,
               device: DeviceOpt = None, dtype: DtypeOpt = None, cuda_graphs: GraphsOpt = None,
               quiet: QuietOpt = False) -> None:
     """Translate stdin to stdout: one output line per input line; an empty line gives an empty line.
@@ -123,10 +124,9 @@ def translate(ckpt: CkptArg, beam: BeamOpt = None,
     from translator import translate as translate_mod
 
     model, cfg, tokenizer = translate_mod.load(ckpt, device, dtype)
-    for key, value in {"beam_size": beam, "max_len_a": max_len_a, "max_len_b": max_len_b, "min_len": min_len,
-                       "length_penalty": length_penalty, "batch_tokens": batch_tokens, "cuda_graphs": cuda_graphs}.items():
-        if value is not None:
-            setattr(cfg.decode, key, value)
+    overrides = {"beam_size": beam, "max_len_a": max_len_a, "max_len_b": max_len_b, "min_len": min_len,
+                 "length_penalty": length_penalty, "batch_tokens": batch_tokens, "cuda_graphs": cuda_graphs}
+    cfg.decode = dataclasses.replace(cfg.decode, **{k: v for k, v in overrides.items() if v is not None})  # re-checked
     show = translate_mod.show_progress(quiet, sys.stdin, sys.stdout, sys.stderr)
     with translate_mod.progress_bar("translate", not show) as bar:
         task = bar.add_task("translate", total=None)

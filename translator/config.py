@@ -196,6 +196,15 @@ class DecodeConfig:
     cuda_graphs: bool = True
     """On CUDA, replay each decoding step as one CUDA graph over a static KV cache (--no-cuda-graphs turns it off). No effect on CPU or under autocast."""
 
+    def __post_init__(self) -> None:
+        for name, least in (("beam_size", 1), ("max_len_a", 0), ("max_len_b", 0), ("min_len", 0), ("batch_tokens", 1)):
+            if getattr(self, name) < least:
+                raise TranslatorError(f"{name}={getattr(self, name)} is below {least}", f"decode.{name}",
+                                      f"use a value of at least {least}")
+        if self.max_len_a == 0 and self.max_len_b == 0:
+            raise TranslatorError("max_len_a=0 and max_len_b=0 allow no output", "decode.max_len_b",
+                                  "raise either (the limit is max_len_a * source length + max_len_b)")
+
 
 @dataclass(kw_only=True)
 class Config:
