@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import sacrebleu
@@ -56,10 +56,8 @@ def run(ckpt: str, split: str, src_file: str | None, ref_file: str | None, hyp_f
     Hypotheses go to `hyp_file`, by default `<source file name>.hyp` beside the checkpoint.
     """
     model, cfg, tokenizer = load(ckpt, device, dtype)
-    if beam is not None:
-        cfg.decode.beam_size = beam
-    if cuda_graphs is not None:
-        cfg.decode.cuda_graphs = cuda_graphs
+    overrides = {"beam_size": beam, "cuda_graphs": cuda_graphs}
+    cfg.decode = replace(cfg.decode, **{k: v for k, v in overrides.items() if v is not None})  # re-checked
     if (src_file is None) != (ref_file is None):
         raise TranslatorError("--src and --ref go together", "eval", "give both, or neither to use a split")
     if src_file is None:
