@@ -192,6 +192,19 @@ def test_read_chunks_yields_what_is_there_without_waiting_for_more():
         signal.signal(signal.SIGALRM, previous)
 
 
+def test_read_chunks_replaces_bytes_that_are_not_utf8_and_names_the_line():
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, b"caf\xc3\xa9\r\ncaf\xe9\n")  # line 1 UTF-8 (CRLF), line 2 Latin-1
+    os.write(write_fd, b"ok\n\xff")  # line 4 without a newline: numbering goes on across reads
+    os.close(write_fd)
+    warnings: list[str] = []
+    with os.fdopen(read_fd, "r") as reader:
+        lines = [line for chunk in translate.read_chunks(reader, warn=warnings.append) for line in chunk]
+    assert lines == ["caf\u00e9", "caf\ufffd", "ok", "\ufffd"]  # one line per input line, none dropped
+    assert [w.split(":")[0] for w in warnings] == ["line 2", "line 4"]
+    assert "invalid UTF-8 at byte 3" in warnings[0]
+
+
 def test_read_chunks_from_a_stream_without_a_file_descriptor():
     assert list(translate.read_chunks(io.StringIO("a\n\nb\r\nc\n"), max_lines=2)) == [["a", ""], ["b", "c"]]
 

@@ -105,7 +105,7 @@ def evaluate(ckpt: CkptArg,
 
 @app.command()
 def translate(ckpt: CkptArg, beam: BeamOpt = None,
-              nbest: Annotated[int, typer.Option("--nbest", min=1, help="Print N best as TSV: line (from 0), text, score.")] = 1,
+              nbest: Annotated[int, typer.Option("--nbest", min=1, help="Print N best as TSV: line (from 0), text, score; the beam widens to N if narrower.")] = 1,
               max_len_a: Annotated[Optional[float], typer.Option("--max-len-a", min=0, help="Output length limit a*|src|+b: a.")] = None,
               max_len_b: Annotated[Optional[int], typer.Option("--max-len-b", min=0, help="Output length limit: b.")] = None,
               min_len: Annotated[Optional[int], typer.Option("--min-len", min=0, help="Output tokens before EOS is allowed.")] = None,
@@ -117,7 +117,7 @@ def translate(ckpt: CkptArg, beam: BeamOpt = None,
 
     Streams: a line typed interactively is answered at once; piped input is batched, with a progress bar on stderr when output goes to a file and stderr to a terminal.
 
-    A line too long for the model is split at sentence ends or word starts, translated in pieces and joined, with a warning (never truncated).
+    A line too long for the model is split at sentence ends or word starts, translated in pieces and joined, with a warning (never truncated). Bytes that are not UTF-8 are replaced (U+FFFD), with a warning naming the line.
 
     Example: echo "A man rides a bike." | translator translate runs/multi30k/best.pt
     """
@@ -130,7 +130,8 @@ def translate(ckpt: CkptArg, beam: BeamOpt = None,
     show = translate_mod.show_progress(quiet, sys.stdin, sys.stdout, sys.stderr)
     with translate_mod.progress_bar("translate", not show) as bar:
         task = bar.add_task("translate", total=None)
-        translate_mod.run(model, tokenizer, cfg.decode, translate_mod.read_chunks(sys.stdin), sys.stdout, nbest,
+        translate_mod.run(model, tokenizer, cfg.decode, translate_mod.read_chunks(sys.stdin, warn=translate_mod.warn_stderr),
+                          sys.stdout, nbest,
                           progress=lambda done, total: bar.update(task, completed=done, total=total))
 
 

@@ -167,12 +167,15 @@ def _detokenize(tokenizer: Tokenizer, pieces_hyps: list[list[Hypothesis]]) -> li
     return [(" ".join(texts), sum(hyps[0].score for hyps in pieces_hyps))]
 
 
-def read_chunks(stream: TextIO, max_lines: int = 2000) -> Iterator[list[str]]:
+def read_chunks(stream: TextIO, max_lines: int = 2000, warn: Callable[[str], None] | None = None
+                ) -> Iterator[list[str]]:
     """Lines from `stream` in chunks: everything already available, up to `max_lines`.
 
     Piped bulk input fills whole chunks (so it is batched); an interactive user, whose next line
     is not yet there, gets each line translated as soon as it is entered. Reads the file
     descriptor directly: a buffered text stream would wait for more input before returning.
+    Bytes that are not UTF-8 become U+FFFD with a warning naming the line; the line is still
+    translated, so the output keeps one line per input line.
     """
     try:
         fd = stream.fileno()
@@ -183,20 +186,32 @@ def read_chunks(stream: TextIO, max_lines: int = 2000) -> Iterator[list[str]]:
         for start in range(0, len(lines), max_lines):
             yield lines[start:start + max_lines]
         return
-    pending, lines = b"", []
+    pending, lines, count = b"", [], 0
     while True:
         data = os.read(fd, 1 << 16)
         if data:
             pending += data
             *complete, pending = pending.split(b"\n")
-            lines += [raw.decode("utf-8", errors="replace").rstrip("\r") for raw in complete]
+            lines += [_decode_line(raw, count + i, warn) for i, raw in enumerate(complete, 1)]
+            count += len(complete)
         while lines and (not data or len(lines) >= max_lines or not _ready(fd)):
             yield lines[:max_lines]
             lines = lines[max_lines:]
         if not data:
             break
     if pending:  # a last line without a newline
-        yield [pending.decode("utf-8", errors="replace").rstrip("\r")]
+        yield [_decode_line(pending, count + 1, warn)]
+
+
+def _decode_line(raw: bytes, number: int, warn: Callable[[str], None] | None) -> str:
+    """One input line's bytes -> text without a trailing CR; bytes that are not UTF-8 become U+FFFD, with a warning."""
+    try:
+        return raw.decode("utf-8").rstrip("\r")
+    except UnicodeDecodeError as err:
+        if warn is not None:
+            warn(f"line {number}: invalid UTF-8 at byte {err.start}; undecodable bytes replaced with U+FFFD "
+                 "(re-encode the input as UTF-8)")
+        return raw.decode("utf-8", errors="replace").rstrip("\r")
 
 
 def _ready(fd: int) -> bool:
