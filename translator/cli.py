@@ -145,7 +145,7 @@ def average(ckpts: Annotated[list[Path], typer.Argument(help="Checkpoints of one
     from translator import checkpoint
 
     count = checkpoint.average([str(p) for p in ckpts], out)
-    typer.echo(f"averaged {count} checkpoints into {out}")
+    typer.echo(f"averaged {count} checkpoint{'s' if count != 1 else ''} into {out}")
 
 
 @app.command()
