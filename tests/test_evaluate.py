@@ -17,11 +17,12 @@ REFS = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau 
 
 
 
-def save_tiny(prepared, path: Path, seed: int = 0, **state) -> Path:
+def save_tiny(prepared, path: Path, seed: int = 0, max_positions: int | None = None, **state) -> Path:
     """A random 2+2-layer, d_model 32 checkpoint with the prepared tokenizer and data config."""
     cfg = copy.deepcopy(prepared)
     tokenizer = Tokenizer(Path(cfg.data.data_dir) / cfg.data.name / "spm.model")
     cfg.model.vocab_size, cfg.model.d_model, cfg.model.d_ff = tokenizer.vocab_size, 32, 64
+    cfg.model.max_positions = max_positions or cfg.model.max_positions
     cfg.decode.beam_size, cfg.decode.max_len_a, cfg.decode.max_len_b = 1, 0.5, 4  # short outputs: fast
     cfg.decode.device, cfg.decode.dtype = "cpu", "fp32"
     torch.manual_seed(seed)
@@ -69,6 +70,17 @@ def test_eval_on_the_prepared_split_quietly(prepared, tmp_path, capsys):
     sources = (Path(prepared.data.data_dir) / prepared.data.name / "valid.en").read_text().splitlines()
     assert len(out.read_text(encoding="utf-8").splitlines()) == len(sources) > 100
     assert scores.chrf >= 0.0 and capsys.readouterr().err == ""
+
+
+def test_eval_quiet_still_warns_about_a_line_too_long_for_the_model(prepared, tmp_path, capsys):
+    ckpt = save_tiny(prepared, tmp_path / "tiny.pt", max_positions=12)
+    src, ref = tmp_path / "src.en", tmp_path / "ref.de"
+    src.write_text("A dog.\n" + "A man rides a bike past two dogs that play in the snow. " * 3 + "\n", encoding="utf-8")
+    ref.write_text("Ein Hund.\nEin Mann.\n", encoding="utf-8")
+    evaluate.run(str(ckpt), "test", str(src), str(ref), str(tmp_path / "hyp"), None, False, None, None, quiet=True)
+    err = capsys.readouterr().err
+    assert err.startswith("warning: line 2: ") and "exceed the model's 11" in err and err.count("\n") == 1
+    assert len((tmp_path / "hyp").read_text(encoding="utf-8").splitlines()) == 2
 
 
 def test_eval_input_errors(prepared, tmp_path):

@@ -27,7 +27,7 @@ SetOpt = Annotated[Optional[list[str]], typer.Option("--set", "-s", metavar="KEY
                                                      help="Override a config value, e.g. train.lr=5e-4 (repeatable).")]
 DataOpt = Annotated[Optional[str], typer.Option("--data", metavar="PATH_OR_HF",
                                                 help="Data source: hf:NAME[:CONFIG], or a directory of {split}.{lang}[.gz] / {split}.tsv / {split}.jsonl files or a save_to_disk dataset.")]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or log lines.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or log lines (warnings about the input still print).")]
 BeamOpt = Annotated[Optional[int], typer.Option("--beam", min=1, help="Beam size (1 = greedy); default from the checkpoint.")]
 DeviceOpt = Annotated[Optional[str], typer.Option("--device", show_default="checkpoint's decode.device: auto",
                                                   help="auto (CUDA when present), cpu, cuda or cuda:N.")]

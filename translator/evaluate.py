@@ -72,7 +72,7 @@ def run(ckpt: str, split: str, src_file: str | None, ref_file: str | None, hyp_f
                               "source and reference files must be line-aligned")
     with progress_bar("eval", quiet) as bar:
         task = bar.add_task("eval", total=None)
-        translated = translate_lines(model, tokenizer, sources, cfg.decode, warn=None if quiet else warn_stderr,
+        translated = translate_lines(model, tokenizer, sources, cfg.decode, warn=warn_stderr,  # about the data: kept under --quiet
                                      progress=lambda done, total: bar.update(task, completed=done, total=total))
     hyps = [h[0][0] for h in translated]
     hyp_path = Path(hyp_file) if hyp_file else Path(ckpt).parent / f"{Path(src_file).name}.hyp"
