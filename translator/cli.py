@@ -128,11 +128,9 @@ def translate(ckpt: CkptArg, beam: BeamOpt = None,
                  "length_penalty": length_penalty, "batch_tokens": batch_tokens, "cuda_graphs": cuda_graphs}
     cfg.decode = dataclasses.replace(cfg.decode, **{k: v for k, v in overrides.items() if v is not None})  # re-checked
     show = translate_mod.show_progress(quiet, sys.stdin, sys.stdout, sys.stderr)
-    with translate_mod.progress_bar("translate", not show) as bar:
-        task = bar.add_task("translate", total=None)
+    with translate_mod.sentence_progress("translate", not show) as progress:
         translate_mod.run(model, tokenizer, cfg.decode, translate_mod.read_chunks(sys.stdin, warn=translate_mod.warn_stderr),
-                          sys.stdout, nbest,
-                          progress=lambda done, total: bar.update(task, completed=done, total=total))
+                          sys.stdout, nbest, progress=progress)
 
 
 @app.command()

@@ -11,7 +11,7 @@ import sacrebleu
 from translator.errors import TranslatorError
 from translator.files import atomic_write, read_lines
 from translator.prepare import prepared_dir
-from translator.translate import load, progress_bar, translate_lines, warn_stderr
+from translator.translate import load, sentence_progress, translate_lines, warn_stderr
 
 
 @dataclass
@@ -70,10 +70,9 @@ def run(ckpt: str, split: str, src_file: str | None, ref_file: str | None, hyp_f
     if len(sources) != len(refs):
         raise TranslatorError(f"{src_file} has {len(sources)} lines but {ref_file} has {len(refs)}", "eval",
                               "source and reference files must be line-aligned")
-    with progress_bar("eval", quiet) as bar:
-        task = bar.add_task("eval", total=None)
-        translated = translate_lines(model, tokenizer, sources, cfg.decode, warn=warn_stderr,  # about the data: kept under --quiet
-                                     progress=lambda done, total: bar.update(task, completed=done, total=total))
+    with sentence_progress("eval", quiet) as progress:
+        translated = translate_lines(model, tokenizer, sources, cfg.decode, warn=warn_stderr,  # kept under --quiet:
+                                     progress=progress)  # they are about the data and explain a score
     hyps = [h[0][0] for h in translated]
     hyp_path = Path(hyp_file) if hyp_file else Path(ckpt).parent / f"{Path(src_file).name}.hyp"
     with atomic_write(hyp_path) as handle:

@@ -13,23 +13,18 @@ import os
 import select
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
 import torch
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from translator import checkpoint
 from translator.config import Config, DecodeConfig
 from translator.data.batching import pad, padding_mask
+from translator.data.progress import StatsColumn
 from translator.data.tokenizer import EOS_ID, Tokenizer
 from translator.decode import Hypothesis
 from translator.decode.beam import beam_search
@@ -254,14 +249,17 @@ def show_progress(quiet: bool, stdin: TextIO, stdout: TextIO, stderr: TextIO) ->
     return not quiet and stderr.isatty() and not stdin.isatty() and not stdout.isatty()
 
 
-def progress_bar(label: str, quiet: bool) -> Progress:
-    """A rich progress bar on stderr counting decoded sentences (count, elapsed, ETA); invisible when quiet.
+@contextmanager
+def sentence_progress(label: str, quiet: bool) -> Iterator[Callable[[int, int], None]]:
+    """A rich bar on stderr over decoded sentences (count, rate, ETA) -> its `progress(done, total)`.
 
-    stdout is left alone (not routed above the bar): it may carry the translations.
+    Invisible when quiet. stdout is left alone (not routed above the bar): it may carry the translations.
     """
-    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("sentences"),
-                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                    console=Console(stderr=True), disable=quiet, transient=True, redirect_stdout=False)
+    bar = Progress(TextColumn(label), BarColumn(), TimeElapsedColumn(), StatsColumn(), TextColumn("sentences"),
+                   console=Console(stderr=True), disable=quiet, transient=True, redirect_stdout=False)
+    with bar:
+        task = bar.add_task(label, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total, bar=True)
 
 
 def warn_stderr(message: str) -> None:
