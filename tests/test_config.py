@@ -80,8 +80,9 @@ def test_invariants_checked():
 @pytest.mark.parametrize("override, where", [
     ("decode.beam_size=0", "decode.beam_size"), ("decode.max_len_a=-1", "decode.max_len_a"),
     ("decode.min_len=-2", "decode.min_len"), ("decode.batch_tokens=0", "decode.batch_tokens"),
+    ("decode.max_len_a=.inf", "decode.max_len_a"), ("decode.length_penalty=.nan", "decode.length_penalty"),
 ])
-def test_decode_values_below_their_least_are_refused(override, where):
+def test_decode_values_out_of_range_are_refused(override, where):
     with pytest.raises(TranslatorError, match=where):
         config.load(None, [override])
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -201,6 +202,10 @@ class DecodeConfig:
             if getattr(self, name) < least:
                 raise TranslatorError(f"{name}={getattr(self, name)} is below {least}", f"decode.{name}",
                                       f"use a value of at least {least}")
+        for name in ("max_len_a", "length_penalty"):
+            if not math.isfinite(getattr(self, name)):
+                raise TranslatorError(f"{name}={getattr(self, name)} is not a finite number", f"decode.{name}",
+                                      "give a finite value")
         if self.max_len_a == 0 and self.max_len_b == 0:
             raise TranslatorError("max_len_a=0 and max_len_b=0 allow no output", "decode.max_len_b",
                                   "raise either (the limit is max_len_a * source length + max_len_b)")

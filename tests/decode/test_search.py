@@ -6,11 +6,14 @@ every step (no cache, no reorder) and keep hypotheses in plain Python lists.
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import pytest
 import torch
 
 from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from translator.decode import log_softmax_into
+from translator.decode import log_softmax_into, max_lengths
 from translator.decode.beam import beam_search, length_penalty, top_k
 from translator.decode.greedy import greedy_search
 
@@ -19,7 +22,12 @@ NEG_INF = float("-inf")
 
 def _limit(model, src_mask_row, max_len_a, max_len_b) -> int:
     n = int(src_mask_row.sum()) - 1  # source tokens without EOS
-    return max(1, min(int(max_len_a * n + max_len_b), model.cfg.max_positions - 1))
+    return max(1, min(exact_limit(max_len_a, max_len_b, n), model.cfg.max_positions - 1))
+
+
+def exact_limit(max_len_a: float, max_len_b: int, n: int) -> int:
+    """floor(a * n + b) in exact decimal arithmetic: what a user writing a = 0.7 means."""
+    return math.floor(Fraction(repr(max_len_a)) * n + max_len_b)
 
 
 def _next_log_probs(model, prefixes, memory, src_mask, step, max_len, min_len) -> torch.Tensor:
@@ -145,6 +153,17 @@ def test_outputs_respect_max_len(make_model, src_batch, max_len_a, max_len_b):
     for limit, g, hyps in zip(limits, greedy, beam):
         assert len(g.tokens) <= limit and all(len(h.tokens) <= limit for h in hyps)
         assert EOS_ID not in g.tokens and PAD_ID not in g.tokens and BOS_ID not in g.tokens
+
+
+def test_length_limit_is_exact_for_decimal_a_and_capped_without_overflow():
+    n = torch.arange(301)
+    src_mask = (torch.arange(302) <= n[:, None]).view(301, 1, 1, 302)  # rows of n tokens + EOS
+    for a in (0.1, 0.3, 0.7, 1.1, 1.2, 1.3, 1.5, 2.0, 2.7):
+        for b in (0, 5, 10):
+            expected = [max(1, min(exact_limit(a, b, i), 1023)) for i in range(301)]
+            assert max_lengths(src_mask, a, b, 1023).tolist() == expected, (a, b)
+    assert max_lengths(src_mask, 1e30, 0, 1023).tolist() == [1] + [1023] * 300  # n = 0: b = 0, at least 1
+    assert max_lengths(src_mask, 0.0, 10**20, 1023).tolist() == [1023] * 301
 
 
 def test_the_model_limit_caps_the_output(make_model, src_batch):
