@@ -209,6 +209,15 @@ def test_read_chunks_from_a_stream_without_a_file_descriptor():
     assert list(translate.read_chunks(io.StringIO("a\n\nb\r\nc\n"), max_lines=2)) == [["a", ""], ["b", "c"]]
 
 
+def test_a_beam_wider_than_the_vocabulary_is_refused(tiny):
+    vocab = tiny.cfg.model.vocab_size
+    wide = dataclasses.replace(tiny.cfg.decode, beam_size=vocab + 1)
+    with pytest.raises(TranslatorError, match=f"wider than the vocabulary \\({vocab} tokens\\)"):
+        translate.translate_lines(tiny.model, tiny.tokenizer, ["A dog."], wide)
+    with pytest.raises(TranslatorError, match="wider than the vocabulary"):
+        translate.translate_lines(tiny.model, tiny.tokenizer, ["A dog."], tiny.cfg.decode, nbest=vocab + 1)
+
+
 def test_device_and_dtype_names():
     assert translate.resolve_device("cpu").type == "cpu"
     assert translate.resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
@@ -216,8 +225,9 @@ def test_device_and_dtype_names():
     assert translate.resolve_dtype("bf16", torch.device("cpu")) == torch.bfloat16
     with pytest.raises(TranslatorError, match="dtype"):
         translate.resolve_dtype("half", torch.device("cpu"))
-    with pytest.raises(TranslatorError, match="device"):
-        translate.resolve_device("gpu")
+    for name in ("gpu", "mps", "meta", "xpu"):
+        with pytest.raises(TranslatorError, match="device"):
+            translate.resolve_device(name)
     if not torch.cuda.is_available():
         with pytest.raises(TranslatorError, match="CUDA"):
             translate.resolve_device("cuda")

@@ -46,6 +46,8 @@ def resolve_device(name: str) -> torch.device:
         device = torch.device(name)
     except RuntimeError:
         raise TranslatorError(f"unknown device {name!r}", "--device", "use auto, cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise TranslatorError(f"unsupported device {name!r}", "--device", "use auto, cpu, cuda or cuda:N")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise TranslatorError("CUDA is not available on this machine", "--device", "use --device cpu or auto")
     return device
@@ -124,6 +126,9 @@ def translate_lines(model: Transformer, tokenizer: Tokenizer, lines: list[str], 
     total)` is called after each batch, counting sentences (pieces of over-long lines count apart).
     Warnings number lines from `first_line`.
     """
+    if max(decode.beam_size, nbest) > model.cfg.vocab_size:
+        raise TranslatorError(f"a beam of {max(decode.beam_size, nbest)} is wider than the vocabulary "
+                              f"({model.cfg.vocab_size} tokens)", "--beam/--nbest", "use a smaller beam")
     limit = model.cfg.max_positions - 1  # source tokens; with EOS they fill the positions
     pieces: list[list[int]] = []  # sub-sequences to decode
     owner: list[int] = []  # which line each piece belongs to
