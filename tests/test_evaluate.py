@@ -94,7 +94,25 @@ def test_eval_input_errors(prepared, tmp_path):
         evaluate.run(ckpt, "test", str(src), None, None, None, False, None, None, quiet=True)
     with pytest.raises(TranslatorError, match="split 'nosuch' not found"):
         evaluate.run(ckpt, "nosuch", None, None, None, None, False, None, None, quiet=True)
-    assert not (tmp_path / "src.en.hyp").exists()
+    ref.write_text("eins\nzwei\n")
+    with pytest.raises(TranslatorError, match="would overwrite an input"):
+        evaluate.run(ckpt, "test", str(src), str(ref), str(ref), None, False, None, None, quiet=True)
+    assert ref.read_text() == "eins\nzwei\n"
+    src.write_text(""), ref.write_text("")
+    with pytest.raises(TranslatorError, match="nothing to score"):
+        evaluate.run(ckpt, "test", str(src), str(ref), None, None, False, None, None, quiet=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ref.de", "src.en", "tiny.pt"]  # nothing written
+
+
+@pytest.mark.parametrize("where", ["a directory", "under a file"])
+def test_eval_output_that_cannot_be_written_fails_before_decoding(prepared, tmp_path, monkeypatch, where):
+    ckpt = str(save_tiny(prepared, tmp_path / "tiny.pt"))
+    src, ref = tmp_path / "src.en", tmp_path / "ref.de"
+    src.write_text("one\n"), ref.write_text("eins\n")
+    out = tmp_path if where == "a directory" else src / "out.hyp"
+    monkeypatch.setattr(evaluate, "translate_lines", lambda *a, **k: pytest.fail("decoded before checking -o"))
+    with pytest.raises(TranslatorError, match="is a directory" if where == "a directory" else "cannot write"):
+        evaluate.run(ckpt, "test", str(src), str(ref), str(out), None, False, None, None, quiet=True)
 
 
 def test_average_of_identical_checkpoints_is_the_checkpoint(prepared, tmp_path):

@@ -249,6 +249,15 @@ def test_translate_refuses_impossible_decoding_flags(tiny, flags, where):
     assert where in result.stderr
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux's /dev/full")
+def test_a_full_disk_is_a_one_line_error(tiny):
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "translator", "translate", str(tiny.path), "-q"],
+                                input="A dog.\n", stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert result.returncode == 1 and result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert "No space left on device" in result.stderr
+
+
 def test_translate_streams_through_a_pipe(tiny):
     """A subprocess answers a line before its stdin is closed (as an interactive user needs)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -123,6 +123,8 @@ def translate(ckpt: CkptArg, beam: BeamOpt = None,
     """
     from translator import translate as translate_mod
 
+    if sys.stdin is None or sys.stdout is None:
+        raise TranslatorError("stdin or stdout is closed", "translate", "give input on stdin and somewhere for stdout")
     model, cfg, tokenizer = translate_mod.load(ckpt, device, dtype)
     overrides = {"beam_size": beam, "max_len_a": max_len_a, "max_len_b": max_len_b, "min_len": min_len,
                  "length_penalty": length_penalty, "batch_tokens": batch_tokens, "cuda_graphs": cuda_graphs}
@@ -163,9 +165,13 @@ def _str(path: Path | None) -> str | None:
 
 
 def main() -> None:
-    """Entry point: a TranslatorError becomes one `error: ...` line and exit code 1."""
+    """Entry point: a TranslatorError, or an OSError (disk full, permissions), becomes one `error: ...` line and exit code 1."""
     try:
         app()
     except TranslatorError as err:
         typer.echo(f"error: {err}", err=True)
+        sys.exit(1)
+    except OSError as err:  # click already turns a closed pipe (EPIPE) into a quiet exit
+        where = f"{err.filename}: " if err.filename else ""
+        typer.echo(f"error: {where}{err.strerror or err} (check the path, its permissions and free space)", err=True)
         sys.exit(1)

@@ -55,11 +55,11 @@ def run(ckpt: str, split: str, src_file: str | None, ref_file: str | None, hyp_f
 
     Hypotheses go to `hyp_file`, by default `<source file name>.hyp` beside the checkpoint.
     """
+    if (src_file is None) != (ref_file is None):
+        raise TranslatorError("--src and --ref go together", "eval", "give both, or neither to use a split")
     model, cfg, tokenizer = load(ckpt, device, dtype)
     overrides = {"beam_size": beam, "cuda_graphs": cuda_graphs}
     cfg.decode = replace(cfg.decode, **{k: v for k, v in overrides.items() if v is not None})  # re-checked
-    if (src_file is None) != (ref_file is None):
-        raise TranslatorError("--src and --ref go together", "eval", "give both, or neither to use a split")
     if src_file is None:
         folder = prepared_dir(cfg.data)
         src_file, ref_file = folder / f"{split}.{cfg.data.src_lang}", folder / f"{split}.{cfg.data.tgt_lang}"
@@ -70,12 +70,16 @@ def run(ckpt: str, split: str, src_file: str | None, ref_file: str | None, hyp_f
     if len(sources) != len(refs):
         raise TranslatorError(f"{src_file} has {len(sources)} lines but {ref_file} has {len(refs)}", "eval",
                               "source and reference files must be line-aligned")
-    with sentence_progress("eval", quiet) as progress:
-        translated = translate_lines(model, tokenizer, sources, cfg.decode, warn=warn_stderr,  # kept under --quiet:
-                                     progress=progress)  # they are about the data and explain a score
-    hyps = [h[0][0] for h in translated]
+    if not sources:
+        raise TranslatorError("nothing to score: the files are empty", str(src_file), "give a non-empty test set")
     hyp_path = Path(hyp_file) if hyp_file else Path(ckpt).parent / f"{Path(src_file).name}.hyp"
-    with atomic_write(hyp_path) as handle:
+    if hyp_path.resolve() in (Path(src_file).resolve(), Path(ref_file).resolve()):
+        raise TranslatorError("the hypotheses would overwrite an input", str(hyp_path), "give another -o file")
+    with atomic_write(hyp_path) as handle:  # opened first: an unwritable path fails before decoding
+        with sentence_progress("eval", quiet) as progress:
+            translated = translate_lines(model, tokenizer, sources, cfg.decode, warn=warn_stderr,  # kept under
+                                         progress=progress)  # --quiet: they are about the data, explain a score
+        hyps = [h[0][0] for h in translated]
         handle.write("".join(h + "\n" for h in hyps))
     if not quiet:
         print(f"{len(hyps)} hypotheses written to {hyp_path}", file=sys.stderr)

@@ -14,10 +14,18 @@ from translator.errors import TranslatorError
 
 @contextmanager
 def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator:
-    """Open a temporary file beside `path`; rename it over `path` only if the block succeeds."""
+    """Open a temporary file beside `path`; rename it over `path` only if the block succeeds.
+
+    A path that cannot be written fails here, before the block runs (eval opens its output before decoding).
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if path.is_dir():
+        raise TranslatorError("is a directory", str(path), "give a file name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise TranslatorError(f"cannot write: {err.strerror}", str(path), "check the path and its permissions") from None
     os.close(fd)
     os.chmod(tmp, 0o644)  # mkstemp makes it private; the result is an ordinary file
     try:

@@ -258,10 +258,12 @@ def show_progress(quiet: bool, stdin: TextIO, stdout: TextIO, stderr: TextIO) ->
 def sentence_progress(label: str, quiet: bool) -> Iterator[Callable[[int, int], None]]:
     """A rich bar on stderr over decoded sentences (count, rate, ETA) -> its `progress(done, total)`.
 
-    Invisible when quiet. stdout is left alone (not routed above the bar): it may carry the translations.
+    Invisible when quiet, and when stderr is not a terminal (a log gets no bar). stdout is left
+    alone (not routed above the bar): it may carry the translations.
     """
+    console = Console(stderr=True)
     bar = Progress(TextColumn(label), BarColumn(), TimeElapsedColumn(), StatsColumn(), TextColumn("sentences"),
-                   console=Console(stderr=True), disable=quiet, transient=True, redirect_stdout=False)
+                   console=console, disable=quiet or not console.is_terminal, transient=True, redirect_stdout=False)
     with bar:
         task = bar.add_task(label, total=None)
         yield lambda done, total: bar.update(task, completed=done, total=total, bar=True)
