@@ -105,7 +105,7 @@ def evaluate(ckpt: CkptArg,
 
 @app.command()
 def translate(ckpt: CkptArg, beam: BeamOpt = None,
-              nbest: Annotated[int, typer.Option("--nbest", min=1, help="Print N best as TSV: line (from 0), text, score; the beam widens to N if narrower.")] = 1,
+              nbest: Annotated[int, typer.Option("--nbest", min=1, help="Print up to N best as TSV: line (from 0), text, score; the beam widens to N if narrower.")] = 1,
               max_len_a: Annotated[Optional[float], typer.Option("--max-len-a", min=0, help="Output length limit a*|src|+b: a.")] = None,
               max_len_b: Annotated[Optional[int], typer.Option("--max-len-b", min=0, help="Output length limit: b.")] = None,
               min_len: Annotated[Optional[int], typer.Option("--min-len", min=0, help="Output tokens before EOS is allowed.")] = None,

@@ -82,6 +82,6 @@ def run(ckpt: str, split: str, src_file: str | None, ref_file: str | None, hyp_f
         hyps = [h[0][0] for h in translated]
         handle.write("".join(h + "\n" for h in hyps))
     if not quiet:
-        print(f"{len(hyps)} hypotheses written to {hyp_path}", file=sys.stderr)
+        print(f"{len(hyps)} {'hypothesis' if len(hyps) == 1 else 'hypotheses'} written to {hyp_path}", file=sys.stderr)
     return score(hyps, refs, lc_tok)
 

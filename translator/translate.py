@@ -223,7 +223,8 @@ def run(model: Transformer, tokenizer: Tokenizer, decode: DecodeConfig, lines_in
         out: TextIO, nbest: int = 1, progress: Callable[[int, int], None] | None = None) -> int:
     """Translate chunks of lines, writing each chunk as soon as it is done; returns the line count.
 
-    With nbest > 1 each input line gives nbest TSV rows `line<TAB>text<TAB>score` (line from 0).
+    With nbest > 1 each input line gives up to nbest TSV rows `line<TAB>text<TAB>score` (line from 0):
+    one for an empty or over-long line, fewer when the search finds fewer distinct hypotheses.
     `progress(done, total)` counts sentences over all chunks; total is what has been read so far.
     """
     count, decoded = 0, 0  # lines written; sentences decoded in earlier chunks

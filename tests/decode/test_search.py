@@ -108,12 +108,16 @@ def test_beam_cached_equals_uncached(make_model, src_batch, changes, alpha):
         assert_same(hyps, expected)
 
 
-def test_beam_of_one_is_greedy(make_model, src_batch):
+@pytest.mark.parametrize("alpha, max_len_a, max_len_b", [(0.0, 1.2, 10), (0.6, 0.5, 2), (2.0, 0.0, 7)])
+def test_beam_of_one_is_greedy(make_model, src_batch, alpha, max_len_a, max_len_b):
     model = make_model()
     src, src_mask = src_batch
-    greedy = greedy_search(model, src, src_mask, min_len=2)
-    beam = beam_search(model, src, src_mask, beam_size=1, alpha=0.0, min_len=2)
-    assert_same([hyps[0] for hyps in beam], [(h.tokens, h.score) for h in greedy])
+    limits = dict(max_len_a=max_len_a, max_len_b=max_len_b, min_len=2)
+    greedy = greedy_search(model, src, src_mask, **limits)
+    beam = [hyps[0] for hyps in beam_search(model, src, src_mask, beam_size=1, alpha=alpha, **limits)]
+    # One beam has no rival to rank, so the length penalty only rescales its final score.
+    penalty = [length_penalty(torch.tensor(len(h.tokens) + 1), alpha).item() for h in greedy]  # + EOS
+    assert_same(beam, [(h.tokens, h.score / lp) for h, lp in zip(greedy, penalty)])
 
 
 @pytest.mark.parametrize("search", ["greedy", "beam"])
