@@ -131,8 +131,8 @@ def translate(ckpt: CkptArg, beam: BeamOpt = None,
     cfg.decode = dataclasses.replace(cfg.decode, **{k: v for k, v in overrides.items() if v is not None})  # re-checked
     show = translate_mod.show_progress(quiet, sys.stdin, sys.stdout, sys.stderr)
     with translate_mod.sentence_progress("translate", not show) as progress:
-        translate_mod.run(model, tokenizer, cfg.decode, translate_mod.read_chunks(sys.stdin, warn=translate_mod.warn_stderr),
-                          sys.stdout, nbest, progress=progress)
+        lines = translate_mod.read_chunks(sys.stdin, warn=translate_mod.warn_stderr)
+        translate_mod.run(model, tokenizer, cfg.decode, lines, sys.stdout, nbest, progress=progress)
 
 
 @app.command()
@@ -165,7 +165,8 @@ def _str(path: Path | None) -> str | None:
 
 
 def main() -> None:
-    """Entry point: a TranslatorError, or an OSError (disk full, permissions), becomes one `error: ...` line and exit code 1."""
+    """Entry point: a TranslatorError, or an OSError (disk full, permissions), becomes one
+    `error: ...` line and exit code 1."""
     try:
         app()
     except TranslatorError as err:
