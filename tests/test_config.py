@@ -81,6 +81,13 @@ def test_invariants_checked():
     ("decode.beam_size=0", "decode.beam_size"), ("decode.max_len_a=-1", "decode.max_len_a"),
     ("decode.min_len=-2", "decode.min_len"), ("decode.batch_tokens=0", "decode.batch_tokens"),
     ("decode.max_len_a=.inf", "decode.max_len_a"), ("decode.length_penalty=.nan", "decode.length_penalty"),
+    ("model.n_heads=0", "model.n_heads"), ("model.n_heads=-8", "model.n_heads"), ("model.d_model=0", "model.d_model"),
+    ("model.dropout=1", "model.dropout"), ("model.n_encoder_layers=-1", "model.n_encoder_layers"),
+    ("model.max_positions=1", "model.max_positions"), ("train.lr=.nan", "train.lr"),
+    ("train.eval_every=0", "train.eval_every"), ("train.grad_accum_steps=0", "train.grad_accum_steps"),
+    ("train.keep_last=-1", "train.keep_last"), ("train.label_smoothing=1", "train.label_smoothing"),
+    ("data.max_train_pairs=-5", "data.max_train_pairs"), ("data.character_coverage=0", "data.character_coverage"),
+    ("data.src_lang=de", "data.tgt_lang"),
 ])
 def test_decode_values_out_of_range_are_refused(override, where):
     with pytest.raises(TranslatorError, match=where):

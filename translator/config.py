@@ -20,6 +20,18 @@ import yaml
 from translator.errors import TranslatorError
 
 
+def _check_range(section: str, obj: Any, names: str, low: float, high: float | None = None,
+                 high_open: bool = False) -> None:
+    """Each field in `names` (space-separated) must be a finite number >= low and <= high (< high if high_open)."""
+    for name in names.split():
+        value = getattr(obj, name)
+        if math.isfinite(value) and value >= low and (high is None or (value < high if high_open else value <= high)):
+            continue
+        rule = (f"in [{low}, {high}{')' if high_open else ']'}" if high is not None
+                else f"of at least {low}" if low > -math.inf else "that is a finite number")
+        raise TranslatorError(f"{name}={value} is out of range", f"{section}.{name}", f"use a value {rule}")
+
+
 @dataclass(kw_only=True)
 class DataConfig:
     name: str = "multi30k"
@@ -69,6 +81,16 @@ class DataConfig:
     input_sentence_size: int = 1_000_000
     """Train SentencePiece on a seeded random sample of at most this many sentences (0 = all)."""
 
+    def __post_init__(self) -> None:
+        _check_range("data", self, "max_train_pairs max_tokens_per_side max_length_ratio input_sentence_size", 0)
+        _check_range("data", self, "vocab_size", 1)
+        if not 0 < self.character_coverage <= 1:
+            raise TranslatorError(f"character_coverage={self.character_coverage} is out of range",
+                                  "data.character_coverage", "use a value in (0, 1]")
+        if self.src_lang == self.tgt_lang:
+            raise TranslatorError(f"src_lang and tgt_lang are both {self.src_lang!r}", "data.tgt_lang",
+                                  "give two different language codes")
+
 
 @dataclass(kw_only=True)
 class ModelConfig:
@@ -106,6 +128,10 @@ class ModelConfig:
     """Recompute each layer's activations in the backward pass to save memory."""
 
     def __post_init__(self) -> None:
+        _check_range("model", self, "vocab_size src_vocab_size", 0)
+        _check_range("model", self, "d_model n_heads n_encoder_layers n_decoder_layers d_ff", 1)
+        _check_range("model", self, "max_positions", 2)  # BOS and one token
+        _check_range("model", self, "dropout attention_dropout", 0, 1, high_open=True)
         if self.d_model % self.n_heads:
             raise TranslatorError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}",
@@ -175,6 +201,12 @@ class TrainConfig:
     patience: int = 0
     """Stop after this many validations without a better BLEU (0 = never)."""
 
+    def __post_init__(self) -> None:
+        _check_range("train", self, "max_tokens grad_accum_steps max_updates log_every eval_every", 1)
+        _check_range("train", self, "max_epochs max_minutes lr warmup_steps min_lr adam_eps weight_decay "
+                     "clip_grad_norm valid_bleu_sentences valid_beam_size keep_last patience", 0)
+        _check_range("train", self, "adam_beta1 adam_beta2 label_smoothing", 0, 1, high_open=True)
+
 
 @dataclass(kw_only=True)
 class DecodeConfig:
@@ -198,14 +230,9 @@ class DecodeConfig:
     """On CUDA, replay each decoding step as one CUDA graph over a static KV cache (--no-cuda-graphs turns it off). No effect on CPU or under autocast."""
 
     def __post_init__(self) -> None:
-        for name, least in (("beam_size", 1), ("max_len_a", 0), ("max_len_b", 0), ("min_len", 0), ("batch_tokens", 1)):
-            if getattr(self, name) < least:
-                raise TranslatorError(f"{name}={getattr(self, name)} is below {least}", f"decode.{name}",
-                                      f"use a value of at least {least}")
-        for name in ("max_len_a", "length_penalty"):
-            if not math.isfinite(getattr(self, name)):
-                raise TranslatorError(f"{name}={getattr(self, name)} is not a finite number", f"decode.{name}",
-                                      "give a finite value")
+        _check_range("decode", self, "beam_size batch_tokens", 1)
+        _check_range("decode", self, "max_len_a max_len_b min_len", 0)
+        _check_range("decode", self, "length_penalty", -math.inf)  # finite: negative favours short outputs
         if self.max_len_a == 0 and self.max_len_b == 0:
             raise TranslatorError("max_len_a=0 and max_len_b=0 allow no output", "decode.max_len_b",
                                   "raise either (the limit is max_len_a * source length + max_len_b)")

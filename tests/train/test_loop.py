@@ -10,6 +10,7 @@ import torch
 
 from tests.train.conftest import variant
 from translator import checkpoint
+from translator.errors import TranslatorError
 from translator.train import loop
 from translator.train.distributed import Dist
 from translator.train.state import TrainState
@@ -27,6 +28,14 @@ def test_data_position_resumes_mid_epoch_and_rolls_into_the_next(prepared):
     for a, b in zip(straight, again):
         assert torch.equal(a.src, b.src) and torch.equal(a.tgt_out, b.tgt_out)
     assert [b.tolist() for b in data.epoch(1)] != [b.tolist() for b in data.epoch(0)]  # shuffled anew
+
+
+def test_positions_too_few_for_the_training_data_are_refused_before_training(prepared):
+    longest = loop.TrainBatches(prepared, Dist(torch.device("cpu")))
+    need = int(max(longest.src.lengths.max(), longest.tgt.lengths.max())) + 1
+    loop.TrainBatches(variant(prepared, "unused", f"model.max_positions={need}"), Dist(torch.device("cpu")))
+    with pytest.raises(TranslatorError, match=f"up to {need} positions.*use at least {need}"):
+        loop.TrainBatches(variant(prepared, "unused", f"model.max_positions={need - 1}"), Dist(torch.device("cpu")))
 
 
 def test_max_epochs_keep_last_and_a_skipped_update(prepared, tmp_path, monkeypatch):

@@ -41,6 +41,11 @@ class TrainBatches:
     def __init__(self, cfg: Config, d: Dist) -> None:
         folder = prepared_dir(cfg.data)
         self.src, self.tgt = TokenArray(folder / "train.src"), TokenArray(folder / "train.tgt")
+        longest = int(max(self.src.lengths.max(initial=0), self.tgt.lengths.max(initial=0))) + 1  # + EOS / BOS
+        if longest > cfg.model.max_positions:  # found now, not at the first long batch
+            raise TranslatorError(f"training sequences take up to {longest} positions, more than "
+                                  f"max_positions={cfg.model.max_positions}", "model.max_positions",
+                                  f"use at least {longest}, or prepare with a smaller data.max_tokens_per_side")
         self.args = (cfg.train.max_tokens, cfg.train.seed)
         self.rank, self.world_size = d.rank, d.world_size
         self.cached: tuple[int, list[np.ndarray]] = (-1, [])
