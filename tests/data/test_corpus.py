@@ -111,6 +111,31 @@ def test_tsv_without_header_needs_column_names(tmp_path):
         pairs(tiny_config(tmp_path / "src" / "tsv_bare", tmp_path / "data"), cache=tmp_path / "cache")
 
 
+@pytest.mark.parametrize("bare", [False, True])
+def test_tsv_rows_with_more_fields_than_columns_are_refused(tmp_path, bare):
+    """pandas would read the extra leading field as an index and shift the columns, silently."""
+    root = tmp_path / "src"
+    root.mkdir()
+    rows = "".join(f"{e}\t{d}\t{d}\n" for e, d in zip(EN, DE))
+    (root / "train.tsv").write_text(rows if bare else "en\tde\n" + rows)
+    cfg = tiny_config(root, tmp_path / "data", *(["data.tsv_columns=en,de"] if bare else []))
+    with pytest.raises(TranslatorError, match=f"train.tsv:{1 if bare else 2}: 3 tab-separated fields, but 2 columns"):
+        pairs(cfg, cache=tmp_path / "cache")
+
+
+@pytest.mark.parametrize("name, text, error", [("train.en", "", "train.en: the file is empty"),
+                                               ("train.tsv", "", "train.tsv: the file is empty"),
+                                               ("train.tsv", "en\tde\n", "train.tsv: no data rows"),
+                                               ("train.jsonl", "", "train.jsonl: the file is empty")])
+def test_empty_files_are_named(tmp_path, name, text, error):
+    root = write_text_corpus(tmp_path / "src", {"train": (EN, DE)})
+    if name != "train.en":
+        (root / "train.en").unlink(), (root / "train.de").unlink()
+    (root / name).write_text(text)
+    with pytest.raises(TranslatorError, match=error):
+        pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")
+
+
 @pytest.mark.parametrize("name", ["train.de", "train.de.gz", "train.tsv", "train.jsonl"])
 def test_invalid_utf8_names_file_and_line(tmp_path, name):
     lines = {"train.de": b"eins\nzwei\ndrei \xff kaputt\nvier\n",

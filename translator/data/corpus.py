@@ -172,16 +172,26 @@ def _load_text_pair(datasets, paths: list[Path], langs: tuple[str, str], cache_d
 
 
 def _load_tsv(datasets, path: Path, data: DataConfig, cache_dir: Path | None):
+    _check_not_empty(path)
     names = [c.strip() for c in data.tsv_columns.split(",") if c.strip()]
-    header = _first_line(path).split("\t")
+    header = _lines(path, 1)[0].split("\t")
     if not names and not {data.src_lang, data.tgt_lang} <= set(header):
         raise TranslatorError(f"the first row does not name the columns {data.src_lang} and {data.tgt_lang}",
                               f"{path}:1", "add a header row, or set data.tsv_columns (e.g. en,de) for headerless files")
     columns = names or header
+    first_row = 1 if names else 2  # line number of the first data row
+    rows = _lines(path, first_row)
+    if len(rows) < first_row:
+        raise TranslatorError("no data rows", str(path), "give at least one sentence pair")
+    fields = len(rows[-1].split("\t"))
+    if fields != len(columns):  # pandas would take extra leading fields as the index: wrong columns, no error
+        raise TranslatorError(f"{fields} tab-separated fields, but {len(columns)} columns are named "
+                              f"({', '.join(columns)})", f"{path}:{first_row}",
+                              "give every row one field per column (and no tab inside a sentence)")
     features = datasets.Features({name: datasets.Value("string") for name in columns})
     # QUOTE_NONE: quotes are text; no NA parsing: "NA" and "null" are sentences too
     options = {"delimiter": "\t", "quoting": 3, "keep_default_na": False, "na_filter": False,
-               "skip_blank_lines": False, "features": features}
+               "skip_blank_lines": False, "index_col": False, "features": features}
     if names:
         options.update(header=None, column_names=names)
     return _builder(datasets, "csv", path, cache_dir, **options)
@@ -189,6 +199,7 @@ def _load_tsv(datasets, path: Path, data: DataConfig, cache_dir: Path | None):
 
 def _builder(datasets, kind: str, path: Path, cache_dir: Path | None, **options):
     """One file through a `datasets` packaged builder (text, csv or json), with errors that name the file."""
+    _check_not_empty(path)
     try:
         table = datasets.load_dataset(kind, data_files=str(path), split="train",
                                       cache_dir=str(cache_dir) if cache_dir else None, **options)
@@ -237,9 +248,17 @@ def _open(path: Path):
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
-def _first_line(path: Path) -> str:
+def _check_not_empty(path: Path) -> None:
+    """An empty file is named as such (the builders' own messages for it say nothing useful)."""
+    if not _lines(path, 1):
+        raise TranslatorError("the file is empty", str(path), "give at least one line")
+
+
+def _lines(path: Path, count: int) -> list[str]:
+    """The first `count` lines of a (possibly gzipped) file, fewer if it is shorter."""
     with _open(path) as handle:
-        return handle.readline().decode("utf-8", errors="replace").rstrip("\r\n")
+        raw = [handle.readline() for _ in range(count)]
+    return [line.decode("utf-8", errors="replace").rstrip("\r\n") for line in raw if line]
 
 
 def _find(root: Path, name: str) -> Path | None:
