@@ -84,6 +84,19 @@ def test_bad_config_key_is_one_line_error(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+def test_info_refuses_overrides_on_a_checkpoint_whatever_its_name(tmp_path):
+    import torch
+
+    from translator import config
+
+    cfg = config.load(None, ["model.vocab_size=50", "model.d_model=16", "model.n_heads=2"])
+    path = tmp_path / "model.bin"  # info reads only the config of a checkpoint
+    torch.save({"format": 1, "config": config.to_dict(cfg)}, path)
+    assert "d_model 16" in run_cli("info", str(path)).stdout
+    result = run_cli("info", str(path), "--set", "model.d_model=32")
+    assert result.returncode == 1 and result.stderr.startswith("error: ") and "not a checkpoint" in result.stderr
+
+
 def test_missing_checkpoint_is_one_line_error(tmp_path):
     result = run_cli("translate", str(tmp_path / "nope.pt"), stdin="hello\n")
     assert result.returncode == 1 and "Traceback" not in result.stderr

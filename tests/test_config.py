@@ -103,3 +103,18 @@ def test_an_output_limit_of_zero_is_refused():
 def test_malformed_override():
     with pytest.raises(TranslatorError, match="KEY=VALUE"):
         config.load(None, ["train.lr"])
+
+
+def test_unreadable_config_text_and_override_values_are_one_line_errors(tmp_path):
+    binary = tmp_path / "model.yaml"
+    binary.write_bytes(b"\x80\xff")
+    with pytest.raises(TranslatorError, match="not a UTF-8 text file"):
+        config.load(binary)
+    with pytest.raises(TranslatorError, match="not valid YAML"):
+        config.load(None, ["train.lr=[1"])
+
+
+def test_data_option_is_taken_literally(tmp_path):
+    from translator import cli
+
+    assert cli._config(None, [], "corpora/wmt #2: v1").data.source == "corpora/wmt #2: v1"

@@ -41,7 +41,10 @@ GraphsOpt = Annotated[Optional[bool], typer.Option("--cuda-graphs/--no-cuda-grap
 def _config(path: Path, overrides: list[str] | None, data: str | None):
     from translator import config
 
-    return config.load(path, [*(overrides or []), *([f"data.source={data}"] if data else [])])
+    cfg = config.load(path, overrides or [])
+    if data:  # a path or hub name taken literally (through --set it would be parsed as YAML: "a #2" is "a")
+        cfg.data = dataclasses.replace(cfg.data, source=data)
+    return cfg
 
 
 def _version(value: bool) -> None:

@@ -262,13 +262,20 @@ def load(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -
             raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as err:
             raise TranslatorError(f"invalid YAML: {err}".replace("\n", " "), where) from None
+        except UnicodeDecodeError:
+            raise TranslatorError("not a UTF-8 text file", where, "give a YAML config") from None
         if not isinstance(raw, dict):
             raise TranslatorError("top level must be a mapping of sections", where)
     for item in overrides:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise TranslatorError(f"override {item!r} is not KEY=VALUE", "--set", "e.g. --set train.lr=5e-4")
-        _set_dotted(raw, key.strip(), yaml.safe_load(text) if text.strip() else "", item)
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            raise TranslatorError(f"the value in {item!r} is not valid YAML", "--set",
+                                  "quote it, e.g. --set 'data.source=\"a b\"'") from None
+        _set_dotted(raw, key.strip(), value, item)
     return from_dict(raw, where)
 
 

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 from translator import checkpoint, config
+from translator.errors import TranslatorError
 from translator.model.transformer import Transformer, count_parameters
 
 
 def describe(source: str, overrides: list[str]) -> str:
     """A short text: the model section, the vocabulary, the KV-cache size and the parameter count."""
-    if Path(source).suffix in (".pt", ".pth"):
+    if Path(source).suffix in (".pt", ".pth") or zipfile.is_zipfile(source):  # torch.save writes a zip
+        if overrides:
+            raise TranslatorError("--set changes a YAML config, not a checkpoint", source,
+                                  "drop --set, or give the run's config.yaml")
         cfg = config.from_dict(checkpoint.read(source)["config"], source)
     else:
         cfg = config.load(source, overrides)
