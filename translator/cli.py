@@ -6,6 +6,7 @@ torch is imported inside the command bodies so that `--help` stays instant.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -176,6 +177,6 @@ def main() -> None:
         typer.echo(f"error: {err}", err=True)
         sys.exit(1)
     except OSError as err:  # click already turns a closed pipe (EPIPE) into a quiet exit
-        where = f"{err.filename}: " if err.filename else ""
+        where = f"{os.fsdecode(err.filename)}: " if err.filename else ""  # a bytes name too (TensorBoard)
         typer.echo(f"error: {where}{err.strerror or err} (check the path, its permissions and free space)", err=True)
         sys.exit(1)

@@ -13,6 +13,7 @@ from tests.data.conftest import small_splits, tiny_config, write_text_corpus
 from translator.data.corpus import load_split, source_files
 from translator.data.progress import bytes_read
 from translator.data.tokenizer import TrainingLog, stderr_lines, train_sentencepiece
+from translator.errors import TranslatorError
 
 
 @pytest.mark.skipif(not Path("/proc/self/fdinfo").is_dir(), reason="read offsets come from Linux /proc")
@@ -64,6 +65,15 @@ def test_sentencepiece_training_reports_progress_and_gives_the_same_model(tmp_pa
     assert done[-1] > 0
 
     os.write(2, b"")  # file descriptor 2 is usable again (restored, not left on the closed pipe)
+
+
+@pytest.mark.parametrize("followed", [False, True])
+def test_sentencepiece_failure_is_one_clear_error(tmp_path, followed):
+    en, de = small_splits()["train"]
+    progress = (lambda done, total: None) if followed else None
+    with pytest.raises(TranslatorError, match="SentencePiece training failed: Vocabulary size is smaller"):
+        train_sentencepiece(en + de, tmp_path / "spm", vocab_size=10, progress=progress)
+    assert not list(tmp_path.iterdir())
 
 
 def test_training_log_lines_map_to_progress():

@@ -53,11 +53,17 @@ def train_sentencepiece(
         hard_vocab_limit=False,
         num_threads=os.cpu_count() or 1,
     )
-    if progress is None:
-        spm.SentencePieceTrainer.train(**options, minloglevel=2)
-    else:  # its log is the only progress it gives: read it, show none of it
-        with stderr_lines(TrainingLog(vocab_size, progress)):
-            spm.SentencePieceTrainer.train(**options, minloglevel=0)
+    try:
+        if progress is None:
+            spm.SentencePieceTrainer.train(**options, minloglevel=2)
+        else:  # its log is the only progress it gives: read it, show none of it
+            with stderr_lines(TrainingLog(vocab_size, progress)):
+                spm.SentencePieceTrainer.train(**options, minloglevel=0)
+    except RuntimeError as err:  # e.g. "Vocabulary size is smaller than required_chars"
+        reason = (str(err).strip().splitlines() or ["failed"])[-1]
+        reason = re.sub(r"^INTERNAL: \S+ \[.*?\] ", "", reason)  # the C++ file, line and failed check
+        raise TranslatorError(f"SentencePiece training failed: {reason}", "data.vocab_size",
+                              "check data.vocab_size, data.character_coverage and the training text") from None
     path = Path(f"{model_prefix}.model")
     path.write_bytes(model.getvalue())
     return path
