@@ -111,6 +111,16 @@ def test_tsv_without_header_needs_column_names(tmp_path):
         pairs(tiny_config(tmp_path / "src" / "tsv_bare", tmp_path / "data"), cache=tmp_path / "cache")
 
 
+@pytest.mark.parametrize("records", [[{"en": "a", "de": 1}], [{"en": "a", "de": "eins"}, {"en": "b", "de": 2}],
+                                     [{"translation": {"en": "a", "de": 1.5}}]])
+def test_values_that_are_not_text_are_refused(tmp_path, records):
+    root = tmp_path / "src"
+    root.mkdir()
+    (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(TranslatorError, match="'de' values are not all text"):
+        pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")
+
+
 @pytest.mark.parametrize("bare", [False, True])
 def test_tsv_rows_with_more_fields_than_columns_are_refused(tmp_path, bare):
     """pandas would read the extra leading field as an index and shift the columns, silently."""

@@ -72,11 +72,19 @@ def languages(table) -> list[str]:
 
 
 def check_languages(table, src_lang: str, tgt_lang: str, where: str) -> None:
-    found = languages(table)
+    """Both languages are in the table, as text."""
+    import pyarrow as pa
+
+    found, schema = languages(table), table.data.schema
     for lang in (src_lang, tgt_lang):
         if lang not in found:
             raise TranslatorError(f"language {lang!r} not in the data (found: {', '.join(found) or 'none'})",
                                   where, "set data.src_lang / data.tgt_lang to codes the data has")
+        kind = (schema.field("translation").type.field(lang) if "translation" in schema.names
+                else schema.field(lang)).type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)):
+            raise TranslatorError(f"the {lang!r} values are not all text (Arrow type {kind})", where,
+                                  "give every sentence as a string")
 
 
 def pair_batches(table, src_lang: str, tgt_lang: str, batch_size: int = 20_000) -> Iterator[tuple[list, list]]:
