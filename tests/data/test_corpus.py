@@ -121,6 +121,22 @@ def test_values_that_are_not_text_are_refused(tmp_path, records):
         pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")
 
 
+def test_a_full_cache_disk_is_not_blamed_on_the_input(tmp_path, monkeypatch):
+    import errno
+
+    root = write_text_corpus(tmp_path / "src", {"train": (EN, DE)})
+
+    def full(*args, **kwargs):
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as err:
+            raise RuntimeError("An error occurred while generating the dataset") from err
+
+    monkeypatch.setattr(datasets, "load_dataset", full)
+    with pytest.raises(TranslatorError, match="cannot write the datasets cache: No space left on device"):
+        pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")
+
+
 @pytest.mark.parametrize("bare", [False, True])
 def test_tsv_rows_with_more_fields_than_columns_are_refused(tmp_path, bare):
     """pandas would read the extra leading field as an index and shift the columns, silently."""

@@ -11,6 +11,7 @@ Each becomes an Arrow-backed, memory-mapped `datasets.Dataset`; `pair_batches` s
 
 from __future__ import annotations
 
+import errno
 import gzip
 import os
 from collections.abc import Iterator
@@ -219,9 +220,22 @@ def _builder(datasets, kind: str, path: Path, cache_dir: Path | None, **options)
             line = first_invalid_utf8_line(path)
             if line:
                 raise TranslatorError("invalid UTF-8", f"{path}:{line}", "re-encode the file as UTF-8") from None
+        full = _write_failure(err)
+        if full is not None:  # the builder's cache ran out of room: not the input's fault
+            raise TranslatorError(f"cannot write the datasets cache: {full.strerror}", str(cache_dir or "~/.cache"),
+                                  "free some space (or point HF_DATASETS_CACHE elsewhere)") from None
         cause = err.__cause__ or err.__context__ or err
         message = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
         raise TranslatorError(f"cannot read {kind} file: {message}", str(path), "check its format") from None
+
+
+def _write_failure(err: BaseException | None) -> OSError | None:
+    """The OSError in an exception's chain that says the disk is full (or read-only), if any."""
+    while err is not None:
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
 
 
 def _messages(err: BaseException | None) -> str:
