@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -168,9 +169,15 @@ def _str(path: Path | None) -> str | None:
     return None if path is None else str(path)
 
 
+def _terminate(signum, frame) -> None:
+    raise SystemExit(128 + signum)  # unwinds like Ctrl-C: temporary files and directories are removed
+
+
 def main() -> None:
     """Entry point: a TranslatorError, or an OSError (disk full, permissions), becomes one
-    `error: ...` line and exit code 1."""
+    `error: ...` line and exit code 1. SIGTERM exits 143 through the same clean-ups as Ctrl-C
+    (train installs its own handler: it saves first)."""
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         app()
     except TranslatorError as err:

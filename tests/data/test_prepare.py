@@ -147,6 +147,23 @@ def cli(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
+def test_sigterm_leaves_no_temporary_directory(tmp_path, multi30k):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    data = tmp_path / "data"
+    proc = subprocess.Popen([sys.executable, "-m", "translator", "prepare", "configs/tiny.yaml", "--data", str(multi30k),
+                             "--set", f"data.data_dir={data}", "--set", "data.splits.valid=valid",
+                             "--set", "data.splits.test=test2016", "--quiet"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while not (data.is_dir() and list(data.glob(".*.tmp"))) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "prepare ended before its temporary directory was seen"
+    proc.terminate()  # SIGTERM, as a job scheduler or `kill` sends
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and b"Traceback" not in err
+    assert list(data.iterdir()) == []
+
+
 def test_cli_bad_input_is_one_line_and_quiet_is_silent(tmp_path, corpus):
     (corpus / "train.de").write_text("nur eine Zeile\n", encoding="utf-8")
     done = cli("configs/tiny.yaml", "--data", str(corpus), "--set", f"data.data_dir={tmp_path / 'data'}",
