@@ -140,13 +140,20 @@ def test_average_of_two_is_their_mean(prepared, tmp_path):
     assert len(tied) == 1  # the tied matrix is stored once, as in the inputs
 
 
+def test_average_accepts_checkpoints_that_differ_only_in_training_settings(prepared, tmp_path):
+    resumed = copy.deepcopy(prepared)
+    resumed.model.dropout, resumed.model.gradient_checkpointing = 0.3, True  # as a resume may change them
+    a, b = save_tiny(prepared, tmp_path / "a.pt", seed=1), save_tiny(resumed, tmp_path / "b.pt", seed=2)
+    assert checkpoint.average([a, b], tmp_path / "avg.pt") == 2
+
+
 def test_average_refuses_other_architectures(prepared, tmp_path):
     a = save_tiny(prepared, tmp_path / "a.pt")
     other = copy.deepcopy(prepared)
     other.model.vocab_size, other.model.d_model, other.model.d_ff = checkpoint.read(a)["config"]["model"]["vocab_size"], 64, 64
     tokenizer = Tokenizer(Path(other.data.data_dir) / other.data.name / "spm.model")
     checkpoint.save(tmp_path / "b.pt", Transformer(other.model), other, tokenizer)
-    with pytest.raises(TranslatorError, match="architecture differs"):
+    with pytest.raises(TranslatorError, match=r"architecture differs .*model\.d_model: 32 -> 64"):
         checkpoint.average([a, tmp_path / "b.pt"], tmp_path / "avg.pt")
     with pytest.raises(TranslatorError, match="no checkpoints"):
         checkpoint.average([], tmp_path / "avg.pt")

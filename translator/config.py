@@ -146,6 +146,11 @@ class ModelConfig:
             raise TranslatorError("rotary positions need an even d_head", "model.positions")
 
 
+# Model settings that may differ between sessions of one run (and between checkpoints that are
+# averaged): they change how a model trains, not the parameters' shapes or what it computes.
+TRAINING_ONLY = ("dropout", "attention_dropout", "gradient_checkpointing")
+
+
 @dataclass(kw_only=True)
 class TrainConfig:
     run_dir: str = "runs/multi30k"

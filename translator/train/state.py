@@ -13,12 +13,9 @@ import numpy as np
 import torch
 
 from translator import checkpoint
-from translator.config import Config, to_dict
+from translator.config import TRAINING_ONLY, Config, to_dict
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
-
-# Model settings that may change between sessions of one run: they do not shape the parameters.
-TRAINING_ONLY = ("dropout", "attention_dropout", "gradient_checkpointing")
 
 
 @dataclass
