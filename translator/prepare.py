@@ -55,10 +55,14 @@ def source_fingerprint(data: DataConfig) -> list:
     return sorted([str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns] for p in files)
 
 
+def shaping_settings(data: DataConfig) -> dict:
+    """The data settings that shape the prepared files (not where they are written)."""
+    return {k: v for k, v in to_dict(data).items() if k not in ("data_dir", "name")}
+
+
 def config_hash(data: DataConfig) -> str:
     """Identifies everything that shapes the prepared files (not where they are written)."""
-    fields = {k: v for k, v in to_dict(data).items() if k not in ("data_dir", "name")}
-    identity = [__version__, FORMAT, fields, source_fingerprint(data)]
+    identity = [__version__, FORMAT, shaping_settings(data), source_fingerprint(data)]
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -194,7 +198,7 @@ def _manifest(data: DataConfig, cleaner: clean.Cleaner, counts: dict, tokenizers
     vocab = {side: {"file": files[side], "size": tok.vocab_size, "sha256": tok.checksum(),
                     "id_dtype": id_dtype(tok.vocab_size).name} for side, tok in tokenizers.items()}
     return {
-        "format": FORMAT, "config_hash": config_hash(data),
+        "format": FORMAT, "config_hash": config_hash(data), "settings": shaping_settings(data),
         "source": data.source, "source_spec": {"source": data.source, "splits": data.splits, "src_lang": data.src_lang,
                                                "tgt_lang": data.tgt_lang,
                                                "file_sizes": {name: size for name, size, _ in source_fingerprint(data)}},
@@ -240,9 +244,21 @@ def summary_rows(manifest: dict) -> list[tuple[str, str]]:
 
 
 def load_manifest(data: DataConfig) -> dict:
-    """The prepare manifest of `data`, which training reads."""
+    """The prepare manifest of `data`, which training reads; refused if prepared with other settings.
+
+    Where the data came from (source, split names) may differ: `prepare --data PATH` need not be
+    repeated for `train`. Anything else (vocabulary, cleaning, max_train_pairs...) must match, or
+    the run would train on other data than its config (and checkpoints) say.
+    """
     path = prepared_dir(data) / "manifest.json"
     if not path.is_file():
         raise TranslatorError("prepared data not found", str(prepared_dir(data)),
                               "run `translator prepare CONFIG` first")
-    return json.loads(path.read_text())
+    manifest = json.loads(path.read_text())
+    made, wanted = manifest.get("settings"), shaping_settings(data)  # no "settings": an older prepare
+    changed = sorted(k for k in wanted if made is not None and k not in ("source", "splits") and made.get(k) != wanted[k])
+    if changed:
+        diff = ", ".join(f"data.{k}: {made.get(k)!r} there, {wanted[k]!r} here" for k in changed)
+        raise TranslatorError(f"prepared with other data settings ({diff})", str(prepared_dir(data)),
+                              "run `translator prepare` with this config (and the same --set/--data) first")
+    return manifest

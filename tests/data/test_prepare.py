@@ -115,6 +115,17 @@ def test_separate_bpe_vocabularies(tmp_path, corpus):
     assert manifest["vocab"]["src"]["file"] == "spm.src.model" and manifest["vocab"]["tgt"]["sha256"] == tgt_tok.checksum()
 
 
+def test_training_refuses_data_prepared_with_other_settings(tmp_path, corpus):
+    cfg = tiny_config(corpus, tmp_path / "data")
+    run(cfg)
+    moved = tiny_config(tmp_path / "elsewhere", tmp_path / "data", "data.splits.test=test2016")
+    assert prepare.load_manifest(moved.data)["vocab_size"] == cfg.data.vocab_size  # where it came from may differ
+    other = tiny_config(corpus, tmp_path / "data", f"data.vocab_size={cfg.data.vocab_size + 100}",
+                        "data.max_train_pairs=50")
+    with pytest.raises(TranslatorError, match=r"data\.max_train_pairs: 0 there, 50 here.*data\.vocab_size"):
+        prepare.load_manifest(other.data)
+
+
 def test_hub_source_goes_through_the_same_path(tmp_path, monkeypatch):
     splits = small_splits(120)
 
