@@ -46,9 +46,13 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     tmp.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary directory
     try:
         yield tmp
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        if path.exists():  # moved aside, not deleted, until the new one is in place
+            old = tmp.with_name(f"{tmp.name}.old")
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -1,0 +1,35 @@
+"""Atomic writes: a finished block replaces the target, a failed one leaves the old target and no debris."""
+
+from __future__ import annotations
+
+import pytest
+
+from translator.errors import TranslatorError
+from translator.files import atomic_dir, atomic_write
+
+
+def test_atomic_dir_replaces_the_old_directory_only_when_the_new_one_is_complete(tmp_path):
+    target = tmp_path / "prepared"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    with pytest.raises(RuntimeError), atomic_dir(target) as tmp:
+        (tmp / "new.txt").write_text("half")
+        raise RuntimeError("interrupted")
+    assert [p.name for p in tmp_path.iterdir()] == ["prepared"] and (target / "old.txt").read_text() == "old"
+    with atomic_dir(target) as tmp:
+        (tmp / "new.txt").write_text("new")
+    assert [p.name for p in tmp_path.iterdir()] == ["prepared"]
+    assert [p.name for p in target.iterdir()] == ["new.txt"]
+
+
+def test_atomic_write_keeps_the_old_file_on_failure_and_refuses_a_directory(tmp_path):
+    target = tmp_path / "out.txt"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), atomic_write(target) as handle:
+        handle.write("half")
+        raise RuntimeError("interrupted")
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"] and target.read_text() == "old"
+    with pytest.raises(TranslatorError, match="is a directory"), atomic_write(tmp_path):
+        pass
+    with pytest.raises(TranslatorError, match="cannot write"), atomic_write(target / "below_a_file.txt"):
+        pass
