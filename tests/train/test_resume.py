@@ -125,3 +125,21 @@ def test_resume_allows_training_only_model_changes(runs, prepared, tmp_path):
                      quiet=True)
     assert checkpoint.read(tmp_path / "run" / "last.pt")["state"]["train"]["step"] == 7
     assert model.cfg.gradient_checkpointing
+
+
+def test_resume_says_when_batch_order_settings_changed(runs, prepared, tmp_path):
+    straight, resumed, _ = runs
+    assert "resuming with train." not in (resumed / "train.log").read_text()  # same settings: nothing to say
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "last.pt").write_bytes((straight / "last.pt").read_bytes())
+    loop.run(variant(prepared, tmp_path / "run", *SETTINGS, "train.max_tokens=256", "train.max_updates=7",
+                     "train.eval_every=100"), quiet=True)
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "resuming with train.max_tokens 512 -> 256: the rest of this epoch's batches differ" in log
+
+
+def test_a_corrupt_last_checkpoint_says_how_to_go_on(prepared, tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "last.pt").write_bytes(b"PK\x03\x04 cut short")
+    with pytest.raises(TranslatorError, match="cannot resume: not a readable checkpoint.*copy a step-N.pt over it"):
+        loop.run(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)

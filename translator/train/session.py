@@ -104,6 +104,12 @@ def resume(s: Session, path: Path) -> None:
         seed_all(s.cfg.train.seed + d.rank + state.step)
         s.metrics.line(f"resuming with {d.world_size} processes instead of {state.world_size}: the same share "
                        "of the epoch is skipped, but batch order and dropout streams differ (not bit-exact)")
+    saved_train = payload["config"].get("train", {})
+    order = [k for k in ("max_tokens", "seed") if k in saved_train and saved_train[k] != getattr(s.cfg.train, k)]
+    if order:  # the epoch's batches are cut and shuffled by these: the position no longer means the same pairs
+        s.metrics.line("resuming with " + ", ".join(f"train.{k} {saved_train[k]} -> {getattr(s.cfg.train, k)}"
+                                                    for k in order)
+                       + ": the rest of this epoch's batches differ from the uninterrupted run's (not bit-exact)")
     s.metrics.line(f"resumed from {path} at update {state.step} (epoch {state.epoch}, batch {state.batch_index})")
 
 

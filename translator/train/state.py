@@ -96,7 +96,11 @@ def _link(src: Path, dst: Path) -> None:
 
 def read_resumable(path: Path, cfg: Config, tokenizer: Tokenizer) -> dict[str, Any]:
     """The checkpoint to continue from; refuses a different tokenizer or architecture."""
-    payload = checkpoint.read(path)
+    try:
+        payload = checkpoint.read(path)
+    except TranslatorError as err:  # e.g. cut short by a full disk
+        raise TranslatorError(f"cannot resume: {err.what}", err.where,
+                              "delete it to start over, or copy a step-N.pt over it to resume from there") from None
     if payload["tokenizer"]["sha256"] != tokenizer.checksum():
         raise TranslatorError("cannot resume: the checkpoint was trained with a different tokenizer", str(path),
                               "use a new train.run_dir, or the prepared data the run started with")
