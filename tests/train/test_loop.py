@@ -95,3 +95,23 @@ def test_cuda_auto_precision_run_logs_memory_and_resumes(prepared, tmp_path):
     assert payload["state"]["train"]["rng"][0]["cuda"]
     log = (run_dir / "train.log").read_text()
     assert "gpu_mem_gb" in log and "precision torch.float32" not in log
+
+
+def test_manifest_tells_the_last_saved_update_after_a_failed_save(prepared, tmp_path, monkeypatch):
+    from translator.train import session
+
+    real, calls = session.save_checkpoints, []
+
+    def disk_full_on_second_save(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(session, "save_checkpoints", disk_full_on_second_save)
+    run_dir = tmp_path / "run"
+    with pytest.raises(OSError):
+        loop.run(variant(prepared, run_dir, "train.eval_every=1", "train.max_updates=5"), quiet=True)
+    (record,) = json.loads((run_dir / "manifest.json").read_text())["sessions"]
+    assert (record["last_update"], record["saved_update"], record["end_reason"]) == (2, 1, "error")
+    assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 1

@@ -61,7 +61,7 @@ def test_interrupt_saves_a_resumable_checkpoint(runs):
     assert stopped["tokenizer"]["sha256"] and stopped["config"]["train"]["max_updates"] == 6
     sessions = json.loads((resumed / "manifest.json").read_text())["sessions"]
     assert [s["end_reason"] for s in sessions] == ["interrupted", "max_updates"]
-    assert [(s["first_update"], s["last_update"]) for s in sessions] == [(0, 2), (2, 6)]
+    assert [(s["first_update"], s["last_update"], s["saved_update"]) for s in sessions] == [(0, 2, 2), (2, 6, 6)]
 
 
 def test_resumed_run_equals_uninterrupted_bit_for_bit(runs):

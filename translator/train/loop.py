@@ -195,7 +195,7 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
     finally:
         stop.restore()
         if manifest:
-            manifest.finish(state.step, reason)
+            manifest.finish(state.step, reason, s.saved_step)
         s.metrics.close()
         distributed.close(s.dist)
     return s.model

@@ -82,9 +82,10 @@ class RunManifest:
         self.data["sessions"].append(self.session)
         self.write()
 
-    def finish(self, step: int, reason: str) -> None:
+    def finish(self, step: int, reason: str, saved_step: int) -> None:
+        """last_update: the last update trained; saved_update: the one last.pt holds (less if a save failed)."""
         self.session.update(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"), seconds=round(time.time() - self.started, 1),
-                            last_update=step, end_reason=reason)
+                            last_update=step, saved_update=saved_step, end_reason=reason)
         self.write()
 
     def write(self) -> None:

@@ -43,6 +43,7 @@ class Session:
     run_dir: Path
     state: TrainState = field(default_factory=TrainState)
     metrics: Metrics | None = None
+    saved_step: int = 0  # the update that run_dir/last.pt holds (a save that failed does not count)
 
 
 def _set_vocab_sizes(model: ModelConfig, tokenizer: Tokenizer) -> None:
@@ -97,6 +98,7 @@ def resume(s: Session, path: Path) -> None:
         s.scaler.load_state_dict(payload["state"]["scaler"])
     state, d = s.state, s.dist
     state.load_state_dict(payload["state"]["train"])
+    s.saved_step = state.step
     if state.world_size == d.world_size:
         set_rng_state(state.rng[d.rank])
     else:  # another process count splits the epoch differently: keep the fraction of it already seen
@@ -124,6 +126,7 @@ def save(s: Session, best: bool) -> None:
                "scheduler": {"schedule": s.cfg.train.schedule, "step": s.state.step},
                "train": s.state.state_dict()}
     save_checkpoints(s.run_dir, s.model, s.cfg, s.tokenizer, payload, s.state.step, best)
+    s.saved_step = s.state.step
 
 
 def evaluate_and_save(s: Session) -> bool:
