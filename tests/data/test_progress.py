@@ -127,3 +127,17 @@ def test_stderr_lines_keeps_draining_when_the_reader_fails():
         writer.join(timeout=10)
         assert not writer.is_alive(), "the writer blocked on a full pipe"
     assert lines == ["x" * 100 + "\n"]
+
+
+def test_a_step_that_ends_at_once_shows_its_mean_rate_not_zero():
+    from rich.progress import Progress
+
+    from translator.data.progress import StatsColumn
+
+    now = [100.0]
+    progress = Progress(StatsColumn(), get_time=lambda: now[0], disable=True)
+    task = progress.add_task("clean", total=5000, bar=True)
+    now[0] += 2.0
+    progress.update(task, completed=5000)  # one update: rich has no two samples to take a speed from
+    progress.stop_task(task)
+    assert str(StatsColumn().render(progress.tasks[task])) == "5,000/5,000 2.5k/s eta 0:00:00"

@@ -31,7 +31,8 @@ class StatsColumn(ProgressColumn):
     def render(self, task: Task) -> Text:
         if not task.fields.get("bar"):
             return Text("")
-        speed = task.finished_speed or task.speed or 0.0
+        # rich's speed needs two samples a moment apart; a step that ends at once has only the mean
+        speed = task.finished_speed or task.speed or (task.completed / task.elapsed if task.elapsed else 0.0)
         if task.fields.get("unit") == "B":
             counts, rate = f"{decimal(int(task.completed))}/{decimal(int(task.total or 0))}", f"{decimal(int(speed))}/s"
         else:
