@@ -112,12 +112,13 @@ def test_tsv_without_header_needs_column_names(tmp_path):
 
 
 @pytest.mark.parametrize("records", [[{"en": "a", "de": 1}], [{"en": "a", "de": "eins"}, {"en": "b", "de": 2}],
-                                     [{"translation": {"en": "a", "de": 1.5}}]])
-def test_values_that_are_not_text_are_refused(tmp_path, records):
+                                     [{"translation": {"en": "a", "de": 1.5}}],
+                                     [{"translation": {"en": "a", "de": "eins"}}, {"en": "b", "de": "zwei"}]])
+def test_records_that_are_not_text_or_of_mixed_shape_are_refused(tmp_path, records):
     root = tmp_path / "src"
     root.mkdir()
     (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    with pytest.raises(TranslatorError, match="'de' values are not all text"):
+    with pytest.raises(TranslatorError, match="'de' values are not all text|records of two shapes"):
         pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")
 
 

@@ -77,6 +77,9 @@ def check_languages(table, src_lang: str, tgt_lang: str, where: str) -> None:
     import pyarrow as pa
 
     found, schema = languages(table), table.data.schema
+    if "translation" in schema.names and {src_lang, tgt_lang} & set(schema.names):
+        raise TranslatorError("records of two shapes: some with a 'translation' field, some flat", where,
+                              "give every record one shape")
     for lang in (src_lang, tgt_lang):
         if lang not in found:
             raise TranslatorError(f"language {lang!r} not in the data (found: {', '.join(found) or 'none'})",
