@@ -19,8 +19,10 @@ class Metrics:
 
     def __init__(self, run_dir: Path, total_updates: int, start: int, quiet: bool, enabled: bool = True) -> None:
         self.enabled, self.quiet = enabled, quiet
-        self.writer = SummaryWriter(str(run_dir / "tensorboard")) if enabled else None
+        # the log first: an unwritable run_dir then fails here, before TensorBoard's writer thread starts
+        # (which would print its own traceback beside our one-line error)
         self.log_file = open(run_dir / "train.log", "a", encoding="utf-8") if enabled else None
+        self.writer = SummaryWriter(str(run_dir / "tensorboard")) if enabled else None
         self.progress = Progress(
             TextColumn("train"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
             TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
