@@ -8,10 +8,10 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 
 .PHONY: install bench-install test cuda-check lint demo bench bench-model bench-train bench-decode bench-launches bench-prepare tensorboard clean
 
-install:  ## venv with the CPU build of torch pinned first, then the package with dev extras
+install:  ## venv with torch pinned first (TORCH_INDEX=URL picks its build), then the package with dev extras
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/pip install -q -e '.[dev]'
 
 bench-install: install  ## peers for benchmarks, kept from moving torch
