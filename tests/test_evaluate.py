@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from translator import checkpoint, evaluate
+from translator import checkpoint, evaluate, translate
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
 from translator.model.transformer import Transformer
@@ -51,16 +51,32 @@ def test_hypothesis_count_must_match():
         evaluate.score(REFS[:2], REFS)
 
 
-def test_eval_on_files_writes_hypotheses_and_scores(prepared, tmp_path, capsys):
+def test_eval_on_files_writes_hypotheses_and_scores(prepared, tmp_path, capsys, monkeypatch):
     ckpt = save_tiny(prepared, tmp_path / "tiny.pt")
     src, ref = tmp_path / "src.en", tmp_path / "ref.de"
     src.write_text("A man rides a bike.\n\nTwo dogs play in the snow.\n", encoding="utf-8")
     ref.write_text("Ein Mann fährt Fahrrad.\n\nZwei Hunde spielen im Schnee.\n", encoding="utf-8")
+    beams = []
+    real = evaluate.translate_lines
+    monkeypatch.setattr(evaluate, "translate_lines", lambda *a, **k: beams.append(a[3].beam_size) or real(*a, **k))
     scores = evaluate.run(str(ckpt), "test", str(src), str(ref), None, 2, True, None, None)
+    assert beams == [2]  # --beam reached the search
     hyps = (tmp_path / "src.en.hyp").read_text(encoding="utf-8").split("\n")
     assert len(hyps) == 4 and hyps[1] == "" and hyps[3] == ""  # three lines, newline-ended
-    assert 0.0 <= scores.bleu <= 100.0 and scores.lc_tok_bleu is not None
+    model, cfg, tokenizer = translate.load(ckpt)
+    cfg.decode.beam_size = 2
+    expected = [h[0][0] for h in real(model, tokenizer, src.read_text().splitlines(), cfg.decode)]
+    assert hyps[:3] == expected  # the file holds the translations, in input order
+    rescored = evaluate.score(expected, ref.read_text(encoding="utf-8").splitlines(), lc_tok=True)
+    assert (scores.bleu, scores.chrf, scores.lc_tok_bleu) == (rescored.bleu, rescored.chrf, rescored.lc_tok_bleu)
     assert "hypotheses written to" in capsys.readouterr().err
+
+
+def test_scores_take_hypotheses_first_and_references_second():
+    """BLEU's brevity penalty and chrF's recall weighting are asymmetric: swapped arguments would show."""
+    short, full = ["Ein Mann ."], ["Ein Mann fährt mit dem Fahrrad die Straße entlang ."]
+    assert evaluate.score(short, full).bleu < evaluate.score(full, short).bleu
+    assert evaluate.score(short, full).chrf < evaluate.score(full, short).chrf
 
 
 def test_eval_on_the_prepared_split_quietly(prepared, tmp_path, capsys):
@@ -68,8 +84,10 @@ def test_eval_on_the_prepared_split_quietly(prepared, tmp_path, capsys):
     out = tmp_path / "out" / "valid.hyp"
     scores = evaluate.run(str(ckpt), "valid", None, None, str(out), None, False, "cpu", "bf16", quiet=True)
     sources = (Path(prepared.data.data_dir) / prepared.data.name / "valid.en").read_text().splitlines()
-    assert len(out.read_text(encoding="utf-8").splitlines()) == len(sources) > 100
-    assert scores.chrf >= 0.0 and capsys.readouterr().err == ""
+    hyps = out.read_text(encoding="utf-8").splitlines()
+    assert len(hyps) == len(sources) > 100
+    refs = (Path(prepared.data.data_dir) / prepared.data.name / "valid.de").read_text().splitlines()
+    assert scores.chrf == evaluate.score(hyps, refs).chrf and capsys.readouterr().err == ""
 
 
 def test_eval_quiet_still_warns_about_a_line_too_long_for_the_model(prepared, tmp_path, capsys):

@@ -61,15 +61,39 @@ def test_output_order_is_input_order(tiny, beam_size):
 
 @pytest.mark.parametrize("beam_size", [1, 3])
 @pytest.mark.parametrize("cuda_graphs", [True, False])
-def test_decode_cuda_graphs_reaches_the_search(tiny, beam_size, cuda_graphs, monkeypatch):
-    """decode.cuda_graphs (--no-cuda-graphs) goes to greedy and beam search alike."""
+def test_every_decode_setting_reaches_the_search(tiny, beam_size, cuda_graphs, monkeypatch):
+    """decode.* (and so the translate/eval flags) arrive at greedy and beam search unchanged."""
     seen = []
     for name in ("greedy_search", "beam_search"):
         search = getattr(translate, name)
-        monkeypatch.setattr(translate, name, lambda *a, _search=search, **kw: seen.append(kw["cuda_graphs"]) or _search(*a, **kw))
-    decode = dataclasses.replace(tiny.cfg.decode, beam_size=beam_size, cuda_graphs=cuda_graphs)
+        monkeypatch.setattr(translate, name, lambda *a, _search=search, _name=name, **kw:
+                            seen.append((_name, kw)) or _search(*a, **kw))
+    decode = dataclasses.replace(tiny.cfg.decode, beam_size=beam_size, length_penalty=1.7, max_len_a=0.9,
+                                 max_len_b=7, min_len=2, cuda_graphs=cuda_graphs)
     translate.translate_lines(tiny.model, tiny.tokenizer, SENTENCES[:2], decode)
-    assert seen and set(seen) == {cuda_graphs}
+    expected = {"max_len_a": 0.9, "max_len_b": 7, "min_len": 2, "cuda_graphs": cuda_graphs}
+    if beam_size > 1:
+        expected.update(alpha=1.7, beam_size=beam_size)
+    assert seen and {name for name, _ in seen} == {"greedy_search" if beam_size == 1 else "beam_search"}
+    for _, kw in seen:
+        assert {key: kw[key] for key in expected} == expected
+
+
+def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
+    from typer.testing import CliRunner
+
+    from translator import cli
+
+    seen = {}
+    monkeypatch.setattr(translate, "run", lambda model, tok, decode, lines, out, nbest, progress:
+                        seen.update(decode=decode, nbest=nbest))
+    flags = ["--beam", "3", "--nbest", "2", "--length-penalty", "1.5", "--min-len", "2", "--max-len-a", "0.5",
+             "--max-len-b", "6", "--batch-tokens", "99", "--no-cuda-graphs", "--device", "cpu", "-q"]
+    result = CliRunner().invoke(cli.app, ["translate", str(tiny.path), *flags], input="A dog.\n")
+    assert result.exit_code == 0, result.output
+    decode = seen["decode"]
+    assert (decode.beam_size, decode.length_penalty, decode.min_len, decode.max_len_a, decode.max_len_b,
+            decode.batch_tokens, decode.cuda_graphs, seen["nbest"]) == (3, 1.5, 2, 0.5, 6, 99, False, 2)
 
 
 def test_empty_lines_give_empty_lines(tiny):

@@ -117,3 +117,13 @@ def test_beams_without_a_real_hypothesis_are_dropped_at_once(toy):
     assert sorted((h.tokens, round(h.score, 4)) for h in hyps) == [([], round(math.log(0.5), 4)),
                                                                     ([A], round(math.log(0.5), 4))]
     assert scorer.calls == 2  # the four empty beams do not run on to the length limit
+
+
+def test_beams_at_minus_infinity_end_even_where_the_model_would_go_on(toy):
+    """Only A A EOS has probability; elsewhere the toy keeps offering C, which an empty beam must not chase."""
+    one_path = {(): {A: 1.0}, (A,): {A: 1.0}, (A, A): {EOS_ID: 1.0}}
+    src, src_mask = source([30])
+    scorer = toy(one_path, default={C: 1.0}, floor=0.0)
+    hyps = beam_search(scorer, src, src_mask, beam_size=4, nbest=4, alpha=0.0)[0]
+    assert [h.tokens for h in hyps] == [[A, A]]
+    assert scorer.calls == 3  # the search ends with the one real hypothesis, not at the length limit
