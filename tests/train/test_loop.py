@@ -115,3 +115,24 @@ def test_manifest_tells_the_last_saved_update_after_a_failed_save(prepared, tmp_
     (record,) = json.loads((run_dir / "manifest.json").read_text())["sessions"]
     assert (record["last_update"], record["saved_update"], record["end_reason"]) == (2, 1, "error")
     assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 1
+
+
+def test_loss_sums_are_the_smoothed_cross_entropy_and_the_plain_nll_over_non_pad_tokens():
+    from translator.data.batching import make_batch
+
+    torch.manual_seed(0)
+    batch = make_batch([[5, 6], [7]], [[8, 9, 10], [11]])  # the second target is padded
+    logits = torch.randn(*batch.tgt_in.shape, 20)
+    eps = 0.1
+    loss, nll = loop.loss_sums(lambda src, tgt_in, src_mask: logits, batch, eps)
+    log_probs = logits.log_softmax(-1)
+    expected_loss, expected_nll = 0.0, 0.0
+    for (b, t), target in zip(torch.cartesian_prod(*map(torch.arange, batch.tgt_out.shape)).tolist(),
+                              batch.tgt_out.flatten().tolist()):
+        if target == 0:  # PAD
+            continue
+        expected_nll -= log_probs[b, t, target].item()
+        expected_loss -= (1 - eps) * log_probs[b, t, target].item() + eps * log_probs[b, t].mean().item()
+    assert (batch.tgt_out != 0).sum() == 6  # targets + EOS; the padding is skipped
+    torch.testing.assert_close(nll.item(), expected_nll, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(loss.item(), expected_loss, rtol=1e-5, atol=1e-5)

@@ -19,8 +19,8 @@ SETTINGS = ("model.dropout=0.1", "train.max_tokens=512", "train.grad_accum_steps
             "train.max_updates=6", "train.eval_every=3")
 
 
-def interrupt_at(monkeypatch, step: int) -> None:
-    """Send ourselves SIGINT right after update `step`, once, as Ctrl-C would."""
+def interrupt_at(monkeypatch, step: int, sig: signal.Signals = signal.SIGINT) -> None:
+    """Send ourselves `sig` right after update `step`, once, as Ctrl-C (or `kill`) would."""
     advance = Metrics.advance
     fired = []
 
@@ -28,7 +28,7 @@ def interrupt_at(monkeypatch, step: int) -> None:
         advance(self, at, status)
         if at == step and not fired:
             fired.append(at)
-            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(sig)
 
     monkeypatch.setattr(Metrics, "advance", advance_then_signal)
 
@@ -143,3 +143,10 @@ def test_a_corrupt_last_checkpoint_says_how_to_go_on(prepared, tmp_path):
     (tmp_path / "run" / "last.pt").write_bytes(b"PK\x03\x04 cut short")
     with pytest.raises(TranslatorError, match="cannot resume: not a readable checkpoint.*copy a step-N.pt over it"):
         loop.run(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)
+
+
+def test_sigterm_saves_and_stops_like_ctrl_c(prepared, tmp_path, monkeypatch):
+    interrupt_at(monkeypatch, 2, signal.SIGTERM)
+    loop.run(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)
+    assert checkpoint.read(tmp_path / "run" / "last.pt")["state"]["train"]["step"] == 2
+    assert "stopped at update 2 (interrupted)" in (tmp_path / "run" / "train.log").read_text()
