@@ -1,0 +1,54 @@
+"""Validation computes what it says: the plain (unsmoothed) per-token loss and BLEU of the hypotheses."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+import torch.nn.functional as F
+
+from tests.train.conftest import variant
+from translator.data.batching import make_batch
+from translator.data.shards import TokenArray
+from translator.data.tokenizer import PAD_ID, Tokenizer
+from translator.evaluate import score
+from translator.model.transformer import Transformer
+from translator.prepare import prepared_dir
+from translator.train.validate import validate
+from translator.translate import translate_lines
+
+
+def test_validation_loss_and_bleu_are_recomputable(prepared):
+    cfg = variant(prepared, "unused", "train.valid_bleu_sentences=16", "train.valid_beam_size=1",
+                  "train.label_smoothing=0.3")
+    folder = prepared_dir(cfg.data)
+    tokenizer = Tokenizer(folder / "spm.model")
+    cfg.model.vocab_size = tokenizer.vocab_size
+    torch.manual_seed(0)
+    model = Transformer(cfg.model).train()
+    result = validate(model, tokenizer, cfg, None)
+    assert model.training  # back in train mode, as training expects
+
+    model.eval()
+    src, tgt = TokenArray(folder / "valid.src"), TokenArray(folder / "valid.tgt")
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(src), 64):  # other batches than validate's: the sum does not depend on them
+            rows = range(start, min(start + 64, len(src)))
+            batch = make_batch([src[i] for i in rows], [tgt[i] for i in rows])
+            logits = model(batch.src, batch.tgt_in, batch.src_mask)
+            total += F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID,
+                                     reduction="sum").item()  # no label smoothing, whatever training uses
+            tokens += batch.n_tgt_tokens
+    assert math.isclose(result.loss, total / tokens, rel_tol=1e-4)
+    assert math.isclose(result.ppl, math.exp(total / tokens), rel_tol=1e-4)
+
+    sources = (folder / f"valid.{cfg.data.src_lang}").read_text(encoding="utf-8").splitlines()[:16]
+    refs = (folder / f"valid.{cfg.data.tgt_lang}").read_text(encoding="utf-8").splitlines()[:16]
+    decode = dataclasses.replace(cfg.decode, beam_size=1)
+    with torch.no_grad():
+        hyps = [h[0][0] for h in translate_lines(model, tokenizer, sources, decode)]
+    expected = score(hyps, refs)
+    assert (result.bleu, result.chrf) == (expected.bleu, expected.chrf)
+    assert [s[1] for s in result.samples] == hyps[:len(result.samples)]
