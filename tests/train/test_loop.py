@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 
 import pytest
 import torch
@@ -136,3 +137,15 @@ def test_loss_sums_are_the_smoothed_cross_entropy_and_the_plain_nll_over_non_pad
     assert (batch.tgt_out != 0).sum() == 6  # targets + EOS; the padding is skipped
     torch.testing.assert_close(nll.item(), expected_nll, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(loss.item(), expected_loss, rtol=1e-5, atol=1e-5)
+
+
+def test_best_checkpoint_keeps_the_update_with_the_highest_bleu(prepared, tmp_path, monkeypatch):
+    from translator.train import session
+    from translator.train.validate import Validation
+
+    bleus = iter([30.0, 20.0, 25.0])  # the best validation is the first
+    monkeypatch.setattr(session, "validate", lambda *a, **k: Validation(1.0, math.e, next(bleus), 50.0, "sig", []))
+    run_dir = tmp_path / "run"
+    loop.run(variant(prepared, run_dir, "train.eval_every=1", "train.max_updates=3"), quiet=True)
+    assert checkpoint.read(run_dir / "best.pt")["state"]["train"]["step"] == 1
+    assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 3
