@@ -126,3 +126,16 @@ def test_length_rules_count_and_zero_means_off():
     assert length_filter(src, tgt, 250, 3.0, drops).tolist() == [True, False, False, True, True]
     assert drops == {TOO_LONG: 1, RATIO: 1}
     assert length_filter(src, tgt, 0, 0.0, drops).all()
+
+
+def test_held_out_sentences_are_normalised_like_the_training_text():
+    cleaner = Cleaner(config.load(None, []).data, ["Zwei\xa0Hunde  spielen."])  # as a raw test file may have it
+    src, _ = cleaner(["Two dogs play.", "A cat."], ["Zwei Hunde spielen.", "Eine Katze."])
+    assert src == ["A cat."] and cleaner.drops[HELD_OUT] == 1
+
+
+@pytest.mark.parametrize("nfc, spaces", [(True, True), (False, True), (True, False), (False, False)])
+def test_normalisation_switches_reach_the_cleaner(nfc, spaces):
+    data = config.load(None, [f"data.nfc={str(nfc).lower()}", f"data.normalize_spaces={str(spaces).lower()}"]).data
+    src, _ = Cleaner(data)(["Cafe\u0301\xa0au lait"], ["Milchkaffee"])
+    assert src == [("Caf\u00e9" if nfc else "Cafe\u0301") + (" " if spaces else "\xa0") + "au lait"]
