@@ -42,3 +42,13 @@ def test_empty_rows_and_empty_arrays(tmp_path):
     assert len(TokenArray(tmp_path / "none")) == 0
     write_ids(tmp_path / "blank", [[], []], 100)
     assert [TokenArray(tmp_path / "blank")[i] for i in range(2)] == [[], []]
+
+
+def test_sentencepiece_sample_takes_size_kept_rows_the_same_for_a_seed():
+    from translator.data.binarize import sample_mask
+
+    keep = np.arange(100) % 3 != 0  # 66 kept rows
+    take = sample_mask(keep, 10, seed=1)
+    assert take.sum() == 10 and not (take & ~keep).any()  # only kept rows, exactly `size` of them
+    assert (sample_mask(keep, 10, seed=1) == take).all() and (sample_mask(keep, 10, seed=2) != take).any()
+    assert (sample_mask(keep, 0, seed=1) == keep).all() and (sample_mask(keep, 500, seed=1) == keep).all()
