@@ -66,6 +66,15 @@ def test_accumulated_batches_give_the_gradient_of_one_big_batch():
     assert_close(accumulated, single, rtol=1e-4, atol=1e-6)
 
 
+def test_the_update_is_minus_the_gradient_of_the_mean_loss_per_target_token():
+    s = session(sgd=True)
+    reference = session(sgd=True).model  # same seed: the same starting parameters
+    loss, _ = loss_sums(reference, BOTH, s.cfg.train.label_smoothing)
+    (loss / BOTH.n_tgt_tokens).backward()
+    delta, _, _ = update(s, [BOTH])
+    assert_close(delta, {k: -p.grad for k, p in reference.named_parameters()}, rtol=1e-4, atol=1e-6)
+
+
 def test_loss_ignores_padding():
     s = session()
     s.model.eval()
