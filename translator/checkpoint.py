@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from translator.config import TRAINING_ONLY, Config, from_dict, to_dict
+from translator.config import Config, architecture_changes, from_dict, to_dict
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
 from translator.files import atomic_write
@@ -70,10 +70,8 @@ def average(paths: list[str | Path], out: str | Path) -> int:
     total = {k: v.double() for k, v in weights.items() if v.is_floating_point()}
     for path in paths[1:]:
         payload = read(path)
-        model, reference = payload["config"]["model"], first["config"]["model"]
-        changed = sorted(k for k in {*model, *reference} - set(TRAINING_ONLY) if model.get(k) != reference.get(k))
-        if changed or payload["model"].keys() != weights.keys():
-            diff = ", ".join(f"model.{k}: {reference.get(k)!r} -> {model.get(k)!r}" for k in changed)
+        diff = architecture_changes(first["config"]["model"], payload["config"]["model"])
+        if diff or payload["model"].keys() != weights.keys():
             raise TranslatorError(f"architecture differs from the first checkpoint ({diff or 'parameter names'})",
                                   str(path), "average checkpoints of one training run")
         if payload["tokenizer"]["sha256"] != first["tokenizer"]["sha256"]:

@@ -131,9 +131,9 @@ def translate(ckpt: CkptArg, beam: BeamOpt = None,
     if sys.stdin is None or sys.stdout is None:
         raise TranslatorError("stdin or stdout is closed", "translate", "give input on stdin and somewhere for stdout")
     model, cfg, tokenizer = translate_mod.load(ckpt, device, dtype)
-    overrides = {"beam_size": beam, "max_len_a": max_len_a, "max_len_b": max_len_b, "min_len": min_len,
-                 "length_penalty": length_penalty, "batch_tokens": batch_tokens, "cuda_graphs": cuda_graphs}
-    cfg.decode = dataclasses.replace(cfg.decode, **{k: v for k, v in overrides.items() if v is not None})  # re-checked
+    cfg.decode = translate_mod.with_overrides(cfg.decode, beam_size=beam, max_len_a=max_len_a, max_len_b=max_len_b,
+                                              min_len=min_len, length_penalty=length_penalty,
+                                              batch_tokens=batch_tokens, cuda_graphs=cuda_graphs)
     show = translate_mod.show_progress(quiet, sys.stdin, sys.stdout, sys.stderr)
     with translate_mod.sentence_progress("translate", not show) as progress:
         lines = translate_mod.read_chunks(sys.stdin, warn=translate_mod.warn_stderr)

@@ -151,6 +151,12 @@ class ModelConfig:
 TRAINING_ONLY = ("dropout", "attention_dropout", "gradient_checkpointing")
 
 
+def architecture_changes(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """Model sections (as dicts) compared outside TRAINING_ONLY -> `model.k: a -> b, ...`, empty if alike."""
+    changed = sorted(k for k in {*before, *after} - set(TRAINING_ONLY) if before.get(k) != after.get(k))
+    return ", ".join(f"model.{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in changed)
+
+
 @dataclass(kw_only=True)
 class TrainConfig:
     run_dir: str = "runs/multi30k"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import sacrebleu
@@ -11,7 +11,13 @@ import sacrebleu
 from translator.errors import TranslatorError
 from translator.files import atomic_write, read_lines
 from translator.prepare import prepared_dir
-from translator.translate import load, sentence_progress, translate_lines, warn_stderr
+from translator.translate import (
+    load,
+    sentence_progress,
+    translate_lines,
+    warn_stderr,
+    with_overrides,
+)
 
 
 @dataclass
@@ -58,8 +64,7 @@ def run(ckpt: str, split: str, src_file: str | None, ref_file: str | None, hyp_f
     if (src_file is None) != (ref_file is None):
         raise TranslatorError("--src and --ref go together", "eval", "give both, or neither to use a split")
     model, cfg, tokenizer = load(ckpt, device, dtype)
-    overrides = {"beam_size": beam, "cuda_graphs": cuda_graphs}
-    cfg.decode = replace(cfg.decode, **{k: v for k, v in overrides.items() if v is not None})  # re-checked
+    cfg.decode = with_overrides(cfg.decode, beam_size=beam, cuda_graphs=cuda_graphs)
     if src_file is None:
         folder = prepared_dir(cfg.data)
         src_file, ref_file = folder / f"{split}.{cfg.data.src_lang}", folder / f"{split}.{cfg.data.tgt_lang}"

@@ -9,6 +9,7 @@ truncated. (With --nbest such a line gets one hypothesis, the joined best.)
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import select
 import sys
@@ -71,6 +72,11 @@ def load(ckpt: str | Path, device: str | None = None, dtype: str | None = None
     torch_device = resolve_device(device or cfg.decode.device)
     model.to(torch_device, resolve_dtype(dtype or cfg.decode.dtype, torch_device))
     return model, cfg, tokenizer
+
+
+def with_overrides(decode: DecodeConfig, **values) -> DecodeConfig:
+    """`decode` with the values that are not None put in (command-line flags), checked again by DecodeConfig."""
+    return dataclasses.replace(decode, **{k: v for k, v in values.items() if v is not None})
 
 
 def search(model: Transformer, src_ids: list[list[int]], decode: DecodeConfig, nbest: int = 1) -> list[list[Hypothesis]]:

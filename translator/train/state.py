@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from translator import checkpoint
-from translator.config import TRAINING_ONLY, Config, to_dict
+from translator.config import Config, architecture_changes, to_dict
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
 
@@ -104,11 +104,8 @@ def read_resumable(path: Path, cfg: Config, tokenizer: Tokenizer) -> dict[str, A
     if payload["tokenizer"]["sha256"] != tokenizer.checksum():
         raise TranslatorError("cannot resume: the checkpoint was trained with a different tokenizer", str(path),
                               "use a new train.run_dir, or the prepared data the run started with")
-    saved = {k: v for k, v in payload["config"]["model"].items() if k not in TRAINING_ONLY}
-    wanted = {k: v for k, v in to_dict(cfg.model).items() if k not in TRAINING_ONLY}
-    changed = sorted(k for k in wanted if saved.get(k) != wanted[k])
-    if changed:
-        diff = ", ".join(f"model.{k}: {saved.get(k)!r} -> {wanted[k]!r}" for k in changed)
+    diff = architecture_changes(payload["config"]["model"], to_dict(cfg.model))
+    if diff:
         raise TranslatorError(f"cannot resume: the architecture differs from the checkpoint's ({diff})", str(path),
                               "use a new train.run_dir, or the checkpoint's model settings")
     if "optimizer" not in payload["state"]:
