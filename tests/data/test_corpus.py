@@ -67,9 +67,9 @@ def test_hub_records_and_split_mapping(tmp_path, monkeypatch):
         return datasets.Dataset.from_dict({"translation": [{"de": d, "en": e} for e, d in zip(EN, DE)]})
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    cfg = tiny_config("hf:wmt14:de-en", tmp_path / "data", "data.splits.valid=validation")
+    cfg = tiny_config("hf:wmt/wmt14:de-en", tmp_path / "data", "data.splits.valid=validation")
     assert pairs(cfg, "valid") == (EN, DE)
-    assert calls == [("wmt14", "de-en", "validation")]
+    assert calls == [("wmt/wmt14", "de-en", "validation")]
 
 
 def test_unknown_hub_name_says_it_needs_internet(tmp_path, monkeypatch):

@@ -134,7 +134,7 @@ def test_hub_source_goes_through_the_same_path(tmp_path, monkeypatch):
         return datasets.Dataset.from_dict({"translation": [{"de": d, "en": e} for e, d in zip(en, de)]})
 
     monkeypatch.setattr(datasets, "load_dataset", fake_hub)
-    out = run(tiny_config("hf:wmt14:de-en", tmp_path / "data", "data.splits.valid=validation"))
+    out = run(tiny_config("hf:wmt/wmt14:de-en", tmp_path / "data", "data.splits.valid=validation"))
     assert json.loads((out / "manifest.json").read_text())["pairs"] == {"train": 120, "valid": 40, "test": 30}
 
 

@@ -47,7 +47,7 @@ def test_source_files_are_what_load_split_reads(tmp_path):
     with bytes_read(files, seen.append):
         table = load_split(cfg.data, "train", tmp_path / "cache")
     assert table.num_rows == 300 and seen[-1] == sum(f.stat().st_size for f in files)
-    assert source_files(tiny_config("hf:wmt14:de-en", tmp_path / "data").data, "train") == []
+    assert source_files(tiny_config("hf:wmt/wmt14:de-en", tmp_path / "data").data, "train") == []
 
 
 @pytest.mark.parametrize("model_type", ["unigram", "bpe"])
@@ -105,7 +105,7 @@ def test_a_hub_download_draws_the_hubs_own_bars_between_ours(tmp_path, monkeypat
         return datasets.Dataset.from_dict({"translation": [{"de": d, "en": e} for e, d in zip(en, de)]})
 
     monkeypatch.setattr(datasets, "load_dataset", fake_hub)
-    cfg = tiny_config("hf:wmt14:de-en", tmp_path / "data", "data.splits.valid=validation")
+    cfg = tiny_config("hf:wmt/wmt14:de-en", tmp_path / "data", "data.splits.valid=validation")
     prepare.run(cfg, log=lambda line: None)
     assert seen == [(False, False)] * 3  # shown while loading each split
     assert are_progress_bars_disabled()  # and off again for the rest of the job

@@ -1,7 +1,7 @@
 """Parallel sentence pairs from the Hugging Face hub or local files, all through `datasets`.
 
 `data.source` is one of
-  hf:NAME[:CONFIG]                 a hub dataset (e.g. hf:wmt14:de-en, hf:bentrevett/multi30k)
+  hf:NAME[:CONFIG]                 a hub dataset (e.g. hf:wmt/wmt14:de-en, hf:bentrevett/multi30k)
   DIR with {split}.{lang}[.gz]     line-aligned plain text, one file per language
   DIR with {split}.tsv[.gz]        one pair per line; a header row or data.tsv_columns names the columns
   DIR with {split}.jsonl / .json   records `translation: {en: .., de: ..}` (the hub's WMT schema) or flat `en`, `de`
