@@ -176,3 +176,13 @@ def test_average_refuses_other_architectures(prepared, tmp_path):
     with pytest.raises(TranslatorError, match="no checkpoints"):
         checkpoint.average([], tmp_path / "avg.pt")
     assert not (tmp_path / "avg.pt").exists()
+
+
+def test_average_refuses_checkpoints_of_another_tokenizer(prepared, tmp_path):
+    a, b = save_tiny(prepared, tmp_path / "a.pt", seed=1), save_tiny(prepared, tmp_path / "b.pt", seed=2)
+    payload = checkpoint.read(b)
+    payload["tokenizer"]["sha256"] = "0" * 64  # same shapes, other vocabulary
+    torch.save(payload, b)
+    with pytest.raises(TranslatorError, match="tokenizer differs"):
+        checkpoint.average([a, b], tmp_path / "avg.pt")
+    assert not (tmp_path / "avg.pt").exists()

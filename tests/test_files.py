@@ -33,3 +33,17 @@ def test_atomic_write_keeps_the_old_file_on_failure_and_refuses_a_directory(tmp_
         pass
     with pytest.raises(TranslatorError, match="cannot write"), atomic_write(target / "below_a_file.txt"):
         pass
+
+
+def test_atomic_write_gives_an_ordinary_file_and_no_debris(tmp_path):
+    with atomic_write(tmp_path / "out.txt") as handle:
+        handle.write("new")
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"] and (tmp_path / "out.txt").read_text() == "new"
+    assert (tmp_path / "out.txt").stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600
+
+
+def test_read_lines_drops_crlf_line_endings(tmp_path):
+    from translator.files import read_lines
+
+    (tmp_path / "ref.de").write_bytes(b"Ein Hund.\r\nZwei Hunde.\r\n")
+    assert read_lines(tmp_path / "ref.de") == ["Ein Hund.", "Zwei Hunde."]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -139,3 +140,35 @@ def test_normalisation_switches_reach_the_cleaner(nfc, spaces):
     data = config.load(None, [f"data.nfc={str(nfc).lower()}", f"data.normalize_spaces={str(spaces).lower()}"]).data
     src, _ = Cleaner(data)(["Cafe\u0301\xa0au lait"], ["Milchkaffee"])
     assert src == [("Caf\u00e9" if nfc else "Cafe\u0301") + (" " if spaces else "\xa0") + "au lait"]
+
+
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 40), st.integers(1, 40)), max_size=40), st.integers(0, 30),
+       st.sampled_from([0.0, 1.5, 3.0]))
+def test_length_filter_is_the_per_pair_rule_on_either_side(pairs, max_tokens, max_ratio):
+    """A side longer than max_tokens (not equal) drops the pair, whichever side it is; the rules are symmetric."""
+    src, tgt = (np.array([p[i] for p in pairs], dtype=np.int64) for i in (0, 1))
+    drops = Counter()
+    keep = length_filter(src, tgt, max_tokens, max_ratio, drops)
+    too_long = [bool(max_tokens) and max(s, t) > max_tokens for s, t in pairs]
+    skewed = [bool(max_ratio) and not long and max(s, t) > max_ratio * min(s, t) for (s, t), long in zip(pairs, too_long)]
+    assert keep.tolist() == [not (a or b) for a, b in zip(too_long, skewed)]
+    assert (drops[TOO_LONG], drops[RATIO]) == (sum(too_long), sum(skewed))
+    assert length_filter(tgt, src, max_tokens, max_ratio, Counter()).tolist() == keep.tolist()
+
+
+def test_a_duplicate_is_the_whole_pair_not_one_side():
+    cleaner = Cleaner(config.load(None, []).data)
+    src, _ = cleaner(["a", "a", "b", "c", "a"], ["1", "2", "2", "2", "1"])  # same source or same target alone
+    assert cleaner.first_occurrences(len(src)).tolist() == [True, True, True, True, False]
+    assert cleaner.drops[DUPLICATE] == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=12), st.integers(0, 12), st.integers(0, 12))
+def test_pair_digest_tells_where_source_ends(text, i, j):
+    """Pairs whose concatenation is the same text differ unless they cut it at the same place."""
+    i, j = min(i, len(text)), min(j, len(text))
+    assert (pair_digest(text[:i], text[i:]) == pair_digest(text[:j], text[j:])) == (i == j)

@@ -202,3 +202,36 @@ def test_byte_fallback_encodes_unseen_characters(tmp_path, corpus):
     tokenizer = Tokenizer(out / "spm.model")
     ids = tokenizer.encode(["Ein Hund für 5 € 😀."])[0]
     assert UNK_ID not in ids and tokenizer.decode([ids]) == ["Ein Hund für 5 € 😀."]
+
+
+def test_edited_source_files_are_prepared_again(tmp_path, corpus):
+    cfg = tiny_config(corpus, tmp_path / "data")
+    run(cfg)
+    assert prepare.up_to_date(cfg.data)
+    os.utime(corpus / "train.de", ns=(1, 1))  # same settings, edited file
+    assert not prepare.up_to_date(cfg.data)
+
+
+def test_eval_split_ids_are_of_the_normalised_text_and_the_text_stays_raw(tmp_path):
+    splits = small_splits()
+    raw = "Two\u200bdogs\ufeff play\x85in  the snow."  # characters SentencePiece's own normalisation keeps
+    splits["valid"][0][0] = raw
+    out = run(tiny_config(write_text_corpus(tmp_path / "corpus", splits), tmp_path / "data"))
+    tokenizer = Tokenizer(out / "spm.model")
+    assert TokenArray(out / "valid.src")[0] == tokenizer.encode([normalize(raw)])[0]
+    assert (out / "valid.en").read_text(encoding="utf-8").split("\n")[0] == raw  # sacreBLEU sees the raw text
+
+
+@pytest.mark.parametrize("joint", [True, False])
+def test_sentencepiece_reads_at_most_input_sentence_size_sentences(tmp_path, corpus, monkeypatch, joint):
+    seen, real = [], prepare.train_sentencepiece
+
+    def counting(sentences, *args, **kwargs):
+        sentences = list(sentences)
+        seen.append(len(sentences))
+        return real(sentences, *args, **kwargs)
+
+    monkeypatch.setattr(prepare, "train_sentencepiece", counting)
+    run(tiny_config(corpus, tmp_path / "data", "data.input_sentence_size=400", f"data.joint_vocab={str(joint).lower()}"))
+    per_model = [2 * 300] if joint else [300, 300]  # sentences the 300 kept pairs offer each model
+    assert seen == [min(400, n) for n in per_model]  # joint: 200 pairs x 2 sides

@@ -149,3 +149,44 @@ def test_best_checkpoint_keeps_the_update_with_the_highest_bleu(prepared, tmp_pa
     loop.run(variant(prepared, run_dir, "train.eval_every=1", "train.max_updates=3"), quiet=True)
     assert checkpoint.read(run_dir / "best.pt")["state"]["train"]["step"] == 1
     assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 3
+
+
+def test_patience_counts_validations_in_a_row_without_gain(prepared, tmp_path, monkeypatch):
+    from translator.train import session
+    from translator.train.validate import Validation
+
+    bleus = iter([10.0, 5.0, 20.0, 15.0, 30.0, 25.0])  # never two validations in a row without gain
+    monkeypatch.setattr(session, "validate", lambda *a, **k: Validation(1.0, math.e, next(bleus), 50.0, "sig", []))
+    run_dir = tmp_path / "run"
+    loop.run(variant(prepared, run_dir, "train.eval_every=1", "train.patience=2", "train.max_updates=6"), quiet=True)
+    state = checkpoint.read(run_dir / "last.pt")["state"]["train"]
+    assert (state["step"], state["bad_evals"]) == (6, 1)
+
+
+def test_keep_last_keeps_the_newest_numbered_checkpoints(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from translator import config
+    from translator.train import state as train_state
+
+    monkeypatch.setattr(train_state.checkpoint, "save", lambda path, *a, **k: Path(path).write_text(Path(path).name))
+    cfg = config.load(None, ["train.keep_last=2"])
+    for step in range(7, 13):  # across the 9 -> 10 digit boundary
+        train_state.save_checkpoints(tmp_path, None, cfg, None, {}, step, best=step == 9)
+    assert sorted(p.name for p in tmp_path.glob("step-*.pt")) == ["step-11.pt", "step-12.pt"]
+    assert (tmp_path / "last.pt").read_text() == "step-12.pt" and (tmp_path / "best.pt").read_text() == "step-9.pt"
+
+
+def test_each_process_has_its_own_dropout_stream_and_the_same_initial_weights(prepared, tmp_path, monkeypatch):
+    from translator.train import distributed, session
+
+    monkeypatch.setattr(distributed, "wrap", lambda model, d: model)  # no process group: DDP is not the point
+    draws, weights = [], []
+    for rank in range(2):
+        monkeypatch.setattr(distributed, "init", lambda device, rank=rank: Dist(torch.device("cpu"), rank, 2))
+        s = session.setup(variant(prepared, tmp_path / "run"), quiet=True)
+        s.metrics.close()
+        draws.append(torch.rand(16))
+        weights.append(s.model.state_dict())
+    assert not torch.equal(draws[0], draws[1])
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import math
 import signal
 
 import pytest
@@ -150,3 +152,37 @@ def test_sigterm_saves_and_stops_like_ctrl_c(prepared, tmp_path, monkeypatch):
     loop.run(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)
     assert checkpoint.read(tmp_path / "run" / "last.pt")["state"]["train"]["step"] == 2
     assert "stopped at update 2 (interrupted)" in (tmp_path / "run" / "train.log").read_text()
+
+
+
+
+def test_logged_perplexity_is_that_of_the_unsmoothed_loss(runs):
+    straight, _, _ = runs
+    nll, ppl, loss = (dict(scalars(straight, f"train/{name}")) for name in ("nll_loss", "ppl", "loss"))
+    assert nll.keys() == ppl.keys() == loss.keys() and nll
+    for step in nll:
+        assert ppl[step] == pytest.approx(math.exp(nll[step]), rel=1e-4)
+        assert nll[step] < loss[step]  # label smoothing (0.1) puts the training loss above the NLL
+
+
+def test_resume_with_another_process_count_skips_the_same_share_of_the_epoch(runs, prepared, tmp_path):
+    from translator.train import session
+
+    _, _, stopped = runs  # 2 updates x 2 batches by 1 process
+    payload = copy.deepcopy(stopped)
+    payload["state"]["train"]["world_size"] = 2  # as if 2 processes had each taken 4 batches
+    payload["state"]["train"]["rng"] *= 2
+    (tmp_path / "run").mkdir()
+    torch.save(payload, tmp_path / "run" / "last.pt")
+    s = session.setup(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)
+    s.metrics.close()
+    assert (s.state.step, s.state.epoch, s.state.batch_index) == (2, 0, 8)
+    assert "resuming with 1 processes instead of 2" in (tmp_path / "run" / "train.log").read_text()
+
+
+def test_resume_from_weights_only_is_refused_in_one_line(runs, prepared, tmp_path):
+    straight, _, _ = runs
+    (tmp_path / "run").mkdir()
+    checkpoint.average([straight / "last.pt"], tmp_path / "run" / "last.pt")  # no optimizer state, as average writes
+    with pytest.raises(TranslatorError, match="holds no training state"):
+        loop.run(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,32 @@ def test_cuda_auto_precision_trains_and_matches_fp32_gradient_norm():
     _, norm, ok = update(s, [BOTH.to(cuda)])
     _, fp32_norm, _ = update(session(device=cuda), [BOTH.to(cuda)])
     assert ok and norm == pytest.approx(fp32_norm, rel=0.05)
+
+
+
+
+class RecordingDDP(torch.nn.Module):
+    """Stands in for DDP: records, per forward, whether it ran inside no_sync (gradient all-reduce skipped)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.module, self.skipping, self.calls = model, False, []
+
+    def forward(self, *args):
+        self.calls.append(self.skipping)
+        return self.module(*args)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        self.skipping = True
+        try:
+            yield
+        finally:
+            self.skipping = False
+
+
+def test_accumulation_all_reduces_on_the_last_batch_only():
+    s = session()
+    s.net = RecordingDDP(s.model)
+    update(s, [FIRST, SECOND, BOTH])
+    assert s.net.calls == [True, True, False]

@@ -52,3 +52,18 @@ def test_validation_loss_and_bleu_are_recomputable(prepared):
     expected = score(hyps, refs)
     assert (result.bleu, result.chrf) == (expected.bleu, expected.chrf)
     assert [s[1] for s in result.samples] == hyps[:len(result.samples)]
+
+
+def test_validation_decodes_with_valid_beam_size_else_decode_beam_size(prepared, monkeypatch):
+    import translator.train.validate as validate_module
+
+    beams = []
+    monkeypatch.setattr(validate_module, "translate_lines",
+                        lambda model, tokenizer, lines, decode: beams.append(decode.beam_size) or [[("", 0.0)]] * len(lines))
+    tokenizer = Tokenizer(prepared_dir(prepared.data) / "spm.model")
+    for valid_beam in (1, 0):
+        cfg = variant(prepared, "unused", "decode.beam_size=4", f"train.valid_beam_size={valid_beam}",
+                      "train.valid_bleu_sentences=2")
+        cfg.model.vocab_size = tokenizer.vocab_size
+        validate(Transformer(cfg.model), tokenizer, cfg, None)
+    assert beams == [1, 4]
