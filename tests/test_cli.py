@@ -110,3 +110,21 @@ def test_missing_split_leaves_nothing_behind(tmp_path, multi30k):
     assert "nosuchsplit" in result.stderr and "test2016" in result.stderr
     data_dir = tmp_path / "data"
     assert not data_dir.exists() or not any(data_dir.iterdir())
+
+
+
+
+@pytest.mark.parametrize("filename", ["/runs/x/test.en.hyp", b"/runs/x/events.tfevents"])
+def test_an_oserror_is_one_line_naming_its_file(monkeypatch, capsys, filename):
+    from translator import cli
+
+    def fail():
+        raise PermissionError(13, "Permission denied", filename)
+
+    monkeypatch.setattr(cli, "app", fail)
+    monkeypatch.setattr(cli.signal, "signal", lambda *a: None)  # leave pytest's own SIGTERM handling alone
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    err = capsys.readouterr().err
+    assert exited.value.code == 1 and err.count("\n") == 1
+    assert err.startswith("error: /runs/x/") and ": Permission denied (check the path" in err

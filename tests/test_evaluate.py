@@ -186,3 +186,58 @@ def test_average_refuses_checkpoints_of_another_tokenizer(prepared, tmp_path):
     with pytest.raises(TranslatorError, match="tokenizer differs"):
         checkpoint.average([a, b], tmp_path / "avg.pt")
     assert not (tmp_path / "avg.pt").exists()
+
+
+
+
+def test_eval_flags_reach_the_run(monkeypatch):
+    """Every `translator eval` flag lands in its own argument of evaluate.run (none swapped, none dropped)."""
+    from typer.testing import CliRunner
+
+    from translator import cli
+
+    seen = []
+    monkeypatch.setattr(evaluate, "run", lambda *a: seen.append(a) or evaluate.score(REFS, REFS))
+    flags = ["--split", "valid", "--src", "s.en", "--ref", "r.de", "-o", "h.txt", "--beam", "3", "--device", "cpu",
+             "--dtype", "bf16", "--no-cuda-graphs", "--lc-tok", "-q"]
+    for args in (flags, []):
+        result = CliRunner().invoke(cli.app, ["eval", "m.pt", *args])
+        assert result.exit_code == 0, result.output
+        assert "BLEU = 100.00" in result.output
+    assert seen == [("m.pt", "valid", "s.en", "r.de", "h.txt", 3, True, "cpu", "bf16", True, False),
+                    ("m.pt", "test", None, None, None, None, False, None, None, False, None)]
+
+
+def test_eval_decode_overrides_reach_the_search(prepared, tmp_path, monkeypatch):
+    ckpt = save_tiny(prepared, tmp_path / "tiny.pt")
+    src, ref = tmp_path / "src.en", tmp_path / "ref.de"
+    src.write_text("A dog.\n"), ref.write_text("Ein Hund.\n")
+    seen = []
+    real = evaluate.translate_lines
+    monkeypatch.setattr(evaluate, "translate_lines", lambda *a, **k: seen.append(a[3]) or real(*a, **k))
+    for beam, graphs in ((None, None), (3, False), (2, True)):
+        evaluate.run(str(ckpt), "test", str(src), str(ref), None, beam, False, None, None, quiet=True,
+                     cuda_graphs=graphs)
+    saved = checkpoint.read(ckpt)["config"]["decode"]
+    assert [(d.beam_size, d.cuda_graphs) for d in seen] == [(saved["beam_size"], saved["cuda_graphs"]), (3, False),
+                                                           (2, True)]
+
+
+def test_eval_quiet_draws_no_bar_even_on_a_terminal(prepared, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich then treats the captured stderr as a terminal
+    ckpt = str(save_tiny(prepared, tmp_path / "tiny.pt"))
+    src, ref = tmp_path / "src.en", tmp_path / "ref.de"
+    src.write_text("A dog.\nTwo dogs.\n"), ref.write_text("Ein Hund.\nZwei Hunde.\n")
+    evaluate.run(ckpt, "test", str(src), str(ref), None, None, False, None, None, quiet=False)
+    assert "\x1b[" in capsys.readouterr().err  # the setup does draw a bar when not quiet
+    evaluate.run(ckpt, "test", str(src), str(ref), None, None, False, None, None, quiet=True)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_checkpoint_gives_back_its_config(prepared, tmp_path):
+    """The decode.* and model.* values saved with the weights are the ones loading returns (not the defaults)."""
+    ckpt = save_tiny(prepared, tmp_path / "tiny.pt")
+    for _, cfg, _ in (checkpoint.load(ckpt), translate.load(ckpt)):
+        assert (cfg.decode.beam_size, cfg.decode.max_len_a, cfg.decode.max_len_b, cfg.decode.device,
+                cfg.decode.dtype, cfg.model.d_model) == (1, 0.5, 4, "cpu", "fp32", 32)
+        assert cfg.data.name == prepared.data.name

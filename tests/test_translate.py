@@ -284,7 +284,8 @@ def test_a_full_disk_is_a_one_line_error(tiny):
 
 def test_translate_streams_through_a_pipe(tiny):
     """A subprocess answers a line before its stdin is closed (as an interactive user needs)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # PYTHONUNBUFFERED in the caller's shell would hide a missing flush; the test must see our own.
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"} | {"OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "translator", "translate", str(tiny.path), "--device", "cpu"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -316,3 +317,70 @@ def test_translate_lines_on_cuda(tiny, dtype):
         cfg.decode.beam_size = beam_size
         out = translate.translate_lines(model, tokenizer, ["", *SENTENCES], cfg.decode, nbest=2 if beam_size > 1 else 1)
         assert len(out) == len(SENTENCES) + 1 and out[0][0][0] == ""
+
+
+
+
+def test_an_over_long_lines_score_is_the_sum_of_its_pieces(tiny):
+    long_line = " ".join(SENTENCES * 2)
+    ids = tiny.tokenizer.encode([long_line])[0]
+    parts = translate.split_long(ids, 39, tiny.tokenizer.sp.id_to_piece(ids))
+    for beam_size, nbest in ((1, 1), (3, 2)):
+        decode = dataclasses.replace(tiny.cfg.decode, beam_size=beam_size)
+        out = translate.translate_lines(tiny.model, tiny.tokenizer, [long_line], decode, nbest=nbest)
+        expected = sum(hyps[0].score for hyps in translate.search(tiny.model, parts, decode))
+        assert len(out[0]) == 1 and out[0][0][1] == pytest.approx(expected, abs=1e-4)  # one joined hypothesis
+
+
+def test_only_lines_over_the_limit_are_split(tiny):
+    limit = tiny.cfg.model.max_positions - 1
+    by_length = {len(ids): text for text, ids in
+                 ((text, tiny.tokenizer.encode([text])[0]) for text in (" ".join(["dog"] * n) for n in range(1, 2 * limit)))}
+    warnings = []
+    out = translate.translate_lines(tiny.model, tiny.tokenizer, [by_length[limit], by_length[limit + 1]],
+                                    tiny.cfg.decode, warn=warnings.append)
+    assert len(out) == 2 and [w.split(":")[0] for w in warnings] == ["line 2"]
+
+
+def test_read_chunks_numbers_invalid_utf8_lines_across_reads(tmp_path):
+    path = tmp_path / "big.txt"
+    path.write_bytes(b"a\n" * 40000 + b"caf\xe9\n" + b"b\n")  # more than one 64 KiB os.read
+    warnings = []
+    with open(path) as reader:
+        lines = [line for chunk in translate.read_chunks(reader, warn=warnings.append) for line in chunk]
+    assert len(lines) == 40002 and lines[40000] == "caf\ufffd" and lines[-1] == "b"
+    assert [w.split(":")[0] for w in warnings] == ["line 40001"]
+
+
+def test_nbest_rows_keep_three_fields_when_a_translation_holds_a_tab(tiny, monkeypatch):
+    """With data.byte_fallback a model can emit <0x09>; the TSV must still have three columns."""
+    monkeypatch.setattr(translate, "translate_lines", lambda *a, **k: [[("a\tb", -1.0), ("c", -2.5)], [("", 0.0)]])
+    out = io.StringIO()
+    translate.run(tiny.model, tiny.tokenizer, tiny.cfg.decode, iter([["x", ""]]), out, nbest=2)
+    assert [r.split("\t") for r in out.getvalue().splitlines()] == [["0", "a b", "-1.0000"], ["0", "c", "-2.5000"],
+                                                                    ["1", "", "0.0000"]]
+
+
+def test_load_takes_the_device_flag_over_the_checkpoints(tiny, monkeypatch):
+    seen = []
+    monkeypatch.setattr(translate, "resolve_device", lambda name: seen.append(name) or torch.device("cpu"))
+    translate.load(tiny.path)
+    translate.load(tiny.path, "cuda:1", "fp32")
+    assert seen == ["cpu", "cuda:1"]  # None falls back to the checkpoint's decode.device; a flag wins
+
+
+def test_translate_device_dtype_and_quiet_flags_reach_load_and_the_bar(tiny, monkeypatch):
+    from typer.testing import CliRunner
+
+    from translator import cli
+
+    loads, quiets = [], []
+    real_load = translate.load
+    monkeypatch.setattr(translate, "load", lambda ckpt, device, dtype:
+                        loads.append((device, dtype)) or real_load(ckpt, "cpu", "fp32"))
+    monkeypatch.setattr(translate, "show_progress", lambda quiet, *streams: quiets.append(quiet) or False)
+    monkeypatch.setattr(translate, "run", lambda *a, **k: 0)
+    for flags in (["--device", "cuda:3", "--dtype", "fp16", "-q"], []):
+        result = CliRunner().invoke(cli.app, ["translate", str(tiny.path), *flags], input="")
+        assert result.exit_code == 0, result.output
+    assert loads == [("cuda:3", "fp16"), (None, None)] and quiets == [True, False]

@@ -105,3 +105,23 @@ def test_info_reports_the_smaller_kv_cache_of_gqa_and_mqa():
         line = next(line for line in text.splitlines() if "KV cache" in line)
         per_token[kv] = int(line.split(":")[1].split()[0].replace(",", ""))
     assert per_token == {8: 2 * 6 * 8 * 64, 2: 2 * 6 * 2 * 64, 1: 2 * 6 * 64}
+
+
+
+
+def test_info_names_the_attention_kind():
+    base = str(REPO / "configs" / "base.yaml")
+    kinds = {kv: summary.describe(base, [f"model.n_kv_heads={kv}"]) for kv in (8, 2, 1)}
+    assert "(MHA: kv heads 8" in kinds[8] and "(GQA: kv heads 2" in kinds[2] and "(MQA: kv heads 1" in kinds[1]
+
+
+@pytest.mark.parametrize("joint", [True, False])
+def test_info_of_an_untrained_config_counts_the_vocabulary_it_will_get(joint):
+    tiny = REPO / "configs" / "tiny.yaml"
+    overrides = [f"data.joint_vocab={str(joint).lower()}", "data.vocab_size=1000"]
+    text = summary.describe(str(tiny), overrides)
+    sizes = ["model.vocab_size=1000"] + ([] if joint else ["model.src_vocab_size=1000"])
+    with torch.device("meta"):
+        n = count_parameters(Transformer(config.load(tiny, overrides + sizes).model))
+    assert f"parameters: {n:,}" in text
+    assert ("vocabulary 1000," if joint else "vocabulary 1000 src / 1000 tgt,") in text
