@@ -82,8 +82,8 @@ def run(ckpt: str, split: str, src_file: str | None, ref_file: str | None, hyp_f
         raise TranslatorError("the hypotheses would overwrite an input", str(hyp_path), "give another -o file")
     with atomic_write(hyp_path) as handle:  # opened first: an unwritable path fails before decoding
         with sentence_progress("eval", quiet) as progress:
-            translated = translate_lines(model, tokenizer, sources, cfg.decode, warn=warn_stderr,  # kept under
-                                         progress=progress)  # --quiet: they are about the data, explain a score
+            # warnings stay under --quiet: they are about the data and explain a score
+            translated = translate_lines(model, tokenizer, sources, cfg.decode, warn=warn_stderr, progress=progress)
         hyps = [h[0][0] for h in translated]
         handle.write("".join(h + "\n" for h in hyps))
     if not quiet:

@@ -255,8 +255,10 @@ def load_manifest(data: DataConfig) -> dict:
         raise TranslatorError("prepared data not found", str(prepared_dir(data)),
                               "run `translator prepare CONFIG` first")
     manifest = json.loads(path.read_text())
-    made, wanted = manifest.get("settings"), shaping_settings(data)  # no "settings": an older prepare
-    changed = sorted(k for k in wanted if made is not None and k not in ("source", "splits") and made.get(k) != wanted[k])
+    made, wanted = manifest.get("settings"), shaping_settings(data)
+    if made is None:  # written by an older prepare: nothing to compare
+        return manifest
+    changed = sorted(k for k in wanted if k not in ("source", "splits") and made.get(k) != wanted[k])
     if changed:
         diff = ", ".join(f"data.{k}: {made.get(k)!r} there, {wanted[k]!r} here" for k in changed)
         raise TranslatorError(f"prepared with other data settings ({diff})", str(prepared_dir(data)),
