@@ -10,7 +10,7 @@ LAYERS = [
     {"translator.model"},
     {"translator.decode"},
     {"translator.checkpoint"},
-    {"translator.prepare", "translator.translate", "translator.summary"},
+    {"translator.prepare", "translator.translate", "translator.summary", "translator.export"},
     {"translator.evaluate"},
     {"translator.train"},
     {"translator.cli", "translator.__main__"},

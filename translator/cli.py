@@ -165,6 +165,23 @@ def info(source: Annotated[Path, typer.Argument(help="A YAML config or a checkpo
     typer.echo(summary.describe(str(source), set or []))
 
 
+@app.command()
+def export(ckpt: CkptArg,
+           out: Annotated[Path, typer.Option("--out", "-o", help="Model directory to write (replaced if it exists).")],
+           format: Annotated[str, typer.Option("--format", help="Target format: ctranslate2.")] = "ctranslate2",
+           quantization: Annotated[Optional[str], typer.Option("--quantization", help="CTranslate2 weight type: int8, int8_float32, float16, bfloat16... (default: float32).")] = None) -> None:
+    """Export a checkpoint for deployment: a CTranslate2 model directory with its SentencePiece model(s).
+
+    Needs the optional ctranslate2 package. Example: translator export runs/multi30k/best.pt -o ct2-multi30k
+    """
+    from translator import export as export_mod
+
+    if format != "ctranslate2":
+        raise TranslatorError(f"unknown export format {format!r}", "--format", "use ctranslate2")
+    export_mod.export_ctranslate2(ckpt, out, quantization)
+    typer.echo(f"exported {ckpt} to {out}")
+
+
 def _str(path: Path | None) -> str | None:
     return None if path is None else str(path)
 

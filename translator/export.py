@@ -1,0 +1,137 @@
+"""Export a checkpoint to a CTranslate2 model directory through ctranslate2's own spec API.
+
+The spec names each weight by its role (CTranslate2 fuses self-attention's Q, K, V into one
+matrix and cross-attention's K, V into another); `spec.save` writes the binary format, so no
+byte of it is written here. The SentencePiece model(s) go beside it, as OPUS-MT exports ship them.
+ctranslate2 is an optional extra: it is imported only when an export runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from translator import checkpoint
+from translator.config import ModelConfig
+from translator.data.tokenizer import Tokenizer
+from translator.errors import TranslatorError
+from translator.files import atomic_dir
+from translator.model.layers import sinusoids
+from translator.model.transformer import Transformer
+
+LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default; CTranslate2 assumes 1e-6 unless told
+
+
+def unsupported(cfg: ModelConfig) -> list[str]:
+    """The config's options that a CTranslate2 Transformer cannot express (empty: exportable)."""
+    problems = []
+    if cfg.positions == "rope":
+        problems.append("model.positions=rope (CTranslate2's encoder-decoder has no rotary positions)")
+    return problems
+
+
+def export_ctranslate2(ckpt: str | Path, out: str | Path, quantization: str | None = None) -> Path:
+    """Write `out/` (model.bin, config.json, vocabularies) plus the SentencePiece model(s)."""
+    try:
+        import ctranslate2  # noqa: F401  (an optional extra)
+    except ImportError:
+        raise TranslatorError("ctranslate2 is not installed", "export",
+                              "pip install 'translator[bench]' (or ctranslate2)") from None
+    model, cfg, tokenizer = checkpoint.load(ckpt)
+    problems = unsupported(cfg.model)
+    if problems:
+        raise TranslatorError(f"cannot export {'; '.join(problems)}", str(ckpt),
+                              "train with options CTranslate2 supports")
+    spec = build_spec(model, tokenizer)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    with atomic_dir(out) as tmp:
+        spec.save(str(tmp))
+        if tokenizer.joint:
+            (tmp / "spm.model").write_bytes(tokenizer.proto())
+        else:
+            (tmp / "source.spm").write_bytes(tokenizer.proto())
+            (tmp / "target.spm").write_bytes(tokenizer.target_proto())
+    return Path(out)
+
+
+def build_spec(model: Transformer, tokenizer: Tokenizer):
+    """Our Transformer as a `ctranslate2.specs.TransformerSpec` holding its weights (fp32 numpy)."""
+    from ctranslate2.specs import TransformerDecoderSpec, TransformerEncoderSpec, TransformerSpec
+
+    cfg = model.cfg
+    shape = dict(num_heads=cfg.n_heads, pre_norm=cfg.norm == "pre", num_heads_kv=cfg.n_kv_heads)
+    encoder = TransformerEncoderSpec(cfg.n_encoder_layers, **shape)
+    decoder = TransformerDecoderSpec(cfg.n_decoder_layers, **shape)
+    _set_inputs(encoder, model.src_embed, cfg)
+    _set_inputs(decoder, model.tgt_embed, cfg)
+    if cfg.norm == "pre":
+        _set_norm(encoder.layer_norm, model.encoder_norm)
+        _set_norm(decoder.layer_norm, model.decoder_norm)
+    for spec, layer in zip(encoder.layer, model.encoder):
+        _set_attention(spec.self_attention, layer.self_attn, layer.attn_block.norm, fused=3)
+        _set_ffn(spec.ffn, layer.ff, layer.ff_block.norm)
+    for spec, layer in zip(decoder.layer, model.decoder):
+        _set_attention(spec.self_attention, layer.self_attn, layer.self_block.norm, fused=3)
+        _set_attention(spec.attention, layer.cross_attn, layer.cross_block.norm, fused=2)
+        _set_ffn(spec.ffn, layer.ff, layer.ff_block.norm)
+    decoder.projection.weight = _array(model.out_proj.weight)
+
+    spec = TransformerSpec(encoder, decoder)
+    src_pieces = _pieces(tokenizer.sp)
+    tgt_pieces = _pieces(tokenizer.target_sp) if not tokenizer.joint else src_pieces
+    spec.register_source_vocabulary(src_pieces)
+    spec.register_target_vocabulary(tgt_pieces)
+    spec.config.layer_norm_epsilon = LAYER_NORM_EPS
+    return spec
+
+
+def _pieces(sp) -> list[str]:
+    """The vocabulary in id order: CTranslate2 maps tokens to ids by position in this list."""
+    return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+
+
+def _array(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.detach().float().cpu().numpy()
+
+
+def _set_inputs(spec, embed, cfg: ModelConfig) -> None:
+    """Token embedding, its sqrt(D) scale, and the position table added to it."""
+    embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
+    embeddings.weight = _array(embed.token.weight)
+    spec.scale_embeddings = cfg.scale_embeddings
+    if cfg.positions == "learned":
+        spec.position_encodings.encodings = _array(embed.learned.weight)
+    else:  # our sinusoid layout (sin, cos interleaved) differs from CTranslate2's built-in one
+        spec.position_encodings.encodings = _array(sinusoids(cfg.max_positions, cfg.d_model))
+
+
+def _set_attention(spec, attention, norm, fused: int) -> None:
+    """fused=3: self-attention, [Q; K; V] in one matrix; fused=2: cross-attention, Q then [K; V]."""
+    projections = [attention.q_proj, attention.k_proj, attention.v_proj]
+    if fused == 3:
+        _set_linear(spec.linear[0], *projections)
+    else:
+        _set_linear(spec.linear[0], projections[0])
+        _set_linear(spec.linear[1], *projections[1:])
+    _set_linear(spec.linear[-1], attention.out_proj)
+    _set_norm(spec.layer_norm, norm)
+
+
+def _set_ffn(spec, ff, norm) -> None:
+    _set_linear(spec.linear_0, ff.up)
+    _set_linear(spec.linear_1, ff.down)
+    _set_norm(spec.layer_norm, norm)
+
+
+def _set_linear(spec, *linears: torch.nn.Linear) -> None:
+    """One LinearSpec from one or more nn.Linear stacked along the output axis."""
+    spec.weight = np.concatenate([_array(linear.weight) for linear in linears])
+    if linears[0].bias is not None:
+        spec.bias = np.concatenate([_array(linear.bias) for linear in linears])
+
+
+def _set_norm(spec, norm: torch.nn.LayerNorm) -> None:
+    spec.gamma, spec.beta = _array(norm.weight), _array(norm.bias)
