@@ -35,7 +35,7 @@ def saved_model(prepared, tmp_path: Path, **model_changes) -> tuple[Path, Transf
     model = Transformer(cfg.model).eval()
     with torch.no_grad():  # LayerNorm gains/biases away from 1/0, so a swapped or missing norm shows
         for name, param in model.named_parameters():
-            if "norm" in name:
+            if "norm" in name or name == "out_proj.bias":
                 param.add_(0.3 * torch.randn_like(param))
     path = tmp_path / "model.pt"
     checkpoint.save(path, model, cfg, tokenizer)
@@ -55,7 +55,9 @@ def our_log_probs(model: Transformer, src_ids: list[int], tgt_ids: list[int]) ->
     {},  # pre-LN, sinusoidal, tied
     {"norm": "post", "positions": "learned", "tie_embeddings": False, "scale_embeddings": False},
     {"n_kv_heads": 2},
-], ids=["pre-sinusoidal-tied", "post-learned-untied", "gqa"])
+    {"activation": "silu", "output_bias": True, "norm": "post"},  # what an imported OPUS-MT model uses
+    {"activation": "gelu"},
+], ids=["pre-sinusoidal-tied", "post-learned-untied", "gqa", "marian-like", "gelu"])
 def test_exported_model_scores_and_translates_like_ours(prepared, tmp_path, changes):
     path, model, tokenizer = saved_model(prepared, tmp_path, **changes)
     out = export.export_ctranslate2(path, tmp_path / "ct2")

@@ -182,6 +182,20 @@ def export(ckpt: CkptArg,
     typer.echo(f"exported {ckpt} to {out}")
 
 
+@app.command("import-hf")
+def import_hf(directory: Annotated[Path, typer.Argument(help="A MarianMT model saved in Hugging Face format (config.json, weights, source.spm, target.spm, vocab.json), e.g. an OPUS-MT download.", show_default=False)],
+              out: Annotated[Path, typer.Option("--out", "-o", help="Checkpoint to write.")]) -> None:
+    """Import an OPUS-MT (MarianMT) model as a checkpoint for translate, eval, attention and fine-tuning (train.init_from).
+
+    Example: translator import-hf opus-mt-en-de -o runs/opus-en-de.pt
+    """
+    from translator import marian
+
+    cfg = marian.import_marian(directory, out)
+    typer.echo(f"imported {directory} ({cfg.model.n_encoder_layers}+{cfg.model.n_decoder_layers} layers, "
+               f"d_model {cfg.model.d_model}) into {out}")
+
+
 def _str(path: Path | None) -> str | None:
     return None if path is None else str(path)
 

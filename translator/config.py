@@ -116,6 +116,10 @@ class ModelConfig:
     """Dropout on attention weights."""
     positions: Literal["sinusoidal", "learned", "rope"] = "sinusoidal"
     """Position scheme: added sinusoids, learned embeddings, or rotary (self-attention only)."""
+    activation: Literal["relu", "gelu", "silu"] = "relu"
+    """Feed-forward activation: ReLU (the paper), GELU, or SiLU/swish (Marian's OPUS-MT models)."""
+    output_bias: bool = False
+    """A learned bias on the output logits (Marian's final_logits_bias; imported models have one)."""
     norm: Literal["pre", "post"] = "pre"
     """LayerNorm placement: pre-LN (with a final norm) or post-LN (as in the original paper)."""
     max_positions: int = 1024

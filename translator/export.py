@@ -60,9 +60,12 @@ def export_ctranslate2(ckpt: str | Path, out: str | Path, quantization: str | No
 def build_spec(model: Transformer, tokenizer: Tokenizer):
     """Our Transformer as a `ctranslate2.specs.TransformerSpec` holding its weights (fp32 numpy)."""
     from ctranslate2.specs import TransformerDecoderSpec, TransformerEncoderSpec, TransformerSpec
+    from ctranslate2.specs.common_spec import Activation
 
     cfg = model.cfg
-    shape = dict(num_heads=cfg.n_heads, pre_norm=cfg.norm == "pre", num_heads_kv=cfg.n_kv_heads)
+    activation = {"relu": Activation.RELU, "gelu": Activation.GELU, "silu": Activation.SWISH}[cfg.activation]
+    shape = dict(num_heads=cfg.n_heads, pre_norm=cfg.norm == "pre", num_heads_kv=cfg.n_kv_heads,
+                 activation=activation)
     encoder = TransformerEncoderSpec(cfg.n_encoder_layers, **shape)
     decoder = TransformerDecoderSpec(cfg.n_decoder_layers, **shape)
     _set_inputs(encoder, model.src_embed, cfg)
@@ -77,7 +80,7 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
         _set_attention(spec.self_attention, layer.self_attn, layer.self_block.norm, fused=3)
         _set_attention(spec.attention, layer.cross_attn, layer.cross_block.norm, fused=2)
         _set_ffn(spec.ffn, layer.ff, layer.ff_block.norm)
-    decoder.projection.weight = _array(model.out_proj.weight)
+    _set_linear(decoder.projection, model.out_proj)  # with the logits bias when there is one
 
     spec = TransformerSpec(encoder, decoder)
     src_pieces = _pieces(tokenizer.sp)

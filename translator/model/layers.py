@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from translator.config import ModelConfig
@@ -50,16 +51,21 @@ class Embeddings(nn.Module):
         return self.dropout(x)
 
 
-class FeedForward(nn.Module):
-    """Position-wise FFN: Linear(D, F) -> ReLU -> dropout -> Linear(F, D)."""
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
+
+class FeedForward(nn.Module):
+    """Position-wise FFN: Linear(D, F) -> activation (ReLU, GELU or SiLU) -> dropout -> Linear(F, D)."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str = "relu") -> None:
         super().__init__()
         self.up, self.down = Linear(d_model, d_ff), Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout, self.activation = nn.Dropout(dropout), activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(self.dropout(self.up(x, relu=True)))
+        if self.activation == "relu":  # fused into the product on the oneDNN path
+            return self.down(self.dropout(self.up(x, relu=True)))
+        return self.down(self.dropout(ACTIVATIONS[self.activation](self.up(x))))
 
 
 class Residual(nn.Module):
@@ -92,7 +98,7 @@ class EncoderLayer(nn.Module):
         pre = cfg.norm == "pre"
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads,
                                             cfg.attention_dropout, _rotary(cfg))
-        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
         self.attn_block, self.ff_block = (Residual(cfg.d_model, cfg.dropout, pre) for _ in range(2))
 
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
@@ -110,7 +116,7 @@ class DecoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads,
                                             cfg.attention_dropout, _rotary(cfg))
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.attention_dropout)
-        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
         self.self_block, self.cross_block, self.ff_block = (
             Residual(cfg.d_model, cfg.dropout, pre) for _ in range(3))
 

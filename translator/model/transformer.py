@@ -36,7 +36,7 @@ class Transformer(nn.Module):
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
         final_norm = nn.LayerNorm if cfg.norm == "pre" else nn.Identity  # post-LN ends normalised
         self.encoder_norm, self.decoder_norm = final_norm(cfg.d_model), final_norm(cfg.d_model)
-        self.out_proj = Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.out_proj = Linear(cfg.d_model, cfg.vocab_size, bias=cfg.output_bias)
         if cfg.tie_embeddings:
             self.out_proj.weight = tgt_token.weight
         self.init_weights()
