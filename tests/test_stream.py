@@ -207,3 +207,16 @@ def test_translate_streams_through_a_pipe(tiny):
         proc.wait()
         for stream in (proc.stdout, proc.stderr):
             stream.close()
+
+
+def test_unk_warnings_number_lines_across_chunks(tiny, monkeypatch, capsys):
+    from tests.test_translate import fake_search
+    from translator.data.tokenizer import UNK_ID
+
+    first = tiny.tokenizer.encode(["Two dogs."])[0][0]
+    monkeypatch.setattr(translate, "search", fake_search({first: [UNK_ID, UNK_ID + 100]}))
+    out = io.StringIO()
+    stream.translate_chunks(tiny.model, tiny.tokenizer, tiny.cfg.decode, iter([["People walk."], ["", "Two dogs."]]), out)
+    assert len(out.getvalue().splitlines()) == 3
+    assert capsys.readouterr().err.startswith("warning: 1 <unk> token (characters outside the vocabulary) dropped "
+                                              "from the output of line 3;")

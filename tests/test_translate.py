@@ -9,6 +9,8 @@ import torch
 
 from tests.conftest import SENTENCES
 from translator import translate
+from translator.data.tokenizer import UNK_ID
+from translator.decode import Hypothesis
 from translator.errors import TranslatorError
 
 
@@ -141,3 +143,57 @@ def test_load_takes_the_device_flag_over_the_checkpoints(tiny, monkeypatch):
     assert seen == ["cpu", "cuda:1"]  # None falls back to the checkpoint's decode.device; a flag wins
 
 
+
+
+@pytest.mark.parametrize("texts, joined", [
+    (["我喜欢吃苹果。", "他喜欢香蕉。"], "我喜欢吃苹果。他喜欢香蕉。"),  # Chinese: no space between sentences
+    (["私は猫が好きです。", "犬も好きです。"], "私は猫が好きです。犬も好きです。"),  # Japanese
+    (["我用iPhone", "拍照。"], "我用iPhone拍照。"),  # a Latin word inside Chinese text
+    (["나는 사과를 좋아한다.", "그는 바나나를 좋아한다."], "나는 사과를 좋아한다. 그는 바나나를 좋아한다."),  # Korean spaces words
+    (["Ein Hund.", "Zwei Katzen."], "Ein Hund. Zwei Katzen."),
+    (["Ein Hund.", "", "Katzen."], "Ein Hund.  Katzen."),  # an empty piece keeps its place, as before
+])
+def test_pieces_are_joined_the_way_their_script_is_written(texts, joined):
+    assert translate.join_pieces(texts) == joined
+
+
+def test_a_split_line_translated_into_chinese_is_rejoined_without_spaces(tiny, monkeypatch):
+    long_line = " ".join(SENTENCES * 2)
+    ids = tiny.tokenizer.encode([long_line])[0]
+    n = len(translate.split_long(ids, 39, tiny.tokenizer.sp.id_to_piece(ids)))
+    chinese = [f"第{i}句。" for i in range(n)]
+    monkeypatch.setattr(tiny.tokenizer, "decode", lambda rows: chinese[:len(rows)])  # a target side in Chinese
+    out = translate.translate_lines(tiny.model, tiny.tokenizer, [long_line], tiny.cfg.decode)
+    assert n > 1 and out[0][0][0] == "".join(chinese)
+
+
+def fake_search(outputs: dict[int, list[int]]):
+    """A search that answers a source whose first id is k with the tokens outputs[k] (else one ordinary token)."""
+    def search(model, src_ids, decode, nbest=1):
+        return [[Hypothesis(outputs.get(ids[0], [UNK_ID + 100]), -1.0)] * nbest for ids in src_ids]
+    return search
+
+
+def test_unk_tokens_are_counted_in_a_warning_not_dropped_unseen(tiny, monkeypatch):
+    lines = ["Two dogs.", "People walk.", "Several men.", ""]
+    first = [ids[0] for ids in tiny.tokenizer.encode(lines[:3])]
+    assert len(set(first)) == 3
+    word = UNK_ID + 100
+    monkeypatch.setattr(translate, "search", fake_search({first[0]: [UNK_ID, word, UNK_ID], first[2]: [word, UNK_ID]}))
+    warnings = []
+    out = translate.translate_lines(tiny.model, tiny.tokenizer, lines, tiny.cfg.decode, warn=warnings.append,
+                                    first_line=11)
+    assert warnings == [translate.unk_message({11: 2, 13: 1})]
+    assert warnings[0].startswith("3 <unk> tokens (characters outside the vocabulary) dropped from the output of "
+                                  "lines 11, 13;") and "data.byte_fallback: true" in warnings[0]
+    assert "<unk>" not in out[0][0][0] and "\u2047" not in out[0][0][0]  # the text itself stays clean
+    warnings.clear()
+    translate.translate_lines(tiny.model, tiny.tokenizer, lines[1:2], tiny.cfg.decode, warn=warnings.append)
+    assert warnings == []  # no <unk>, no warning
+
+
+def test_unk_message_names_ten_lines_then_counts_the_rest():
+    assert translate.unk_message({4: 1}) .startswith("1 <unk> token (characters outside the vocabulary) dropped "
+                                                     "from the output of line 4;")
+    many = translate.unk_message({line: 2 for line in range(1, 13)})
+    assert many.startswith("24 <unk> tokens") and "lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 2 more;" in many
