@@ -23,9 +23,9 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from translator.config import ModelConfig
+from translator.device import resolve_device
 from translator.files import atomic_write
 from translator.model.transformer import Transformer, count_parameters
-from translator.translate import resolve_device
 
 MIB = 2**20
 

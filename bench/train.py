@@ -30,6 +30,7 @@ from translator import config, prepare
 from translator.config import Config, ModelConfig
 from translator.data.batching import Batch
 from translator.data.tokenizer import PAD_ID
+from translator.device import resolve_device
 from translator.files import atomic_write
 from translator.model.transformer import Transformer, count_parameters
 from translator.train.distributed import Dist
@@ -37,7 +38,6 @@ from translator.train.loop import TrainBatches, train_step
 from translator.train.precision import amp_dtype, grad_scaler
 from translator.train.session import Session
 from translator.train.state import TrainState
-from translator.translate import resolve_device
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"

@@ -56,3 +56,37 @@ def _seed_and_one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+SENTENCES = [
+    "A man in a blue shirt is playing the guitar on a stage.",
+    "Two dogs.",
+    "A little girl climbs into a wooden playhouse while her father watches from the porch.",
+    "People are walking down the street.",
+    "A woman.",
+    "Several men in hard hats are operating a giant pulley system.",
+    "A boy jumps.",
+    "A black dog and a spotted dog are fighting",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny(prepared, tmp_path_factory):
+    """A random 2+2-layer, d_model 32 model with the prepared tokenizer, saved as a checkpoint (translate, stream)."""
+    import copy
+    from types import SimpleNamespace
+
+    from translator import checkpoint
+    from translator.data.tokenizer import Tokenizer
+    from translator.model.transformer import Transformer
+
+    cfg = copy.deepcopy(prepared)
+    tokenizer = Tokenizer(Path(cfg.data.data_dir) / cfg.data.name / "spm.model")
+    cfg.model.vocab_size, cfg.model.d_model, cfg.model.d_ff = tokenizer.vocab_size, 32, 64
+    cfg.model.max_positions, cfg.model.tie_embeddings = 40, False
+    cfg.decode.beam_size, cfg.decode.device, cfg.decode.dtype = 1, "cpu", "fp32"
+    torch.manual_seed(0)
+    model = Transformer(cfg.model).eval()
+    path = tmp_path_factory.mktemp("tiny") / "tiny.pt"
+    checkpoint.save(path, model, cfg, tokenizer)
+    return SimpleNamespace(model=model, cfg=cfg, tokenizer=tokenizer, path=path)

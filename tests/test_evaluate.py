@@ -6,6 +6,7 @@ import copy
 from pathlib import Path
 
 import pytest
+import sacrebleu
 import torch
 
 from translator import checkpoint, evaluate, translate
@@ -17,9 +18,11 @@ REFS = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau 
 
 
 
-def save_tiny(prepared, path: Path, seed: int = 0, max_positions: int | None = None, **state) -> Path:
-    """A random 2+2-layer, d_model 32 checkpoint with the prepared tokenizer and data config."""
+def save_tiny(prepared, path: Path, seed: int = 0, max_positions: int | None = None, tgt_lang: str | None = None,
+              **state) -> Path:
+    """A random 2+2-layer, d_model 32 checkpoint with the prepared tokenizer and data config (tgt_lang put in)."""
     cfg = copy.deepcopy(prepared)
+    cfg.data.tgt_lang = tgt_lang or cfg.data.tgt_lang
     tokenizer = Tokenizer(Path(cfg.data.data_dir) / cfg.data.name / "spm.model")
     cfg.model.vocab_size, cfg.model.d_model, cfg.model.d_ff = tokenizer.vocab_size, 32, 64
     cfg.model.max_positions = max_positions or cfg.model.max_positions
@@ -46,6 +49,53 @@ def test_lowercased_tokenized_bleu_is_separate_and_labelled():
     assert line.startswith("lowercased tokenized BLEU = 100.00") and "not comparable" in line
 
 
+# The issue's example: one sentence, one word apart. 13a sees one token per sentence and scores 0.
+ZH_HYP, ZH_REF = "我喜欢吃苹果。", "我喜欢吃香蕉。"
+
+
+@pytest.mark.parametrize("lang", ["zh", "zh-CN", "ZH_Hans", "zho"])
+def test_chinese_targets_are_scored_with_the_chinese_tokenizer(lang):
+    scores = evaluate.score([ZH_HYP], [ZH_REF], tgt_lang=lang)
+    assert scores.bleu == pytest.approx(43.47, abs=0.01) and "tok:zh" in scores.bleu_signature
+    assert evaluate.score([ZH_HYP], [ZH_REF]).bleu == 0.0  # no language: 13a, as before
+    assert scores.chrf == pytest.approx(evaluate.score([ZH_HYP], [ZH_REF]).chrf)  # chrF is language-free
+
+
+@pytest.mark.parametrize("lang, tokenizer, hyp, ref", [
+    ("ja", "ja-mecab", "私はリンゴを食べるのが好きです。", "私はバナナを食べるのが好きです。"),
+    ("ko", "ko-mecab", "나는 사과를 먹는 것을 좋아한다.", "나는 바나나를 먹는 것을 좋아한다."),
+])
+def test_japanese_and_korean_targets_use_sacrebleus_mecab_tokenizers(lang, tokenizer, hyp, ref):
+    """Needs the [cjk] extra (sacrebleu[ja,ko]), which the dev install includes."""
+    scores = evaluate.score([hyp], [ref], tgt_lang=lang)
+    direct = sacrebleu.BLEU(tokenize=tokenizer).corpus_score([hyp], [[ref]])  # the tokenizer named outright
+    assert scores.bleu == pytest.approx(direct.score) and f"tok:{tokenizer}" in scores.bleu_signature
+    assert scores.bleu > evaluate.score([hyp], [ref]).bleu  # whitespace tokens would match fewer n-grams
+
+
+def test_a_missing_mecab_tokenizer_is_a_one_line_error_before_decoding(prepared, tmp_path, monkeypatch):
+    from sacrebleu.tokenizers import tokenizer_ja_mecab
+
+    monkeypatch.setattr(tokenizer_ja_mecab, "MeCab", None)  # as when sacrebleu[ja] is not installed
+    with pytest.raises(TranslatorError, match=r"data.tgt_lang: .*'ja'.*pip install 'sacrebleu\[ja,ko\]'"):
+        evaluate.score([ZH_HYP], [ZH_REF], tgt_lang="ja")
+    ckpt = save_tiny(prepared, tmp_path / "tiny.pt", tgt_lang="ja")
+    src, ref = tmp_path / "src.en", tmp_path / "ref.ja"
+    src.write_text("A dog.\n"), ref.write_text("犬。\n")
+    monkeypatch.setattr(evaluate, "translate_lines", lambda *a, **k: pytest.fail("decoded before checking BLEU"))
+    with pytest.raises(TranslatorError, match="MeCab"):
+        evaluate.run(ckpt, src_file=src, ref_file=ref, quiet=True)
+
+
+def test_eval_scores_in_the_checkpoints_target_language(prepared, tmp_path, monkeypatch):
+    ckpt = save_tiny(prepared, tmp_path / "tiny.pt", tgt_lang="zh")
+    src, ref = tmp_path / "src.en", tmp_path / "ref.zh"
+    src.write_text("I like eating apples.\n"), ref.write_text(ZH_REF + "\n", encoding="utf-8")
+    monkeypatch.setattr(evaluate, "translate_lines", lambda model, tok, lines, *a, **k: [[(ZH_HYP, 0.0)]] * len(lines))
+    scores = evaluate.run(ckpt, src_file=src, ref_file=ref, quiet=True)
+    assert scores.bleu == pytest.approx(43.47, abs=0.01) and "tok:zh" in scores.bleu_signature
+
+
 def test_hypothesis_count_must_match():
     with pytest.raises(ValueError, match="2 hypotheses for 3 references"):
         evaluate.score(REFS[:2], REFS)
@@ -59,7 +109,7 @@ def test_eval_on_files_writes_hypotheses_and_scores(prepared, tmp_path, capsys, 
     beams = []
     real = evaluate.translate_lines
     monkeypatch.setattr(evaluate, "translate_lines", lambda *a, **k: beams.append(a[3].beam_size) or real(*a, **k))
-    scores = evaluate.run(str(ckpt), "test", str(src), str(ref), None, 2, True, None, None)
+    scores = evaluate.run(ckpt, src_file=src, ref_file=ref, beam=2, lc_tok=True)
     assert beams == [2]  # --beam reached the search
     hyps = (tmp_path / "src.en.hyp").read_text(encoding="utf-8").split("\n")
     assert len(hyps) == 4 and hyps[1] == "" and hyps[3] == ""  # three lines, newline-ended
@@ -69,7 +119,8 @@ def test_eval_on_files_writes_hypotheses_and_scores(prepared, tmp_path, capsys, 
     assert hyps[:3] == expected  # the file holds the translations, in input order
     rescored = evaluate.score(expected, ref.read_text(encoding="utf-8").splitlines(), lc_tok=True)
     assert (scores.bleu, scores.chrf, scores.lc_tok_bleu) == (rescored.bleu, rescored.chrf, rescored.lc_tok_bleu)
-    assert "hypotheses written to" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "eval: cpu, fp32\n" in err and "hypotheses written to" in err  # the checkpoint asks for cpu, fp32
 
 
 def test_scores_take_hypotheses_first_and_references_second():
@@ -82,7 +133,7 @@ def test_scores_take_hypotheses_first_and_references_second():
 def test_eval_on_the_prepared_split_quietly(prepared, tmp_path, capsys):
     ckpt = save_tiny(prepared, tmp_path / "tiny.pt")
     out = tmp_path / "out" / "valid.hyp"
-    scores = evaluate.run(str(ckpt), "valid", None, None, str(out), None, False, "cpu", "bf16", quiet=True)
+    scores = evaluate.run(ckpt, split="valid", hyp_file=out, device="cpu", dtype="bf16", quiet=True)
     sources = (Path(prepared.data.data_dir) / prepared.data.name / "valid.en").read_text().splitlines()
     hyps = out.read_text(encoding="utf-8").splitlines()
     assert len(hyps) == len(sources) > 100
@@ -95,7 +146,7 @@ def test_eval_quiet_still_warns_about_a_line_too_long_for_the_model(prepared, tm
     src, ref = tmp_path / "src.en", tmp_path / "ref.de"
     src.write_text("A dog.\n" + "A man rides a bike past two dogs that play in the snow. " * 3 + "\n", encoding="utf-8")
     ref.write_text("Ein Hund.\nEin Mann.\n", encoding="utf-8")
-    evaluate.run(str(ckpt), "test", str(src), str(ref), str(tmp_path / "hyp"), None, False, None, None, quiet=True)
+    evaluate.run(ckpt, src_file=src, ref_file=ref, hyp_file=tmp_path / "hyp", quiet=True)
     err = capsys.readouterr().err
     assert err.startswith("warning: line 2: ") and "exceed the model's 11" in err and err.count("\n") == 1
     assert len((tmp_path / "hyp").read_text(encoding="utf-8").splitlines()) == 2
@@ -107,18 +158,18 @@ def test_eval_input_errors(prepared, tmp_path):
     src.write_text("one\ntwo\n")
     ref.write_text("eins\n")
     with pytest.raises(TranslatorError, match="line-aligned"):
-        evaluate.run(ckpt, "test", str(src), str(ref), None, None, False, None, None, quiet=True)
+        evaluate.run(ckpt, src_file=src, ref_file=ref, quiet=True)
     with pytest.raises(TranslatorError, match="--src and --ref go together"):
-        evaluate.run(ckpt, "test", str(src), None, None, None, False, None, None, quiet=True)
+        evaluate.run(ckpt, src_file=src, quiet=True)
     with pytest.raises(TranslatorError, match="split 'nosuch' not found"):
-        evaluate.run(ckpt, "nosuch", None, None, None, None, False, None, None, quiet=True)
+        evaluate.run(ckpt, split="nosuch", quiet=True)
     ref.write_text("eins\nzwei\n")
     with pytest.raises(TranslatorError, match="would overwrite an input"):
-        evaluate.run(ckpt, "test", str(src), str(ref), str(ref), None, False, None, None, quiet=True)
+        evaluate.run(ckpt, src_file=src, ref_file=ref, hyp_file=ref, quiet=True)
     assert ref.read_text() == "eins\nzwei\n"
     src.write_text(""), ref.write_text("")
     with pytest.raises(TranslatorError, match="nothing to score"):
-        evaluate.run(ckpt, "test", str(src), str(ref), None, None, False, None, None, quiet=True)
+        evaluate.run(ckpt, src_file=src, ref_file=ref, quiet=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ref.de", "src.en", "tiny.pt"]  # nothing written
 
 
@@ -130,7 +181,7 @@ def test_eval_output_that_cannot_be_written_fails_before_decoding(prepared, tmp_
     out = tmp_path if where == "a directory" else src / "out.hyp"
     monkeypatch.setattr(evaluate, "translate_lines", lambda *a, **k: pytest.fail("decoded before checking -o"))
     with pytest.raises(TranslatorError, match="is a directory" if where == "a directory" else "cannot write"):
-        evaluate.run(ckpt, "test", str(src), str(ref), str(out), None, False, None, None, quiet=True)
+        evaluate.run(ckpt, src_file=src, ref_file=ref, hyp_file=out, quiet=True)
 
 
 def test_average_of_identical_checkpoints_is_the_checkpoint(prepared, tmp_path):
@@ -191,21 +242,24 @@ def test_average_refuses_checkpoints_of_another_tokenizer(prepared, tmp_path):
 
 
 def test_eval_flags_reach_the_run(monkeypatch):
-    """Every `translator eval` flag lands in its own argument of evaluate.run (none swapped, none dropped)."""
+    """Every `translator eval` flag lands in its own keyword of evaluate.run (none swapped, none dropped)."""
     from typer.testing import CliRunner
 
     from translator import cli
 
     seen = []
-    monkeypatch.setattr(evaluate, "run", lambda *a: seen.append(a) or evaluate.score(REFS, REFS))
+    monkeypatch.setattr(evaluate, "run", lambda *a, **k: seen.append((a, k)) or evaluate.score(REFS, REFS))
     flags = ["--split", "valid", "--src", "s.en", "--ref", "r.de", "-o", "h.txt", "--beam", "3", "--device", "cpu",
              "--dtype", "bf16", "--no-cuda-graphs", "--lc-tok", "-q"]
     for args in (flags, []):
         result = CliRunner().invoke(cli.app, ["eval", "m.pt", *args])
         assert result.exit_code == 0, result.output
         assert "BLEU = 100.00" in result.output
-    assert seen == [("m.pt", "valid", "s.en", "r.de", "h.txt", 3, True, "cpu", "bf16", True, False),
-                    ("m.pt", "test", None, None, None, None, False, None, None, False, None)]
+    assert seen == [((Path("m.pt"),), dict(split="valid", src_file=Path("s.en"), ref_file=Path("r.de"),
+                                          hyp_file=Path("h.txt"), beam=3, lc_tok=True, device="cpu", dtype="bf16",
+                                          cuda_graphs=False, quiet=True)),
+                    ((Path("m.pt"),), dict(split="test", src_file=None, ref_file=None, hyp_file=None, beam=None,
+                                          lc_tok=False, device=None, dtype=None, cuda_graphs=None, quiet=False))]
 
 
 def test_eval_decode_overrides_reach_the_search(prepared, tmp_path, monkeypatch):
@@ -216,8 +270,7 @@ def test_eval_decode_overrides_reach_the_search(prepared, tmp_path, monkeypatch)
     real = evaluate.translate_lines
     monkeypatch.setattr(evaluate, "translate_lines", lambda *a, **k: seen.append(a[3]) or real(*a, **k))
     for beam, graphs in ((None, None), (3, False), (2, True)):
-        evaluate.run(str(ckpt), "test", str(src), str(ref), None, beam, False, None, None, quiet=True,
-                     cuda_graphs=graphs)
+        evaluate.run(ckpt, src_file=src, ref_file=ref, beam=beam, cuda_graphs=graphs, quiet=True)
     saved = checkpoint.read(ckpt)["config"]["decode"]
     assert [(d.beam_size, d.cuda_graphs) for d in seen] == [(saved["beam_size"], saved["cuda_graphs"]), (3, False),
                                                            (2, True)]
@@ -228,9 +281,9 @@ def test_eval_quiet_draws_no_bar_even_on_a_terminal(prepared, tmp_path, capsys, 
     ckpt = str(save_tiny(prepared, tmp_path / "tiny.pt"))
     src, ref = tmp_path / "src.en", tmp_path / "ref.de"
     src.write_text("A dog.\nTwo dogs.\n"), ref.write_text("Ein Hund.\nZwei Hunde.\n")
-    evaluate.run(ckpt, "test", str(src), str(ref), None, None, False, None, None, quiet=False)
+    evaluate.run(ckpt, src_file=src, ref_file=ref, quiet=False)
     assert "\x1b[" in capsys.readouterr().err  # the setup does draw a bar when not quiet
-    evaluate.run(ckpt, "test", str(src), str(ref), None, None, False, None, None, quiet=True)
+    evaluate.run(ckpt, src_file=src, ref_file=ref, quiet=True)
     assert capsys.readouterr().err == ""
 
 

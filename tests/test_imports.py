@@ -5,13 +5,13 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).parents[1] / "translator"
 LAYERS = [
-    {"translator", "translator.config", "translator.errors", "translator.files"},
+    {"translator", "translator.config", "translator.device", "translator.errors", "translator.files"},
     {"translator.data"},
     {"translator.model"},
     {"translator.decode"},
     {"translator.checkpoint"},
-    {"translator.prepare", "translator.translate", "translator.summary", "translator.export",
-     "translator.marian"},
+    {"translator.prepare", "translator.translate", "translator.stream", "translator.summary",
+     "translator.export", "translator.marian"},
     {"translator.evaluate"},
     {"translator.train"},
     {"translator.cli", "translator.__main__"},

@@ -34,7 +34,7 @@ BeamOpt = Annotated[Optional[int], typer.Option("--beam", min=1, help="Beam size
 DeviceOpt = Annotated[Optional[str], typer.Option("--device", show_default="checkpoint's decode.device: auto",
                                                   help="auto (CUDA when present), cpu, cuda or cuda:N.")]
 DtypeOpt = Annotated[Optional[str], typer.Option("--dtype", show_default="checkpoint's decode.dtype: auto",
-                                                 help="auto (bf16 on CUDA, fp32 on CPU), fp32, bf16 or fp16.")]
+                                                 help="auto (bf16 where the GPU or CPU has it natively, fp16 on older GPUs, else fp32), fp32, bf16 or fp16.")]
 GraphsOpt = Annotated[Optional[bool], typer.Option("--cuda-graphs/--no-cuda-graphs",
                                                    show_default="checkpoint's decode.cuda_graphs: on",
                                                    help="On CUDA, replay each decoding step as one CUDA graph.")]
@@ -103,8 +103,8 @@ def evaluate(ckpt: CkptArg,
     """
     from translator import evaluate as evaluate_mod
 
-    scores = evaluate_mod.run(str(ckpt), split, _str(src), _str(ref), _str(out), beam, lc_tok, device, dtype, quiet,
-                              cuda_graphs)
+    scores = evaluate_mod.run(ckpt, split=split, src_file=src, ref_file=ref, hyp_file=out, beam=beam, lc_tok=lc_tok,
+                              device=device, dtype=dtype, cuda_graphs=cuda_graphs, quiet=quiet)
     typer.echo("\n".join(scores.lines()))
 
 
@@ -126,18 +126,11 @@ def translate(ckpt: CkptArg, beam: BeamOpt = None,
 
     Example: echo "A man rides a bike." | translator translate runs/multi30k/best.pt
     """
-    from translator import translate as translate_mod
+    from translator import stream
 
-    if sys.stdin is None or sys.stdout is None:
-        raise TranslatorError("stdin or stdout is closed", "translate", "give input on stdin and somewhere for stdout")
-    model, cfg, tokenizer = translate_mod.load(ckpt, device, dtype)
-    cfg.decode = translate_mod.with_overrides(cfg.decode, beam_size=beam, max_len_a=max_len_a, max_len_b=max_len_b,
-                                              min_len=min_len, length_penalty=length_penalty,
-                                              batch_tokens=batch_tokens, cuda_graphs=cuda_graphs)
-    show = translate_mod.show_progress(quiet, sys.stdin, sys.stdout, sys.stderr)
-    with translate_mod.sentence_progress("translate", not show) as progress:
-        lines = translate_mod.read_chunks(sys.stdin, warn=translate_mod.warn_stderr)
-        translate_mod.run(model, tokenizer, cfg.decode, lines, sys.stdout, nbest, progress=progress)
+    stream.run(ckpt, nbest=nbest, beam=beam, max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len,
+               length_penalty=length_penalty, batch_tokens=batch_tokens, cuda_graphs=cuda_graphs, device=device,
+               dtype=dtype, quiet=quiet)
 
 
 @app.command()
@@ -194,10 +187,6 @@ def import_hf(directory: Annotated[Path, typer.Argument(help="A MarianMT model s
     cfg = marian.import_marian(directory, out)
     typer.echo(f"imported {directory} ({cfg.model.n_encoder_layers}+{cfg.model.n_decoder_layers} layers, "
                f"d_model {cfg.model.d_model}) into {out}")
-
-
-def _str(path: Path | None) -> str | None:
-    return None if path is None else str(path)
 
 
 def _terminate(signum, frame) -> None:

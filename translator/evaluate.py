@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import sys
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,13 +11,11 @@ import sacrebleu
 from translator.errors import TranslatorError
 from translator.files import atomic_write, read_lines
 from translator.prepare import prepared_dir
-from translator.translate import (
-    load,
-    sentence_progress,
-    translate_lines,
-    warn_stderr,
-    with_overrides,
-)
+from translator.stream import log, model_precision, sentence_progress, warn_stderr
+from translator.translate import load, translate_lines, with_overrides
+
+# ISO 639 codes other than the two-letter ones that sacreBLEU knows for its language tokenizers
+LANGUAGE_ALIASES = {"zho": "zh", "chi": "zh", "cmn": "zh", "jpn": "ja", "kor": "ko"}
 
 
 @dataclass
@@ -39,11 +37,17 @@ class Scores:
         return out
 
 
-def score(hypotheses: list[str], references: list[str], lc_tok: bool = False) -> Scores:
-    """Corpus-level scores of detokenized `hypotheses` against one reference each."""
+def score(hypotheses: list[str], references: list[str], *, tgt_lang: str = "", lc_tok: bool = False) -> Scores:
+    """Corpus-level scores of detokenized `hypotheses` against one reference each.
+
+    `tgt_lang` picks sacreBLEU's BLEU tokenizer as its own command line does: `zh`, `ja-mecab` or
+    `ko-mecab` for Chinese, Japanese and Korean (written without spaces between words, or with
+    particles attached), `13a` for the rest. chrF needs no language: it drops whitespace and
+    compares characters.
+    """
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
-    bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
+    bleu, chrf = bleu_metric(tgt_lang), sacrebleu.CHRF()
     bleu_score = bleu.corpus_score(hypotheses, [references])
     chrf_score = chrf.corpus_score(hypotheses, [references])
     scores = Scores(bleu_score.score, chrf_score.score, str(bleu.get_signature()), str(chrf.get_signature()))
@@ -54,17 +58,32 @@ def score(hypotheses: list[str], references: list[str], lc_tok: bool = False) ->
     return scores
 
 
-def run(ckpt: str, split: str, src_file: str | None, ref_file: str | None, hyp_file: str | None,
-        beam: int | None, lc_tok: bool, device: str | None, dtype: str | None, quiet: bool = False,
-        cuda_graphs: bool | None = None) -> Scores:
-    """Decode a prepared split (or --src/--ref files), write the hypotheses, and score them.
+def bleu_metric(tgt_lang: str) -> sacrebleu.BLEU:
+    """sacreBLEU's BLEU for a target language code (`zh`, `ja-JP`, `kor`...; region and script ignored)."""
+    lang = re.split(r"[-_]", tgt_lang.strip().lower())[0]
+    lang = LANGUAGE_ALIASES.get(lang, lang)
+    try:
+        return sacrebleu.BLEU(trg_lang=lang)
+    except RuntimeError:  # sacreBLEU's MeCab tokenizers for ja/ko are extras, missing here
+        raise TranslatorError(f"scoring BLEU for {tgt_lang!r} needs sacreBLEU's MeCab tokenizer, not installed",
+                              "data.tgt_lang", "pip install 'sacrebleu[ja,ko]' (or this package's [cjk] extra)"
+                              ) from None
 
-    Hypotheses go to `hyp_file`, by default `<source file name>.hyp` beside the checkpoint.
+
+def run(ckpt: str | Path, *, split: str = "test", src_file: str | Path | None = None,
+        ref_file: str | Path | None = None, hyp_file: str | Path | None = None, beam: int | None = None,
+        lc_tok: bool = False, device: str | None = None, dtype: str | None = None,
+        cuda_graphs: bool | None = None, quiet: bool = False) -> Scores:
+    """The `eval` command: decode a prepared split (or --src/--ref files), write the hypotheses, and score them.
+
+    Hypotheses go to `hyp_file`, by default `<source file name>.hyp` beside the checkpoint. BLEU
+    is tokenized for the checkpoint's target language (data.tgt_lang).
     """
     if (src_file is None) != (ref_file is None):
         raise TranslatorError("--src and --ref go together", "eval", "give both, or neither to use a split")
     model, cfg, tokenizer = load(ckpt, device, dtype)
     cfg.decode = with_overrides(cfg.decode, beam_size=beam, cuda_graphs=cuda_graphs)
+    bleu_metric(cfg.data.tgt_lang)  # a missing tokenizer fails before decoding
     if src_file is None:
         folder = prepared_dir(cfg.data)
         src_file, ref_file = folder / f"{split}.{cfg.data.src_lang}", folder / f"{split}.{cfg.data.tgt_lang}"
@@ -81,12 +100,13 @@ def run(ckpt: str, split: str, src_file: str | None, ref_file: str | None, hyp_f
     if hyp_path.resolve() in (Path(src_file).resolve(), Path(ref_file).resolve()):
         raise TranslatorError("the hypotheses would overwrite an input", str(hyp_path), "give another -o file")
     with atomic_write(hyp_path) as handle:  # opened first: an unwritable path fails before decoding
+        if not quiet:
+            log(f"eval: {model_precision(model, dtype or cfg.decode.dtype)}")
         with sentence_progress("eval", quiet) as progress:
             # warnings stay under --quiet: they are about the data and explain a score
             translated = translate_lines(model, tokenizer, sources, cfg.decode, warn=warn_stderr, progress=progress)
         hyps = [h[0][0] for h in translated]
         handle.write("".join(h + "\n" for h in hyps))
     if not quiet:
-        print(f"{len(hyps)} {'hypothesis' if len(hyps) == 1 else 'hypotheses'} written to {hyp_path}", file=sys.stderr)
-    return score(hyps, refs, lc_tok)
-
+        log(f"{len(hyps)} {'hypothesis' if len(hyps) == 1 else 'hypotheses'} written to {hyp_path}")
+    return score(hyps, refs, tgt_lang=cfg.data.tgt_lang, lc_tok=lc_tok)

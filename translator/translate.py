@@ -3,66 +3,38 @@
 Rule for over-long input: a line of more than `max_positions - 1` subword tokens (with its EOS
 it would not fit the model's positions) is cut into consecutive pieces that fit, each cut made
 at the last sentence end (. ! ? ; :) that fits, else at the last word start, else mid-word;
-every piece is translated and the outputs are joined with a space. A warning on stderr names the line. Nothing is silently
-truncated. (With --nbest such a line gets one hypothesis, the joined best.)
+every piece is translated and the outputs are joined with a space, or with nothing where the
+text on either side of the join is in a script written without spaces (Chinese, Japanese).
+A warning on stderr names the line. Nothing is silently truncated. (With --nbest such a line
+gets one hypothesis, the joined best.) The `<unk>` tokens a model emits are dropped from the
+text, with a warning that counts them.
+
+Reading stdin and the progress bar are in `stream.py`; device and dtype names in `device.py`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import select
-import sys
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TextIO
-
-import torch
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from translator import checkpoint
 from translator.config import Config, DecodeConfig
 from translator.data.batching import pad, padding_mask
-from translator.data.progress import StatsColumn
-from translator.data.tokenizer import EOS_ID, Tokenizer
+from translator.data.tokenizer import EOS_ID, UNK_ID, Tokenizer
 from translator.decode import Hypothesis
 from translator.decode.beam import beam_search
 from translator.decode.greedy import greedy_search
+from translator.device import resolve_device, resolve_dtype
 from translator.errors import TranslatorError
 from translator.model.transformer import Transformer
 
 SENTENCE_END = (".", "!", "?", ";", ":")
 
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def resolve_device(name: str) -> torch.device:
-    """`auto` -> CUDA when present, else CPU; asking for absent CUDA is a user error."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise TranslatorError(f"unknown device {name!r}", "--device", "use auto, cpu, cuda or cuda:N") from None
-    if device.type not in ("cpu", "cuda"):
-        raise TranslatorError(f"unsupported device {name!r}", "--device", "use auto, cpu, cuda or cuda:N")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise TranslatorError("CUDA is not available on this machine", "--device", "use --device cpu or auto")
-    return device
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """`auto` -> bf16 on CUDA that supports it (else fp16), fp32 on CPU."""
-    if name == "auto":
-        if device.type != "cuda":
-            return torch.float32
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if name not in DTYPES:
-        raise TranslatorError(f"unknown dtype {name!r}", "--dtype", "use auto, " + ", ".join(DTYPES))
-    return DTYPES[name]
+# Scripts written without spaces between words or sentences: Han, kana, CJK punctuation and
+# full-width forms (code point ranges). Hangul is not among them: Korean puts spaces between words.
+UNSPACED = ((0x2E80, 0x2FDF), (0x3000, 0x312F), (0x31A0, 0x31FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF),
+            (0xF900, 0xFAFF), (0xFE30, 0xFE4F), (0xFF00, 0xFF9F), (0x20000, 0x3FFFF))
 
 
 def load(ckpt: str | Path, device: str | None = None, dtype: str | None = None
@@ -130,7 +102,7 @@ def translate_lines(model: Transformer, tokenizer: Tokenizer, lines: list[str], 
 
     An empty (or whitespace-only) line gives one empty translation with score 0. `progress(done,
     total)` is called after each batch, counting sentences (pieces of over-long lines count apart).
-    Warnings number lines from `first_line`.
+    Warnings (a line split, <unk> tokens dropped from the output) number lines from `first_line`.
     """
     if max(decode.beam_size, nbest) > model.cfg.vocab_size:
         raise TranslatorError(f"a beam of {max(decode.beam_size, nbest)} is wider than the vocabulary "
@@ -159,6 +131,9 @@ def translate_lines(model: Transformer, tokenizer: Tokenizer, lines: list[str], 
     by_line: list[list[list[Hypothesis]]] = [[] for _ in lines]
     for hyps, line in zip(results, owner):
         by_line[line].append(hyps)
+    unknown = {first_line + number: n for number, line_hyps in enumerate(by_line) if (n := _unk_count(line_hyps))}
+    if unknown and warn is not None:
+        warn(unk_message(unknown))
     return [_detokenize(tokenizer, line_hyps) for line_hyps in by_line]
 
 
@@ -170,111 +145,33 @@ def _detokenize(tokenizer: Tokenizer, pieces_hyps: list[list[Hypothesis]]) -> li
         texts = tokenizer.decode([h.tokens for h in pieces_hyps[0]])
         return [(text, h.score) for text, h in zip(texts, pieces_hyps[0])]
     texts = tokenizer.decode([hyps[0].tokens for hyps in pieces_hyps])  # over-long: join the best of each
-    return [(" ".join(texts), sum(hyps[0].score for hyps in pieces_hyps))]
+    return [(join_pieces(texts), sum(hyps[0].score for hyps in pieces_hyps))]
 
 
-def read_chunks(stream: TextIO, max_lines: int = 2000, warn: Callable[[str], None] | None = None
-                ) -> Iterator[list[str]]:
-    """Lines from `stream` in chunks: everything already available, up to `max_lines`.
-
-    Piped bulk input fills whole chunks (so it is batched); an interactive user, whose next line
-    is not yet there, gets each line translated as soon as it is entered. Reads the file
-    descriptor directly: a buffered text stream would wait for more input before returning.
-    Bytes that are not UTF-8 become U+FFFD with a warning naming the line; the line is still
-    translated, so the output keeps one line per input line.
-    """
-    try:
-        fd = stream.fileno()
-    except (OSError, AttributeError, ValueError):
-        fd = None
-    if fd is None:  # no real file descriptor (e.g. a test runner's stream)
-        lines = stream.read().splitlines()
-        for start in range(0, len(lines), max_lines):
-            yield lines[start:start + max_lines]
-        return
-    pending, lines, count = b"", [], 0
-    while True:
-        data = os.read(fd, 1 << 16)
-        if data:
-            pending += data
-            *complete, pending = pending.split(b"\n")
-            lines += [_decode_line(raw, count + i, warn) for i, raw in enumerate(complete, 1)]
-            count += len(complete)
-        while lines and (not data or len(lines) >= max_lines or not _ready(fd)):
-            yield lines[:max_lines]
-            lines = lines[max_lines:]
-        if not data:
-            break
-    if pending:  # a last line without a newline
-        yield [_decode_line(pending, count + 1, warn)]
+def _unk_count(pieces_hyps: list[list[Hypothesis]]) -> int:
+    """<unk> tokens in what `_detokenize` makes text of (all hypotheses of a line, the best of each piece)."""
+    shown = pieces_hyps[0] if len(pieces_hyps) == 1 else [hyps[0] for hyps in pieces_hyps]
+    return sum(h.tokens.count(UNK_ID) for h in shown)
 
 
-def _decode_line(raw: bytes, number: int, warn: Callable[[str], None] | None) -> str:
-    """One input line's bytes -> text without a trailing CR; bytes that are not UTF-8 become U+FFFD, with a warning."""
-    try:
-        return raw.decode("utf-8").rstrip("\r")
-    except UnicodeDecodeError as err:
-        if warn is not None:
-            warn(f"line {number}: invalid UTF-8 at byte {err.start}; undecodable bytes replaced with U+FFFD "
-                 "(re-encode the input as UTF-8)")
-        return raw.decode("utf-8", errors="replace").rstrip("\r")
+def unk_message(counts: dict[int, int], shown: int = 10) -> str:
+    """A warning for the <unk> tokens dropped from the output, by line number -> count."""
+    total, lines = sum(counts.values()), sorted(counts)
+    where = ", ".join(map(str, lines[:shown])) + (f" and {len(lines) - shown} more" if len(lines) > shown else "")
+    return (f"{total} <unk> token{'s' if total != 1 else ''} (characters outside the vocabulary) dropped from the "
+            f"output of line{'s' if len(lines) != 1 else ''} {where}; a model prepared with data.byte_fallback: true "
+            "spells such characters in bytes instead")
 
 
-def _ready(fd: int) -> bool:
-    """Is more input waiting right now (without blocking)?"""
-    return bool(select.select([fd], [], [], 0)[0])
+def join_pieces(texts: list[str]) -> str:
+    """The translations of an over-long line's pieces as one line: a space between two pieces, none
+    where the text on either side is in a script written without spaces."""
+    out = texts[0]
+    for text in texts[1:]:
+        out += "" if out and text and (_unspaced(out[-1]) or _unspaced(text[0])) else " "
+        out += text
+    return out
 
 
-def run(model: Transformer, tokenizer: Tokenizer, decode: DecodeConfig, lines_in: Iterable[list[str]],
-        out: TextIO, nbest: int = 1, progress: Callable[[int, int], None] | None = None) -> int:
-    """Translate chunks of lines, writing each chunk as soon as it is done; returns the line count.
-
-    With nbest > 1 each input line gives up to nbest TSV rows `line<TAB>text<TAB>score` (line from 0):
-    one for an empty or over-long line, fewer when the search finds fewer distinct hypotheses.
-    `progress(done, total)` counts sentences over all chunks; total is what has been read so far.
-    """
-    count, decoded = 0, 0  # lines written; sentences decoded in earlier chunks
-    for chunk in lines_in:
-        chunk_total = [0]  # this chunk's sentences, once its first batch is done
-
-        def report(done: int, total: int, before: int = decoded, chunk_total: list[int] = chunk_total) -> None:
-            chunk_total[0] = total
-            progress(before + done, before + total)
-
-        for hyps in translate_lines(model, tokenizer, chunk, decode, nbest, warn=warn_stderr, first_line=count + 1,
-                                    progress=report if progress is not None else None):
-            if nbest == 1:
-                out.write(hyps[0][0] + "\n")
-            else:
-                out.write("".join(f"{count}\t{text.replace(chr(9), ' ')}\t{score:.4f}\n" for text, score in hyps))
-            count += 1
-        out.flush()
-        decoded += chunk_total[0]
-    return count
-
-
-def show_progress(quiet: bool, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> bool:
-    """A bar only for bulk work watched on a terminal: input and output redirected, stderr a terminal.
-
-    Interactive input, or output on the same screen, would interleave with a live bar.
-    """
-    return not quiet and stderr.isatty() and not stdin.isatty() and not stdout.isatty()
-
-
-@contextmanager
-def sentence_progress(label: str, quiet: bool) -> Iterator[Callable[[int, int], None]]:
-    """A rich bar on stderr over decoded sentences (count, rate, ETA) -> its `progress(done, total)`.
-
-    Invisible when quiet, and when stderr is not a terminal (a log gets no bar). stdout is left
-    alone (not routed above the bar): it may carry the translations.
-    """
-    console = Console(stderr=True)
-    bar = Progress(TextColumn(label), BarColumn(), TimeElapsedColumn(), StatsColumn(), TextColumn("sentences"),
-                   console=console, disable=quiet or not console.is_terminal, transient=True, redirect_stdout=False)
-    with bar:
-        task = bar.add_task(label, total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total, bar=True)
-
-
-def warn_stderr(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
+def _unspaced(char: str) -> bool:
+    return any(low <= ord(char) <= high for low, high in UNSPACED)

@@ -12,7 +12,8 @@ import pytest
 from tests.data.conftest import small_splits, tiny_config, write_text_corpus
 from translator.data.corpus import load_split, source_files
 from translator.data.progress import bytes_read
-from translator.data.tokenizer import TrainingLog, stderr_lines, train_sentencepiece
+from translator.data.spm_log import TrainingLog, stderr_lines
+from translator.data.tokenizer import train_sentencepiece
 from translator.errors import TranslatorError
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -67,3 +68,17 @@ def test_validation_decodes_with_valid_beam_size_else_decode_beam_size(prepared,
         cfg.model.vocab_size = tokenizer.vocab_size
         validate(Transformer(cfg.model), tokenizer, cfg, None)
     assert beams == [1, 4]
+
+
+def test_validation_bleu_is_tokenized_for_the_target_language(prepared, monkeypatch):
+    """A Chinese target gets sacreBLEU's zh tokenizer: 13a would see one token per sentence and score 0."""
+    import translator.train.validate as validate_module
+
+    hyp, ref = "我喜欢吃苹果。", "我喜欢吃香蕉。"
+    monkeypatch.setattr(validate_module, "translate_lines", lambda model, tokenizer, lines, decode: [[(hyp, 0.0)]] * len(lines))
+    monkeypatch.setattr(validate_module, "read_lines", lambda path: [ref if path.suffix == ".zh" else "I like apples."])
+    cfg = variant(prepared, "unused", "data.tgt_lang=zh", "train.valid_bleu_sentences=1")
+    tokenizer = Tokenizer(prepared_dir(cfg.data) / "spm.model")
+    cfg.model.vocab_size = tokenizer.vocab_size
+    result = validate(Transformer(cfg.model), tokenizer, cfg, None)
+    assert result.bleu == pytest.approx(43.47, abs=0.01) and "tok:zh" in result.signature

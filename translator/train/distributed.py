@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from translator.translate import resolve_device
+from translator.device import resolve_device
 
 
 @dataclass

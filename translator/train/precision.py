@@ -8,13 +8,14 @@ from contextlib import contextmanager
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from translator.translate import resolve_dtype
+from translator.device import resolve_dtype
 
 
 def amp_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """Autocast dtype, or None for plain fp32.
 
-    auto: bf16 on CUDA that supports it, fp16 (with a gradient scaler) on older CUDA, fp32 on CPU.
+    auto: bf16 on CUDA that supports it, fp16 (with a gradient scaler) on older CUDA; on CPU bf16
+    where it is native (device.cpu_native_bf16), else fp32.
     """
     dtype = resolve_dtype(precision, device)  # the same rule as inference's --dtype
     return None if dtype == torch.float32 else dtype

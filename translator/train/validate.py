@@ -59,7 +59,7 @@ def validate(model: Transformer, tokenizer: Tokenizer, cfg: Config, dtype: torch
     decode = replace(cfg.decode, beam_size=cfg.train.valid_beam_size or cfg.decode.beam_size)
     with autocast(device, dtype):
         hyps = [h[0][0] for h in translate_lines(model, tokenizer, sources[:limit], decode)]
-    scores = score(hyps, refs[:limit])
+    scores = score(hyps, refs[:limit], tgt_lang=cfg.data.tgt_lang)
     model.train()
     mean = loss / max(tokens, 1)
     return Validation(mean, math.exp(min(mean, 50.0)), scores.bleu, scores.chrf, scores.bleu_signature,

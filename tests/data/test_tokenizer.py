@@ -1,0 +1,39 @@
+"""SentencePiece with byte fallback: a character the training text never had comes back out whole."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.data.conftest import multi30k_lines
+from translator import config
+from translator.data.tokenizer import UNK_ID, Tokenizer, train_sentencepiece
+
+REPO = Path(__file__).resolve().parents[2]
+UNSEEN = "Ein Hund (犬) für 5 € 😀."  # Multi30k's German and English have no Han, euro sign or emoji
+
+
+@pytest.fixture(scope="module")
+def sentences() -> list[str]:
+    return multi30k_lines("train", "de", 1500) + multi30k_lines("train", "en", 1500)
+
+
+@pytest.mark.parametrize("byte_fallback", [True, False])
+def test_byte_fallback_spells_an_unseen_character_in_bytes(sentences, tmp_path, byte_fallback):
+    assert not any(ch in line for line in sentences for ch in "犬€😀")
+    path = train_sentencepiece(sentences, tmp_path / "spm", vocab_size=600, character_coverage=0.9999,
+                               byte_fallback=byte_fallback)
+    tokenizer = Tokenizer(path)
+    ids = tokenizer.encode([UNSEEN])[0]
+    if byte_fallback:  # as a model emitting these ids would have them decoded
+        assert UNK_ID not in ids and tokenizer.decode([ids]) == [UNSEEN]
+        assert tokenizer.sp.id_to_piece(ids).count("<0xE2>") == 1  # € is E2 82 AC in UTF-8
+    else:  # the old WMT setting: each unseen character is one <unk>, and decoding drops it
+        assert ids.count(UNK_ID) == 3 and tokenizer.decode([ids]) == ["Ein Hund () für 5  ."]
+
+
+@pytest.mark.parametrize("name", ["base.yaml", "big.yaml"])
+def test_the_wmt_configs_use_byte_fallback(name):
+    data = config.load(REPO / "configs" / name, []).data
+    assert data.byte_fallback and data.character_coverage == 0.9999

@@ -1,0 +1,87 @@
+"""Device and dtype names -> torch objects, for inference (`--device`, `--dtype`) and training alike.
+
+`auto` precision is bf16 where the hardware computes it natively and fp32 elsewhere: on a CPU
+without native bf16, oneDNN emulates it and it is slower than fp32; with it (x86 AVX512-BF16 or
+AMX, Arm BF16) it decodes and trains faster at the same BLEU (docs/benchmarks/decode.md).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+
+from translator.errors import TranslatorError
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` -> CUDA when present, else CPU; asking for absent CUDA is a user error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise TranslatorError(f"unknown device {name!r}", "--device", "use auto, cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise TranslatorError(f"unsupported device {name!r}", "--device", "use auto, cpu, cuda or cuda:N")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise TranslatorError("CUDA is not available on this machine", "--device", "use --device cpu or auto")
+    return device
+
+
+def resolve_dtype(name: str, device: torch.device, cpu_bf16: bool | None = None) -> torch.dtype:
+    """`auto` -> bf16 on CUDA that supports it (else fp16); on CPU bf16 where it is native, else fp32.
+
+    `cpu_bf16` says whether the CPU has native bf16; None asks `cpu_native_bf16()`.
+    """
+    if name == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        native = cpu_native_bf16() if cpu_bf16 is None else cpu_bf16
+        return torch.bfloat16 if native else torch.float32
+    if name not in DTYPES:
+        raise TranslatorError(f"unknown dtype {name!r}", "--dtype", "use auto, " + ", ".join(DTYPES))
+    return DTYPES[name]
+
+
+@functools.cache
+def cpu_native_bf16() -> bool:
+    """Does this CPU compute bf16 in hardware: x86 AVX512-BF16 or AMX, or Arm's BF16 extension?
+
+    Not `torch.ops.mkldnn._is_mkldnn_bf16_supported()`: it is true on any AVX-512 CPU, where
+    oneDNN runs bf16 by conversion, which is no faster than fp32.
+    """
+    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):  # x86, via PyTorch's cpuinfo
+        check = getattr(torch.cpu, probe, None)
+        if check is not None and check():
+            return True
+    return "bf16" in _linux_cpu_features()  # Arm: the kernel lists FEAT_BF16 as `bf16`
+
+
+def _linux_cpu_features() -> set[str]:
+    """The first CPU's `flags` (x86) or `Features` (Arm) in /proc/cpuinfo; empty elsewhere."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return set()
+
+
+def describe(device: torch.device, dtype: torch.dtype, asked: str) -> str:
+    """What was chosen and why, for the log: e.g. `cpu, bf16 (auto: this CPU has native bf16; --dtype fp32 for fp32)`."""
+    name = DTYPE_NAMES.get(dtype, str(dtype))
+    if asked != "auto":
+        return f"{device}, {name}"
+    if device.type == "cuda":
+        return f"{device}, {name} (auto)"
+    if dtype == torch.bfloat16:
+        return f"{device}, {name} (auto: this CPU has native bf16; --dtype fp32 for fp32)"
+    return f"{device}, {name} (auto: this CPU has no native bf16)"

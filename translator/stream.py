@@ -1,0 +1,163 @@
+"""The `translate` command's streams: stdin read as it arrives, each chunk's translations written
+and flushed at once, a progress bar and warnings on stderr. The translating is `translate.py`'s.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TextIO
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from translator.config import DecodeConfig
+from translator.data.progress import StatsColumn
+from translator.data.tokenizer import Tokenizer
+from translator.device import describe
+from translator.errors import TranslatorError
+from translator.model.transformer import Transformer
+from translator.translate import load, translate_lines, with_overrides
+
+
+def run(ckpt: str | Path, *, nbest: int = 1, beam: int | None = None, max_len_a: float | None = None,
+        max_len_b: int | None = None, min_len: int | None = None, length_penalty: float | None = None,
+        batch_tokens: int | None = None, cuda_graphs: bool | None = None, device: str | None = None,
+        dtype: str | None = None, quiet: bool = False) -> int:
+    """The `translate` command: stdin to stdout through a checkpoint; returns the line count.
+
+    Flags left None take the checkpoint's decode.* values. Unless quiet, one log line on stderr says
+    which device and dtype were chosen.
+    """
+    if sys.stdin is None or sys.stdout is None:
+        raise TranslatorError("stdin or stdout is closed", "translate", "give input on stdin and somewhere for stdout")
+    model, cfg, tokenizer = load(ckpt, device, dtype)
+    decode = with_overrides(cfg.decode, beam_size=beam, max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len,
+                            length_penalty=length_penalty, batch_tokens=batch_tokens, cuda_graphs=cuda_graphs)
+    if not quiet:
+        log(f"translate: {model_precision(model, dtype or cfg.decode.dtype)}")
+    show = show_progress(quiet, sys.stdin, sys.stdout, sys.stderr)
+    with sentence_progress("translate", not show) as progress:
+        chunks = read_chunks(sys.stdin, warn=warn_stderr)
+        return translate_chunks(model, tokenizer, decode, chunks, sys.stdout, nbest, progress=progress)
+
+
+def model_precision(model: Transformer, asked: str) -> str:
+    """The device and dtype the model is on, and why (see device.describe)."""
+    weight = next(model.parameters())
+    return describe(weight.device, weight.dtype, asked)
+
+
+def read_chunks(stream: TextIO, max_lines: int = 2000, warn: Callable[[str], None] | None = None
+                ) -> Iterator[list[str]]:
+    """Lines from `stream` in chunks: everything already available, up to `max_lines`.
+
+    Piped bulk input fills whole chunks (so it is batched); an interactive user, whose next line
+    is not yet there, gets each line translated as soon as it is entered. Reads the file
+    descriptor directly: a buffered text stream would wait for more input before returning.
+    Bytes that are not UTF-8 become U+FFFD with a warning naming the line; the line is still
+    translated, so the output keeps one line per input line.
+    """
+    try:
+        fd = stream.fileno()
+    except (OSError, AttributeError, ValueError):
+        fd = None
+    if fd is None:  # no real file descriptor (e.g. a test runner's stream)
+        lines = stream.read().splitlines()
+        for start in range(0, len(lines), max_lines):
+            yield lines[start:start + max_lines]
+        return
+    pending, lines, count = b"", [], 0
+    while True:
+        data = os.read(fd, 1 << 16)
+        if data:
+            pending += data
+            *complete, pending = pending.split(b"\n")
+            lines += [_decode_line(raw, count + i, warn) for i, raw in enumerate(complete, 1)]
+            count += len(complete)
+        while lines and (not data or len(lines) >= max_lines or not _ready(fd)):
+            yield lines[:max_lines]
+            lines = lines[max_lines:]
+        if not data:
+            break
+    if pending:  # a last line without a newline
+        yield [_decode_line(pending, count + 1, warn)]
+
+
+def _decode_line(raw: bytes, number: int, warn: Callable[[str], None] | None) -> str:
+    """One input line's bytes -> text without a trailing CR; bytes that are not UTF-8 become U+FFFD, with a warning."""
+    try:
+        return raw.decode("utf-8").rstrip("\r")
+    except UnicodeDecodeError as err:
+        if warn is not None:
+            warn(f"line {number}: invalid UTF-8 at byte {err.start}; undecodable bytes replaced with U+FFFD "
+                 "(re-encode the input as UTF-8)")
+        return raw.decode("utf-8", errors="replace").rstrip("\r")
+
+
+def _ready(fd: int) -> bool:
+    """Is more input waiting right now (without blocking)?"""
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+def translate_chunks(model: Transformer, tokenizer: Tokenizer, decode: DecodeConfig, lines_in: Iterable[list[str]],
+                     out: TextIO, nbest: int = 1, progress: Callable[[int, int], None] | None = None) -> int:
+    """Translate chunks of lines, writing each chunk as soon as it is done; returns the line count.
+
+    With nbest > 1 each input line gives up to nbest TSV rows `line<TAB>text<TAB>score` (line from 0):
+    one for an empty or over-long line, fewer when the search finds fewer distinct hypotheses.
+    `progress(done, total)` counts sentences over all chunks; total is what has been read so far.
+    """
+    count, decoded = 0, 0  # lines written; sentences decoded in earlier chunks
+    for chunk in lines_in:
+        chunk_total = [0]  # this chunk's sentences, once its first batch is done
+
+        def report(done: int, total: int, before: int = decoded, chunk_total: list[int] = chunk_total) -> None:
+            chunk_total[0] = total
+            progress(before + done, before + total)
+
+        for hyps in translate_lines(model, tokenizer, chunk, decode, nbest, warn=warn_stderr, first_line=count + 1,
+                                    progress=report if progress is not None else None):
+            if nbest == 1:
+                out.write(hyps[0][0] + "\n")
+            else:
+                out.write("".join(f"{count}\t{text.replace(chr(9), ' ')}\t{score:.4f}\n" for text, score in hyps))
+            count += 1
+        out.flush()
+        decoded += chunk_total[0]
+    return count
+
+
+def show_progress(quiet: bool, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> bool:
+    """A bar only for bulk work watched on a terminal: input and output redirected, stderr a terminal.
+
+    Interactive input, or output on the same screen, would interleave with a live bar.
+    """
+    return not quiet and stderr.isatty() and not stdin.isatty() and not stdout.isatty()
+
+
+@contextmanager
+def sentence_progress(label: str, quiet: bool) -> Iterator[Callable[[int, int], None]]:
+    """A rich bar on stderr over decoded sentences (count, rate, ETA) -> its `progress(done, total)`.
+
+    Invisible when quiet, and when stderr is not a terminal (a log gets no bar). stdout is left
+    alone (not routed above the bar): it may carry the translations.
+    """
+    console = Console(stderr=True)
+    bar = Progress(TextColumn(label), BarColumn(), TimeElapsedColumn(), StatsColumn(), TextColumn("sentences"),
+                   console=console, disable=quiet or not console.is_terminal, transient=True, redirect_stdout=False)
+    with bar:
+        task = bar.add_task(label, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total, bar=True)
+
+
+def warn_stderr(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr)
