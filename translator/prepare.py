@@ -23,7 +23,7 @@ from translator.config import Config, DataConfig, dump, to_dict
 from translator.data import clean
 from translator.data.binarize import clean_to_scratch, encode_to_ids, sample_lines, sample_mask
 from translator.data.corpus import is_hub, load_split, pair_batches, source_files
-from translator.data.progress import Bars, bytes_read, summary_table
+from translator.data.progress import Bars, bytes_read
 from translator.data.shards import id_dtype, write_ids
 from translator.data.tokenizer import Tokenizer, sha256_file, train_sentencepiece
 from translator.errors import TranslatorError
@@ -94,7 +94,7 @@ def run(cfg: Config, force: bool = False, log: Callable[[str], None] | None = No
         for name, value in rows:
             say(f"{name}: {value}")
     else:
-        bars.print(summary_table(f"prepared {out}", rows))
+        bars.summary(f"prepared {out}", rows)
     return out
 
 
