@@ -18,8 +18,8 @@ from tests.data.conftest import small_splits, write_text_corpus
 CLI = [sys.executable, "-m", "translator"]
 
 
-def run_cli(*args: str, stdin: str | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, text=True, cwd=cwd, timeout=600)
+def run_cli(*args: str, stdin: str | None = None, cwd: Path = REPO, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
 
 
 def sets(overrides: list[str]) -> list[str]:
@@ -85,36 +85,52 @@ def small_run(source: Path, data_dir: Path, run_dir: Path, *extra: str) -> list[
     return [str(REPO / "configs" / "tiny.yaml"), "--data", str(source), *sets(overrides)]
 
 
+STAMP = re.compile(r"^\[ *\d+s\] ")
+
+
+def log_records(run_dir: Path) -> list[str]:
+    """train.log's records without their time stamps (the file is written with plain writes)."""
+    return [STAMP.sub("", line) for line in (run_dir / "train.log").read_text().splitlines()]
+
+
 @pytest.mark.slow
 def test_train_prepares_then_eval_and_translate(tmp_path):
     """One command on a clean directory prepares and trains; the next is a cache hit; other data
-    settings are refused; eval scores exactly what it wrote; translate agrees with eval."""
+    settings are refused. Off a terminal, at 20 columns, with paths over 80 characters, every log
+    record is one line. Eval scores exactly what it wrote; translate agrees with eval."""
     import sacrebleu
 
     from translator import checkpoint
 
-    source, data_dir = small_corpus(tmp_path / "corpus"), tmp_path / "data"
-    result = run_cli("train", *small_run(source, data_dir, tmp_path / "run"))
-    assert result.returncode == 0, result.stderr
+    deep = tmp_path / ("a-directory-name-that-makes-every-path-long-" * 2)
+    source, data_dir, run_dir = small_corpus(deep / "corpus"), deep / "data", deep / "run"
+    env = {**os.environ, "COLUMNS": "20", "LINES": "5"}  # output to a pipe, as `make demo > log`
+    first = run_cli("train", *small_run(source, data_dir, run_dir, "train.max_updates=2"), env=env)
+    assert first.returncode == 0, first.stderr
     prepared = data_dir / "multi30k-tiny"
     manifest = json.loads((prepared / "manifest.json").read_text())
     assert manifest["pairs"] == {"train": 300, "valid": 40, "test": 20} and manifest["source"] == str(source)
-    assert f"prepared {prepared}" in result.stderr and "train pairs out: 300" in result.stderr  # prepare's summary
-    assert checkpoint.read(tmp_path / "run" / "last.pt")["state"]["train"]["step"] == 4
+    lines = first.stderr.splitlines()  # prepare's steps and summary, one record per line
+    assert f"prepared {prepared}" in lines and f"source: {source}" in lines and "train pairs out: 300" in lines
+    assert any(line.startswith("encode train: ") for line in lines)
+    assert first.stdout.splitlines() == log_records(run_dir)  # whole records, as in train.log
+    assert any(r.startswith("validation at update 2: ") and r.endswith("]") for r in log_records(run_dir))
+    assert "━" not in first.stdout + first.stderr  # no bar drawn into the file
 
     made = (prepared / "manifest.json").stat()
-    again = run_cli("train", *small_run(source, data_dir, tmp_path / "run2"))
+    again = run_cli("train", *small_run(source, data_dir, run_dir, "train.max_updates=4"), env=env)
     assert again.returncode == 0, again.stderr
     assert "prepared" not in again.stderr  # a cache hit: nothing prepared, nothing rewritten
     assert (prepared / "manifest.json").stat().st_mtime_ns == made.st_mtime_ns
-    assert checkpoint.read(tmp_path / "run2" / "last.pt")["state"]["train"]["step"] == 4
+    assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 4
+    assert (first.stdout + again.stdout).splitlines() == log_records(run_dir)
+    assert f"resumed from {run_dir / 'last.pt'} at update 2 (epoch 0, batch 2)" in again.stdout.splitlines()
 
     other = run_cli("train", *small_run(source, data_dir, tmp_path / "run3", "data.vocab_size=300"))
     assert other.returncode == 1 and other.stderr.count("\n") == 1 and "Traceback" not in other.stderr
     assert "data.vocab_size: 200 there, 300 here" in other.stderr
     assert (prepared / "manifest.json").stat().st_mtime_ns == made.st_mtime_ns and not (tmp_path / "run3").exists()
 
-    run_dir = tmp_path / "run"
     result = run_cli("eval", str(run_dir / "best.pt"), "--split", "test", "--beam", "2")
     assert result.returncode == 0, result.stderr
     hyps = (run_dir / "test.en.hyp").read_text(encoding="utf-8").splitlines()
@@ -132,33 +148,6 @@ def test_train_prepares_then_eval_and_translate(tmp_path):
     out = result.stdout.split("\n")[:-1]
     assert len(out) == len(lines) and out[1] == "" and out[3] == ""
     assert [out[0], out[2], out[4]] == hyps[:3]  # the same model, sentence and beam as eval
-
-
-STAMP = re.compile(r"^\[ *\d+s\] ")
-
-
-@pytest.mark.slow
-def test_output_to_a_file_is_one_record_per_line(tmp_path):
-    """Off a terminal, at 20 columns and with paths longer than 80, every log record is one line."""
-    deep = tmp_path / ("a-directory-name-that-makes-every-path-long-" * 2)
-    source, run_dir = small_corpus(deep / "corpus"), deep / "run"
-    args = small_run(source, deep / "data", run_dir, "train.max_updates=2")
-    env = {**os.environ, "COLUMNS": "20", "LINES": "5"}
-    first = subprocess.run([*CLI, "train", *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
-    assert first.returncode == 0, first.stderr
-    resumed = subprocess.run([*CLI, "train", *args, "--set", "train.max_updates=4"], capture_output=True, text=True,
-                             cwd=REPO, env=env, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr
-
-    # train.log is written with plain file writes: the console must show the same records, whole
-    records = [STAMP.sub("", line) for line in (run_dir / "train.log").read_text().splitlines()]
-    assert (first.stdout + resumed.stdout).splitlines() == records
-    assert any(r.startswith(f"resumed from {run_dir / 'last.pt'} at update 2") for r in records)
-    assert any(r.startswith("validation at update 2: ") and r.endswith("]") for r in records)  # the signature
-    lines = first.stderr.splitlines()  # prepare's steps and summary
-    assert f"source: {source}" in lines and f"prepared {deep / 'data' / 'multi30k-tiny'}" in lines
-    assert any(line.startswith("encode train: ") for line in lines)
-    assert "━" not in first.stdout + first.stderr  # no bar drawn into the file
 
 
 def test_bad_config_key_is_one_line_error(tmp_path):
