@@ -6,31 +6,39 @@ DATA   ?=
 CONFIG ?= configs/tiny.yaml
 export HF_HUB_DISABLE_TELEMETRY := 1
 
+# Marks a finished install; rebuilt when pyproject.toml (the dependencies) or this file changes.
+# Every target that runs the package depends on it, so `make test` or `make demo` sets itself up.
+STAMP  := $(VENV)/.installed
+
 .PHONY: install bench-install test cuda-check lint demo bench bench-model bench-train bench-decode bench-launches bench-prepare tensorboard clean
 
-install:  ## venv with torch pinned first (TORCH_INDEX=URL picks its build), then the package with dev extras
+install: $(STAMP)  ## only the set-up (`rm $(STAMP)` first to redo it)
+
+# The test install includes the peers (transformers, ctranslate2: the `bench` extra) so that the
+# interop tests run; the constraint keeps pip from replacing the pinned torch while resolving them.
+$(STAMP): pyproject.toml Makefile  ## venv with torch pinned first (TORCH_INDEX=URL picks its build), then the package with dev and bench extras
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(BIN)/pip install -q -e '.[dev]'
-
-bench-install: install  ## peers for benchmarks, kept from moving torch
 	$(BIN)/pip freeze | grep -i '^torch==' > $(VENV)/torch-constraint.txt
-	$(BIN)/pip install -q -c $(VENV)/torch-constraint.txt -e '.[bench]'
+	$(BIN)/pip install -q -c $(VENV)/torch-constraint.txt -e '.[dev,bench]'
+	touch $@
 
-test:  ## the whole suite (CPU; CUDA tests skip without a GPU)
+bench-install: $(STAMP)  ## kept for old habits: the install already has the benchmark peers
+
+test: $(STAMP)  ## the whole suite (CPU; CUDA tests skip without a GPU)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python -m pytest -q
 
-cuda-check:  ## on a machine with a CUDA GPU: the CUDA tests, then the CUDA halves of the benchmarks
+cuda-check: $(STAMP)  ## on a machine with a CUDA GPU: the CUDA tests, then the CUDA halves of the benchmarks
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python -m pytest -q -m cuda -p no:cacheprovider
 	$(BIN)/python -m bench.decode --cpu-dtypes ''
 	$(BIN)/python -m bench.model --device cuda --out docs/benchmarks/model-cuda.md
 	$(BIN)/python -m bench.train --device cuda --out docs/benchmarks/train-cuda.md
 
-lint:
+lint: $(STAMP)
 	$(BIN)/ruff check translator tests bench
 
-# The main job end to end: prepare -> train -> eval -> translate with $(CONFIG).
+# The main job end to end: train (which prepares the data first) -> eval -> translate with $(CONFIG).
 # DATA=../shared/data/multi30k uses local files (train, valid, test2016); without it, the hub copy.
 ifeq ($(DATA),)
 DATA_ARGS :=
@@ -40,34 +48,34 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 endif
 SAMPLE := A man in a blue shirt is playing the guitar on a stage.
-RUN_DIR = $(shell $(BIN)/python -c "from translator import config; print(config.load('$(CONFIG)').train.run_dir)")
+# Read when the recipe runs (after the install), not when make parses this file.
+RUN_DIR = $$($(BIN)/python -c "from translator import config; print(config.load('$(CONFIG)').train.run_dir)")
 
-demo:
-	$(BIN)/translator prepare $(CONFIG) $(DATA_ARGS)
+demo: $(STAMP)
 	$(BIN)/translator train $(CONFIG) $(DATA_ARGS)
-	$(BIN)/translator eval $(RUN_DIR)/best.pt --split test
+	$(BIN)/translator eval "$(RUN_DIR)/best.pt" --split test
 	@echo "source:      $(SAMPLE)"
-	@printf 'translation: '; echo "$(SAMPLE)" | $(BIN)/translator translate $(RUN_DIR)/best.pt
+	@printf 'translation: '; echo "$(SAMPLE)" | $(BIN)/translator translate "$(RUN_DIR)/best.pt"
 
 # Speed and memory benchmarks; each writes docs/benchmarks/<name>.md (see docs/benchmarks.md).
 bench: bench-model bench-train bench-decode bench-launches
 
-bench-model:
+bench-model: $(STAMP)
 	$(BIN)/python -m bench.model
 
-bench-train:
+bench-train: $(STAMP)
 	$(BIN)/python -m bench.train
 
-bench-decode:  ## needs `make bench-install` for the Hugging Face peer
+bench-decode: $(STAMP)  ## with the Hugging Face peer (installed by the stamp)
 	$(BIN)/python -m bench.decode --repeats 2  # the machine drifts: two interleaved passes, per-pass ratios printed
 
-bench-launches:  ## needs `make bench-install`; host launches per decoding step on the CUDA path, counted on CPU
+bench-launches: $(STAMP)  ## host launches per decoding step on the CUDA path, counted on CPU
 	$(BIN)/python -m bench.launches
 
-bench-prepare:  ## ~7 minutes; builds a 4.5M-pair corpus under /tmp
+bench-prepare: $(STAMP)  ## ~7 minutes; builds a 4.5M-pair corpus under /tmp
 	$(BIN)/python -m bench.prepare
 
-tensorboard:
+tensorboard: $(STAMP)
 	$(BIN)/tensorboard --logdir runs
 
 clean:

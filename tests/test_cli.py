@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -9,69 +13,141 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, tiny_overrides
+from tests.data.conftest import small_splits, write_text_corpus
 
 CLI = [sys.executable, "-m", "translator"]
 
 
-def run_cli(*args: str, stdin: str | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, text=True, cwd=cwd, timeout=600)
+def run_cli(*args: str, stdin: str | None = None, cwd: Path = REPO, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
 
 
 def sets(overrides: list[str]) -> list[str]:
     return [arg for item in overrides for arg in ("--set", item)]
 
 
-def test_help_is_instant_and_lists_commands():
+def registered_commands() -> dict:
+    import typer
+
+    from translator.cli import app
+
+    return typer.main.get_command(app).commands
+
+
+def test_help_is_instant_and_lists_every_command():
     result = run_cli("--help")
     assert result.returncode == 0
-    for command in ("prepare", "train", "eval", "translate", "average", "info"):
-        assert command in result.stdout
+    listed = set(re.findall(r"^│ (\w+) {2,}", result.stdout, flags=re.MULTILINE))
+    assert listed == set(registered_commands())
     probe = subprocess.run([sys.executable, "-c", "import sys, translator.cli; print('torch' in sys.modules)"],
                            capture_output=True, text=True, cwd=REPO)
     assert probe.stdout.strip() == "False"
 
 
 @pytest.mark.parametrize("command", ["prepare", "train", "eval", "translate", "average", "info"])
-def test_every_command_help_has_an_example(command):
-    result = run_cli(command, "--help")
-    assert result.returncode == 0 and "Example:" in result.stdout
+def test_every_command_help_has_an_example_that_parses(command):
+    """The example in each command's help names that command and only arguments and options it has."""
+    import click
+
+    cmd = registered_commands()[command]
+    examples = [line.split("Example:", 1)[1] for line in cmd.help.splitlines() if "Example:" in line]
+    assert len(examples) == 1, cmd.help
+    words = shlex.split(examples[0].split("|")[-1])  # after a pipe: `echo ... | translator translate ...`
+    assert words[:2] == ["translator", command]
+    try:
+        cmd.make_context(command, words[2:], resilient_parsing=False)
+    except click.UsageError as err:  # an unknown option, a missing argument, a value of the wrong type
+        pytest.fail(f"{command}'s example does not parse: {err}")
+    assert run_cli(command, "--help").stdout.count("Example:") == 1
 
 
 def test_version():
     from translator import __version__
 
     result = run_cli("--version")
-    assert result.returncode == 0 and __version__ in result.stdout
+    assert result.returncode == 0 and result.stdout == f"translator {__version__}\n"
+
+
+def small_corpus(root: Path, test_lines: int = 20) -> Path:
+    """Real Multi30k sentences as local files: 300 train, 40 valid and `test_lines` test pairs."""
+    splits = small_splits()
+    splits["test"] = tuple(side[:test_lines] for side in splits["test"])
+    return write_text_corpus(root, splits)
+
+
+def small_run(source: Path, data_dir: Path, run_dir: Path, *extra: str) -> list[str]:
+    """`train`'s arguments for a seconds-long run on a small local source (no separate prepare)."""
+    overrides = [f"data.data_dir={data_dir}", "data.splits.valid=valid", "data.vocab_size=200",
+                 "model.d_model=64", "model.d_ff=128", "model.n_heads=4", "model.max_positions=128",
+                 f"train.run_dir={run_dir}", "train.max_updates=4", "train.eval_every=2", "train.log_every=2",
+                 "train.warmup_steps=2", "train.max_tokens=1024", "train.valid_bleu_sentences=10",
+                 "train.precision=fp32", *extra]
+    return [str(REPO / "configs" / "tiny.yaml"), "--data", str(source), *sets(overrides)]
+
+
+STAMP = re.compile(r"^\[ *\d+s\] ")
+
+
+def log_records(run_dir: Path) -> list[str]:
+    """train.log's records without their time stamps (the file is written with plain writes)."""
+    return [STAMP.sub("", line) for line in (run_dir / "train.log").read_text().splitlines()]
 
 
 @pytest.mark.slow
-def test_prepare_train_eval_translate(tmp_path, multi30k):
-    overrides = tiny_overrides(tmp_path / "data", tmp_path / "run")
-    config = str(REPO / "configs" / "tiny.yaml")
-    result = run_cli("prepare", config, "--quiet", *sets(overrides))
-    assert result.returncode == 0, result.stderr
-    prepared = tmp_path / "data" / "multi30k-tiny"
-    assert (prepared / "manifest.json").is_file() and (prepared / "config.yaml").is_file()
+def test_train_prepares_then_eval_and_translate(tmp_path):
+    """One command on a clean directory prepares and trains; the next is a cache hit; other data
+    settings are refused. Off a terminal, at 20 columns, with paths over 80 characters, every log
+    record is one line. Eval scores exactly what it wrote; translate agrees with eval."""
+    import sacrebleu
 
-    result = run_cli("train", config, "--quiet", *sets(overrides))
-    assert result.returncode == 0, result.stderr
-    run_dir = tmp_path / "run"
-    for name in ("last.pt", "best.pt", "config.yaml", "train.log"):
-        assert (run_dir / name).is_file(), name
-    assert list((run_dir / "tensorboard").iterdir())
+    from translator import checkpoint
+
+    deep = tmp_path / ("a-directory-name-that-makes-every-path-long-" * 2)
+    source, data_dir, run_dir = small_corpus(deep / "corpus"), deep / "data", deep / "run"
+    env = {**os.environ, "COLUMNS": "20", "LINES": "5"}  # output to a pipe, as `make demo > log`
+    first = run_cli("train", *small_run(source, data_dir, run_dir, "train.max_updates=2"), env=env)
+    assert first.returncode == 0, first.stderr
+    prepared = data_dir / "multi30k-tiny"
+    manifest = json.loads((prepared / "manifest.json").read_text())
+    assert manifest["pairs"] == {"train": 300, "valid": 40, "test": 20} and manifest["source"] == str(source)
+    lines = first.stderr.splitlines()  # prepare's steps and summary, one record per line
+    assert f"prepared {prepared}" in lines and f"source: {source}" in lines and "train pairs out: 300" in lines
+    assert any(line.startswith("encode train: ") for line in lines)
+    assert first.stdout.splitlines() == log_records(run_dir)  # whole records, as in train.log
+    assert any(r.startswith("validation at update 2: ") and r.endswith("]") for r in log_records(run_dir))
+    assert "━" not in first.stdout + first.stderr  # no bar drawn into the file
+
+    made = (prepared / "manifest.json").stat()
+    again = run_cli("train", *small_run(source, data_dir, run_dir, "train.max_updates=4"), env=env)
+    assert again.returncode == 0, again.stderr
+    assert "prepared" not in again.stderr  # a cache hit: nothing prepared, nothing rewritten
+    assert (prepared / "manifest.json").stat().st_mtime_ns == made.st_mtime_ns
+    assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 4
+    assert (first.stdout + again.stdout).splitlines() == log_records(run_dir)
+    assert f"resumed from {run_dir / 'last.pt'} at update 2 (epoch 0, batch 2)" in again.stdout.splitlines()
+
+    other = run_cli("train", *small_run(source, data_dir, tmp_path / "run3", "data.vocab_size=300"))
+    assert other.returncode == 1 and other.stderr.count("\n") == 1 and "Traceback" not in other.stderr
+    assert "data.vocab_size: 200 there, 300 here" in other.stderr
+    assert (prepared / "manifest.json").stat().st_mtime_ns == made.st_mtime_ns and not (tmp_path / "run3").exists()
 
     result = run_cli("eval", str(run_dir / "best.pt"), "--split", "test", "--beam", "2")
     assert result.returncode == 0, result.stderr
-    assert "BLEU = " in result.stdout and "nrefs:1" in result.stdout and "chrF = " in result.stdout
-    hyps = (run_dir / "test.en.hyp").read_text().splitlines()
-    assert len(hyps) == 1000
+    hyps = (run_dir / "test.en.hyp").read_text(encoding="utf-8").splitlines()
+    refs = (source / "test.de").read_text(encoding="utf-8").splitlines()
+    assert len(hyps) == len(refs) == 20
+    printed = {name: float(value) for name, value in re.findall(r"^(BLEU|chrF) = ([\d.]+)", result.stdout, re.M)}
+    assert printed["BLEU"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score, abs=0.005)
+    assert printed["chrF"] == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score, abs=0.005)
 
-    lines = ["A man is riding a bike.", "", "Two dogs play in the snow.", "   ", "A woman."]
-    result = run_cli("translate", str(run_dir / "best.pt"), stdin="\n".join(lines) + "\n", cwd=tmp_path)
+    sources = (source / "test.en").read_text(encoding="utf-8").splitlines()[:3]
+    lines = [sources[0], "", sources[1], "   ", sources[2]]
+    result = run_cli("translate", str(run_dir / "best.pt"), "--beam", "2", stdin="\n".join(lines) + "\n",
+                     cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = result.stdout.split("\n")[:-1]
-    assert len(out) == len(lines)
-    assert out[1] == "" and out[3] == ""
+    assert len(out) == len(lines) and out[1] == "" and out[3] == ""
+    assert [out[0], out[2], out[4]] == hyps[:3]  # the same model, sentence and beam as eval
 
 
 def test_bad_config_key_is_one_line_error(tmp_path):

@@ -67,6 +67,8 @@ def prepare(config: ConfigArg, set: SetOpt = None, data: DataOpt = None,
             quiet: QuietOpt = False) -> None:
     """Load the corpus, clean it, train SentencePiece and write id arrays to data/<name>/ (a rerun with the same config is a cache hit).
 
+    `train` does this itself when the data is missing; run it alone to prepare on one machine and train on another.
+
     Example: translator prepare configs/multi30k.yaml --data ../shared/data/multi30k --set data.splits.valid=valid --set data.splits.test=test2016
     """
     from translator import prepare as prepare_mod
@@ -76,12 +78,13 @@ def prepare(config: ConfigArg, set: SetOpt = None, data: DataOpt = None,
 
 @app.command()
 def train(config: ConfigArg, set: SetOpt = None, data: DataOpt = None, quiet: QuietOpt = False) -> None:
-    """Train a Transformer on prepared data; checkpoints, log and TensorBoard events go to train.run_dir.
+    """Train a Transformer; checkpoints, log and TensorBoard events go to train.run_dir.
 
+    Prepares the data first (as `translator prepare` does) when data/<name>/ has none; data prepared with other data settings is refused, never replaced.
     Resumes exactly from run_dir/last.pt when it exists; Ctrl-C or SIGTERM saves last.pt and exits.
-    Several GPUs (or CPU processes): torchrun --nproc_per_node 4 -m translator train CONFIG
+    Several GPUs (or CPU processes): torchrun --nproc_per_node 4 -m translator train CONFIG (rank 0 prepares, the others wait)
 
-    Example: translator train configs/multi30k.yaml --set train.max_updates=20000
+    Example: translator train configs/multi30k.yaml --data ../shared/data/multi30k --set data.splits.valid=valid --set data.splits.test=test2016
     """
     from translator.train import loop
 

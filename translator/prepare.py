@@ -23,7 +23,7 @@ from translator.config import Config, DataConfig, dump, to_dict
 from translator.data import clean
 from translator.data.binarize import clean_to_scratch, encode_to_ids, sample_lines, sample_mask
 from translator.data.corpus import is_hub, load_split, pair_batches, source_files
-from translator.data.progress import Bars, bytes_read, summary_table
+from translator.data.progress import Bars, bytes_read
 from translator.data.shards import id_dtype, write_ids
 from translator.data.tokenizer import Tokenizer, sha256_file, train_sentencepiece
 from translator.errors import TranslatorError
@@ -94,7 +94,7 @@ def run(cfg: Config, force: bool = False, log: Callable[[str], None] | None = No
         for name, value in rows:
             say(f"{name}: {value}")
     else:
-        bars.print(summary_table(f"prepared {out}", rows))
+        bars.summary(f"prepared {out}", rows)
     return out
 
 
@@ -243,6 +243,21 @@ def summary_rows(manifest: dict) -> list[tuple[str, str]]:
     return rows
 
 
+def ensure(cfg: Config, quiet: bool = False) -> dict:
+    """The manifest of `cfg.data`'s prepared directory, which is prepared first when missing (`train`).
+
+    Data present is never prepared over: with other settings it is refused (load_manifest), and a
+    directory without a manifest is not ours to replace.
+    """
+    folder = prepared_dir(cfg.data)
+    if not (folder / "manifest.json").is_file():
+        if folder.is_dir() and any(folder.iterdir()):
+            raise TranslatorError("exists but holds no prepared data (no manifest.json)", str(folder),
+                                  "move it away, or set another data.name or data.data_dir")
+        run(cfg, quiet=quiet)
+    return load_manifest(cfg.data)
+
+
 def load_manifest(data: DataConfig) -> dict:
     """The prepare manifest of `data`, which training reads; refused if prepared with other settings.
 
@@ -253,7 +268,8 @@ def load_manifest(data: DataConfig) -> dict:
     path = prepared_dir(data) / "manifest.json"
     if not path.is_file():
         raise TranslatorError("prepared data not found", str(prepared_dir(data)),
-                              "run `translator prepare CONFIG` first")
+                              "run `translator prepare CONFIG` first (torchrun on several machines: on each one, "
+                              "or share data.data_dir)")
     manifest = json.loads(path.read_text())
     made, wanted = manifest.get("settings"), shaping_settings(data)
     if made is None:  # written by an older prepare: nothing to compare
@@ -262,5 +278,6 @@ def load_manifest(data: DataConfig) -> dict:
     if changed:
         diff = ", ".join(f"data.{k}: {made.get(k)!r} there, {wanted[k]!r} here" for k in changed)
         raise TranslatorError(f"prepared with other data settings ({diff})", str(prepared_dir(data)),
-                              "run `translator prepare` with this config (and the same --set/--data) first")
+                              "to replace it, run `translator prepare` with this config (and the same --set/--data); "
+                              "to keep it, set another data.name")
     return manifest

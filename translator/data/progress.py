@@ -1,4 +1,8 @@
-"""Progress bars (count, rate, ETA) and the final table for long data jobs, on stderr; silent when quiet."""
+"""Progress bars (count, rate, ETA) and the final table for long data jobs, on stderr; silent when quiet.
+
+Off a terminal (a log file, a pipe, a batch job) there is nothing live to redraw: each finished step
+and each summary row is one plain line instead, never wrapped at the console's width.
+"""
 
 from __future__ import annotations
 
@@ -47,10 +51,11 @@ class Step:
     """One line of the display: a bar over `total` items (or bytes, unit "B"), or a spinner while total is None."""
 
     def __init__(self, progress: Progress, description: str, total: int | None, seconds: dict[str, float],
-                 unit: str = "") -> None:
+                 unit: str = "", done: Callable[[str], None] | None = None) -> None:
         self.progress = progress
         self.id = progress.add_task(description, total=total, bar=total is not None, unit=unit)
         self.description, self.seconds, self.started = description, seconds, time.time()
+        self.done = done  # gets the finished step as one line (off a terminal)
 
     def advance(self, n: int = 1) -> None:
         self.progress.advance(self.id, n)
@@ -68,6 +73,10 @@ class Step:
         done = task.completed if task.total is not None else 1
         self.progress.update(self.id, total=done, completed=done)
         self.progress.stop_task(self.id)
+        if self.done:
+            stats = StatsColumn().render(task).plain.split(" eta ")[0]  # count and rate; the ETA is past
+            self.done(f"{self.description}: {time.time() - self.started:.1f} s{', ' + stats if stats else ''}")
+            self.done = None  # one line, however many times it is finished
         self.seconds[self.description] = round(time.time() - self.started, 2)
 
     def __enter__(self) -> Step:
@@ -84,10 +93,11 @@ class Bars:
         self.seconds: dict[str, float] = {}  # step -> wall-clock seconds, once finished
         self.quiet = quiet
         self.console = Console(stderr=True, quiet=quiet)
+        self.live = not quiet and self.console.is_terminal
         self.progress = Progress(
             SpinnerColumn(), TextColumn("{task.description:<18}"), BarColumn(bar_width=12), TimeElapsedColumn(),
             StatsColumn(table_column=Column(no_wrap=True)),
-            console=self.console, disable=quiet,
+            console=self.console, disable=not self.live,
         )
 
     def __enter__(self) -> Bars:
@@ -116,10 +126,19 @@ class Bars:
 
     def step(self, description: str, total: int | None = None, unit: str = "") -> Step:
         """A new line: a bar when `total` is known, else a spinner with elapsed time until `update` gives one."""
-        return Step(self.progress, description, total, self.seconds, unit)
+        return Step(self.progress, description, total, self.seconds, unit, None if self.live else self.print)
 
-    def print(self, renderable) -> None:
-        self.console.print(renderable)
+    def print(self, line: str) -> None:
+        """One line as given (brackets are not markup), wrapped only on a terminal."""
+        self.console.print(Text(line), soft_wrap=not self.console.is_terminal)
+
+    def summary(self, title: str, rows: list[tuple[str, str]]) -> None:
+        """The final table on a terminal; elsewhere the title and a `what: value` line per row."""
+        if self.console.is_terminal:
+            self.console.print(summary_table(title, rows))
+            return
+        for line in [title, *(f"{name}: {value}" for name, value in rows)]:
+            self.print(line)
 
 
 def summary_table(title: str, rows: list[tuple[str, str]]) -> Table:

@@ -8,7 +8,8 @@ Without those variables everything here is a no-op for one process. Only rank 0 
 from __future__ import annotations
 
 import os
-from contextlib import nullcontext
+from collections.abc import Callable
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -18,6 +19,12 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from translator.device import resolve_device
+from translator.errors import TranslatorError
+
+# How long the other processes wait for rank 0's `main_first` work (preparing the data): a prepare at
+# WMT14 en-de scale takes minutes (docs/benchmarks/prepare.md); this leaves room for corpora ten times
+# that on a slow disk. A rank 0 that fails says so at once (see main_first), so this bounds only a hang.
+MAIN_FIRST_TIMEOUT = timedelta(hours=6)
 
 
 @dataclass
@@ -54,6 +61,35 @@ def init(device_name: str) -> Dist:
 def close(d: Dist) -> None:
     if d.world_size > 1 and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def main_first(d: Dist, work: Callable[[], object], what: str) -> None:
+    """Run `work` on rank 0 alone while the other processes wait (one writer, e.g. of the prepared data).
+
+    Rank 0 then tells the others how it went, over a gloo group of its own (CPU, whatever the
+    training backend, with a timeout for long work): when it failed, every process raises, rather
+    than waiting out the timeout for a rank 0 that has gone.
+    """
+    if d.world_size == 1:
+        work()
+        return
+    group = dist.new_group(backend="gloo", timeout=MAIN_FIRST_TIMEOUT)
+    outcome: list[str | None] = [None]  # rank 0's error, or None when its work succeeded
+    try:
+        if d.main:
+            try:
+                work()
+            except BaseException as err:
+                outcome[0] = str(err) if isinstance(err, TranslatorError) else f"{type(err).__name__}: {err}"
+                with suppress(Exception):  # raise rank 0's own error, not a failed broadcast's
+                    dist.broadcast_object_list(outcome, src=0, group=group)
+                raise
+        dist.broadcast_object_list(outcome, src=0, group=group)
+    finally:
+        dist.destroy_process_group(group)
+    if outcome[0] is not None:
+        raise TranslatorError(f"rank 0 failed while {what}: {outcome[0]}", f"rank {d.rank}",
+                              "see rank 0's error above")
 
 
 def wrap(model: torch.nn.Module, d: Dist) -> torch.nn.Module:

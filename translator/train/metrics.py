@@ -1,7 +1,8 @@
 """Where training numbers go: TensorBoard, a log file, and a progress bar. Only importer of tensorboard.
 
 Events go to `run_dir/tensorboard/` (`tensorboard --logdir runs` shows every run); on ranks
-other than 0 every method is a no-op.
+other than 0 every method is a no-op. Off a terminal (a log file, a pipe, a batch job) the console
+gets the log lines only, one record per line: no bar, no wrapping at the console's width.
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.text import Text
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
@@ -23,10 +26,11 @@ class Metrics:
         # (which would print its own traceback beside our one-line error)
         self.log_file = open(run_dir / "train.log", "a", encoding="utf-8") if enabled else None
         self.writer = SummaryWriter(str(run_dir / "tensorboard")) if enabled else None
+        self.console = Console()  # stdout
         self.progress = Progress(
             TextColumn("train"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
             TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-            disable=quiet or not enabled,
+            console=self.console, disable=quiet or not enabled or not self.console.is_terminal,
         )
         self.task = self.progress.add_task("train", total=total_updates, completed=start, status="")
         self.progress.start()
@@ -63,8 +67,8 @@ class Metrics:
         stamp = f"[{time.time() - self.started:7.0f}s] "
         self.log_file.write(stamp + message + "\n")
         self.log_file.flush()
-        if not self.quiet:
-            self.progress.console.print(message)
+        if not self.quiet:  # Text: brackets (the sacreBLEU signature) are not markup
+            self.console.print(Text(message), soft_wrap=not self.console.is_terminal)
 
     def close(self) -> None:
         self.progress.stop()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from translator import prepare
 from translator.config import Config, ModelConfig
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
@@ -59,13 +60,24 @@ def _set_vocab_sizes(model: ModelConfig, tokenizer: Tokenizer) -> None:
                                   f"model.{name}", "set it to 0 (automatic)")
 
 
-def setup(cfg: Config, quiet: bool) -> Session:
-    """Tokenizer, process group, seeded model, optimizer and scaler; resumed when run_dir/last.pt exists."""
-    vocab, folder = load_manifest(cfg.data)["vocab"], prepared_dir(cfg.data)
+def prepared_tokenizer(cfg: Config, d: Dist, quiet: bool) -> Tokenizer:
+    """The prepared data's tokenizer; rank 0 prepares the data first when there is none (the others wait)."""
+    distributed.main_first(d, lambda: prepare.ensure(cfg, quiet), "preparing the data")
+    vocab, folder = load_manifest(cfg.data)["vocab"], prepared_dir(cfg.data)  # every rank checks the settings
     src, tgt = folder / vocab["src"]["file"], folder / vocab["tgt"]["file"]
-    tokenizer = Tokenizer(src) if src == tgt else Tokenizer(src, tgt)
-    _set_vocab_sizes(cfg.model, tokenizer)
+    return Tokenizer(src) if src == tgt else Tokenizer(src, tgt)
+
+
+def setup(cfg: Config, quiet: bool) -> Session:
+    """Process group, prepared data and tokenizer, seeded model, optimizer and scaler; resumed when
+    run_dir/last.pt exists."""
     t, d = cfg.train, distributed.init(cfg.train.device)
+    try:
+        tokenizer = prepared_tokenizer(cfg, d, quiet)
+        _set_vocab_sizes(cfg.model, tokenizer)
+    except BaseException:
+        distributed.close(d)
+        raise
     seed_all(t.seed)  # the same initial weights on every process
     model = Transformer(cfg.model).to(d.device)
     seed_all(t.seed + d.rank)  # a different dropout stream per process

@@ -1,0 +1,102 @@
+"""`train` prepares missing data itself; under DDP (2 gloo processes on CPU) rank 0 alone prepares."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from tests.conftest import REPO
+from tests.data.conftest import small_splits, write_text_corpus
+from tests.train.test_ddp import free_port
+from translator import config, prepare
+from translator.errors import TranslatorError
+from translator.train import loop
+
+
+def small_config(source: Path, root: Path, *overrides: str) -> config.Config:
+    """configs/tiny.yaml shrunk to a two-update run on a small local source, data not yet prepared."""
+    return config.load(REPO / "configs" / "tiny.yaml", [
+        f"data.source={source}", f"data.data_dir={root / 'data'}", "data.splits.valid=valid",
+        "data.vocab_size=200", "model.d_model=32", "model.d_ff=64", "model.n_heads=2", "model.max_positions=128",
+        f"train.run_dir={root / 'run'}", "train.max_updates=2", "train.eval_every=2", "train.warmup_steps=2",
+        "train.max_tokens=512", "train.valid_bleu_sentences=4", "train.precision=fp32", *overrides])
+
+
+def _worker(rank: int, cfg: config.Config, port: int, out_dir: str) -> None:
+    """One process of `torchrun --nproc_per_node 2 -m translator train`, recording who prepared."""
+    torch.set_num_threads(1)
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    real = prepare.run
+
+    def counted(*args, **kwargs):
+        with open(os.path.join(out_dir, "prepared-by"), "a") as handle:
+            handle.write(f"{rank}\n")
+        return real(*args, **kwargs)
+
+    prepare.run = counted
+    try:
+        model = loop.run(cfg, quiet=True)
+        torch.save(model.state_dict(), os.path.join(out_dir, f"rank{rank}.pt"))
+    except TranslatorError as err:
+        Path(out_dir, f"error{rank}").write_text(str(err))
+
+
+def spawn_two(cfg: config.Config, out_dir: Path, deadline_s: float = 300) -> None:
+    """Run both ranks; fail (rather than hang the suite) if they have not finished by the deadline."""
+    context = mp.start_processes(_worker, args=(cfg, free_port(), str(out_dir)), nprocs=2, join=False,
+                                 start_method="spawn")
+    deadline = time.time() + deadline_s
+    while not context.join(timeout=1):
+        if time.time() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"the ranks did not finish within {deadline_s} s")
+
+
+def test_two_ranks_prepare_once_then_train_alike(tmp_path):
+    source = write_text_corpus(tmp_path / "corpus", small_splits())
+    cfg = small_config(source, tmp_path)
+    spawn_two(cfg, tmp_path)
+    assert not list(tmp_path.glob("error*")), [p.read_text() for p in tmp_path.glob("error*")]
+    assert (tmp_path / "prepared-by").read_text() == "0\n"  # one writer
+    assert prepare.load_manifest(cfg.data)["pairs"]["train"] == 300
+    rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
+    assert all(torch.equal(tensor, rank1[name]) for name, tensor in rank0.items())
+
+
+def test_a_failing_prepare_on_rank_0_stops_every_rank(tmp_path):
+    splits = small_splits()
+    del splits["test"]  # rank 0's prepare fails at the missing split
+    source = write_text_corpus(tmp_path / "corpus", splits)
+    spawn_two(small_config(source, tmp_path), tmp_path, deadline_s=120)  # far below the barrier's timeout
+    mine, theirs = (tmp_path / "error0").read_text(), (tmp_path / "error1").read_text()
+    assert "test" in mine
+    assert theirs == f"rank 1: rank 0 failed while preparing the data: {mine} (see rank 0's error above)"
+    assert not (tmp_path / "data" / "multi30k-tiny").exists() and not (tmp_path / "run").exists()
+
+
+def test_data_prepared_with_other_settings_is_refused_and_left_alone(tmp_path):
+    source = write_text_corpus(tmp_path / "corpus", small_splits())
+    prepare.run(small_config(source, tmp_path), quiet=True)
+    manifest = tmp_path / "data" / "multi30k-tiny" / "manifest.json"
+    made = manifest.stat().st_mtime_ns
+    with pytest.raises(TranslatorError, match=r"data\.vocab_size: 200 there, 300 here.*another data\.name"):
+        loop.run(small_config(source, tmp_path, "data.vocab_size=300"), quiet=True)
+    assert manifest.stat().st_mtime_ns == made and not (tmp_path / "run").exists()
+
+
+def test_a_directory_that_is_not_prepared_data_is_not_replaced(tmp_path):
+    source = write_text_corpus(tmp_path / "corpus", small_splits())
+    cfg = small_config(source, tmp_path)
+    theirs = tmp_path / "data" / "multi30k-tiny" / "notes.txt"
+    theirs.parent.mkdir(parents=True)
+    theirs.write_text("mine")
+    with pytest.raises(TranslatorError, match="no manifest.json"):
+        loop.run(cfg, quiet=True)
+    assert [p.name for p in theirs.parent.iterdir()] == ["notes.txt"] and theirs.read_text() == "mine"
