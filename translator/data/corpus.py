@@ -1,4 +1,4 @@
-"""Parallel sentence pairs from the Hugging Face hub or local files, all through `datasets`.
+"""Parallel sentence pairs from the Hugging Face hub or local files, each as a `datasets.Dataset`.
 
 `data.source` is one of
   hf:NAME[:CONFIG]                 a hub dataset (e.g. hf:wmt/wmt14:de-en, hf:bentrevett/multi30k)
@@ -7,6 +7,7 @@
   DIR with {split}.jsonl / .json   records `translation: {en: .., de: ..}` (the hub's WMT schema) or flat `en`, `de`
   DIR written by save_to_disk      a DatasetDict
 Each becomes an Arrow-backed, memory-mapped `datasets.Dataset`; `pair_batches` streams it in batches.
+Text and TSV lines are split here, on "\\n" only (see `_line_blocks`); JSON goes through `datasets`' builder.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import errno
 import gzip
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -174,13 +176,15 @@ def _load_local(root: Path, split: str, data: DataConfig, cache_dir: Path | None
 
 
 def _load_text_pair(datasets, paths: list[Path], langs: tuple[str, str], cache_dir: Path | None):
-    sides = [_builder(datasets, "text", path, cache_dir) for path in paths]
+    for path in paths:
+        _check_not_empty(path)
+    sides = [_lines_dataset(datasets, path, ({lang: lines} for lines in _line_blocks(path)), [lang], cache_dir)
+             for path, lang in zip(paths, langs)]
     if sides[0].num_rows != sides[1].num_rows:
         raise TranslatorError(f"line counts differ: {paths[0]} has {sides[0].num_rows} lines, {paths[1]} has "
                               f"{sides[1].num_rows}", str(paths[0].parent), "the files of a pair must be line-aligned")
     # side by side: one Arrow table with a column per language, no copy of the text
-    return datasets.concatenate_datasets(
-        [side.rename_column("text", lang) for side, lang in zip(sides, langs)], axis=1)
+    return datasets.concatenate_datasets(sides, axis=1)
 
 
 def _load_tsv(datasets, path: Path, data: DataConfig, cache_dir: Path | None):
@@ -191,26 +195,86 @@ def _load_tsv(datasets, path: Path, data: DataConfig, cache_dir: Path | None):
         raise TranslatorError(f"the first row does not name the columns {data.src_lang} and {data.tgt_lang}",
                               f"{path}:1", "add a header row, or set data.tsv_columns (e.g. en,de) for headerless files")
     columns = names or header
-    first_row = 1 if names else 2  # line number of the first data row
-    rows = _lines(path, first_row)
-    if len(rows) < first_row:
+    table = _lines_dataset(datasets, path, _tsv_rows(path, columns, skip=0 if names else 1), columns, cache_dir)
+    if not table.num_rows:
         raise TranslatorError("no data rows", str(path), "give at least one sentence pair")
-    fields = len(rows[-1].split("\t"))
-    if fields != len(columns):  # pandas would take extra leading fields as the index: wrong columns, no error
-        raise TranslatorError(f"{fields} tab-separated fields, but {len(columns)} columns are named "
-                              f"({', '.join(columns)})", f"{path}:{first_row}",
-                              "give every row one field per column (and no tab inside a sentence)")
-    features = datasets.Features({name: datasets.Value("string") for name in columns})
-    # QUOTE_NONE: quotes are text; no NA parsing: "NA" and "null" are sentences too
-    options = {"delimiter": "\t", "quoting": 3, "keep_default_na": False, "na_filter": False,
-               "skip_blank_lines": False, "index_col": False, "features": features}
-    if names:
-        options.update(header=None, column_names=names)
-    return _builder(datasets, "csv", path, cache_dir, **options)
+    return table
+
+
+def _tsv_rows(path: Path, columns: list[str], skip: int) -> Iterator[dict[str, list[str]]]:
+    """Column -> values, a block of rows at a time; quotes are text, a row with another field count is refused."""
+    number = 0  # lines before this block
+    for lines in _line_blocks(path):
+        rows = [line.split("\t") for line in lines[skip:]]
+        for i, row in enumerate(rows):
+            if len(row) != len(columns):
+                raise TranslatorError(f"{len(row)} tab-separated fields, but {len(columns)} columns are named "
+                                      f"({', '.join(columns)})", f"{path}:{number + skip + i + 1}",
+                                      "give every row one field per column (and no tab inside a sentence)")
+        number += len(lines)
+        skip = 0
+        yield {name: [row[j] for row in rows] for j, name in enumerate(columns)}
+
+
+def _line_blocks(path: Path, block_bytes: int = 1 << 24) -> Iterator[list[str]]:
+    """A (possibly gzipped) UTF-8 file's lines, a block at a time, split on "\\n" only.
+
+    A CR before the newline is the line ending (CRLF) and goes; any other CR, form feed, U+0085
+    or U+2028 is text, left for the cleaner. (Python's universal newlines and `str.splitlines`, which
+    `datasets`' text builder uses, would split a line there and shift every later pair.)
+    """
+    number, rest = 0, b""  # lines before this block; an unfinished last line
+    with _open(path) as handle:
+        while True:
+            data = handle.read(block_bytes)
+            block = rest + data
+            cut = block.rfind(b"\n") + 1 if data else len(block)  # whole lines only, until the end
+            block, rest = block[:cut], block[cut:]
+            if block:
+                try:
+                    text = block.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    line = number + block.count(b"\n", 0, err.start) + 1
+                    raise TranslatorError("invalid UTF-8", f"{path}:{line}", "re-encode the file as UTF-8") from None
+                lines = text.replace("\r\n", "\n").split("\n")
+                if text.endswith("\n"):
+                    lines.pop()
+                number += len(lines)
+                yield lines
+            if not data:
+                return
+
+
+def _lines_dataset(datasets, path: Path, blocks: Iterator[dict[str, list[str]]], columns: list[str],
+                   cache_dir: Path | None):
+    """A `datasets.Dataset` of string columns from blocks of values: an Arrow file in `cache_dir`, memory-mapped
+    (in memory without a cache_dir)."""
+    import pyarrow as pa
+
+    schema = pa.schema([(name, pa.string()) for name in columns])
+    try:
+        if cache_dir is None:
+            batches = [pa.record_batch(block, schema=schema) for block in blocks]
+            return datasets.Dataset(datasets.table.InMemoryTable(pa.Table.from_batches(batches, schema)))
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        fd, arrow = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".arrow", dir=cache_dir)
+        with os.fdopen(fd, "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+            for block in blocks:
+                writer.write_batch(pa.record_batch(block, schema=schema))
+        return datasets.Dataset.from_file(arrow)
+    except TranslatorError:
+        raise
+    except OSError as err:
+        if _write_failure(err) is not None:  # the cache ran out of room: not the input's fault
+            raise TranslatorError(f"cannot write the datasets cache: {err.strerror}", str(cache_dir),
+                                  "free some space (or point data.data_dir elsewhere)") from None
+        raise TranslatorError(f"cannot read file: {err.strerror or err}", str(path), "check the file") from None
+    except EOFError:  # a gzip file cut short
+        raise TranslatorError("the file ends early (truncated .gz?)", str(path), "check the file") from None
 
 
 def _builder(datasets, kind: str, path: Path, cache_dir: Path | None, **options):
-    """One file through a `datasets` packaged builder (text, csv or json), with errors that name the file."""
+    """One file through a `datasets` packaged builder (json), with errors that name the file."""
     _check_not_empty(path)
     try:
         table = datasets.load_dataset(kind, data_files=str(path), split="train",
