@@ -33,6 +33,7 @@ from translator.train.precision import autocast
 from translator.train.schedule import learning_rate
 from translator.train.session import Session, evaluate_and_save, save, setup
 from translator.train.state import TrainState
+from translator.train.validate import too_long_pairs
 
 
 class TrainBatches:
@@ -217,6 +218,10 @@ def start_logging(s: Session, n_pairs: int) -> None:
                    f"precision {s.dtype or torch.float32}, gradient checkpointing "
                    f"{on_off[cfg.model.gradient_checkpointing]}, compile {on_off[cfg.train.compile]}; "
                    f"{n_pairs:,} training pairs; starting at update {state.step}")
+    over, total = too_long_pairs(cfg)  # said now, not after eval_every updates
+    if over:
+        s.metrics.line(f"valid: {over} of {total} pairs take more than model.max_positions={cfg.model.max_positions} "
+                       "positions; validation leaves them out of its loss (BLEU translates their sources in pieces)")
 
 
 def log_update(s: Session, loss: float, nll: float, tokens: float, grad_norm: float, ok: bool, lr: float,

@@ -143,7 +143,8 @@ def evaluate_and_save(s: Session) -> bool:
             f"**source:** {src}  \n**output:** {hyp}  \n**reference:** {ref}" for src, hyp, ref in result.samples))
         s.metrics.line(f"validation at update {state.step}: loss {result.loss:.3f}, ppl {result.ppl:.2f}, "
                        f"BLEU {result.bleu:.2f}, chrF {result.chrf:.2f}{' (best)' if improved else ''} "
-                       f"[{result.signature}]")
+                       f"[{result.signature}]"
+                       + (f"; {result.too_long} pairs over model.max_positions not in the loss" if result.too_long else ""))
         stop = float(bool(t.patience and state.bad_evals >= t.patience))
     state.last_valid_step = state.step
     (stop,) = sum_all(s.dist, [stop])
