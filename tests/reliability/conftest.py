@@ -10,7 +10,7 @@ from tests.train.conftest import variant
 from translator import config
 
 SMALL = ("model.d_model=32", "model.d_ff=64", "model.n_heads=2", "model.n_encoder_layers=1",
-         "model.n_decoder_layers=1", "model.max_positions=64", "train.max_tokens=512", "train.warmup_steps=2",
+         "model.n_decoder_layers=1", "model.max_positions=128", "train.max_tokens=512", "train.warmup_steps=2",
          "train.valid_bleu_sentences=4", "decode.max_len_b=8", "train.device=cpu")
 
 

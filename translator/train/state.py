@@ -29,6 +29,8 @@ class TrainState:
     bad_evals: int = 0  # validations in a row without a better BLEU (early stopping)
     last_valid_step: int = -1
     skipped_steps: int = 0  # updates dropped for a non-finite loss or gradient
+    oom_splits: int = 0  # batches halved after running out of memory (train/oom.py)
+    oom_skipped: int = 0  # single sentences dropped because even alone they ran out of memory
     window_loss: float = 0.0  # token sums since the last log line, so resumed logs match
     window_nll: float = 0.0
     window_tokens: int = 0
