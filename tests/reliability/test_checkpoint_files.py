@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import random
-import subprocess
 import sys
 import zipfile
 
 import pytest
 import torch
 
-from tests.conftest import REPO
-from translator import checkpoint
+from translator import checkpoint, cli
 from translator.errors import TranslatorError
 
 
@@ -89,9 +87,11 @@ def test_average_writes_a_verified_checkpoint(checkpoint_file, tmp_path):
     assert checkpoint.read(tmp_path / "avg.pt")["format"] == 2
 
 
-def test_translate_refuses_a_truncated_checkpoint_in_one_line(checkpoint_file, tmp_path):
+def test_translate_refuses_a_truncated_checkpoint_in_one_line(checkpoint_file, tmp_path, monkeypatch, capsys):
     (tmp_path / "cut.pt").write_bytes(checkpoint_file.read_bytes()[:5000])
-    done = subprocess.run([sys.executable, "-m", "translator", "translate", str(tmp_path / "cut.pt")], input="Hi.\n",
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1 and "not a readable checkpoint" in done.stderr
+    monkeypatch.setattr(sys, "argv", ["translator", "translate", str(tmp_path / "cut.pt")])
+    with pytest.raises(SystemExit) as exit_code:
+        cli.main()  # in this process: the CLI's own error handling, without a new interpreter
+    out, err = capsys.readouterr()
+    assert exit_code.value.code == 1 and out == ""
+    assert err.startswith("error: ") and err.count("\n") == 1 and "not a readable checkpoint" in err

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from tests.reliability.conftest import small
 from tests.train.test_step import BOTH, FIRST, SECOND, SRC, TGT, assert_close, session, update
 from translator.data.batching import make_batch
 from translator.data.tokenizer import EOS_ID, PAD_ID
@@ -67,18 +66,3 @@ def test_a_single_sentence_out_of_memory_is_skipped_and_counted(monkeypatch):
     assert ok and s.state.oom_skipped == 1 and s.state.oom_splits == 3  # 8 -> 4 -> 2 -> 1
     assert_close(got, expected, atol=1e-6, rtol=1e-5)
     assert "out of memory on a single sentence" in s.metrics.lines[-1] and "skipped (1 skipped so far)" in s.metrics.lines[-1]
-
-
-def test_training_goes_on_after_out_of_memory_and_counts_it(prepared, tmp_path, monkeypatch):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    inject_oom(monkeypatch, lambda batch: len(batch.src) > 6)
-    run_dir = tmp_path / "run"
-    loop.run(small(prepared, run_dir, "train.max_updates=4", "train.eval_every=4", "train.log_every=2"), quiet=True)
-    log = (run_dir / "train.log").read_text()
-    assert "stopped at update 4 (max_updates)" in log and "out of memory on a batch of" in log
-    splits = int(log.split("out of memory: ")[1].split()[0])
-    assert splits >= 4  # every update had a batch of more than 6 sentences
-    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
-    events.Reload()
-    assert [e.value for e in events.Scalars("train/oom_splits")][-1] == splits

@@ -19,6 +19,7 @@ from translator.train.metrics import Metrics
 from translator.train.precision import amp_dtype, grad_scaler
 from translator.train.state import (
     TrainState,
+    check_run_dir,
     read_resumable,
     rng_state,
     save_checkpoints,
@@ -77,8 +78,11 @@ def setup(cfg: Config, quiet: bool) -> Session:
                                   weight_decay=t.weight_decay, fused=d.device.type == "cuda")
     s = Session(cfg=cfg, model=model, net=net, optimizer=optimizer, scaler=grad_scaler(d.device, dtype),
                 tokenizer=tokenizer, dist=d, dtype=dtype, run_dir=Path(t.run_dir))
+    leftovers = check_run_dir(s.run_dir, model, t.keep_last) if d.main else 0  # before any update
     s.run_dir.mkdir(parents=True, exist_ok=True)
     s.metrics = Metrics(s.run_dir, t.max_updates, 0, quiet, enabled=d.main)
+    if leftovers:
+        s.metrics.line(f"removed {leftovers} temporary files of saves that were cut short")
     if (s.run_dir / "last.pt").is_file():
         try:
             resume(s, s.run_dir / "last.pt")
