@@ -262,6 +262,8 @@ def test_text_lines_are_what_splitting_the_bytes_on_newline_gives(tmp_path_facto
 def test_a_tsv_row_with_a_missing_field_is_named(tmp_path):
     root = tmp_path / "src"
     root.mkdir()
-    (root / "train.tsv").write_text("en\tde\na\teins\nb\n")
-    with pytest.raises(TranslatorError, match=r"train.tsv:3: 1 tab-separated fields, but 2 columns"):
+    (root / "train.tsv").write_text("en\tde\na\teins\n\nb\n")
+    with pytest.raises(TranslatorError, match=r"train.tsv:4: 1 tab-separated fields, but 2 columns"):
         pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")
+    (root / "train.tsv").write_text("en\tde\na\teins\n\n")  # a blank line is an empty pair, as in text files
+    assert pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache") == (["a", ""], ["eins", ""])

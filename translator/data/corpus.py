@@ -205,7 +205,7 @@ def _tsv_rows(path: Path, columns: list[str], skip: int) -> Iterator[dict[str, l
     """Column -> values, a block of rows at a time; quotes are text, a row with another field count is refused."""
     number = 0  # lines before this block
     for lines in _line_blocks(path):
-        rows = [line.split("\t") for line in lines[skip:]]
+        rows = [line.split("\t") if line else [""] * len(columns) for line in lines[skip:]]  # blank: an empty pair
         for i, row in enumerate(rows):
             if len(row) != len(columns):
                 raise TranslatorError(f"{len(row)} tab-separated fields, but {len(columns)} columns are named "
