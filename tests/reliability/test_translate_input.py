@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,10 +26,15 @@ LINES = st.one_of(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.fixture(scope="module")
+def loaded(checkpoint_file):
+    return checkpoint.load(checkpoint_file)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(lines=st.lists(LINES, min_size=1, max_size=6))
-def test_one_line_out_per_line_in_in_order(checkpoint_file, tmp_path, lines):
-    model, cfg, tokenizer = checkpoint.load(checkpoint_file)
+def test_one_line_out_per_line_in_in_order(loaded, tmp_path, lines):
+    model, cfg, tokenizer = loaded
     decode = translate.with_overrides(cfg.decode, batch_tokens=1)
     path = tmp_path / "input.txt"
     path.write_bytes("".join(line + "\n" for line in lines).encode())
