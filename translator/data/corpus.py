@@ -7,19 +7,17 @@
   DIR with {split}.jsonl / .json   records `translation: {en: .., de: ..}` (the hub's WMT schema) or flat `en`, `de`
   DIR written by save_to_disk      a DatasetDict
 Each becomes an Arrow-backed, memory-mapped `datasets.Dataset`; `pair_batches` streams it in batches.
-Text and TSV lines are split here, on "\\n" only (see `_line_blocks`); JSON goes through `datasets`' builder.
+Text and TSV lines are split on "\\n" only (data/lines.py); JSON goes through `datasets`' builder.
 """
 
 from __future__ import annotations
 
-import errno
-import gzip
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from translator.config import DataConfig
+from translator.data.lines import line_blocks, lines_dataset, open_maybe_gz, tsv_rows, write_failure
 from translator.errors import TranslatorError
 
 EXTENSIONS = ("", ".gz")
@@ -178,7 +176,7 @@ def _load_local(root: Path, split: str, data: DataConfig, cache_dir: Path | None
 def _load_text_pair(datasets, paths: list[Path], langs: tuple[str, str], cache_dir: Path | None):
     for path in paths:
         _check_not_empty(path)
-    sides = [_lines_dataset(datasets, path, ({lang: lines} for lines in _line_blocks(path)), [lang], cache_dir)
+    sides = [lines_dataset(datasets, path, ({lang: lines} for lines in line_blocks(path)), [lang], cache_dir)
              for path, lang in zip(paths, langs)]
     if sides[0].num_rows != sides[1].num_rows:
         raise TranslatorError(f"line counts differ: {paths[0]} has {sides[0].num_rows} lines, {paths[1]} has "
@@ -195,82 +193,10 @@ def _load_tsv(datasets, path: Path, data: DataConfig, cache_dir: Path | None):
         raise TranslatorError(f"the first row does not name the columns {data.src_lang} and {data.tgt_lang}",
                               f"{path}:1", "add a header row, or set data.tsv_columns (e.g. en,de) for headerless files")
     columns = names or header
-    table = _lines_dataset(datasets, path, _tsv_rows(path, columns, skip=0 if names else 1), columns, cache_dir)
+    table = lines_dataset(datasets, path, tsv_rows(path, columns, skip=0 if names else 1), columns, cache_dir)
     if not table.num_rows:
         raise TranslatorError("no data rows", str(path), "give at least one sentence pair")
     return table
-
-
-def _tsv_rows(path: Path, columns: list[str], skip: int) -> Iterator[dict[str, list[str]]]:
-    """Column -> values, a block of rows at a time; quotes are text, a row with another field count is refused."""
-    number = 0  # lines before this block
-    for lines in _line_blocks(path):
-        rows = [line.split("\t") if line else [""] * len(columns) for line in lines[skip:]]  # blank: an empty pair
-        for i, row in enumerate(rows):
-            if len(row) != len(columns):
-                raise TranslatorError(f"{len(row)} tab-separated fields, but {len(columns)} columns are named "
-                                      f"({', '.join(columns)})", f"{path}:{number + skip + i + 1}",
-                                      "give every row one field per column (and no tab inside a sentence)")
-        number += len(lines)
-        skip = 0
-        yield {name: [row[j] for row in rows] for j, name in enumerate(columns)}
-
-
-def _line_blocks(path: Path, block_bytes: int = 1 << 24) -> Iterator[list[str]]:
-    """A (possibly gzipped) UTF-8 file's lines, a block at a time, split on "\\n" only.
-
-    A CR before the newline is the line ending (CRLF) and goes; any other CR, form feed, U+0085
-    or U+2028 is text, left for the cleaner. (Python's universal newlines and `str.splitlines`, which
-    `datasets`' text builder uses, would split a line there and shift every later pair.)
-    """
-    number, rest = 0, b""  # lines before this block; an unfinished last line
-    with _open(path) as handle:
-        while True:
-            data = handle.read(block_bytes)
-            block = rest + data
-            cut = block.rfind(b"\n") + 1 if data else len(block)  # whole lines only, until the end
-            block, rest = block[:cut], block[cut:]
-            if block:
-                try:
-                    text = block.decode("utf-8")
-                except UnicodeDecodeError as err:
-                    line = number + block.count(b"\n", 0, err.start) + 1
-                    raise TranslatorError("invalid UTF-8", f"{path}:{line}", "re-encode the file as UTF-8") from None
-                lines = text.replace("\r\n", "\n").split("\n")
-                if text.endswith("\n"):
-                    lines.pop()
-                number += len(lines)
-                yield lines
-            if not data:
-                return
-
-
-def _lines_dataset(datasets, path: Path, blocks: Iterator[dict[str, list[str]]], columns: list[str],
-                   cache_dir: Path | None):
-    """A `datasets.Dataset` of string columns from blocks of values: an Arrow file in `cache_dir`, memory-mapped
-    (in memory without a cache_dir)."""
-    import pyarrow as pa
-
-    schema = pa.schema([(name, pa.string()) for name in columns])
-    try:
-        if cache_dir is None:
-            batches = [pa.record_batch(block, schema=schema) for block in blocks]
-            return datasets.Dataset(datasets.table.InMemoryTable(pa.Table.from_batches(batches, schema)))
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        fd, arrow = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".arrow", dir=cache_dir)
-        with os.fdopen(fd, "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-            for block in blocks:
-                writer.write_batch(pa.record_batch(block, schema=schema))
-        return datasets.Dataset.from_file(arrow)
-    except TranslatorError:
-        raise
-    except OSError as err:
-        if _write_failure(err) is not None:  # the cache ran out of room: not the input's fault
-            raise TranslatorError(f"cannot write the datasets cache: {err.strerror}", str(cache_dir),
-                                  "free some space (or point data.data_dir elsewhere)") from None
-        raise TranslatorError(f"cannot read file: {err.strerror or err}", str(path), "check the file") from None
-    except EOFError:  # a gzip file cut short
-        raise TranslatorError("the file ends early (truncated .gz?)", str(path), "check the file") from None
 
 
 def _builder(datasets, kind: str, path: Path, cache_dir: Path | None, **options):
@@ -287,22 +213,13 @@ def _builder(datasets, kind: str, path: Path, cache_dir: Path | None, **options)
             line = first_invalid_utf8_line(path)
             if line:
                 raise TranslatorError("invalid UTF-8", f"{path}:{line}", "re-encode the file as UTF-8") from None
-        full = _write_failure(err)
+        full = write_failure(err)
         if full is not None:  # the builder's cache ran out of room: not the input's fault
             raise TranslatorError(f"cannot write the datasets cache: {full.strerror}", str(cache_dir or "~/.cache"),
                                   "free some space (or point HF_DATASETS_CACHE elsewhere)") from None
         cause = err.__cause__ or err.__context__ or err
         message = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
         raise TranslatorError(f"cannot read {kind} file: {message}", str(path), "check its format") from None
-
-
-def _write_failure(err: BaseException | None) -> OSError | None:
-    """The OSError in an exception's chain that says the disk is full (or read-only), if any."""
-    while err is not None:
-        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
-            return err
-        err = err.__cause__ or err.__context__
-    return None
 
 
 def _messages(err: BaseException | None) -> str:
@@ -324,17 +241,13 @@ def _caused_by(err: BaseException | None, kind: type) -> bool:
 
 def first_invalid_utf8_line(path: Path) -> int:
     """1-based number of the first line that is not valid UTF-8 (0 if none)."""
-    with _open(path) as handle:
+    with open_maybe_gz(path) as handle:
         for number, raw in enumerate(handle, 1):
             try:
                 raw.decode("utf-8")
             except UnicodeDecodeError:
                 return number
     return 0
-
-
-def _open(path: Path):
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
 def _check_not_empty(path: Path) -> None:
@@ -345,7 +258,7 @@ def _check_not_empty(path: Path) -> None:
 
 def _lines(path: Path, count: int) -> list[str]:
     """The first `count` lines of a (possibly gzipped) file, fewer if it is shorter."""
-    with _open(path) as handle:
+    with open_maybe_gz(path) as handle:
         raw = [handle.readline() for _ in range(count)]
     return [line.decode("utf-8", errors="replace").rstrip("\r\n") for line in raw if line]
 
