@@ -1,11 +1,14 @@
 """Checkpoints: model, optimizer and training state, the resolved config and the tokenizer itself.
 
 A checkpoint embeds the SentencePiece model bytes, so `translate CKPT` and `eval CKPT` need
-neither the YAML nor the prepared data directory. Saving is atomic (temporary file, then rename).
+neither the YAML nor the prepared data directory. Saving is atomic (temporary file, then rename,
+after an fsync). Format 2 stores a sha256 of the weights, which `read` verifies: a file damaged
+after it was written is refused by name. Format 1 (no checksum, written before) still loads, unverified.
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +20,28 @@ from translator.errors import TranslatorError
 from translator.files import atomic_write
 from translator.model.transformer import Transformer
 
+FORMAT = 2  # 2: with weights_sha256
+FORMATS = (1, 2)  # what `read` accepts
+
+
+def weights_digest(weights: dict[str, torch.Tensor]) -> str:
+    """sha256 over each tensor's name, dtype, shape and bytes, in order: a byte flipped anywhere changes it."""
+    digest = hashlib.sha256()
+    for name, tensor in weights.items():
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(flat.view(torch.uint8).numpy())  # the raw bytes, bf16 included (numpy has no bf16)
+    return digest.hexdigest()
+
 
 def save(path: str | Path, model: torch.nn.Module, cfg: Config, tokenizer: Tokenizer,
          state: dict[str, Any] | None = None) -> None:
     """Write model weights, config, tokenizer and any training `state` (optimizer, step, RNG...)."""
+    weights = model.state_dict()
     payload = {
-        "format": 1,
-        "model": model.state_dict(),
+        "format": FORMAT,
+        "model": weights,
+        "weights_sha256": weights_digest(weights),
         "config": to_dict(cfg),
         "tokenizer": {"proto": tokenizer.proto(), "sha256": tokenizer.checksum(),
                       **({} if tokenizer.joint else {"target_proto": tokenizer.target_proto()})},
@@ -34,16 +52,23 @@ def save(path: str | Path, model: torch.nn.Module, cfg: Config, tokenizer: Token
 
 
 def read(path: str | Path) -> dict[str, Any]:
-    """The raw checkpoint dictionary, with a clear error for a missing or foreign file."""
+    """The raw checkpoint dictionary, weights verified; a missing, empty, cut-short, foreign or damaged file
+    is refused in one line before anything is built from it."""
     path = Path(path)
     if not path.is_file():
         raise TranslatorError("checkpoint not found", str(path), "give a .pt file written by `translator train`")
+    if path.stat().st_size == 0:
+        raise TranslatorError("empty checkpoint file (0 bytes)", str(path), "use another checkpoint")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many kinds for a corrupt file
-        raise TranslatorError(f"not a readable checkpoint ({type(err).__name__})", str(path)) from None
-    if not isinstance(payload, dict) or payload.get("format") != 1:
-        raise TranslatorError("not a translator checkpoint", str(path))
+        raise TranslatorError(f"not a readable checkpoint ({type(err).__name__}: cut short, damaged or not "
+                              "PyTorch)", str(path), "use another checkpoint") from None
+    if not isinstance(payload, dict) or payload.get("format") not in FORMATS:
+        raise TranslatorError("not a translator checkpoint", str(path), "give a .pt file written by `translator train`")
+    if payload["format"] >= 2 and weights_digest(payload.get("model", {})) != payload.get("weights_sha256"):
+        raise TranslatorError("the weights do not match the checkpoint's checksum (the file is damaged)", str(path),
+                              "use another checkpoint (a step-N.pt or best.pt)")
     return payload
 
 
@@ -87,6 +112,7 @@ def average(paths: list[str | Path], out: str | Path) -> int:
                 shared[same] = (total[key] / len(paths)).to(value.dtype)
             weights[key] = shared[same]
     first["state"] = {"averaged": [str(p) for p in paths]}
+    first.update(format=FORMAT, weights_sha256=weights_digest(weights))
     with atomic_write(out, "wb") as handle:
         torch.save(first, handle)
     return len(paths)

@@ -31,6 +31,8 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
     try:
         with open(tmp, mode, encoding=None if "b" in mode else encoding) as handle:
             yield handle
+            handle.flush()
+            os.fsync(handle.fileno())  # on disk before the rename: a crash leaves the old file or the whole new one
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

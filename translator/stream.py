@@ -66,8 +66,11 @@ def read_chunks(stream: TextIO, max_lines: int = 2000, warn: Callable[[str], Non
         fd = stream.fileno()
     except (OSError, AttributeError, ValueError):
         fd = None
-    if fd is None:  # no real file descriptor (e.g. a test runner's stream)
-        lines = stream.read().splitlines()
+    if fd is None:  # no real file descriptor (e.g. a test runner's stream); "\n" ends a line, as below
+        text = stream.read()
+        lines = [line.rstrip("\r") for line in text.split("\n")]
+        if not text or text.endswith("\n"):
+            lines.pop()  # nothing after the last newline
         for start in range(0, len(lines), max_lines):
             yield lines[start:start + max_lines]
         return

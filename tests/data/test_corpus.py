@@ -8,6 +8,8 @@ import time
 
 import datasets
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.data.conftest import tiny_config, write_text_corpus
 from translator.data.corpus import load_split, pair_batches
@@ -122,10 +124,13 @@ def test_records_that_are_not_text_or_of_mixed_shape_are_refused(tmp_path, recor
         pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")
 
 
-def test_a_full_cache_disk_is_not_blamed_on_the_input(tmp_path, monkeypatch):
+@pytest.mark.parametrize("name", ["text", "wmt"])
+def test_a_full_cache_disk_is_not_blamed_on_the_input(tmp_path, monkeypatch, name):
+    """Text lines are written to the Arrow cache by us, JSON records by `datasets`' builder: both say so."""
     import errno
+    import tempfile
 
-    root = write_text_corpus(tmp_path / "src", {"train": (EN, DE)})
+    write_all_formats(tmp_path / "src")
 
     def full(*args, **kwargs):
         try:
@@ -134,8 +139,15 @@ def test_a_full_cache_disk_is_not_blamed_on_the_input(tmp_path, monkeypatch):
             raise RuntimeError("An error occurred while generating the dataset") from err
 
     monkeypatch.setattr(datasets, "load_dataset", full)
+    monkeypatch.setattr(tempfile, "mkstemp", lambda *args, **kwargs: _enospc())
     with pytest.raises(TranslatorError, match="cannot write the datasets cache: No space left on device"):
-        pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")
+        pairs(tiny_config(tmp_path / "src" / name, tmp_path / "data"), cache=tmp_path / "cache")
+
+
+def _enospc():
+    import errno
+
+    raise OSError(errno.ENOSPC, "No space left on device")
 
 
 @pytest.mark.parametrize("bare", [False, True])
@@ -199,3 +211,59 @@ def test_hub_split_that_does_not_exist_is_named(tmp_path, monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", no_such_split)
     with pytest.raises(TranslatorError, match="has no split 'valid'.*data.splits"):
         load_split(tiny_config("hf:bentrevett/multi30k", tmp_path / "data").data, "valid")
+
+
+def test_a_lone_cr_inside_a_line_does_not_shift_the_pairs(tmp_path):
+    """Issue 16's example: universal newlines made 4 lines of each file and paired (two, B one), (b, two)..."""
+    root = tmp_path / "src"
+    root.mkdir()
+    (root / "train.en").write_bytes(b"a one\rtwo\nb\nc\n")
+    (root / "train.de").write_bytes(b"A\nB one\rtwo\nC\n")
+    assert pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache") == (
+        ["a one\rtwo", "b", "c"], ["A", "B one\rtwo", "C"])
+
+
+@pytest.mark.parametrize("name", ["text", "gz", "tsv"])
+def test_only_newline_ends_a_line_in_every_line_format(tmp_path, name):
+    separators = ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+    en = [f"en{i}{sep}more" for i, sep in enumerate(separators)] + ["crlf"]
+    de = [f"de{i}{sep}mehr" for i, sep in enumerate(separators)] + ["crlf"]
+    root = tmp_path / "src"
+    root.mkdir()
+    if name == "tsv":
+        (root / "train.tsv").write_bytes(b"en\tde\r\n" + "".join(f"{e}\t{d}\r\n" for e, d in zip(en, de)).encode())
+    else:
+        for lang, lines in (("en", en), ("de", de)):
+            raw = "".join(line + "\n" for line in lines[:-1]).encode() + b"crlf\r\n"
+            (root / f"train.{lang}{'.gz' if name == 'gz' else ''}").write_bytes(
+                gzip.compress(raw) if name == "gz" else raw)
+    assert pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache") == (en, de)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.text(st.characters(blacklist_categories=("Cs",)), max_size=12), min_size=1, max_size=8),
+       st.booleans())
+def test_text_lines_are_what_splitting_the_bytes_on_newline_gives(tmp_path_factory, lines, trailing_newline):
+    """The reference: bytes split on b"\\n" (one CR before it dropped, as CRLF), nothing else."""
+    root = tmp_path_factory.mktemp("src")
+    raw = "\n".join(lines).encode() + b"\n" * trailing_newline
+    if not raw.strip(b"\n"):
+        return  # an empty file is refused by name (tested above)
+    for lang in ("en", "de"):
+        (root / f"train.{lang}").write_bytes(raw)
+    expected = raw.split(b"\n")
+    if raw.endswith(b"\n"):
+        expected.pop()
+    expected = [line.removesuffix(b"\r").decode() for line in expected]
+    got, _ = pairs(tiny_config(root, root / "data"), cache=root / "cache")
+    assert got == expected
+
+
+def test_a_tsv_row_with_a_missing_field_is_named(tmp_path):
+    root = tmp_path / "src"
+    root.mkdir()
+    (root / "train.tsv").write_text("en\tde\na\teins\n\nb\n")
+    with pytest.raises(TranslatorError, match=r"train.tsv:4: 1 tab-separated fields, but 2 columns"):
+        pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")
+    (root / "train.tsv").write_text("en\tde\na\teins\n\n")  # a blank line is an empty pair, as in text files
+    assert pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache") == (["a", ""], ["eins", ""])

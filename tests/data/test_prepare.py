@@ -18,6 +18,7 @@ from translator.data.clean import normalize
 from translator.data.shards import TokenArray
 from translator.data.tokenizer import UNK_ID, Tokenizer
 from translator.errors import TranslatorError
+from translator.files import read_lines
 
 CRAFTED = [  # (en, de, rule)
     ("", "Ein leerer Satz.", "empty side"),
@@ -235,3 +236,15 @@ def test_sentencepiece_reads_at_most_input_sentence_size_sentences(tmp_path, cor
     run(tiny_config(corpus, tmp_path / "data", "data.input_sentence_size=400", f"data.joint_vocab={str(joint).lower()}"))
     per_model = [2 * 300] if joint else [300, 300]  # sentences the 300 kept pairs offer each model
     assert seen == [min(400, n) for n in per_model]  # joint: 200 pairs x 2 sides
+
+
+def test_a_cr_inside_a_valid_sentence_keeps_sources_and_references_aligned(tmp_path):
+    splits = small_splits()
+    splits["valid"][0][0] = "A dog\rruns."  # universal newlines: 41 lines a side, references 1-5 shifted by one
+    splits["valid"][1][5] = "Ein Hund\rrennt."
+    out = run(tiny_config(write_text_corpus(tmp_path / "corpus", splits), tmp_path / "data"))
+    sources, refs = read_lines(out / "valid.en"), read_lines(out / "valid.de")
+    assert sources == splits["valid"][0] and refs == splits["valid"][1]
+    assert len(TokenArray(out / "valid.src")) == len(TokenArray(out / "valid.tgt")) == 40
+    tokenizer = Tokenizer(out / "spm.model")
+    assert TokenArray(out / "valid.src")[0] == tokenizer.encode(["A dog runs."])[0]  # the CR is a space, not glue

@@ -82,3 +82,50 @@ def test_validation_bleu_is_tokenized_for_the_target_language(prepared, monkeypa
     cfg.model.vocab_size = tokenizer.vocab_size
     result = validate(Transformer(cfg.model), tokenizer, cfg, None)
     assert result.bleu == pytest.approx(43.47, abs=0.01) and "tok:zh" in result.signature
+
+
+def test_valid_pairs_longer_than_the_positions_are_left_out_of_the_loss(prepared):
+    cfg = variant(prepared, "unused", "model.max_positions=16", "train.valid_bleu_sentences=4")
+    folder = prepared_dir(cfg.data)
+    tokenizer = Tokenizer(folder / "spm.model")
+    cfg.model.vocab_size = tokenizer.vocab_size
+    model = Transformer(cfg.model)
+    result = validate(model, tokenizer, cfg, None)  # raised a tensor-size RuntimeError before
+
+    model.eval()
+    src, tgt = TokenArray(folder / "valid.src"), TokenArray(folder / "valid.tgt")
+    fit = [i for i in range(len(src)) if len(src[i]) < 16 and len(tgt[i]) < 16]  # + EOS / BOS
+    assert 0 < len(fit) < len(src) and result.too_long == len(src) - len(fit)
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(fit), 50):
+            rows = fit[start:start + 50]
+            batch = make_batch([src[i] for i in rows], [tgt[i] for i in rows])
+            logits = model(batch.src, batch.tgt_in, batch.src_mask)
+            total += F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID,
+                                     reduction="sum").item()
+            tokens += batch.n_tgt_tokens
+    assert math.isclose(result.loss, total / tokens, rel_tol=1e-4)
+
+
+def test_training_says_at_start_up_that_valid_pairs_are_too_long_and_validates_anyway(tmp_path):
+    """Issue 16's case: training pairs cut to fit max_positions, longer valid pairs crashed the first validation."""
+    from tests.data.conftest import small_splits, tiny_config, write_text_corpus
+    from translator import prepare
+    from translator.train import loop
+
+    corpus = write_text_corpus(tmp_path / "corpus", small_splits(300))
+    overrides = ["data.max_tokens_per_side=23", "model.max_positions=24", "model.d_model=32", "model.d_ff=64",
+                 "model.n_heads=2", "model.n_encoder_layers=1", "model.n_decoder_layers=1",
+                 f"train.run_dir={tmp_path / 'run'}", "train.max_updates=2", "train.eval_every=2",
+                 "train.warmup_steps=1", "train.max_tokens=256", "train.valid_bleu_sentences=4",
+                 "train.precision=fp32", "train.device=cpu"]
+    cfg = tiny_config(corpus, tmp_path / "data", *overrides)
+    prepare.run(cfg, quiet=True)
+    loop.run(cfg, quiet=True)
+    log = (tmp_path / "run" / "train.log").read_text()
+    start = log.index("valid: ")
+    assert start < log.index("validation at update 2")
+    over = int(log[start:].split()[1])
+    assert 0 < over < 40 and "pairs take more than model.max_positions=24" in log
+    assert f"; {over} pairs over model.max_positions not in the loss" in log

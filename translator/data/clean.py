@@ -22,14 +22,17 @@ EMPTY, DEBRIS, HELD_OUT, DUPLICATE, TOO_LONG, RATIO = (
     "empty side", "markup debris", "in valid/test", "duplicate pair", "too long", "length ratio")
 RULES = (EMPTY, DEBRIS, HELD_OUT, DUPLICATE, TOO_LONG, RATIO)
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b\ufeff]")
+# C0/C1 controls that are not whitespace (CR, VT, FF, \x1c-\x1f and NEL separate words: \s makes them a space)
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\u200b\ufeff]")
 _SPACE = re.compile(r"\s+")  # Python's \s: TAB, NO-BREAK SPACE and every other Unicode space
 _ALNUM = re.compile(r"[^\W_]")  # a letter or digit in any script (str.isalnum)
 _MARKUP = re.compile(r"<[^<>]*>|&#?\w+;")  # an HTML/XML tag or entity
 
 
 def normalize(text: str, nfc: bool = True, spaces: bool = True) -> str:
-    """Control characters removed; each whitespace run one space; trimmed; then NFC. Never a newline.
+    """Control characters removed; each whitespace run (CR and the like too) one space; trimmed; then NFC.
+
+    Never a newline; a whitespace-like control becomes a space, so `foo\\rbar` is two words, not one.
 
     NFC comes last: removing a control character can bring a letter and a combining mark together.
     """

@@ -1,4 +1,4 @@
-"""Parallel sentence pairs from the Hugging Face hub or local files, all through `datasets`.
+"""Parallel sentence pairs from the Hugging Face hub or local files, each as a `datasets.Dataset`.
 
 `data.source` is one of
   hf:NAME[:CONFIG]                 a hub dataset (e.g. hf:wmt/wmt14:de-en, hf:bentrevett/multi30k)
@@ -7,17 +7,17 @@
   DIR with {split}.jsonl / .json   records `translation: {en: .., de: ..}` (the hub's WMT schema) or flat `en`, `de`
   DIR written by save_to_disk      a DatasetDict
 Each becomes an Arrow-backed, memory-mapped `datasets.Dataset`; `pair_batches` streams it in batches.
+Text and TSV lines are split on "\\n" only (data/lines.py); JSON goes through `datasets`' builder.
 """
 
 from __future__ import annotations
 
-import errno
-import gzip
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from translator.config import DataConfig
+from translator.data.lines import line_blocks, lines_dataset, open_maybe_gz, tsv_rows, write_failure
 from translator.errors import TranslatorError
 
 EXTENSIONS = ("", ".gz")
@@ -174,13 +174,15 @@ def _load_local(root: Path, split: str, data: DataConfig, cache_dir: Path | None
 
 
 def _load_text_pair(datasets, paths: list[Path], langs: tuple[str, str], cache_dir: Path | None):
-    sides = [_builder(datasets, "text", path, cache_dir) for path in paths]
+    for path in paths:
+        _check_not_empty(path)
+    sides = [lines_dataset(datasets, path, ({lang: lines} for lines in line_blocks(path)), [lang], cache_dir)
+             for path, lang in zip(paths, langs)]
     if sides[0].num_rows != sides[1].num_rows:
         raise TranslatorError(f"line counts differ: {paths[0]} has {sides[0].num_rows} lines, {paths[1]} has "
                               f"{sides[1].num_rows}", str(paths[0].parent), "the files of a pair must be line-aligned")
     # side by side: one Arrow table with a column per language, no copy of the text
-    return datasets.concatenate_datasets(
-        [side.rename_column("text", lang) for side, lang in zip(sides, langs)], axis=1)
+    return datasets.concatenate_datasets(sides, axis=1)
 
 
 def _load_tsv(datasets, path: Path, data: DataConfig, cache_dir: Path | None):
@@ -191,26 +193,14 @@ def _load_tsv(datasets, path: Path, data: DataConfig, cache_dir: Path | None):
         raise TranslatorError(f"the first row does not name the columns {data.src_lang} and {data.tgt_lang}",
                               f"{path}:1", "add a header row, or set data.tsv_columns (e.g. en,de) for headerless files")
     columns = names or header
-    first_row = 1 if names else 2  # line number of the first data row
-    rows = _lines(path, first_row)
-    if len(rows) < first_row:
+    table = lines_dataset(datasets, path, tsv_rows(path, columns, skip=0 if names else 1), columns, cache_dir)
+    if not table.num_rows:
         raise TranslatorError("no data rows", str(path), "give at least one sentence pair")
-    fields = len(rows[-1].split("\t"))
-    if fields != len(columns):  # pandas would take extra leading fields as the index: wrong columns, no error
-        raise TranslatorError(f"{fields} tab-separated fields, but {len(columns)} columns are named "
-                              f"({', '.join(columns)})", f"{path}:{first_row}",
-                              "give every row one field per column (and no tab inside a sentence)")
-    features = datasets.Features({name: datasets.Value("string") for name in columns})
-    # QUOTE_NONE: quotes are text; no NA parsing: "NA" and "null" are sentences too
-    options = {"delimiter": "\t", "quoting": 3, "keep_default_na": False, "na_filter": False,
-               "skip_blank_lines": False, "index_col": False, "features": features}
-    if names:
-        options.update(header=None, column_names=names)
-    return _builder(datasets, "csv", path, cache_dir, **options)
+    return table
 
 
 def _builder(datasets, kind: str, path: Path, cache_dir: Path | None, **options):
-    """One file through a `datasets` packaged builder (text, csv or json), with errors that name the file."""
+    """One file through a `datasets` packaged builder (json), with errors that name the file."""
     _check_not_empty(path)
     try:
         table = datasets.load_dataset(kind, data_files=str(path), split="train",
@@ -223,22 +213,13 @@ def _builder(datasets, kind: str, path: Path, cache_dir: Path | None, **options)
             line = first_invalid_utf8_line(path)
             if line:
                 raise TranslatorError("invalid UTF-8", f"{path}:{line}", "re-encode the file as UTF-8") from None
-        full = _write_failure(err)
+        full = write_failure(err)
         if full is not None:  # the builder's cache ran out of room: not the input's fault
             raise TranslatorError(f"cannot write the datasets cache: {full.strerror}", str(cache_dir or "~/.cache"),
                                   "free some space (or point HF_DATASETS_CACHE elsewhere)") from None
         cause = err.__cause__ or err.__context__ or err
         message = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
         raise TranslatorError(f"cannot read {kind} file: {message}", str(path), "check its format") from None
-
-
-def _write_failure(err: BaseException | None) -> OSError | None:
-    """The OSError in an exception's chain that says the disk is full (or read-only), if any."""
-    while err is not None:
-        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
-            return err
-        err = err.__cause__ or err.__context__
-    return None
 
 
 def _messages(err: BaseException | None) -> str:
@@ -260,17 +241,13 @@ def _caused_by(err: BaseException | None, kind: type) -> bool:
 
 def first_invalid_utf8_line(path: Path) -> int:
     """1-based number of the first line that is not valid UTF-8 (0 if none)."""
-    with _open(path) as handle:
+    with open_maybe_gz(path) as handle:
         for number, raw in enumerate(handle, 1):
             try:
                 raw.decode("utf-8")
             except UnicodeDecodeError:
                 return number
     return 0
-
-
-def _open(path: Path):
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
 def _check_not_empty(path: Path) -> None:
@@ -281,7 +258,7 @@ def _check_not_empty(path: Path) -> None:
 
 def _lines(path: Path, count: int) -> list[str]:
     """The first `count` lines of a (possibly gzipped) file, fewer if it is shorter."""
-    with _open(path) as handle:
+    with open_maybe_gz(path) as handle:
         raw = [handle.readline() for _ in range(count)]
     return [line.decode("utf-8", errors="replace").rstrip("\r\n") for line in raw if line]
 

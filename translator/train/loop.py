@@ -26,13 +26,14 @@ from translator.errors import TranslatorError
 from translator.files import atomic_write
 from translator.model.transformer import Transformer, count_parameters
 from translator.prepare import prepared_dir
-from translator.train import distributed
+from translator.train import distributed, oom
 from translator.train.distributed import Dist, no_sync, sum_all
 from translator.train.manifest import RunManifest
 from translator.train.precision import autocast
 from translator.train.schedule import learning_rate
 from translator.train.session import Session, evaluate_and_save, save, setup
 from translator.train.state import TrainState
+from translator.train.validate import too_long_pairs
 
 
 class TrainBatches:
@@ -93,13 +94,15 @@ def train_step(s: Session, batches: list[Batch], total_tokens: float) -> tuple[f
     """
     device, t = s.dist.device, s.cfg.train
     factor = s.dist.world_size / total_tokens  # DDP averages gradients over processes
-    sums = torch.zeros(2, device=device)  # loss, NLL; read once per update (no GPU sync per batch)
-    for i, batch in enumerate(batches):
-        with no_sync(s.net, sync=i == len(batches) - 1):
+
+    def backward(batch: Batch, last: bool) -> torch.Tensor:
+        with no_sync(s.net, sync=last):
             with autocast(device, s.dtype):
                 loss, nll = loss_sums(s.net, batch.to(device), t.label_smoothing)
             s.scaler.scale(loss * factor).backward()
-        sums += torch.stack([loss.detach(), nll])
+        return torch.stack([loss.detach(), nll])
+
+    sums = oom.accumulate(s, batches, backward)  # loss, NLL; read once per update (no GPU sync per batch)
     loss_total, nll_total = sum_all(s.dist, sums.tolist())  # every process decides alike
     s.scaler.unscale_(s.optimizer)
     params = [p for p in s.model.parameters() if p.grad is not None]
@@ -191,7 +194,9 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
             s.metrics.line(f"interrupted: saved {s.run_dir / 'last.pt'} at update {state.step}")
         elif state.last_valid_step != state.step:
             evaluate_and_save(s)
-        s.metrics.line(f"stopped at update {state.step} ({reason}); {state.skipped_steps} updates skipped")
+        s.metrics.line(f"stopped at update {state.step} ({reason}); {state.skipped_steps} updates skipped"
+                       + (f"; out of memory: {state.oom_splits} batches split, {state.oom_skipped} sentences skipped"
+                          if state.oom_splits or state.oom_skipped else ""))
     finally:
         stop.restore()
         if manifest:
@@ -217,6 +222,10 @@ def start_logging(s: Session, n_pairs: int) -> None:
                    f"precision {s.dtype or torch.float32}, gradient checkpointing "
                    f"{on_off[cfg.model.gradient_checkpointing]}, compile {on_off[cfg.train.compile]}; "
                    f"{n_pairs:,} training pairs; starting at update {state.step}")
+    over, total = too_long_pairs(cfg)  # said now, not after eval_every updates
+    if over:
+        s.metrics.line(f"valid: {over} of {total} pairs take more than model.max_positions={cfg.model.max_positions} "
+                       "positions; validation leaves them out of its loss (BLEU translates their sources in pieces)")
 
 
 def log_update(s: Session, loss: float, nll: float, tokens: float, grad_norm: float, ok: bool, lr: float,
@@ -234,7 +243,8 @@ def log_update(s: Session, loss: float, nll: float, tokens: float, grad_norm: fl
     s.metrics.advance(state.step, f"loss {loss / max(tokens, 1):.3f}  lr {lr:.2e}  {window.rate():,.0f} tok/s")
     if state.step % t.log_every:
         return
-    values = {"lr": lr, "grad_norm": grad_norm, "tokens_per_s": window.rate(), "skipped_steps": state.skipped_steps}
+    values = {"lr": lr, "grad_norm": grad_norm, "tokens_per_s": window.rate(), "skipped_steps": state.skipped_steps,
+              "oom_splits": state.oom_splits, "oom_skipped": state.oom_skipped}
     if state.window_tokens:
         values["loss"] = state.window_loss / state.window_tokens
         values["nll_loss"] = state.window_nll / state.window_tokens

@@ -20,6 +20,7 @@ from translator.train.metrics import Metrics
 from translator.train.precision import amp_dtype, grad_scaler
 from translator.train.state import (
     TrainState,
+    check_run_dir,
     read_resumable,
     rng_state,
     save_checkpoints,
@@ -89,8 +90,11 @@ def setup(cfg: Config, quiet: bool) -> Session:
                                   weight_decay=t.weight_decay, fused=d.device.type == "cuda")
     s = Session(cfg=cfg, model=model, net=net, optimizer=optimizer, scaler=grad_scaler(d.device, dtype),
                 tokenizer=tokenizer, dist=d, dtype=dtype, run_dir=Path(t.run_dir))
+    leftovers = check_run_dir(s.run_dir, model, t.keep_last) if d.main else 0  # before any update
     s.run_dir.mkdir(parents=True, exist_ok=True)
     s.metrics = Metrics(s.run_dir, t.max_updates, 0, quiet, enabled=d.main)
+    if leftovers:
+        s.metrics.line(f"removed {leftovers} temporary files of saves that were cut short")
     if (s.run_dir / "last.pt").is_file():
         try:
             resume(s, s.run_dir / "last.pt")
@@ -155,7 +159,8 @@ def evaluate_and_save(s: Session) -> bool:
             f"**source:** {src}  \n**output:** {hyp}  \n**reference:** {ref}" for src, hyp, ref in result.samples))
         s.metrics.line(f"validation at update {state.step}: loss {result.loss:.3f}, ppl {result.ppl:.2f}, "
                        f"BLEU {result.bleu:.2f}, chrF {result.chrf:.2f}{' (best)' if improved else ''} "
-                       f"[{result.signature}]")
+                       f"[{result.signature}]"
+                       + (f"; {result.too_long} pairs over model.max_positions not in the loss" if result.too_long else ""))
         stop = float(bool(t.patience and state.bad_evals >= t.patience))
     state.last_valid_step = state.step
     (stop,) = sum_all(s.dist, [stop])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ class TrainState:
     bad_evals: int = 0  # validations in a row without a better BLEU (early stopping)
     last_valid_step: int = -1
     skipped_steps: int = 0  # updates dropped for a non-finite loss or gradient
+    oom_splits: int = 0  # batches halved after running out of memory (train/oom.py)
+    oom_skipped: int = 0  # single sentences dropped because even alone they ran out of memory
     window_loss: float = 0.0  # token sums since the last log line, so resumed logs match
     window_nll: float = 0.0
     window_tokens: int = 0
@@ -82,6 +85,34 @@ def save_checkpoints(run_dir: Path, model: torch.nn.Module, cfg: Config, tokeniz
         numbered = sorted(run_dir.glob("step-*.pt"), key=lambda p: int(p.stem.split("-")[1]))
         for old in numbered[:-keep]:
             old.unlink()
+
+
+def check_run_dir(run_dir: Path, model: torch.nn.Module, keep_last: int) -> int:
+    """Before training: the run directory is writable and has room for the checkpoints to come.
+
+    A checkpoint is about the weights plus AdamW's two moments; keep_last of them stay, and one more
+    is written before the oldest goes. Removes the temporary files of saves a kill cut short
+    (nothing else writes them) and returns their count.
+    """
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=run_dir):
+            pass
+    except OSError as err:
+        raise TranslatorError(f"cannot write to the run directory: {err.strerror or err}", str(run_dir),
+                              "check its permissions, or use another train.run_dir") from None
+    size = 3 * sum(t.numel() * t.element_size() for t in model.state_dict().values()) + 2**20  # + tokenizer, config
+    kept = len(list(run_dir.glob("step-*.pt")))
+    need = size * max(1, keep_last + 1 - kept) if keep_last else size
+    free = shutil.disk_usage(run_dir).free
+    if free < need:
+        raise TranslatorError(f"not enough free space for checkpoints: {need / 2**20:,.0f} MiB needed (about "
+                              f"{size / 2**20:,.0f} MiB each), {free / 2**20:,.0f} MiB free", str(run_dir),
+                              "free some space, lower train.keep_last, or use another train.run_dir")
+    leftovers = [p for p in run_dir.glob(".*.tmp") if p.is_file()]
+    for path in leftovers:
+        path.unlink()
+    return len(leftovers)
 
 
 def _link(src: Path, dst: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -32,9 +33,22 @@ class Validation:
     chrf: float
     signature: str  # sacreBLEU's, so the number can be reproduced
     samples: list[tuple[str, str, str]]  # (source, hypothesis, reference), the first few sentences
+    too_long: int = 0  # pairs left out of the loss: longer than the model's positions (BLEU splits their sources)
 
     def scalars(self) -> dict[str, float]:
         return {"loss": self.loss, "ppl": self.ppl, "bleu": self.bleu, "chrf": self.chrf}
+
+
+def fitting_pairs(src: TokenArray, tgt: TokenArray, max_positions: int) -> np.ndarray:
+    """Indices of the pairs whose source + EOS and BOS + target fit the model's positions."""
+    return np.flatnonzero((src.lengths + 1 <= max_positions) & (tgt.lengths + 1 <= max_positions))
+
+
+def too_long_pairs(cfg: Config) -> tuple[int, int]:
+    """(pairs longer than model.max_positions, all pairs) of the prepared valid split: known before training."""
+    folder = prepared_dir(cfg.data)
+    src, tgt = TokenArray(folder / "valid.src"), TokenArray(folder / "valid.tgt")
+    return len(src) - len(fitting_pairs(src, tgt, cfg.model.max_positions)), len(src)
 
 
 @torch.no_grad()
@@ -46,7 +60,9 @@ def validate(model: Transformer, tokenizer: Tokenizer, cfg: Config, dtype: torch
     folder = prepared_dir(cfg.data)
     src, tgt = TokenArray(folder / "valid.src"), TokenArray(folder / "valid.tgt")
     loss, tokens = 0.0, 0
-    for rows in token_batches(src.lengths, tgt.lengths, cfg.train.max_tokens, seed=0, epoch=0):
+    fits = fitting_pairs(src, tgt, cfg.model.max_positions)  # a longer pair would not fit the position table
+    for rows in token_batches(src.lengths[fits], tgt.lengths[fits], cfg.train.max_tokens, seed=0, epoch=0):
+        rows = fits[rows]
         batch = make_batch([src[i] for i in rows], [tgt[i] for i in rows]).to(device)
         with autocast(device, dtype):
             logits = model(batch.src, batch.tgt_in, batch.src_mask)  # (B, T, V)
@@ -61,6 +77,6 @@ def validate(model: Transformer, tokenizer: Tokenizer, cfg: Config, dtype: torch
         hyps = [h[0][0] for h in translate_lines(model, tokenizer, sources[:limit], decode)]
     scores = score(hyps, refs[:limit], tgt_lang=cfg.data.tgt_lang)
     model.train()
-    mean = loss / max(tokens, 1)
+    mean = loss / tokens if tokens else math.nan  # no pair fits: no loss to report
     return Validation(mean, math.exp(min(mean, 50.0)), scores.bleu, scores.chrf, scores.bleu_signature,
-                      list(zip(sources, hyps, refs))[:n_samples])
+                      list(zip(sources, hyps, refs))[:n_samples], len(src) - len(fits))
