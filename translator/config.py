@@ -198,7 +198,7 @@ class TrainConfig:
     adam_eps: float = 1e-9
     """AdamW epsilon."""
     weight_decay: float = 0.0
-    """AdamW decoupled weight decay."""
+    """AdamW decoupled weight decay, on linear layers' matrices only (not LayerNorm, biases, embeddings)."""
     label_smoothing: float = 0.1
     """Label smoothing of the cross-entropy loss."""
     clip_grad_norm: float = 0.0

@@ -176,3 +176,23 @@ def test_accumulation_all_reduces_on_the_last_batch_only():
     s.net = RecordingDDP(s.model)
     update(s, [FIRST, SECOND, BOTH])
     assert s.net.calls == [True, True, False]
+
+
+def test_weight_decay_shrinks_linear_matrices_only():
+    """With zero gradients an AdamW step is pure decay: linear weights shrink by lr*wd, while LayerNorm
+    gains, biases and (tied) embeddings stay as they are."""
+    from translator.model.transformer import Transformer
+    from translator.train.session import parameter_groups
+
+    cfg = session().cfg.model
+    model = Transformer(cfg)
+    before = {k: p.detach().clone() for k, p in model.named_parameters()}
+    optimizer = torch.optim.AdamW(parameter_groups(model, 0.5), lr=0.1)
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    for name, p in model.named_parameters():
+        linear_matrix = p.dim() == 2 and "embed" not in name and name != "out_proj.weight"
+        expected = before[name] * (1 - 0.1 * 0.5) if linear_matrix else before[name]
+        torch.testing.assert_close(p.detach(), expected, msg=name)
+    assert parameter_groups(model, 0.0)[0]["params"] == list(model.parameters())

@@ -76,14 +76,20 @@ class TrainBatches:
 
 
 def loss_sums(net: torch.nn.Module, batch: Batch, label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Label-smoothed cross-entropy summed over target tokens (padding ignored), and the plain NLL sum."""
+    """Label-smoothed cross-entropy summed over target tokens (padding ignored), and the plain NLL sum.
+
+    One log-softmax serves both: smoothed = (1 - eps) * NLL + eps * the mean of -log p over the
+    vocabulary, which is F.cross_entropy's label smoothing; perplexity comes from the NLL.
+    """
     logits = net(batch.src, batch.tgt_in, batch.src_mask).flatten(0, 1).float()  # (B*T, V)
+    log_probs = logits.log_softmax(dim=-1)
     target = batch.tgt_out.flatten()  # (B*T,)
-    loss = F.cross_entropy(logits, target, ignore_index=PAD_ID, label_smoothing=label_smoothing, reduction="sum")
+    real = target != PAD_ID
+    nll = -log_probs.gather(1, target[:, None]).squeeze(1).masked_fill(~real, 0.0).sum()
     if not label_smoothing:
-        return loss, loss.detach()
-    with torch.no_grad():  # perplexity is defined on the unsmoothed likelihood
-        return loss, F.cross_entropy(logits.detach(), target, ignore_index=PAD_ID, reduction="sum")
+        return nll, nll.detach()
+    uniform = -log_probs.mean(dim=-1).masked_fill(~real, 0.0).sum()
+    return (1 - label_smoothing) * nll + label_smoothing * uniform, nll.detach()
 
 
 def train_step(s: Session, batches: list[Batch], total_tokens: float) -> tuple[float, float, float, bool]:

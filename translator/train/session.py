@@ -69,6 +69,18 @@ def prepared_tokenizer(cfg: Config, d: Dist, quiet: bool) -> Tokenizer:
     return Tokenizer(src) if src == tgt else Tokenizer(src, tgt)
 
 
+def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW's groups: weight decay on the matrices of linear layers only, never on LayerNorm gains,
+    biases or embeddings (nor the output projection tied to them). Without decay, one group (as
+    checkpoints written before the split hold)."""
+    if not weight_decay:
+        return [{"params": list(model.parameters())}]
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    decayed = [p for p in model.parameters() if p.dim() >= 2 and id(p) not in embeddings]
+    rest = [p for p in model.parameters() if p.dim() < 2 or id(p) in embeddings]
+    return [{"params": decayed, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+
+
 def setup(cfg: Config, quiet: bool) -> Session:
     """Process group, prepared data and tokenizer, seeded model, optimizer and scaler; resumed when
     run_dir/last.pt exists."""
@@ -86,8 +98,8 @@ def setup(cfg: Config, quiet: bool) -> Session:
     if t.compile:
         net = torch.compile(net)
     dtype = amp_dtype(t.precision, d.device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr, betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps,
-                                  weight_decay=t.weight_decay, fused=d.device.type == "cuda")
+    optimizer = torch.optim.AdamW(parameter_groups(model, t.weight_decay), lr=t.lr, betas=(t.adam_beta1, t.adam_beta2),
+                                  eps=t.adam_eps, fused=d.device.type == "cuda")
     s = Session(cfg=cfg, model=model, net=net, optimizer=optimizer, scaler=grad_scaler(d.device, dtype),
                 tokenizer=tokenizer, dist=d, dtype=dtype, run_dir=Path(t.run_dir))
     leftovers = check_run_dir(s.run_dir, model, t.keep_last) if d.main else 0  # before any update
