@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from translator.config import Config, dump, to_dict
 from translator.data.batching import Batch, make_batch, token_batches
