@@ -294,3 +294,23 @@ def test_a_checkpoint_gives_back_its_config(prepared, tmp_path):
         assert (cfg.decode.beam_size, cfg.decode.max_len_a, cfg.decode.max_len_b, cfg.decode.device,
                 cfg.decode.dtype, cfg.model.d_model) == (1, 0.5, 4, "cpu", "fp32", 32)
         assert cfg.data.name == prepared.data.name
+
+
+def test_average_last_n_takes_the_newest_step_checkpoints_by_update(prepared, tmp_path):
+    """step-10 is newer than step-9 (not an alphabetical pick); --last N needs N of them."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for step, seed in ((2, 1), (9, 2), (10, 3)):
+        save_tiny(prepared, run / f"step-{step}.pt", seed=seed)
+    (run / "step-x.pt").write_bytes(b"")  # not a step checkpoint: ignored
+    assert checkpoint.latest_steps(run, 2) == [run / "step-9.pt", run / "step-10.pt"]
+    cli = [sys.executable, "-m", "translator", "average", str(run), "--last", "2", "-o", str(tmp_path / "avg.pt")]
+    done = subprocess.run(cli, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], timeout=300)
+    assert done.returncode == 0, done.stderr
+    w9, w10, avg = (checkpoint.read(p)["model"] for p in (run / "step-9.pt", run / "step-10.pt", tmp_path / "avg.pt"))
+    torch.testing.assert_close(avg["encoder.0.ff.up.weight"], (w9["encoder.0.ff.up.weight"] + w10["encoder.0.ff.up.weight"]) / 2)
+    with pytest.raises(TranslatorError, match="3 step checkpoints found, 4 asked for"):
+        checkpoint.latest_steps(run, 4)

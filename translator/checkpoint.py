@@ -82,6 +82,21 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> tuple[Transfor
     return model.to(device).eval(), cfg, tokenizer
 
 
+def step_files(run_dir: str | Path) -> list[Path]:
+    """A run directory's `step-N.pt` checkpoints, oldest update first (step-10 after step-9)."""
+    numbered = [p for p in Path(run_dir).glob("step-*.pt") if p.stem.split("-", 1)[1].isdigit()]
+    return sorted(numbered, key=lambda p: int(p.stem.split("-", 1)[1]))
+
+
+def latest_steps(run_dir: str | Path, count: int) -> list[Path]:
+    """The newest `count` step checkpoints of a run directory, for `average --last N`."""
+    found = step_files(run_dir)
+    if len(found) < count:
+        raise TranslatorError(f"{len(found)} step checkpoints found, {count} asked for", str(run_dir),
+                              "train with train.keep_last >= N, or average fewer")
+    return found[len(found) - count:]
+
+
 def average(paths: list[str | Path], out: str | Path) -> int:
     """Average the parameters of checkpoints of one architecture into `out` (optimizer state dropped).
 

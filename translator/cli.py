@@ -137,15 +137,19 @@ def translate(ckpt: CkptArg, beam: BeamOpt = None,
 
 
 @app.command()
-def average(ckpts: Annotated[list[Path], typer.Argument(help="Checkpoints of one run.", show_default=False)],
-            out: Annotated[Path, typer.Option("--out", "-o", help="Averaged checkpoint to write.")]) -> None:
+def average(ckpts: Annotated[list[Path], typer.Argument(help="Checkpoints of one run, or with --last its run directory.", show_default=False)],
+            out: Annotated[Path, typer.Option("--out", "-o", help="Averaged checkpoint to write.")],
+            last: Annotated[Optional[int], typer.Option("--last", min=1, help="Average the newest N step-*.pt of the run directory given.")] = None) -> None:
     """Average the parameters of several checkpoints into one (optimizer state is dropped).
 
-    Example: translator average runs/multi30k/step-*.pt -o runs/multi30k/avg.pt
+    Example: translator average runs/multi30k --last 10 -o runs/multi30k/avg.pt
     """
     from translator import checkpoint
 
-    count = checkpoint.average([str(p) for p in ckpts], out)
+    if last is not None and len(ckpts) != 1:
+        raise TranslatorError("--last takes one run directory", "average", "give the run directory alone")
+    paths = checkpoint.latest_steps(ckpts[0], last) if last is not None else ckpts
+    count = checkpoint.average([str(p) for p in paths], out)
     typer.echo(f"averaged {count} checkpoint{'s' if count != 1 else ''} into {out}")
 
 

@@ -82,8 +82,7 @@ def save_checkpoints(run_dir: Path, model: torch.nn.Module, cfg: Config, tokeniz
     for name in ["last.pt"] * bool(keep) + ["best.pt"] * best:
         _link(first, run_dir / name)
     if keep:
-        numbered = sorted(run_dir.glob("step-*.pt"), key=lambda p: int(p.stem.split("-")[1]))
-        for old in numbered[:-keep]:
+        for old in checkpoint.step_files(run_dir)[:-keep]:
             old.unlink()
 
 
