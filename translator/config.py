@@ -236,9 +236,11 @@ class DecodeConfig:
     device: str = "auto"
     """Inference device for `translate`/`eval` (their --device overrides): `auto` (CUDA when present), `cpu`, `cuda` or `cuda:N`."""
     dtype: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
-    """Inference dtype (--dtype overrides): auto = bf16 on CUDA that supports it, fp16 on older CUDA, fp32 on CPU (bf16 is ~1.8x faster on CPUs with native bf16)."""
+    """Inference dtype (--dtype overrides): auto = bf16 on CUDA that supports it, fp16 on older CUDA,
+    fp32 on CPU (bf16 is faster on CPUs with native bf16: docs/benchmarks/decode.md)."""
     cuda_graphs: bool = True
-    """On CUDA, replay each decoding step as one CUDA graph over a static KV cache (--no-cuda-graphs turns it off). No effect on CPU or under autocast."""
+    """On CUDA, replay each decoding step as one CUDA graph over a fixed-shape KV cache
+    (--no-cuda-graphs turns it off). No effect on CPU or under autocast."""
 
     def __post_init__(self) -> None:
         _check_range("decode", self, "beam_size batch_tokens", 1)
