@@ -128,6 +128,19 @@ def test_reorder_is_an_index_select_of_the_written_rows(layout):
             assert torch.equal(got_v[:, :, :L], torch.cat([v, new_v], dim=2))
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+@torch.no_grad()
+def test_cached_decoding_under_autocast_follows_full_decoding(make_model, src_batch, layout):
+    """Validation decodes an fp32 model under bf16 autocast: K/V come in bf16, the cache is fp32."""
+    model, (src, src_mask) = make_model(), src_batch
+    tgt = torch.randint(4, model.cfg.vocab_size, (3, 5))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        memory = model.encode(src, src_mask)
+        full = model.decode(tgt, memory, src_mask)
+        one_by_one, _ = _incremental(model, tgt, memory, src_mask, [1] * 5, memory.dtype, layout)
+    torch.testing.assert_close(one_by_one.float(), full.float(), atol=0.1, rtol=0.1)
+
+
 def test_cache_refuses_to_write_past_its_length():
     cache = KVCache(1, 3, 2, 4, 8, torch.float32, "cpu")
     cache.advance(len(cache.positions(4)))

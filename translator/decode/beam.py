@@ -45,27 +45,34 @@ def beam_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, *
     eos_from = eos_allowed_from(max_lens, min_len).repeat_interleave(k)  # (B*k,)
     steps = int(max_lens.max()) + 1  # the last step can only emit EOS
     shortest_limit = int(max_lens.min())  # before this step no sentence is at its limit
-    longest_penalty = length_penalty(max_lens + 1, alpha)  # (B,) an output of the limit's length, EOS included
+    # (B,) an output of the limit's length, EOS included
+    longest_penalty = length_penalty(max_lens + 1, alpha)
 
     # 0. Encode once. Beams share their sentence's memory: decoder rows are B*k, memory rows B,
     #    and the cache projects each sentence's cross-attention K/V once. Every buffer is made here.
     memory = model.encode(src, src_mask)  # (B, S, D)
-    cache = model.new_cache(B * k, steps, memory.dtype, device, fixed_shapes=cuda_graphs and use_cuda_graph(device))
+    fixed_shapes = cuda_graphs and use_cuda_graph(device)  # for CUDA graphs
+    cache = model.new_cache(B * k, steps, memory.dtype, device, fixed_shapes=fixed_shapes)
     next_logits = decoding_step(model, memory, src_mask, cache)  # on CUDA a replayed graph (decode/step.py)
-    tokens = torch.full((B * k, steps + 1), PAD_ID, dtype=torch.long, device=device)  # BOS + open beams' outputs
+    # BOS + open beams' outputs
+    tokens = torch.full((B * k, steps + 1), PAD_ID, dtype=torch.long, device=device)
     tokens[:, 0] = BOS_ID
-    scores = torch.full((B, k), float("-inf"), device=device)  # open beams' summed log-probs; -inf: empty slot
+    # open beams' summed log-probs; -inf: empty slot
+    scores = torch.full((B, k), float("-inf"), device=device)
     scores[:, 0] = 0.0  # all beams start equal: let only the first one expand at step 0
-    vocab_buffer = torch.empty(B * k, model.cfg.vocab_size, device=device, dtype=torch.float32)  # log_softmax_into
+    # log_softmax_into
+    vocab_buffer = torch.empty(B * k, model.cfg.vocab_size, device=device, dtype=torch.float32)
     finished_scores = torch.full((B, k), float("-inf"), device=device)  # normalised, best first
-    finished_tokens = torch.full((B, k, steps + 1), EOS_ID, dtype=torch.long, device=device)  # empty: ""
+    # empty: ""
+    finished_tokens = torch.full((B, k, steps + 1), EOS_ID, dtype=torch.long, device=device)
     row_offset = torch.arange(B, device=device)[:, None] * k  # (B, 1): first row of each sentence
 
     for step in range(steps):
-        # 1. Next-token log-probs of every beam (only the newest token goes in: the cache has the rest).
+        # 1. Next-token log-probs of every beam (the newest token goes in: the cache has the rest).
         logits = next_logits(tokens[:, step:step + 1])  # (B*k, 1, V)
         cache.advance(1)
-        log_probs = ban_tokens_(log_softmax_into(vocab_buffer, logits[:, -1]), step, eos_from)  # (B*k, V)
+        # (B*k, V)
+        log_probs = ban_tokens_(log_softmax_into(vocab_buffer, logits[:, -1]), step, eos_from)
         if step >= shortest_limit:  # at its length limit a sentence's only continuation is EOS
             _only_eos_(log_probs, (step >= max_lens).repeat_interleave(k))
 
@@ -77,22 +84,26 @@ def beam_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, *
         # 3. A beam's EOS proposal (step + 1 tokens with the EOS) goes to the finished buffer.
         ended = tokens.view(B, k, -1).clone()
         ended[..., step + 1] = EOS_ID
-        normalised = proposals.masked_fill(~is_eos, float("-inf")).amax(dim=2) / length_penalty(step + 1, alpha)
-        finished_scores, finished_tokens = keep_best(finished_scores, finished_tokens, normalised, ended)
+        eos_scores = proposals.masked_fill(~is_eos, float("-inf")).amax(dim=2)  # (B, k)
+        normalised = eos_scores / length_penalty(step + 1, alpha)
+        finished_scores, finished_tokens = keep_best(finished_scores, finished_tokens,
+                                                     normalised, ended)
 
         # 4. The k best other proposals are the open beams: gather their tokens by origin; the cache
         #    reorders its self-attention K/V.
-        scores, index = proposals.masked_fill(is_eos, float("-inf")).flatten(1).topk(k, dim=1)  # (B, k)
+        # (B, k)
+        scores, index = proposals.masked_fill(is_eos, float("-inf")).flatten(1).topk(k, dim=1)
         origin, token = index // k, proposed.flatten(1).gather(1, index)  # (B, k) each
         rows = (row_offset + origin).view(-1)  # (B*k,)
         tokens = tokens.index_select(0, rows)
         tokens[:, step + 1] = token.view(-1)
         cache.reorder(rows)
 
-        # 5. A sentence is done when no open beam can beat its n-th best finished hypothesis. Log-probs
+        # 5. A sentence is done when no open beam can beat its n-th best finished one. Log-probs
         #    are <= 0, so the best an open beam can reach is its score now over the largest penalty
         #    of a length it may still get (the penalty is monotone: one of the two ends).
-        reachable = scores / longest_penalty.clamp(min=length_penalty(step + 2, alpha))[:, None]  # (B, k)
+        # (B, k)
+        reachable = scores / longest_penalty.clamp(min=length_penalty(step + 2, alpha))[:, None]
         done = reachable.amax(dim=1) <= finished_scores[:, n - 1]  # (B,)
         scores = scores.masked_fill(done[:, None], float("-inf"))
         if bool(done.all()):  # the one host sync per step
@@ -100,7 +111,8 @@ def beam_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, *
 
     best, rows = finished_scores.tolist(), finished_tokens.tolist()
     return [[Hypothesis(strip(rows[b][i], EOS_ID), best[b][i]) for i in range(n)
-             if best[b][i] > float("-inf") or i == 0]  # a sentence without any hypothesis still gets one
+             # a sentence without any hypothesis still gets one
+             if best[b][i] > float("-inf") or i == 0]
             for b in range(B)]
 
 
@@ -111,7 +123,8 @@ def top_k(x: torch.Tensor, k: int, block: int = 128) -> tuple[torch.Tensor, torc
     values (any other value is at most the k-th largest block maximum, itself one of k values at
     least as large), so one vectorised amax over x and a top-k over k * block candidates replace
     torch.topk's serial walk along each row (why: docs/benchmarks/decode.md). Among exactly equal
-    values the index chosen may differ from torch.topk's, whose choice is unspecified too. Other shapes (V not a multiple of `block`, fewer
+    values the index chosen may differ from torch.topk's, whose choice is unspecified too.
+    Other shapes (V not a multiple of `block`, fewer
     than k blocks) take x.topk.
     """
     N, V = x.shape
@@ -124,20 +137,23 @@ def top_k(x: torch.Tensor, k: int, block: int = 128) -> tuple[torch.Tensor, torc
     return values, best.gather(1, index // block) * block + index % block
 
 
-def keep_best(scores: torch.Tensor, tokens: torch.Tensor, new_scores: torch.Tensor, new_tokens: torch.Tensor
-              ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The finished buffer (B, k) scores, (B, k, L) tokens merged with (B, k') new ones -> its k best, best first.
+def keep_best(scores: torch.Tensor, tokens: torch.Tensor, new_scores: torch.Tensor,
+              new_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The finished buffer, (B, k) scores and (B, k, L) tokens, merged with (B, k') new ones.
+
+    -> its k best, best first.
 
     The buffer's entries come first, so among equal scores the earlier hypothesis stays.
     """
     k = scores.shape[1]
-    merged, pick = torch.cat([scores, new_scores], dim=1).sort(dim=1, descending=True, stable=True)  # (B, k + k')
+    # (B, k + k')
+    merged, pick = torch.cat([scores, new_scores], dim=1).sort(dim=1, descending=True, stable=True)
     pick = pick[:, :k, None].expand(-1, -1, tokens.shape[-1])  # (B, k, L)
     return merged[:, :k], torch.cat([tokens, new_tokens], dim=1).gather(1, pick)
 
 
 def _only_eos_(log_probs: torch.Tensor, rows: torch.Tensor) -> None:
-    """log_probs (N, V), in place: in the rows where `rows` (N,) is True every token but EOS gets -inf."""
+    """log_probs (N, V), in place: where `rows` (N,) is True every token but EOS gets -inf."""
     eos = log_probs[:, EOS_ID].clone()
     log_probs.masked_fill_(rows[:, None], float("-inf"))
     log_probs[:, EOS_ID] = eos

@@ -32,17 +32,20 @@ def greedy_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor,
     eos_from = eos_allowed_from(max_lens, min_len)  # (B,)
     steps = int(max_lens.max()) + 1  # the last step can only emit EOS
     memory = model.encode(src, src_mask)  # (B, S, D); cross-attention K/V are projected from it once
-    cache = model.new_cache(B, steps, memory.dtype, device, fixed_shapes=cuda_graphs and use_cuda_graph(device))
+    fixed_shapes = cuda_graphs and use_cuda_graph(device)  # for CUDA graphs
+    cache = model.new_cache(B, steps, memory.dtype, device, fixed_shapes=fixed_shapes)
     next_logits = decoding_step(model, memory, src_mask, cache)  # on CUDA a replayed graph (decode/step.py)
     tokens = torch.full((B, steps + 1), PAD_ID, dtype=torch.long, device=device)  # BOS + outputs
     tokens[:, 0] = BOS_ID
     scores = torch.zeros(B, device=device)
     finished = torch.zeros(B, dtype=torch.bool, device=device)
-    vocab_buffer = torch.empty(B, model.cfg.vocab_size, device=device, dtype=torch.float32)  # see log_softmax_into
+    # see log_softmax_into
+    vocab_buffer = torch.empty(B, model.cfg.vocab_size, device=device, dtype=torch.float32)
     for step in range(steps):
         logits = next_logits(tokens[:, step:step + 1])  # (B, 1, V)
         cache.advance(1)
-        log_probs = ban_tokens_(log_softmax_into(vocab_buffer, logits[:, -1]), step, eos_from)  # (B, V) fp32
+        # (B, V) fp32
+        log_probs = ban_tokens_(log_softmax_into(vocab_buffer, logits[:, -1]), step, eos_from)
         token = log_probs.argmax(dim=-1)  # (B,)
         token = torch.where(step >= max_lens, EOS_ID, token)  # length limit reached: end here
         token = torch.where(finished, PAD_ID, token)

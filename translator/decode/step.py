@@ -26,10 +26,10 @@ def use_cuda_graph(device: torch.device) -> bool:
 
 def decoding_step(model: Transformer, memory: torch.Tensor, src_mask: torch.Tensor, cache: KVCache
                   ) -> Callable[[torch.Tensor], torch.Tensor]:
-    """tokens (N, 1) at the cache's next position -> logits (N, 1, V); the caller advances the cache.
+    """tokens (N, 1) at the cache's next position -> logits (N, 1, V); the caller advances it.
 
-    With a fixed-shape cache on CUDA the step is a CUDA graph: its logits tensor is overwritten by the
-    next call, so a caller reads it before calling again.
+    With a fixed-shape cache on CUDA the step is a CUDA graph: its logits tensor is overwritten by
+    the next call, so a caller reads it before calling again.
     """
     if cache.fixed_shapes and memory.is_cuda:
         return CudaGraphStep(model, memory, src_mask, cache)

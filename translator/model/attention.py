@@ -12,11 +12,12 @@ from torch import nn
 from translator.model.cache import LayerCache
 
 # q (N, H, T, K), k and v (N, G, L, K), mask, is_causal, dropout_p -> (N, H, T, K)
-Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, bool, float], torch.Tensor]
+Tensor = torch.Tensor
+Kernel = Callable[[Tensor, Tensor, Tensor, Tensor | None, bool, float], Tensor]
 
 
 class MultiHeadAttention(nn.Module):
-    """softmax(Q K^T / sqrt(d_k)) V over H query heads sharing G key/value heads (Vaswani et al. 3.2).
+    """softmax(Q K^T / sqrt(d_k)) V over H query heads sharing G key/value heads (Vaswani 3.2).
 
     forward: project, get keys and values (from the cache when decoding), attend under one bool
     mask (True = may attend, broadcastable to (N, H, T, L)), merge the heads. `kernel` computes
@@ -36,9 +37,9 @@ class MultiHeadAttention(nn.Module):
         self.dropout, self.rotary = dropout, rotary
         self.kernel: Kernel = sdpa_attention
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, mask: torch.Tensor | None = None, *,
-                is_causal: bool = False, positions: torch.Tensor | None = None,
-                cache: LayerCache | None = None) -> torch.Tensor:
+    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None, *,
+                is_causal: bool = False, positions: Tensor | None = None,
+                cache: LayerCache | None = None) -> Tensor:
         """x (N, T, D) queries at `positions` (T,); memory (B, S, D) for cross-attention, else None.
 
         N = B * beams: the beams of a sentence share its memory. With a cache, self-attention
@@ -47,20 +48,23 @@ class MultiHeadAttention(nn.Module):
         """
         q = self._heads(self.q_proj(x), self.n_heads)  # (N, H, T, K)
         if memory is None:
-            k, v = self._heads(self.k_proj(x), self.n_kv_heads), self._heads(self.v_proj(x), self.n_kv_heads)
+            k = self._heads(self.k_proj(x), self.n_kv_heads)  # (N, G, T, K)
+            v = self._heads(self.v_proj(x), self.n_kv_heads)
             if self.rotary is not None:
                 q, k = self.rotary(q, positions), self.rotary(k, positions)
             if cache is not None:
                 k, v = cache.update(k, v, positions)  # (N, G, L, K): every position written so far
         else:
             k, v = self._memory_keys_values(memory, cache)  # (B, G, S, K)
-        out = shared_key_attention(self.kernel, q, k, v, mask, is_causal, self.dropout if self.training else 0.0)
+        dropout = self.dropout if self.training else 0.0
+        out = shared_key_attention(self.kernel, q, k, v, mask, is_causal, dropout)
         N, _, T, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(N, T, -1))  # (N, H, T, K) -> (N, T, D)
 
     def _heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
         B, L, _ = x.shape
-        return x.view(B, L, heads, self.d_head).transpose(1, 2)  # (B, L, heads*K) -> (B, heads, L, K)
+        # (B, L, heads*K) -> (B, heads, L, K)
+        return x.view(B, L, heads, self.d_head).transpose(1, 2)
 
     def _memory_keys_values(self, memory: torch.Tensor, cache: LayerCache | None
                             ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,15 +72,16 @@ class MultiHeadAttention(nn.Module):
             return cache.cross
         k = self._heads(self.k_proj(memory), self.n_kv_heads)  # (B, G, S, K)
         v = self._heads(self.v_proj(memory), self.n_kv_heads)
-        if cache is not None:  # made contiguous once, or every step's matrix products would copy them
+        # made contiguous once, or every step's matrix products would copy them
+        if cache is not None:
             cache.cross = k.contiguous(), v.contiguous()
             return cache.cross
         return k, v
 
 
-def shared_key_attention(kernel: Kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                         mask: torch.Tensor | None, is_causal: bool, dropout_p: float) -> torch.Tensor:
-    """q (B*beams, H, T, K) against k, v (B, G, L, K) -> (B*beams, H, T, K): beams share their sentence's keys.
+def shared_key_attention(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+                         is_causal: bool, dropout_p: float) -> Tensor:
+    """q (B*beams, H, T, K), k and v (B, G, L, K) -> (B*beams, H, T, K): beams share their keys.
 
     The beams' queries are folded into one query axis, so K/V are read once per sentence
     (beams = 1, the usual case, folds nothing). Masks broadcast over the folded axis.
@@ -106,8 +111,8 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torc
     CUDA's memory-efficient kernel returns NaN for a row with none (pytorch#110213). The model's
     masks always leave one (the query itself; a source's EOS).
     """
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
-                                          enable_gqa=k.shape[1] != q.shape[1])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                          is_causal=is_causal, enable_gqa=k.shape[1] != q.shape[1])
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
@@ -127,7 +132,8 @@ def attention_weights(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
     H, G = q.shape[1], k.shape[1]
     if G != H:  # each group of H/G query heads reads one key/value head
         k, v = k.repeat_interleave(H // G, dim=1), v.repeat_interleave(H // G, dim=1)  # (N, H, L, K)
-    scores = (q / math.sqrt(q.shape[-1])) @ k.transpose(-2, -1)  # (N, H, T, L); scaled first: no fp16 overflow
+    # (N, H, T, L); scaled first: no fp16 overflow
+    scores = (q / math.sqrt(q.shape[-1])) @ k.transpose(-2, -1)
     if is_causal:  # upper-left aligned, as in SDPA
         causal = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).tril()
         mask = causal if mask is None else mask & causal

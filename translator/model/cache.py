@@ -26,15 +26,16 @@ import torch
 
 
 class KVCache:
-    """Self-attention K/V (N, G, T_max, K) per decoder layer, cross-attention K/V (B, G, S, K) per layer."""
+    """Per decoder layer: self-attention K/V (N, G, T_max, K), cross-attention K/V (B, G, S, K)."""
 
     def __init__(self, n_layers: int, rows: int, n_kv_heads: int, max_len: int, d_head: int,
                  dtype: torch.dtype, device: torch.device | str, *, fixed_shapes: bool = False,
                  dense_prefix: bool = False) -> None:
         if fixed_shapes and dense_prefix:
-            raise ValueError("a dense-prefix cache changes shape at every step: no CUDA graph can replay it")
+            raise ValueError("a dense-prefix cache changes shape: no CUDA graph replays it")
         shape = (rows, n_kv_heads, max_len, d_head)
-        self.layers = [LayerCache(self, shape, dtype, device, dense_prefix) for _ in range(n_layers)]
+        self.layers = [LayerCache(self, shape, dtype, device, dense_prefix)
+                       for _ in range(n_layers)]
         self.max_len, self.fixed_shapes = max_len, fixed_shapes
         self.length = 0  # positions written (host), for slicing and reordering
         self.position = torch.zeros(1, dtype=torch.long, device=device)  # the same, on the device
@@ -43,11 +44,12 @@ class KVCache:
     def positions(self, T: int) -> torch.Tensor:
         """(T,) absolute positions of the next T tokens, computed on the device (no host value)."""
         if self.length + T > self.max_len:
-            raise ValueError(f"KV cache holds {self.max_len} positions; writing up to {self.length + T}")
+            end = self.length + T
+            raise ValueError(f"KV cache holds {self.max_len} positions; writing up to {end}")
         return self.position + self._offsets[:T]
 
     def n_keys(self, T: int) -> int:
-        """Key slots attention reads in a step of T new positions: those written, or all (fixed_shapes)."""
+        """Key slots attention reads in a step of T new positions: the written ones, or all."""
         return self.max_len if self.fixed_shapes else self.length + T
 
     def advance(self, T: int) -> None:
@@ -56,38 +58,43 @@ class KVCache:
         self.position += T
 
     def reorder(self, origin: torch.Tensor) -> None:
-        """Beam search: row i continues the hypothesis that was row origin[i] (N,). Call after `advance`."""
+        """Beam search: row i continues the hypothesis of row origin[i] (N,). After `advance`."""
         for layer in self.layers:
             layer.reorder(origin)
 
 
 class LayerCache:
-    """One decoder layer's part of a KVCache: self-attention K/V and, once projected, cross-attention K/V."""
+    """One decoder layer's part of a KVCache: self-attention K/V, cross-attention K/V."""
 
     def __init__(self, cache: KVCache, shape: tuple[int, int, int, int], dtype: torch.dtype,
                  device: torch.device | str, dense_prefix: bool) -> None:
         self.cache = cache
-        self.cross: tuple[torch.Tensor, torch.Tensor] | None = None  # (B, G, S, K) each, set on first use
+        # (B, G, S, K) each, set on first use
+        self.cross: tuple[torch.Tensor, torch.Tensor] | None = None
         N, G, _, K = shape
         if dense_prefix:  # two flat buffers each for K and V: a step reads one and writes the other
-            self._buffers = [torch.empty(shape, dtype=dtype, device=device).view(-1) for _ in range(4)]
-            self.k, self.v = (buffer[:0].view(N, G, 0, K) for buffer in self._buffers[:2])  # (N, G, L, K)
+            self._buffers = [torch.empty(shape, dtype=dtype, device=device).view(-1)
+                             for _ in range(4)]
+            # (N, G, L, K)
+            self.k, self.v = (buffer[:0].view(N, G, 0, K) for buffer in self._buffers[:2])
             self._origin: torch.Tensor | None = None  # a reorder the next update applies
-        else:  # zeros, not empty: a masked slot gets weight 0, and 0 * NaN (uninitialised memory) is NaN
+        else:  # zeros, not empty: a masked slot gets weight 0, and 0 * NaN (garbage) is NaN
             self._buffers = []
             self.k, self.v = (torch.zeros(shape, dtype=dtype, device=device) for _ in range(2))
 
-    def update(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
         """Write k, v (N, G, T, K) at `positions` (T,) -> the K, V attention reads (N, G, L, K)."""
         if self._buffers:
             return self._append_dense(k, v)
-        self.k.index_copy_(2, positions, k)
-        self.v.index_copy_(2, positions, v)
+        # under autocast k, v come in the autocast dtype; the cache keeps the model's
+        self.k.index_copy_(2, positions, k.to(self.k.dtype))
+        self.v.index_copy_(2, positions, v.to(self.v.dtype))
         n = self.cache.n_keys(k.shape[2])
         return self.k[:, :, :n], self.v[:, :, :n]
 
     def reorder(self, origin: torch.Tensor) -> None:
-        """Row i continues row origin[i] (N,): moved now in place, or (dense prefix) by the next update."""
+        """Row i continues row origin[i] (N,): moved now in place, or (dense) by the next update."""
         if self._buffers:
             self._origin = origin if self._origin is None else self._origin.index_select(0, origin)
             return
@@ -106,7 +113,8 @@ class LayerCache:
     def _append_dense(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         start, origin, self._origin = self.cache.length, self._origin, None
         spare_k, spare_v = self._buffers[2:]
-        self.k, self.v = _extend(self.k, k, spare_k, start, origin), _extend(self.v, v, spare_v, start, origin)
+        self.k = _extend(self.k, k, spare_k, start, origin)
+        self.v = _extend(self.v, v, spare_v, start, origin)
         self._buffers = self._buffers[2:] + self._buffers[:2]
         return self.k, self.v
 

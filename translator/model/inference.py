@@ -8,7 +8,8 @@ compute the same functions faster (why, with the measurements: docs/benchmarks/d
 - the decoder's attention is written out: PyTorch's fused CPU kernel is slower for a decoding
   step's one query row;
 - the KV cache keeps dense prefixes (model/cache.py), which oneDNN's `bmm` reads without a copy.
-The plain model is the reference the converted one is tested against (tests/model/test_inference.py).
+The plain model is the reference the converted one is tested against
+(tests/model/test_inference.py).
 The conversion is for inference only: it turns autograd off for the parameters, and a converted
 linear refuses to run under autocast, which its private op would bypass.
 """
@@ -29,7 +30,8 @@ log = logging.getLogger(__name__)
 
 def onednn_dtypes() -> frozenset[torch.dtype]:
     """The dtypes this PyTorch build and CPU can run through oneDNN's linear (empty: none)."""
-    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+    mkldnn = torch.ops.mkldnn
+    if not (torch.backends.mkldnn.is_available() and hasattr(mkldnn, "_linear_pointwise")):
         return frozenset()
     if torch.ops.mkldnn._is_mkldnn_bf16_supported():
         return frozenset({torch.float32, torch.bfloat16})
@@ -37,24 +39,27 @@ def onednn_dtypes() -> frozenset[torch.dtype]:
 
 
 class OneDNNLinear(nn.Module):
-    """y = activation(x W^T + b) through oneDNN, sharing the weight and bias of the nn.Linear it replaces.
+    """y = activation(x W^T + b) through oneDNN, sharing the replaced nn.Linear's weight and bias.
 
     The same function at the same precision; only the summation order differs from nn.Linear.
     """
 
     def __init__(self, linear: nn.Linear, activation: str = "none") -> None:
         super().__init__()
-        self.weight, self.bias, self.activation = linear.weight, linear.bias, activation  # shared: ties stay
+        # shared: ties stay
+        self.weight, self.bias, self.activation = linear.weight, linear.bias, activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., in) -> (..., out)."""
         if torch.is_autocast_enabled("cpu"):
-            raise RuntimeError("a model converted for CPU decoding runs in its own dtype, not under autocast")
-        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, self.activation, [], "")
+            raise RuntimeError("a model converted for CPU decoding runs in its own dtype, "
+                               "not under autocast")
+        linear = torch.ops.mkldnn._linear_pointwise
+        return linear(x, self.weight, self.bias, self.activation, [], "")
 
 
 def for_cpu_decoding(model: Transformer) -> str:
-    """Convert `model` (in place, on CPU, in its final dtype) for searches; -> what was done, in words."""
+    """Convert `model` (in place, on CPU, in its final dtype) for searches -> what was done."""
     dtype = next(model.parameters()).dtype
     if next(model.parameters()).device.type != "cpu":
         return "no CPU decoding kernels (the model is not on the CPU)"

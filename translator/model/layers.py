@@ -54,7 +54,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
         super().__init__()
-        self.up, self.activation, self.down = nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        self.up, self.activation = nn.Linear(d_model, d_ff), nn.ReLU()
+        self.down = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -94,7 +95,8 @@ class EncoderLayer(nn.Module):
         self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
         self.attn_block, self.ff_block = (Residual(cfg.d_model, cfg.dropout, pre) for _ in range(2))
 
-    def forward(self, x: torch.Tensor, src_mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, src_mask: torch.Tensor, positions: torch.Tensor
+                ) -> torch.Tensor:
         """x (B, S, D) at `positions` (S,), src_mask (B, 1, 1, S) -> (B, S, D)."""
         x = self.attn_block(x, lambda h: self.self_attn(h, mask=src_mask, positions=positions))
         return self.ff_block(x, self.ff)
@@ -113,13 +115,14 @@ class DecoderLayer(nn.Module):
         self.self_block, self.cross_block, self.ff_block = (
             Residual(cfg.d_model, cfg.dropout, pre) for _ in range(3))
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor, tgt_mask: torch.Tensor | None,
-                positions: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
+                tgt_mask: torch.Tensor | None, positions: torch.Tensor,
+                cache: LayerCache | None = None) -> torch.Tensor:
         """x (N, T, D) at `positions` (T,), memory (B, S, D), src_mask (B, 1, 1, S) -> (N, T, D).
 
-        tgt_mask (T, L) from `causal_mask` with a cache; None: causal over x itself (SDPA's is_causal).
+        tgt_mask (T, L) from `causal_mask` with a cache; None: causal over x itself (is_causal).
         """
-        x = self.self_block(x, lambda h: self.self_attn(h, mask=tgt_mask, is_causal=tgt_mask is None,
-                                                         positions=positions, cache=cache))
+        x = self.self_block(x, lambda h: self.self_attn(
+            h, mask=tgt_mask, is_causal=tgt_mask is None, positions=positions, cache=cache))
         x = self.cross_block(x, lambda h: self.cross_attn(h, memory, src_mask, cache=cache))
         return self.ff_block(x, self.ff)

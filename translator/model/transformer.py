@@ -88,7 +88,8 @@ class Transformer(nn.Module):
         for i, layer in enumerate(self.decoder):
             kv = cache.layers[i] if cache is not None else None
             if self.cfg.gradient_checkpointing and self.training:
-                x = checkpoint(layer, x, memory, src_mask, tgt_mask, positions, kv, use_reentrant=False)
+                x = checkpoint(layer, x, memory, src_mask, tgt_mask, positions, kv,
+                               use_reentrant=False)
             else:
                 x = layer(x, memory, src_mask, tgt_mask, positions, kv)
         return self.out_proj(self.decoder_norm(x))
@@ -101,11 +102,12 @@ class Transformer(nn.Module):
                   fixed_shapes: bool = False) -> KVCache:
         """An empty KV cache for `rows` decoder rows and at most `max_len` target positions.
 
-        fixed_shapes: the layout a CUDA graph replays. Otherwise the layout `dense_prefix_cache` names.
+        fixed_shapes: the layout CUDA graphs replay; otherwise the one `dense_prefix_cache` names.
         """
         cfg = self.cfg
-        return KVCache(cfg.n_decoder_layers, rows, cfg.n_kv_heads or cfg.n_heads, min(max_len, cfg.max_positions),
-                       cfg.d_model // cfg.n_heads, dtype, device, fixed_shapes=fixed_shapes,
+        return KVCache(cfg.n_decoder_layers, rows, cfg.n_kv_heads or cfg.n_heads,
+                       min(max_len, cfg.max_positions), cfg.d_model // cfg.n_heads, dtype, device,
+                       fixed_shapes=fixed_shapes,
                        dense_prefix=self.dense_prefix_cache and not fixed_shapes)
 
 
