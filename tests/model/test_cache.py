@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import torch
 
@@ -139,6 +142,19 @@ def test_cached_decoding_under_autocast_follows_full_decoding(make_model, src_ba
         full = model.decode(tgt, memory, src_mask)
         one_by_one, _ = _incremental(model, tgt, memory, src_mask, [1] * 5, memory.dtype, layout)
     torch.testing.assert_close(one_by_one.float(), full.float(), atol=0.1, rtol=0.1)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_dropped_cache_is_freed_at_once(make_model, layout):
+    """No reference cycle: a search's K/V buffers go when it returns, not at the next collection."""
+    gc.disable()
+    try:
+        cache = _cache(make_model(), 4, 8, layout)
+        buffer = weakref.ref(cache.layers[0].k)
+        del cache
+        assert buffer() is None
+    finally:
+        gc.enable()
 
 
 def test_cache_refuses_to_write_past_its_length():

@@ -34,12 +34,17 @@ class KVCache:
         if fixed_shapes and dense_prefix:
             raise ValueError("a dense-prefix cache changes shape: no CUDA graph replays it")
         shape = (rows, n_kv_heads, max_len, d_head)
-        self.layers = [LayerCache(self, shape, dtype, device, dense_prefix)
+        self._written = _Written(max_len, fixed_shapes)  # shared with the layers, which never see self
+        self.layers = [LayerCache(self._written, shape, dtype, device, dense_prefix)
                        for _ in range(n_layers)]
         self.max_len, self.fixed_shapes = max_len, fixed_shapes
-        self.length = 0  # positions written (host), for slicing and reordering
-        self.position = torch.zeros(1, dtype=torch.long, device=device)  # the same, on the device
+        self.position = torch.zeros(1, dtype=torch.long, device=device)  # `length`, on the device
         self._offsets = torch.arange(max_len, device=device)  # (T_max,)
+
+    @property
+    def length(self) -> int:
+        """Positions written so far (host), for slicing and reordering."""
+        return self._written.length
 
     def positions(self, T: int) -> torch.Tensor:
         """(T,) absolute positions of the next T tokens, computed on the device (no host value)."""
@@ -50,11 +55,11 @@ class KVCache:
 
     def n_keys(self, T: int) -> int:
         """Key slots attention reads in a step of T new positions: the written ones, or all."""
-        return self.max_len if self.fixed_shapes else self.length + T
+        return self._written.n_keys(T)
 
     def advance(self, T: int) -> None:
         """The caller's step wrote T positions."""
-        self.length += T
+        self._written.length += T
         self.position += T
 
     def reorder(self, origin: torch.Tensor) -> None:
@@ -63,12 +68,26 @@ class KVCache:
             layer.reorder(origin)
 
 
+class _Written:
+    """The host-side count of written positions, shared by a KVCache and its layers.
+
+    Layers hold this rather than their KVCache: no reference cycle, so a search's cache is freed
+    when the search returns, not at the next garbage collection.
+    """
+
+    def __init__(self, max_len: int, fixed_shapes: bool) -> None:
+        self.length, self.max_len, self.fixed_shapes = 0, max_len, fixed_shapes
+
+    def n_keys(self, T: int) -> int:
+        return self.max_len if self.fixed_shapes else self.length + T
+
+
 class LayerCache:
     """One decoder layer's part of a KVCache: self-attention K/V, cross-attention K/V."""
 
-    def __init__(self, cache: KVCache, shape: tuple[int, int, int, int], dtype: torch.dtype,
+    def __init__(self, written: _Written, shape: tuple[int, int, int, int], dtype: torch.dtype,
                  device: torch.device | str, dense_prefix: bool) -> None:
-        self.cache = cache
+        self.written_positions = written
         # (B, G, S, K) each, set on first use
         self.cross: tuple[torch.Tensor, torch.Tensor] | None = None
         N, G, _, K = shape
@@ -90,7 +109,7 @@ class LayerCache:
         # under autocast k, v come in the autocast dtype; the cache keeps the model's
         self.k.index_copy_(2, positions, k.to(self.k.dtype))
         self.v.index_copy_(2, positions, v.to(self.v.dtype))
-        n = self.cache.n_keys(k.shape[2])
+        n = self.written_positions.n_keys(k.shape[2])
         return self.k[:, :, :n], self.v[:, :, :n]
 
     def reorder(self, origin: torch.Tensor) -> None:
@@ -99,19 +118,19 @@ class LayerCache:
             self._origin = origin if self._origin is None else self._origin.index_select(0, origin)
             return
         for buffer in (self.k, self.v):
-            written = buffer[:, :, :self.cache.length]  # (N, G, L, K)
+            written = buffer[:, :, :self.written_positions.length]  # (N, G, L, K)
             written.copy_(written.index_select(0, origin))
 
     def written(self) -> tuple[torch.Tensor, torch.Tensor]:
         """K, V (N, G, L, K) of the `length` positions written, any pending reorder applied."""
-        L = self.cache.length
+        L = self.written_positions.length
         k, v = self.k[:, :, :L], self.v[:, :, :L]
         if self._buffers and self._origin is not None:
             return k.index_select(0, self._origin), v.index_select(0, self._origin)
         return k, v
 
     def _append_dense(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        start, origin, self._origin = self.cache.length, self._origin, None
+        start, origin, self._origin = self.written_positions.length, self._origin, None
         spare_k, spare_v = self._buffers[2:]
         self.k = _extend(self.k, k, spare_k, start, origin)
         self.v = _extend(self.v, v, spare_v, start, origin)
