@@ -55,16 +55,24 @@ def make_batches(n_sentences: int, batch_size: int, workdir: Path) -> list[dict]
     return batches
 
 
-def build(system: str, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
-    """A randomly initialised base model, ours or Hugging Face MarianMT, in eval mode."""
+def build(system: str, device: torch.device, dtype: torch.dtype, cpu_kernels: bool = True) -> torch.nn.Module:
+    """A randomly initialised base model, ours or Hugging Face MarianMT, in eval mode.
+
+    Ours on CPU gets the conversion `translate.load` applies (model/inference.py) unless not `cpu_kernels`.
+    """
     torch.manual_seed(0)
     if system.startswith("ours"):
         from translator.config import ModelConfig
+        from translator.model.inference import for_cpu_decoding
         from translator.model.transformer import Transformer
 
         model = Transformer(ModelConfig(vocab_size=BASE["vocab"], d_model=BASE["d_model"], n_heads=BASE["heads"],
                                         n_encoder_layers=BASE["layers"], n_decoder_layers=BASE["layers"],
                                         d_ff=BASE["ffn"], dropout=0.0, max_positions=BASE["max_positions"]))
+        model = model.to(device, dtype).eval()
+        if device.type == "cpu" and cpu_kernels:
+            for_cpu_decoding(model)
+        return model
     else:
         from transformers import MarianConfig, MarianMTModel
 

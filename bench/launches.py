@@ -7,8 +7,8 @@ hundred kernels of microseconds each, so the host launching them bounds the step
 no GPU: a TorchDispatchMode counts the aten operations each configuration dispatches while
 decoding a batch to L = 10 and to L = 30 forced tokens (bench/decode.py's setting and models);
 the difference / 20 is one step. Views, no-op dropouts and host reads are not counted (no kernel);
-host reads are reported as syncs. Ours is forced onto its CUDA path (SDPA for the one-token query,
-F.linear) by reporting autograd as on; with graphs, CUDA's graph API is played on CPU
+host reads are reported as syncs. Ours runs unconverted, the path CUDA takes (SDPA for the one-token
+query, nn.Linear; no model/inference.py conversion); with graphs, CUDA's graph API is played on CPU
 (tests/cuda_graph_on_cpu.py) and the replayed operations are reported apart: one graph launch.
 """
 
@@ -50,8 +50,6 @@ def count(config: str, length: int) -> dict:
     import bench.decode as bench_decode
 
     graphs = []
-    if config != "hf":
-        torch.is_grad_enabled = lambda: True  # ours then takes the path it takes on CUDA: SDPA, F.linear
     if config == "ours-graphs":
         import translator.decode.beam as beam
         import translator.decode.step as step
@@ -65,10 +63,11 @@ def count(config: str, length: int) -> dict:
                 replay(graph)
 
         cuda_graph_on_cpu.RecordedGraph.replay = uncounted_replay
-        beam.use_cuda_graph = lambda device: True
+        beam.use_cuda_graph = lambda device: True  # fixed-shape cache and graph steps on CPU
         beam.decoding_step = lambda *args: graphs.append(step.CudaGraphStep(*args)) or graphs[-1]
     system = "hf" if config == "hf" else "ours"
-    model = bench_decode.build(system, torch.device("cpu"), torch.float32)
+    # ours unconverted: the path CUDA takes (SDPA, nn.Linear), not the CPU decoding kernels
+    model = bench_decode.build(system, torch.device("cpu"), torch.float32, cpu_kernels=False)
     batch = {"src": [list(range(5, 25))] * 32, "length": length}
     with _Count() as counter:
         bench_decode.decode_batch(system, model, batch, 4, torch.device("cpu"))

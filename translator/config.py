@@ -242,7 +242,8 @@ class DecodeConfig:
     dtype: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     """Inference dtype (--dtype overrides): auto = bf16 on CUDA that supports it, fp16 on older CUDA; on CPU bf16 where it is native (AVX512-BF16, AMX, Arm BF16), else fp32."""
     cuda_graphs: bool = True
-    """On CUDA, replay each decoding step as one CUDA graph over a static KV cache (--no-cuda-graphs turns it off). No effect on CPU or under autocast."""
+    """On CUDA, replay each decoding step as one CUDA graph over a fixed-shape KV cache
+    (--no-cuda-graphs turns it off). No effect on CPU or under autocast."""
 
     def __post_init__(self) -> None:
         _check_range("decode", self, "beam_size batch_tokens", 1)

@@ -52,7 +52,10 @@ class ToyCache:
     def __init__(self, rows: int, max_len: int) -> None:
         self.prefix = torch.full((rows, max_len), PAD_ID)
         self.length = 0
-        self.static = False  # never replayed as a CUDA graph
+        self.fixed_shapes = False  # never replayed as a CUDA graph
+
+    def advance(self, T: int) -> None:
+        self.length += T
 
     def reorder(self, rows: torch.Tensor) -> None:
         self.prefix = self.prefix.index_select(0, rows)
@@ -69,14 +72,14 @@ class ToyScorer:
                  vocab: int = 8, max_positions: int = 64, floor: float = 1e-6) -> None:
         self.table, self.default, self.vocab = table, default or {EOS_ID: 1.0}, vocab
         self.floor = math.log(floor) if floor > 0 else float("-inf")
-        self.cfg = SimpleNamespace(max_positions=max_positions)
+        self.cfg = SimpleNamespace(max_positions=max_positions, vocab_size=vocab)
         self.calls = 0
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         return torch.zeros(src.shape[0], src.shape[1], 1)  # (B, S, 1)
 
     def new_cache(self, rows: int, max_len: int, dtype: torch.dtype, device: torch.device,
-                  static: bool = False) -> ToyCache:
+                  fixed_shapes: bool = False) -> ToyCache:
         return ToyCache(rows, max_len)
 
     def decode(self, tokens: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor, cache: ToyCache):

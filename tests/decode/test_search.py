@@ -6,6 +6,7 @@ every step (no cache, no reorder) and keep hypotheses in plain Python lists.
 
 from __future__ import annotations
 
+import copy
 import math
 from fractions import Fraction
 
@@ -16,6 +17,7 @@ from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from translator.decode import log_softmax_into, max_lengths
 from translator.decode.beam import beam_search, length_penalty, top_k
 from translator.decode.greedy import greedy_search
+from translator.model.inference import for_cpu_decoding
 
 NEG_INF = float("-inf")
 
@@ -63,27 +65,35 @@ def reference_greedy(model, src, src_mask, max_len_a=1.2, max_len_b=10, min_len=
 
 
 @torch.inference_mode()
-def reference_beam(model, src, src_mask, beam_size=4, alpha=0.6, max_len_a=1.2, max_len_b=10, min_len=0):
-    """Per sentence all hypotheses, best first, as (tokens, score); finished ones keep their slot."""
-    out = []
-    for b in range(src.shape[0]):
-        memory = model.encode(src[b:b + 1], src_mask[b:b + 1])
-        max_len = _limit(model, src_mask[b], max_len_a, max_len_b)
-        beams = [([], 0.0, False)]  # (tokens, summed log-prob, ended)
-        for step in range(max_len + 1):
-            open_beams = [beam for beam in beams if not beam[2]]
-            candidates = [beam for beam in beams if beam[2]]
-            lp = _next_log_probs(model, [[BOS_ID, *beam[0]] for beam in open_beams], memory,
-                                 src_mask[b:b + 1], step, max_len, min_len)
-            for (tokens, score, _), row in zip(open_beams, lp.tolist()):
-                candidates += [(tokens + [v], score + p, v == EOS_ID) for v, p in enumerate(row) if p > NEG_INF]
-            beams = sorted(candidates, key=lambda beam: -beam[1])[:beam_size]
-            if all(beam[2] for beam in beams):
-                break
-        final = [(tokens[:-1], score / float(length_penalty(torch.tensor(len(tokens)), alpha)))
-                 for tokens, score, _ in beams]
-        out.append(sorted(final, key=lambda hyp: -hyp[1]))
-    return out
+def reference_beam(model, src, src_mask, beam_size=4, alpha=0.6, max_len_a=1.2, max_len_b=10, min_len=0, nbest=None):
+    """Per sentence its best `nbest` (default all) finished hypotheses, best first, as (tokens, score).
+
+    The algorithm in plain lists: each open beam proposes its k best tokens; an EOS proposal is
+    finished, for good; the k best other proposals stay open. No early stop: it runs until no
+    beam is open, so it also checks that the search stops only when nothing better can come.
+    """
+    return [reference_beam_search(lambda prefixes, step, b=b, memory=model.encode(src[b:b + 1], src_mask[b:b + 1]),
+                                  max_len=_limit(model, src_mask[b], max_len_a, max_len_b):
+                                  _next_log_probs(model, prefixes, memory, src_mask[b:b + 1], step, max_len, min_len),
+                                  _limit(model, src_mask[b], max_len_a, max_len_b), beam_size, alpha)[:nbest]
+            for b in range(src.shape[0])]
+
+
+def reference_beam_search(next_log_probs, max_len: int, k: int, alpha: float) -> list[tuple[list[int], float]]:
+    """next_log_probs(prefixes with BOS, step) -> (len(prefixes), V) -> every finished hypothesis, best first."""
+    open_beams, finished = [([], 0.0)], []  # (tokens, summed log-prob)
+    for step in range(max_len + 1):
+        rows = next_log_probs([[BOS_ID, *tokens] for tokens, _ in open_beams], step).tolist()
+        proposals = []
+        for (tokens, score), row in zip(open_beams, rows):
+            best = sorted((v for v in range(len(row)) if row[v] > NEG_INF), key=lambda v: -row[v])[:k]
+            proposals += [(tokens + [v], score + row[v]) for v in best]
+        finished += [(tokens[:-1], score / length_penalty(len(tokens), alpha))
+                     for tokens, score in proposals if tokens[-1] == EOS_ID]
+        open_beams = sorted([p for p in proposals if p[0][-1] != EOS_ID], key=lambda p: -p[1])[:k]
+        if not open_beams:
+            break
+    return sorted(finished, key=lambda hyp: -hyp[1])
 
 
 def assert_same(hyps, expected):
@@ -104,7 +114,7 @@ def test_beam_cached_equals_uncached(make_model, src_batch, changes, alpha):
     model = make_model(**changes)
     src, src_mask = src_batch
     found = beam_search(model, src, src_mask, beam_size=3, alpha=alpha, nbest=3)
-    for hyps, expected in zip(found, reference_beam(model, src, src_mask, beam_size=3, alpha=alpha)):
+    for hyps, expected in zip(found, reference_beam(model, src, src_mask, beam_size=3, alpha=alpha, nbest=3)):
         assert_same(hyps, expected)
 
 
@@ -191,7 +201,7 @@ def test_log_softmax_into_is_fp32_log_softmax_bit_for_bit(dtype):
 
 @pytest.mark.parametrize("V,k", [(32000, 4), (1280, 10), (384, 3), (1000, 4), (256, 5), (40, 2)])
 def test_top_k_is_torch_topk(V, k):
-    """Same values and indices as x.topk without ties; with ties (bf16-rounded), the same values
+    """The block top-k each beam's proposals come from, against the plain torch.topk: same values and indices as x.topk without ties; with ties (bf16-rounded), the same values
     at indices that hold them. V = 1000 (not a multiple of the block) and 256 (2 blocks < k) take x.topk."""
     generator = torch.Generator().manual_seed(V + k)
     for _ in range(20):
@@ -239,20 +249,33 @@ def _assert_same_searches(got, want, tolerance):
 
 
 @pytest.mark.parametrize("changes", [{}, {"positions": "rope", "n_kv_heads": 2}, {"positions": "learned"}])
-def test_searches_over_the_static_cache_find_what_the_dense_cache_finds(make_model, src_batch, changes, monkeypatch):
-    """The static cache that CUDA graphs replay over, here run eagerly on CPU."""
+def test_searches_over_the_fixed_shape_cache_find_what_the_plain_cache_finds(make_model, src_batch, changes,
+                                                                            monkeypatch):
+    """The fixed-shape cache that CUDA graphs replay over, here run eagerly on CPU."""
     model, (src, src_mask) = make_model(**changes), src_batch
-    dense = _searches(model, src, src_mask)
+    plain = _searches(model, src, src_mask)
     for search in ("beam", "greedy"):
         monkeypatch.setattr(f"translator.decode.{search}.use_cuda_graph", lambda device: True)
-    _assert_same_searches(_searches(model, src, src_mask), dense, 1e-5)
+    _assert_same_searches(_searches(model, src, src_mask), plain, 1e-5)
+
+
+@pytest.mark.parametrize("changes", [{}, {"positions": "rope", "n_kv_heads": 2}])
+def test_searches_of_the_model_converted_for_cpu_find_what_the_plain_model_finds(make_model, src_batch, changes):
+    """for_cpu_decoding (oneDNN linears, written-out decoder attention, dense-prefix cache) against
+    the plain model: the same functions, so the same hypotheses (scores to fp32 rounding; in bf16
+    rounding can change a search's path: tests/model/test_inference.py compares logits there)."""
+    model, (src, src_mask) = make_model(**changes), src_batch
+    plain = _searches(model, src, src_mask)
+    converted = copy.deepcopy(model)
+    for_cpu_decoding(converted)
+    _assert_same_searches(_searches(converted, src, src_mask), plain, 1e-4)
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_graph_replays_compute_the_eager_steps(make_model, src_batch, dtype, monkeypatch):
-    """Replayed graphs == the same static-cache steps run eagerly, and, in fp32, == the eager
+    """Replayed graphs == the same fixed-shape-cache steps run eagerly, and, in fp32, == the eager
     dense-cache search."""
     import translator.decode.step as step
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from tests.decode.test_search import reference_beam_search
 from translator.data.tokenizer import EOS_ID, UNK_ID
 from translator.decode.beam import beam_search, length_penalty
 from translator.decode.greedy import greedy_search
@@ -45,15 +49,17 @@ def test_beam_finds_the_best_sequence_that_greedy_misses(toy):
 def test_length_penalty_can_prefer_the_longer_hypothesis(toy):
     src, src_mask = source([3])
     for alpha in (0.0, 1.0, 5.0):
-        hyps = beam_search(toy(GARDEN_PATH), src, src_mask, beam_size=3, alpha=alpha, nbest=3)[0]
+        # floor 0: with 1e-6 side paths, at alpha = 5 a long run of them outscores these (rightly)
+        hyps = beam_search(toy(GARDEN_PATH, floor=0.0), src, src_mask, beam_size=3, alpha=alpha, nbest=3)[0]
         # GNMT normalisation counts the EOS: |B EOS| = 2, |A A EOS| = 3
         expected = {(B,): math.log(0.36) / float(length_penalty(torch.tensor(2), alpha)),
                     (A,): math.log(0.24) / float(length_penalty(torch.tensor(2), alpha)),
-                    (A, A): math.log(0.21) / float(length_penalty(torch.tensor(3), alpha))}
-        ranking = sorted(expected, key=lambda tokens: -expected[tokens])
+                    (A, A): math.log(0.21) / float(length_penalty(torch.tensor(3), alpha)),
+                    (A, C): math.log(0.15) / float(length_penalty(torch.tensor(3), alpha))}
+        ranking = sorted(expected, key=lambda tokens: -expected[tokens])[:3]
         assert [tuple(h.tokens) for h in hyps] == ranking
         assert [h.score for h in hyps] == pytest.approx([expected[t] for t in ranking], abs=1e-4)
-    assert ranking[0] == (A, A)  # at alpha = 5 the long one wins
+    assert ranking == [(A, A), (A, C), (B,)]  # at alpha = 5 the long ones win
 
 
 def test_length_penalty_formula():
@@ -127,3 +133,77 @@ def test_beams_at_minus_infinity_end_even_where_the_model_would_go_on(toy):
     hyps = beam_search(scorer, src, src_mask, beam_size=4, nbest=4, alpha=0.0)[0]
     assert [h.tokens for h in hyps] == [[A, A]]
     assert scorer.calls == 3  # the search ends with the one real hypothesis, not at the length limit
+
+
+def test_a_finished_hypothesis_is_kept_when_open_beams_outscore_it(toy):
+    """Issue 17's example, k = 2, at most 4 tokens: "B EOS" finishes at the second step (-2.30),
+    while "A C" and "A D" (-0.80) take both open slots; every continuation of those ends lower
+    (-3.10), so B must win, on raw and normalised scores alike."""
+    D, uniform = 7, {token: 0.1 for token in range(8, 18)}  # 10 tokens, EOS not among them
+    table = {(): {A: 0.9, B: 0.1}, (A,): {C: 0.5, D: 0.5}, (B,): {EOS_ID: 1.0}, (A, C): uniform, (A, D): uniform}
+    src, src_mask = source([3])
+    for alpha, dropped in ((0.0, -3.10), (0.6, -2.43)):  # what the search returned when B was dropped
+        hyps = beam_search(toy(table, vocab=18, floor=0.0), src, src_mask, beam_size=2, alpha=alpha,
+                           max_len_a=0.0, max_len_b=4)[0]
+        assert [h.tokens for h in hyps] == [[B]]
+        assert hyps[0].score == pytest.approx(math.log(0.1) / (7 / 6) ** alpha, abs=1e-4) and hyps[0].score > dropped
+
+
+def _random_table(seed: int, depth: int) -> dict[tuple[int, ...], dict[int, float]]:
+    """Every prefix over tokens 4-6 up to `depth` gets a random distribution over 1-4 of EOS, 4, 5, 6."""
+    rng = random.Random(seed)
+    table, prefixes = {}, [()]
+    for _ in range(depth):
+        grown = []
+        for prefix in prefixes:
+            tokens = rng.sample([EOS_ID, 4, 5, 6], rng.randint(1, 4))
+            weights = [rng.random() + 0.05 for _ in tokens]
+            table[prefix] = {t: w / sum(weights) for t, w in zip(tokens, weights)}
+            grown += [prefix + (t,) for t in tokens if t != EOS_ID]
+        prefixes = grown
+    return table
+
+
+def _exhaustive(table, max_len: int, alpha: float) -> list[tuple[list[int], float]]:
+    """Every output of probability > 0 within max_len tokens, with its normalised score, best first."""
+    out = []
+
+    def walk(prefix: list[int], log_p: float) -> None:
+        for token, p in table.get(tuple(prefix), {EOS_ID: 1.0}).items():
+            if token == EOS_ID:
+                out.append((prefix, (log_p + math.log(p)) / ((5 + len(prefix) + 1) / 6) ** alpha))
+            elif len(prefix) < max_len:
+                walk(prefix + [token], log_p + math.log(p))
+
+    walk([], 0.0)
+    return sorted(out, key=lambda hyp: -hyp[1])
+
+
+def _table_log_probs(table, vocab: int, max_len: int):
+    """next_log_probs for reference_beam_search: the table's distributions, only EOS at the limit."""
+    def next_log_probs(prefixes, step):
+        rows = torch.full((len(prefixes), vocab), float("-inf"))
+        for row, prefix in zip(rows, prefixes):
+            for token, p in table.get(tuple(prefix[1:]), {EOS_ID: 1.0}).items():
+                if token == EOS_ID or step < max_len:
+                    row[token] = math.log(p)
+        return rows
+    return next_log_probs
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])  # a class
+@given(seed=st.integers(0, 10**6), k=st.sampled_from([1, 2, 3]), alpha=st.sampled_from([0.0, 0.6, 2.0]),
+       max_len=st.integers(1, 3))
+def test_beam_never_returns_less_than_a_hypothesis_it_finished(toy, seed, k, alpha, max_len):
+    """Against an exhaustive search and the plain-list search (which records every hypothesis the
+    algorithm finishes, running to the end): the returned best is the best finished one, never
+    better than the true best, and with a beam as wide as the tree it is the true best."""
+    table, (src, src_mask) = _random_table(seed, max_len), source([3])
+    every = _exhaustive(table, max_len, alpha)
+    finished = reference_beam_search(_table_log_probs(table, 32, max_len), max_len, k, alpha)
+    limits = dict(max_len_a=0.0, max_len_b=max_len, alpha=alpha)
+    best = beam_search(toy(table, vocab=32, floor=0.0), src, src_mask, beam_size=k, **limits)[0][0]
+    assert best.score == pytest.approx(finished[0][1], abs=1e-5)
+    assert best.score <= every[0][1] + 1e-5
+    wide = beam_search(toy(table, vocab=32, floor=0.0), src, src_mask, beam_size=27, nbest=27, **limits)[0]
+    assert [h.score for h in wide] == pytest.approx([score for _, score in every[:27]], abs=1e-5)

@@ -80,7 +80,8 @@ def test_embeddings_are_scaled_by_sqrt_d_model(make_model):
     unscaled.load_state_dict(scaled.state_dict())
     ids = torch.randint(4, 40, (2, 5))
     pos = scaled.src_embed.learned.weight[:5]
-    torch.testing.assert_close(scaled.src_embed(ids) - pos, (unscaled.src_embed(ids) - pos) * math.sqrt(32))
+    at = torch.arange(5)
+    torch.testing.assert_close(scaled.src_embed(ids, at) - pos, (unscaled.src_embed(ids, at) - pos) * math.sqrt(32))
 
 
 def test_pre_ln_has_final_norms_and_post_ln_does_not(make_model):

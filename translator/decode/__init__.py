@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
 
 @dataclass
 class Hypothesis:
@@ -40,11 +42,18 @@ def strip(row: list[int], eos_id: int) -> list[int]:
 def log_softmax_into(out: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     """torch.log_softmax(logits, -1, dtype=torch.float32) for logits (N, V), written into `out` (N, V) fp32.
 
-    A search calls this at every step with the same `out`. A fresh (N, V) fp32 tensor per step (two
-    for bf16 logits: the upcast, then the result) is big enough that malloc returns it to the OS when
-    it is freed and the next step pays the page faults of getting it back: ~3000 a step and 5-10 ms
-    in a 32 x beam 4 batch with V = 32000 (docs/benchmarks/decode.md).
+    A search calls this at every step with the same `out`, allocated before its loop. A fresh
+    (N, V) fp32 tensor per step (two for bf16 logits: the upcast, then the result) is big enough
+    that malloc returns it to the OS when it is freed, and the next step pays the page faults of
+    getting it back (docs/benchmarks/decode.md, stop 8).
     """
     if logits.dtype != out.dtype:
         logits = out.copy_(logits)  # upcast in place: the kernel reads a whole row before writing it
     return torch.log_softmax(logits, dim=-1, out=out)
+
+
+def ban_tokens_(log_probs: torch.Tensor, step: int, eos_from: torch.Tensor) -> torch.Tensor:
+    """log_probs (N, V), in place: PAD, BOS never generated; EOS not before step eos_from (N,)."""
+    log_probs[:, [PAD_ID, BOS_ID]] = float("-inf")
+    log_probs[:, EOS_ID] = log_probs[:, EOS_ID].masked_fill(step < eos_from, float("-inf"))
+    return log_probs

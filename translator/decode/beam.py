@@ -1,14 +1,12 @@
-"""Beam search with fixed (B, k) shapes, a KV cache and a GNMT length penalty.
+"""Beam search with fixed (B, k) shapes, a KV cache, a finished buffer and a GNMT length penalty.
 
-Shapes never change (Sockeye): a finished beam stays in its slot and may only extend itself with
-PAD at cost 0, so it competes with open beams on its raw score and drops out only when k open
-continuations score higher. Nothing is re-batched when a sentence ends; the loop stops when
-every beam of every sentence has ended, or at the length limit, where only EOS is allowed.
-
-The best k of a sentence's k*V continuations are found in two exact stages: each beam's top k
-over V, then the top k of those k*k. Everything after the first stage is (B, k, k), so the
-per-step work over the vocabulary is one log_softmax and one top-k (on CPU the rest of a
-(B, k, V) pass, masks and adds, cost as much as a decoder layer).
+Each step, every open beam proposes its k best next tokens (a beam of one is then greedy search).
+A proposal that ends with EOS goes, with its normalised score, into the sentence's finished
+buffer, which keeps the k best and which no open beam can evict (fairseq, Marian); the k best
+other proposals are the next open beams. A sentence stops when no open beam can still beat its
+n-th best finished hypothesis; the loop stops when every sentence has, or at the length limit,
+where only EOS is allowed. Shapes never change (Sockeye): an empty slot holds score -inf, and
+nothing is re-batched when a sentence ends.
 """
 
 from __future__ import annotations
@@ -16,42 +14,21 @@ from __future__ import annotations
 import torch
 
 from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from translator.decode import Hypothesis, eos_allowed_from, log_softmax_into, max_lengths, strip
+from translator.decode import (
+    Hypothesis,
+    ban_tokens_,
+    eos_allowed_from,
+    log_softmax_into,
+    max_lengths,
+    strip,
+)
 from translator.decode.step import decoding_step, use_cuda_graph
 from translator.model.transformer import Transformer
 
 
-def length_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor:
+def length_penalty(length: torch.Tensor | int, alpha: float) -> torch.Tensor | float:
     """GNMT (Wu et al. 2016): ((5 + |Y|) / 6) ** alpha; alpha = 0 means no normalisation."""
-    return ((5.0 + length.float()) / 6.0) ** alpha
-
-
-def top_k(x: torch.Tensor, k: int, block: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
-    """x (N, V) -> each row's k largest values, best first, and their indices (N, k), as x.topk(k).
-
-    Two exact stages: the k blocks of `block` columns with the largest maxima hold the k largest
-    values (any other value is at most the k-th largest block maximum, itself one of k values at
-    least as large), so one vectorised amax over x and a top-k over k * block candidates replace
-    torch.topk's serial walk along each row: ~4x faster at V = 32000 on CPU. Among exactly equal
-    values the index chosen may differ from torch.topk's, whose choice is unspecified too. Other
-    shapes (V not a multiple of `block`, fewer than k blocks) take x.topk.
-    """
-    N, V = x.shape
-    if V % block or V // block < k:
-        return x.topk(k, dim=-1)
-    blocks = x.view(N, V // block, block)
-    best = blocks.amax(dim=-1).topk(k, dim=-1).indices  # (N, k) block numbers
-    candidates = blocks.gather(1, best[..., None].expand(N, k, block))  # (N, k, block)
-    values, index = candidates.flatten(1).topk(k, dim=-1)  # (N, k) over the k * block candidates
-    return values, best.gather(1, index // block) * block + index % block
-
-
-def top_k_over_beams(candidates: torch.Tensor, tokens: torch.Tensor, k: int
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """candidates, tokens (B, k', c) -> best k scores (B, k), their beam `origin` and `token` (B, k) each."""
-    c = candidates.shape[-1]
-    scores, index = candidates.flatten(1).topk(k, dim=1)  # over the k' * c continuations
-    return scores, index // c, tokens.flatten(1).gather(1, index)
+    return ((5.0 + length) / 6.0) ** alpha
 
 
 @torch.inference_mode()
@@ -63,75 +40,120 @@ def beam_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, *
     A score is the summed log-prob divided by length_penalty(tokens + EOS, alpha). On CUDA, with
     `cuda_graphs`, the decoder steps are one replayed CUDA graph each (decode/step.py).
     """
-    B, k, device = src.shape[0], beam_size, src.device
+    B, k, n, device = src.shape[0], beam_size, min(nbest, beam_size), src.device
     max_lens = max_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions - 1)  # (B,)
-    eos_from = eos_allowed_from(max_lens, min_len)[:, None]  # (B, 1)
+    eos_from = eos_allowed_from(max_lens, min_len).repeat_interleave(k)  # (B*k,)
     steps = int(max_lens.max()) + 1  # the last step can only emit EOS
     shortest_limit = int(max_lens.min())  # before this step no sentence is at its limit
+    # (B,) an output of the limit's length, EOS included
+    longest_penalty = length_penalty(max_lens + 1, alpha)
 
     # 0. Encode once. Beams share their sentence's memory: decoder rows are B*k, memory rows B,
-    #    and the cache projects each sentence's cross-attention K/V once, on the first step.
+    #    and the cache projects each sentence's cross-attention K/V once. Every buffer is made here.
     memory = model.encode(src, src_mask)  # (B, S, D)
-    cache = model.new_cache(B * k, steps, memory.dtype, device, static=cuda_graphs and use_cuda_graph(device))
+    fixed_shapes = cuda_graphs and use_cuda_graph(device)  # for CUDA graphs
+    cache = model.new_cache(B * k, steps, memory.dtype, device, fixed_shapes=fixed_shapes)
     next_logits = decoding_step(model, memory, src_mask, cache)  # on CUDA a replayed graph (decode/step.py)
-    tokens = torch.full((B * k, steps + 1), PAD_ID, dtype=torch.long, device=device)  # BOS + outputs
+    # BOS + open beams' outputs
+    tokens = torch.full((B * k, steps + 1), PAD_ID, dtype=torch.long, device=device)
     tokens[:, 0] = BOS_ID
+    # open beams' summed log-probs; -inf: empty slot
     scores = torch.full((B, k), float("-inf"), device=device)
     scores[:, 0] = 0.0  # all beams start equal: let only the first one expand at step 0
-    finished = torch.zeros(B, k, dtype=torch.bool, device=device)
-    lengths = torch.zeros(B, k, dtype=torch.long, device=device)  # tokens so far, EOS included
+    # log_softmax_into
+    vocab_buffer = torch.empty(B * k, model.cfg.vocab_size, device=device, dtype=torch.float32)
+    finished_scores = torch.full((B, k), float("-inf"), device=device)  # normalised, best first
+    # empty: ""
+    finished_tokens = torch.full((B, k, steps + 1), EOS_ID, dtype=torch.long, device=device)
     row_offset = torch.arange(B, device=device)[:, None] * k  # (B, 1): first row of each sentence
 
-    first_slot = torch.arange(k, device=device) == 0  # (k,): where a forced continuation goes
-    any_finished = False  # known on the host, so the PAD rule costs nothing until a beam ends
     for step in range(steps):
-        # 1. Next-token log-probs for every beam (only the newest token goes in: the cache has the rest).
+        # 1. Next-token log-probs of every beam (the newest token goes in: the cache has the rest).
         logits = next_logits(tokens[:, step:step + 1])  # (B*k, 1, V)
-        cache.length += 1
-        if step == 0:  # written in place at every step (see log_softmax_into)
-            vocab_buffer = logits.new_empty(B * k, logits.shape[-1], dtype=torch.float32)  # (B*k, V)
-        log_probs = log_softmax_into(vocab_buffer, logits[:, -1])  # (B*k, V), fp32
-        log_probs[:, [PAD_ID, BOS_ID]] = float("-inf")  # never chosen (PAD only continues ended beams, below)
-        log_probs[:, EOS_ID] = log_probs[:, EOS_ID].masked_fill((step < eos_from).repeat_interleave(k), float("-inf"))
+        cache.advance(1)
+        # (B*k, V)
+        log_probs = ban_tokens_(log_softmax_into(vocab_buffer, logits[:, -1]), step, eos_from)
+        if step >= shortest_limit:  # at its length limit a sentence's only continuation is EOS
+            _only_eos_(log_probs, (step >= max_lens).repeat_interleave(k))
 
-        # 2. Each beam's k best tokens: the best k continuations of a sentence are among them, and
-        #    what follows works on (B, k, k), not (B, k, V). At the length limit the only
-        #    continuation is EOS; an ended beam's is PAD, at cost 0. Add the running scores.
-        eos_log_probs = log_probs[:, EOS_ID].view(B, k, 1)
-        log_probs, top_tokens = top_k(log_probs, k)  # (B*k, k)
-        log_probs, top_tokens = log_probs.view(B, k, k), top_tokens.view(B, k, k)
-        if step >= shortest_limit:
-            at_limit = (step >= max_lens)[:, None, None]  # (B, 1, 1)
-            eos = torch.where(first_slot, eos_log_probs, float("-inf"))  # (B, k, k)
-            log_probs, top_tokens = log_probs.where(~at_limit, eos), top_tokens.masked_fill(at_limit, EOS_ID)
-        if any_finished:
-            pad = torch.where(first_slot, 0.0, float("-inf"))  # (k,)
-            log_probs = log_probs.where(~finished[..., None], pad)
-            top_tokens = top_tokens.masked_fill(finished[..., None], PAD_ID)
-        candidates = scores[..., None] + log_probs  # (B, k, k)
+        # 2. Every beam proposes its k best tokens, running score added: (B, k, k), not (B, k, V).
+        values, proposed = top_k(log_probs, k)  # (B*k, k) each
+        proposals, proposed = scores[..., None] + values.view(B, k, k), proposed.view(B, k, k)
+        is_eos = proposed == EOS_ID
 
-        # 3. Best k of the k*k continuations of each sentence (= the best k of all k*V).
-        scores, origin, token = top_k_over_beams(candidates, top_tokens, k)  # (B, k) each
+        # 3. A beam's EOS proposal (step + 1 tokens with the EOS) goes to the finished buffer.
+        ended = tokens.view(B, k, -1).clone()
+        ended[..., step + 1] = EOS_ID
+        eos_scores = proposals.masked_fill(~is_eos, float("-inf")).amax(dim=2)  # (B, k)
+        normalised = eos_scores / length_penalty(step + 1, alpha)
+        finished_scores, finished_tokens = keep_best(finished_scores, finished_tokens,
+                                                     normalised, ended)
 
-        # 4. Gather the surviving beams' state by origin; the cache reorders its self-attention K/V.
+        # 4. The k best other proposals are the open beams: gather their tokens by origin; the cache
+        #    reorders its self-attention K/V.
+        # (B, k)
+        scores, index = proposals.masked_fill(is_eos, float("-inf")).flatten(1).topk(k, dim=1)
+        origin, token = index // k, proposed.flatten(1).gather(1, index)  # (B, k) each
         rows = (row_offset + origin).view(-1)  # (B*k,)
         tokens = tokens.index_select(0, rows)
         tokens[:, step + 1] = token.view(-1)
-        was_finished = finished.gather(1, origin)
-        lengths = lengths.gather(1, origin) + (~was_finished).long()
         cache.reorder(rows)
 
-        # 5. Mark ended beams; stop when every beam has ended (the limit forces that at the last step).
-        #    A beam at -inf (fewer than k possible continuations) holds no hypothesis: it ends too.
-        finished = was_finished | (token == EOS_ID) | scores.isneginf()
-        done = int(finished.sum())  # the one host sync per step
-        if done == B * k:
+        # 5. A sentence is done when no open beam can beat its n-th best finished one. Log-probs
+        #    are <= 0, so the best an open beam can reach is its score now over the largest penalty
+        #    of a length it may still get (the penalty is monotone: one of the two ends).
+        # (B, k)
+        reachable = scores / longest_penalty.clamp(min=length_penalty(step + 2, alpha))[:, None]
+        done = reachable.amax(dim=1) <= finished_scores[:, n - 1]  # (B,)
+        scores = scores.masked_fill(done[:, None], float("-inf"))
+        if bool(done.all()):  # the one host sync per step
             break
-        any_finished = done > 0
 
-    final = scores / length_penalty(lengths, alpha)  # (B, k)
-    final, order = final.sort(dim=1, descending=True)
-    rows, final = tokens.view(B, k, -1).tolist(), final.tolist()
-    return [[Hypothesis(strip(rows[b][j], EOS_ID), final[b][i]) for i, j in enumerate(order[b].tolist()[:nbest])
-             if final[b][i] > float("-inf") or i == 0]  # a beam that never got a real score is no hypothesis
+    best, rows = finished_scores.tolist(), finished_tokens.tolist()
+    return [[Hypothesis(strip(rows[b][i], EOS_ID), best[b][i]) for i in range(n)
+             # a sentence without any hypothesis still gets one
+             if best[b][i] > float("-inf") or i == 0]
             for b in range(B)]
+
+
+def top_k(x: torch.Tensor, k: int, block: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (N, V) -> each row's k largest values, best first, and their indices (N, k), as x.topk(k).
+
+    Two exact stages: the k blocks of `block` columns with the largest maxima hold the k largest
+    values (any other value is at most the k-th largest block maximum, itself one of k values at
+    least as large), so one vectorised amax over x and a top-k over k * block candidates replace
+    torch.topk's serial walk along each row (why: docs/benchmarks/decode.md). Among exactly equal
+    values the index chosen may differ from torch.topk's, whose choice is unspecified too.
+    Other shapes (V not a multiple of `block`, fewer
+    than k blocks) take x.topk.
+    """
+    N, V = x.shape
+    if V % block or V // block < k:
+        return x.topk(k, dim=-1)
+    blocks = x.view(N, V // block, block)
+    best = blocks.amax(dim=-1).topk(k, dim=-1).indices  # (N, k) block numbers
+    candidates = blocks.gather(1, best[..., None].expand(N, k, block))  # (N, k, block)
+    values, index = candidates.flatten(1).topk(k, dim=-1)  # (N, k) over the k * block candidates
+    return values, best.gather(1, index // block) * block + index % block
+
+
+def keep_best(scores: torch.Tensor, tokens: torch.Tensor, new_scores: torch.Tensor,
+              new_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The finished buffer, (B, k) scores and (B, k, L) tokens, merged with (B, k') new ones.
+
+    -> its k best, best first.
+
+    The buffer's entries come first, so among equal scores the earlier hypothesis stays.
+    """
+    k = scores.shape[1]
+    # (B, k + k')
+    merged, pick = torch.cat([scores, new_scores], dim=1).sort(dim=1, descending=True, stable=True)
+    pick = pick[:, :k, None].expand(-1, -1, tokens.shape[-1])  # (B, k, L)
+    return merged[:, :k], torch.cat([tokens, new_tokens], dim=1).gather(1, pick)
+
+
+def _only_eos_(log_probs: torch.Tensor, rows: torch.Tensor) -> None:
+    """log_probs (N, V), in place: where `rows` (N,) is True every token but EOS gets -inf."""
+    eos = log_probs[:, EOS_ID].clone()
+    log_probs.masked_fill_(rows[:, None], float("-inf"))
+    log_probs[:, EOS_ID] = eos

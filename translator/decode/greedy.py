@@ -5,7 +5,14 @@ from __future__ import annotations
 import torch
 
 from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from translator.decode import Hypothesis, eos_allowed_from, log_softmax_into, max_lengths, strip
+from translator.decode import (
+    Hypothesis,
+    ban_tokens_,
+    eos_allowed_from,
+    log_softmax_into,
+    max_lengths,
+    strip,
+)
 from translator.decode.step import decoding_step, use_cuda_graph
 from translator.model.transformer import Transformer
 
@@ -25,20 +32,20 @@ def greedy_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor,
     eos_from = eos_allowed_from(max_lens, min_len)  # (B,)
     steps = int(max_lens.max()) + 1  # the last step can only emit EOS
     memory = model.encode(src, src_mask)  # (B, S, D); cross-attention K/V are projected from it once
-    cache = model.new_cache(B, steps, memory.dtype, device, static=cuda_graphs and use_cuda_graph(device))
+    fixed_shapes = cuda_graphs and use_cuda_graph(device)  # for CUDA graphs
+    cache = model.new_cache(B, steps, memory.dtype, device, fixed_shapes=fixed_shapes)
     next_logits = decoding_step(model, memory, src_mask, cache)  # on CUDA a replayed graph (decode/step.py)
     tokens = torch.full((B, steps + 1), PAD_ID, dtype=torch.long, device=device)  # BOS + outputs
     tokens[:, 0] = BOS_ID
     scores = torch.zeros(B, device=device)
     finished = torch.zeros(B, dtype=torch.bool, device=device)
+    # see log_softmax_into
+    vocab_buffer = torch.empty(B, model.cfg.vocab_size, device=device, dtype=torch.float32)
     for step in range(steps):
         logits = next_logits(tokens[:, step:step + 1])  # (B, 1, V)
-        cache.length += 1
-        if step == 0:  # written in place at every step (see log_softmax_into)
-            vocab_buffer = logits.new_empty(B, logits.shape[-1], dtype=torch.float32)  # (B, V)
-        log_probs = log_softmax_into(vocab_buffer, logits[:, -1])  # (B, V), fp32
-        log_probs[:, [PAD_ID, BOS_ID]] = float("-inf")  # never generated
-        log_probs[:, EOS_ID] = log_probs[:, EOS_ID].masked_fill(step < eos_from, float("-inf"))
+        cache.advance(1)
+        # (B, V) fp32
+        log_probs = ban_tokens_(log_softmax_into(vocab_buffer, logits[:, -1]), step, eos_from)
         token = log_probs.argmax(dim=-1)  # (B,)
         token = torch.where(step >= max_lens, EOS_ID, token)  # length limit reached: end here
         token = torch.where(finished, PAD_ID, token)

@@ -1,10 +1,11 @@
 """A search's decoding step: model.decode of one new token per row, replayed as a CUDA graph on GPUs.
 
-On a GPU a beam-search step of a base-size model is ~160 small kernels (layer norms, projections,
-attention over a few hundred rows; `make bench-launches`), each done in microseconds: the host
-launching them one by one is what bounds the step. A CUDA graph records the launches of one
-step once and replays them with one call. It needs every step to run the same kernels on the same addresses, hence the static cache
-(fixed (N, G, T_max, K) K/V, the position in a device tensor), and no host reads inside the step.
+On a GPU a beam-search step of a base-size model is a few hundred small kernels (layer norms,
+projections, attention over a few hundred rows), each done in microseconds: the host launching
+them one by one is what bounds the step (counted by `make bench-launches`). A CUDA graph records
+the launches of one step once and replays them with one call. It needs every step to run the
+same kernels on the same addresses, hence a KV cache with `fixed_shapes` (all T_max slots read,
+the position in a device tensor), and no host reads inside the step.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ def use_cuda_graph(device: torch.device) -> bool:
 
 def decoding_step(model: Transformer, memory: torch.Tensor, src_mask: torch.Tensor, cache: KVCache
                   ) -> Callable[[torch.Tensor], torch.Tensor]:
-    """tokens (N, 1) at position cache.length -> logits (N, 1, V); the caller advances cache.length.
+    """tokens (N, 1) at the cache's next position -> logits (N, 1, V); the caller advances it.
 
-    With a static cache on CUDA the step is a CUDA graph: its logits tensor is overwritten by the
-    next call, so a caller reads it before calling again.
+    With a fixed-shape cache on CUDA the step is a CUDA graph: its logits tensor is overwritten by
+    the next call, so a caller reads it before calling again.
     """
-    if cache.static and memory.is_cuda:
+    if cache.fixed_shapes and memory.is_cuda:
         return CudaGraphStep(model, memory, src_mask, cache)
     return lambda tokens: model.decode(tokens, memory, src_mask, cache)
 
@@ -54,7 +55,7 @@ class CudaGraphStep:
                 warnings.warn(f"CUDA graph capture failed ({reason}); this search decodes step by step "
                               "(--no-cuda-graphs skips the attempt)", RuntimeWarning, stacklevel=2)
                 self.eager = True
-        if self.eager:  # the static cache, stepped without a graph
+        if self.eager:  # the fixed-shape cache, stepped without a graph
             return self.decode(tokens)
         self.tokens.copy_(tokens)
         self.graph.replay()

@@ -1,23 +1,28 @@
-"""Multi-head attention (self or cross, MHA / GQA / MQA) and rotary position embeddings."""
+"""Multi-head attention (self or cross; MHA, GQA, MQA), its mask, and rotary position embeddings."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from translator.model.cache import LayerKV, StaticLayerKV, rows_at
-from translator.model.linear import Linear
+from translator.model.cache import LayerCache
+
+# q (N, H, T, K), k and v (N, G, L, K), mask, is_causal, dropout_p -> (N, H, T, K)
+Tensor = torch.Tensor
+Kernel = Callable[[Tensor, Tensor, Tensor, Tensor | None, bool, float], Tensor]
 
 
 class MultiHeadAttention(nn.Module):
-    """softmax(Q K^T / sqrt(d_k)) V over H query heads sharing G key/value heads.
+    """softmax(Q K^T / sqrt(d_k)) V over H query heads sharing G key/value heads (Vaswani 3.2).
 
-    Masks are bool with True = may attend, broadcastable to (B, H, T, L). The fast path is one
-    `F.scaled_dot_product_attention` (flash / memory-efficient kernels on CUDA); `need_weights`
-    takes the written-out path and also returns the weights (N, H, T, L).
+    forward: project, get keys and values (from the cache when decoding), attend under one bool
+    mask (True = may attend, broadcastable to (N, H, T, L)), merge the heads. `kernel` computes
+    the attention itself and is chosen once: `sdpa_attention` (one fused call), or the
+    written-out `attention` that model/inference.py sets for decoding on CPU.
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None,
@@ -25,93 +30,100 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads or n_heads
         self.d_head = d_model // n_heads
-        self.q_proj = Linear(d_model, n_heads * self.d_head)
-        self.k_proj = Linear(d_model, self.n_kv_heads * self.d_head)
-        self.v_proj = Linear(d_model, self.n_kv_heads * self.d_head)
-        self.out_proj = Linear(n_heads * self.d_head, d_model)
+        self.q_proj = nn.Linear(d_model, n_heads * self.d_head)
+        self.k_proj = nn.Linear(d_model, self.n_kv_heads * self.d_head)
+        self.v_proj = nn.Linear(d_model, self.n_kv_heads * self.d_head)
+        self.out_proj = nn.Linear(n_heads * self.d_head, d_model)
         self.dropout, self.rotary = dropout, rotary
+        self.kernel: Kernel = sdpa_attention
 
-    def _split(self, x: torch.Tensor, heads: int) -> torch.Tensor:
-        B, L, _ = x.shape
-        return x.view(B, L, heads, self.d_head).transpose(1, 2)  # (B, L, D') -> (B, heads, L, K)
+    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None, *,
+                is_causal: bool = False, positions: Tensor | None = None,
+                cache: LayerCache | None = None) -> Tensor:
+        """x (N, T, D) queries at `positions` (T,); memory (B, S, D) for cross-attention, else None.
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None, *, is_causal: bool = False,
-                kv: LayerKV | StaticLayerKV | None = None, start: int | torch.Tensor = 0,
-                need_weights: bool = False):
-        """x (N, T, D) queries; memory (B, S, D) for cross-attention (N = B * beams), else None.
-
-        With `kv`, self-attention writes this call's K/V at positions [start, start+T) of the cache
-        and attends to [0, start+T); cross-attention projects `memory` once and reuses it.
-        Returns (N, T, D), or ((N, T, D), weights) when need_weights.
+        N = B * beams: the beams of a sentence share its memory. With a cache, self-attention
+        writes this call's K/V into it and attends to every position written; cross-attention
+        projects `memory` once. is_causal: SDPA's causal mask, for a whole sequence without cache.
         """
-        N, T, _ = x.shape
-        q = self._split(self.q_proj(x), self.n_heads)  # (N, H, T, K)
-        if memory is None:  # self-attention
-            k = self._split(self.k_proj(x), self.n_kv_heads)  # (N, G, T, K)
-            v = self._split(self.v_proj(x), self.n_kv_heads)
+        q = self._heads(self.q_proj(x), self.n_heads)  # (N, H, T, K)
+        if memory is None:
+            k = self._heads(self.k_proj(x), self.n_kv_heads)  # (N, G, T, K)
+            v = self._heads(self.v_proj(x), self.n_kv_heads)
             if self.rotary is not None:
-                q, k = self.rotary(q, start), self.rotary(k, start)
-            if kv is not None:
-                k, v = kv.append(k, v, start)  # (N, G, start + T, K), or a static cache's T_max slots
-                if kv.key_mask is not None:  # a static cache: only its written slots
-                    mask = kv.key_mask
-                if T == 1:  # one new query sees every cached key
-                    is_causal = False
-                elif is_causal and start > 0:  # is_causal is upper-left aligned
-                    mask, is_causal = _shifted_causal_mask(T, start, x.device), False
-        else:  # cross-attention; beams of one sentence share its K/V
-            if kv is not None and kv.cross_k is not None:
-                k, v = kv.cross_k, kv.cross_v
-            else:
-                k = self._split(self.k_proj(memory), self.n_kv_heads)  # (B, G, S, K)
-                v = self._split(self.v_proj(memory), self.n_kv_heads)
-                if kv is not None:  # made contiguous once, or every step's matmuls would copy them
-                    k, v = kv.cross_k, kv.cross_v = k.contiguous(), v.contiguous()
-            beams = N // k.shape[0]
-            # fold beams into the query axis: (B*beams, H, T, K) -> (B, H, beams*T, K)
-            q = q.view(-1, beams, self.n_heads, T, self.d_head).transpose(1, 2).flatten(2, 3)
+                q, k = self.rotary(q, positions), self.rotary(k, positions)
+            if cache is not None:
+                k, v = cache.update(k, v, positions)  # (N, G, L, K): every position written so far
+        else:
+            k, v = self._memory_keys_values(memory, cache)  # (B, G, S, K)
+        dropout = self.dropout if self.training else 0.0
+        out = shared_key_attention(self.kernel, q, k, v, mask, is_causal, dropout)
+        N, _, T, _ = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(N, T, -1))  # (N, H, T, K) -> (N, T, D)
 
-        p = self.dropout if self.training else 0.0
-        # A decoding step's few queries: on CPU the fused kernel is ~6x slower there than the
-        # written-out path in bf16 (3.9 vs 0.6 ms per call measured), so search takes the latter.
-        few_queries = q.shape[-2] <= 8 and q.device.type == "cpu" and not torch.is_grad_enabled()
-        if need_weights or few_queries:
-            out, weights = attention_weights(q, k, v, mask, is_causal, p)
-        else:  # decoding (a cache) never has a query without keys: the first target position, the source's EOS
-            out = sdpa_attention(q, k, v, mask, is_causal, p, every_query_has_a_key=kv is not None)
-        if memory is not None:  # unfold beams: (B, H, beams*T, K) -> (B*beams, H, T, K)
-            out = out.view(-1, self.n_heads, beams, T, self.d_head).transpose(1, 2).flatten(0, 1)
-            if need_weights:
-                weights = weights.view(-1, self.n_heads, beams, T, weights.shape[-1]).transpose(1, 2).flatten(0, 1)
-        out = self.out_proj(out.transpose(1, 2).reshape(N, T, -1))  # (N, H, T, K) -> (N, T, D)
-        return (out, weights) if need_weights else out
+    def _heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
+        B, L, _ = x.shape
+        # (B, L, heads*K) -> (B, heads, L, K)
+        return x.view(B, L, heads, self.d_head).transpose(1, 2)
+
+    def _memory_keys_values(self, memory: torch.Tensor, cache: LayerCache | None
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+        if cache is not None and cache.cross is not None:
+            return cache.cross
+        k = self._heads(self.k_proj(memory), self.n_kv_heads)  # (B, G, S, K)
+        v = self._heads(self.v_proj(memory), self.n_kv_heads)
+        # made contiguous once, or every step's matrix products would copy them
+        if cache is not None:
+            cache.cross = k.contiguous(), v.contiguous()
+            return cache.cross
+        return k, v
+
+
+def shared_key_attention(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+                         is_causal: bool, dropout_p: float) -> Tensor:
+    """q (B*beams, H, T, K), k and v (B, G, L, K) -> (B*beams, H, T, K): beams share their keys.
+
+    The beams' queries are folded into one query axis, so K/V are read once per sentence
+    (beams = 1, the usual case, folds nothing). Masks broadcast over the folded axis.
+    """
+    N, H, T, K = q.shape
+    beams = N // k.shape[0]
+    q = q.view(-1, beams, H, T, K).transpose(1, 2).flatten(2, 3)  # (B, H, beams*T, K)
+    out = kernel(q, k, v, mask, is_causal, dropout_p)
+    return out.view(-1, H, beams, T, K).transpose(1, 2).flatten(0, 1)  # (B*beams, H, T, K)
+
+
+def causal_mask(positions: torch.Tensor, n_keys: int) -> torch.Tensor:
+    """(T, L) bool: the query at absolute position p may attend to the keys at positions 0..p.
+
+    The decoder's one self-attention mask with a cache: a chunk of queries after a cached prefix
+    (is_causal would be aligned at the upper left), and a fixed-shape cache's slots not yet
+    written (they lie after every query). Source padding is the caller's (B, 1, 1, S) src_mask.
+    """
+    return torch.arange(n_keys, device=positions.device)[None, :] <= positions[:, None]
 
 
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-                   is_causal: bool = False, dropout_p: float = 0.0, every_query_has_a_key: bool = False
-                   ) -> torch.Tensor:
-    """The fast path: one fused softmax(Q K^T / sqrt(d_k)) V. q (N, H, T, K); k, v (N, G, L, K) -> (N, H, T, K).
+                   is_causal: bool = False, dropout_p: float = 0.0) -> torch.Tensor:
+    """softmax(Q K^T / sqrt(d_k)) V in one fused call (flash / memory-efficient kernels on CUDA).
 
-    every_query_has_a_key: the caller knows no mask row is all False, so the guard below (five
-    small kernels per call, which a decoding step on CUDA would launch 6-12 times) is skipped.
+    q (N, H, T, K); k, v (N, G, L, K) -> (N, H, T, K). Every query must have a key to attend to:
+    CUDA's memory-efficient kernel returns NaN for a row with none (pytorch#110213). The model's
+    masks always leave one (the query itself; a source's EOS).
     """
-    gqa = k.shape[1] != q.shape[1]
-    if mask is None or every_query_has_a_key:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
-                                              enable_gqa=gqa)
-    # A query row with no key to attend to (an all-padding sentence) has no softmax; CUDA's
-    # memory-efficient kernel returns NaN there (pytorch#110213) and its backward spreads it.
-    # Let such rows attend everywhere inside the kernel, then zero them: the same on every backend.
-    has_key = mask.any(dim=-1, keepdim=True)  # (..., T, 1)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~has_key, dropout_p=dropout_p,
-                                         is_causal=is_causal, enable_gqa=gqa)
-    return out.masked_fill(~has_key, 0.0)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                          is_causal=is_causal, enable_gqa=k.shape[1] != q.shape[1])
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+              is_causal: bool = False, dropout_p: float = 0.0) -> torch.Tensor:
+    """The written-out softmax(Q K^T / sqrt(d_k)) V: `attention_weights`' output alone."""
+    return attention_weights(q, k, v, mask, is_causal, dropout_p)[0]
 
 
 def attention_weights(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
                       is_causal: bool = False, dropout_p: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """The written-out path: softmax(Q K^T / sqrt(d_k)) V, returning (output, weights).
+    """softmax(Q K^T / sqrt(d_k)) V step by step, returning (output, weights).
 
     q (N, H, T, K); k, v (N, G, L, K) -> (N, H, T, K), (N, H, T, L). Masked keys get exactly
     zero weight (-inf before the softmax, never a large finite negative that leaks in fp16/bf16);
@@ -120,7 +132,8 @@ def attention_weights(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
     H, G = q.shape[1], k.shape[1]
     if G != H:  # each group of H/G query heads reads one key/value head
         k, v = k.repeat_interleave(H // G, dim=1), v.repeat_interleave(H // G, dim=1)  # (N, H, L, K)
-    scores = (q / math.sqrt(q.shape[-1])) @ k.transpose(-2, -1)  # (N, H, T, L); scale first: no fp16 overflow
+    # (N, H, T, L); scaled first: no fp16 overflow
+    scores = (q / math.sqrt(q.shape[-1])) @ k.transpose(-2, -1)
     if is_causal:  # upper-left aligned, as in SDPA
         causal = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).tril()
         mask = causal if mask is None else mask & causal
@@ -136,12 +149,6 @@ def attention_weights(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
     return weights @ v, weights
 
 
-def _shifted_causal_mask(T: int, start: int, device) -> torch.Tensor:
-    """(T, start+T) bool: query t (at absolute position start+t) sees keys <= start+t."""
-    keys = torch.arange(start + T, device=device)
-    return keys[None, :] <= (start + torch.arange(T, device=device))[:, None]
-
-
 class RotaryEmbedding(nn.Module):
     """RoPE: rotate each (even, odd) feature pair by an angle proportional to the position."""
 
@@ -152,10 +159,9 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
 
-    def forward(self, x: torch.Tensor, start: int | torch.Tensor = 0) -> torch.Tensor:
-        """x (N, heads, T, K) at absolute positions [start, start+T)."""
-        T = x.shape[-2]
-        cos, sin = rows_at(self.cos, start, T).to(x.dtype), rows_at(self.sin, start, T).to(x.dtype)
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """x (N, heads, T, K) at absolute `positions` (T,)."""
+        cos, sin = self.cos[positions].to(x.dtype), self.sin[positions].to(x.dtype)  # (T, K/2) each
         x1, x2 = x[..., 0::2], x[..., 1::2]  # (N, heads, T, K/2) each
         rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
         return rotated.flatten(-2)  # interleave back to (N, heads, T, K)

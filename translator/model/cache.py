@@ -1,17 +1,23 @@
-"""The decoder's key/value cache, owned by the decoding loop and passed into `Transformer.decode`.
+"""The decoder's key/value cache: owned by the decoding loop and passed into `Transformer.decode`.
 
-Each layer keeps its self-attention K and V as dense (N, G, L, K) tensors of exactly the L
-positions written so far: what attention's matrix products read in place (a slice of a longer
-buffer is not a dense batch of matrices, and oneDNN's CPU `bmm` copies such operands whole, every
-step). Appending a position therefore rewrites the prefix into a second preallocated buffer,
-and that same copy applies a pending beam reorder, so reordering costs nothing of its own.
-`length` is the number of positions written so far and is advanced by the caller.
-Cross-attention K/V are projected once from the encoder output, one copy per source sentence,
-and shared by all beams of that sentence: `reorder` never touches them.
+One object on every device (nanochat's shape). Per decoder layer, self-attention K and V are
+preallocated as (N, G, T_max, K) and written at the positions of each step; a beam reorder is
+one `index_select` over the rows. The cache owns its position: `length` positions are written,
+and the caller calls `advance` after each step. Cross-attention K/V are projected once from the
+encoder output, one copy per source sentence (B rows, shared by its beams), and never reordered.
 
-A *static* cache (`StaticLayerKV`) is the layout a CUDA graph can replay: K/V of fixed shape
-(N, G, T_max, K) at fixed addresses, written in place at a position held in a device tensor
-(`length` is then a (1,) tensor, advanced in place), and read through a mask of the written slots.
+Two layout choices, each made once when the cache is allocated:
+- `fixed_shapes` (CUDA graphs): a replayed graph reruns the same kernels on the same shapes and
+  addresses and reads nothing from the host. The position is also kept on the device
+  (`position`, advanced in place), writes go to device-side positions (as they do without
+  graphs: one code path), and attention reads all T_max slots; the causal mask
+  (model/attention.py) hides the ones not yet written, which lie after every query.
+- `dense_prefix` (CPU decoding, set by model/inference.py): a slice of the slots is not a dense
+  batch of matrices, and oneDNN's CPU `bmm` copies such operands whole at every step. So each
+  layer's K/V are kept as dense (N, G, L, K) tensors of exactly the written positions, and a
+  step writes the prefix plus the new positions into a second buffer: one copy, which also
+  applies a pending beam reorder (so `reorder` only composes an index). Why and how much:
+  docs/benchmarks/decode.md. The slot layout is its tested reference (tests/model/test_cache.py).
 """
 
 from __future__ import annotations
@@ -19,44 +25,117 @@ from __future__ import annotations
 import torch
 
 
-class LayerKV:
-    """One decoder layer's cache: self-attention K/V (N, G, L, K) and cross-attention K/V (B, G, S, K)."""
+class KVCache:
+    """Per decoder layer: self-attention K/V (N, G, T_max, K), cross-attention K/V (B, G, S, K)."""
 
-    def __init__(self, shape: tuple[int, int, int, int], buffers: list[torch.Tensor]) -> None:
-        N, G, self.max_len, K = shape
-        # Two flat buffers each for K and V (each at least N * G * max_len * K long): a step reads
-        # the prefix from one and writes the longer prefix into the other.
-        self._buffers = buffers
-        self.self_k, self.self_v = (buffer[:0].view(N, G, 0, K) for buffer in buffers[:2])
-        self.origin: torch.Tensor | None = None  # (N,) reorder to apply on the next append
-        self.key_mask: torch.Tensor | None = None  # K/V hold exactly the written positions: nothing to mask
-        self.cross_k: torch.Tensor | None = None  # (B, G, S, K), filled on first use
-        self.cross_v: torch.Tensor | None = None
+    def __init__(self, n_layers: int, rows: int, n_kv_heads: int, max_len: int, d_head: int,
+                 dtype: torch.dtype, device: torch.device | str, *, fixed_shapes: bool = False,
+                 dense_prefix: bool = False) -> None:
+        if fixed_shapes and dense_prefix:
+            raise ValueError("a dense-prefix cache changes shape: no CUDA graph replays it")
+        shape = (rows, n_kv_heads, max_len, d_head)
+        self._written = _Written(max_len, fixed_shapes)  # shared with the layers, which never see self
+        self.layers = [LayerCache(self._written, shape, dtype, device, dense_prefix)
+                       for _ in range(n_layers)]
+        self.max_len, self.fixed_shapes = max_len, fixed_shapes
+        self.position = torch.zeros(1, dtype=torch.long, device=device)  # `length`, on the device
+        self._offsets = torch.arange(max_len, device=device)  # (T_max,)
 
-    def append(self, k: torch.Tensor, v: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write k, v (N, G, T, K) at positions [start, start+T) -> the layer's K, V (N, G, start+T, K).
+    @property
+    def length(self) -> int:
+        """Positions written so far (host), for slicing and reordering."""
+        return self._written.length
 
-        Positions [0, start) are copied from the current K/V, gathered by the pending `origin`.
-        """
-        end = start + k.shape[2]
-        if end > self.max_len:
+    def positions(self, T: int) -> torch.Tensor:
+        """(T,) absolute positions of the next T tokens, computed on the device (no host value)."""
+        if self.length + T > self.max_len:
+            end = self.length + T
             raise ValueError(f"KV cache holds {self.max_len} positions; writing up to {end}")
-        origin, self.origin = self.origin, None
-        current, spare = self._buffers[:2], self._buffers[2:]
-        self.self_k = _extend(self.self_k, k, spare[0], start, origin)
-        self.self_v = _extend(self.self_v, v, spare[1], start, origin)
-        self._buffers = spare + current
-        return self.self_k, self.self_v
+        return self.position + self._offsets[:T]
+
+    def n_keys(self, T: int) -> int:
+        """Key slots attention reads in a step of T new positions: the written ones, or all."""
+        return self._written.n_keys(T)
+
+    def advance(self, T: int) -> None:
+        """The caller's step wrote T positions."""
+        self._written.length += T
+        self.position += T
 
     def reorder(self, origin: torch.Tensor) -> None:
-        """Row i continues what row origin[i] (N,) holds now; applied by the next `append`."""
-        self.origin = origin if self.origin is None else self.origin.index_select(0, origin)
+        """Beam search: row i continues the hypothesis of row origin[i] (N,). After `advance`."""
+        for layer in self.layers:
+            layer.reorder(origin)
+
+
+class _Written:
+    """The host-side count of written positions, shared by a KVCache and its layers.
+
+    Layers hold this rather than their KVCache: no reference cycle, so a search's cache is freed
+    when the search returns, not at the next garbage collection.
+    """
+
+    def __init__(self, max_len: int, fixed_shapes: bool) -> None:
+        self.length, self.max_len, self.fixed_shapes = 0, max_len, fixed_shapes
+
+    def n_keys(self, T: int) -> int:
+        return self.max_len if self.fixed_shapes else self.length + T
+
+
+class LayerCache:
+    """One decoder layer's part of a KVCache: self-attention K/V, cross-attention K/V."""
+
+    def __init__(self, written: _Written, shape: tuple[int, int, int, int], dtype: torch.dtype,
+                 device: torch.device | str, dense_prefix: bool) -> None:
+        self.written_positions = written
+        # (B, G, S, K) each, set on first use
+        self.cross: tuple[torch.Tensor, torch.Tensor] | None = None
+        N, G, _, K = shape
+        if dense_prefix:  # two flat buffers each for K and V: a step reads one and writes the other
+            self._buffers = [torch.empty(shape, dtype=dtype, device=device).view(-1)
+                             for _ in range(4)]
+            # (N, G, L, K)
+            self.k, self.v = (buffer[:0].view(N, G, 0, K) for buffer in self._buffers[:2])
+            self._origin: torch.Tensor | None = None  # a reorder the next update applies
+        else:  # zeros, not empty: a masked slot gets weight 0, and 0 * NaN (garbage) is NaN
+            self._buffers = []
+            self.k, self.v = (torch.zeros(shape, dtype=dtype, device=device) for _ in range(2))
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k, v (N, G, T, K) at `positions` (T,) -> the K, V attention reads (N, G, L, K)."""
+        if self._buffers:
+            return self._append_dense(k, v)
+        # under autocast k, v come in the autocast dtype; the cache keeps the model's
+        self.k.index_copy_(2, positions, k.to(self.k.dtype))
+        self.v.index_copy_(2, positions, v.to(self.v.dtype))
+        n = self.written_positions.n_keys(k.shape[2])
+        return self.k[:, :, :n], self.v[:, :, :n]
+
+    def reorder(self, origin: torch.Tensor) -> None:
+        """Row i continues row origin[i] (N,): moved now in place, or (dense) by the next update."""
+        if self._buffers:
+            self._origin = origin if self._origin is None else self._origin.index_select(0, origin)
+            return
+        for buffer in (self.k, self.v):
+            written = buffer[:, :, :self.written_positions.length]  # (N, G, L, K)
+            written.copy_(written.index_select(0, origin))
 
     def written(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """K, V (N, G, L, K) as they stand, any pending reorder applied (a copy when one is pending)."""
-        if self.origin is None:
-            return self.self_k, self.self_v
-        return self.self_k.index_select(0, self.origin), self.self_v.index_select(0, self.origin)
+        """K, V (N, G, L, K) of the `length` positions written, any pending reorder applied."""
+        L = self.written_positions.length
+        k, v = self.k[:, :, :L], self.v[:, :, :L]
+        if self._buffers and self._origin is not None:
+            return k.index_select(0, self._origin), v.index_select(0, self._origin)
+        return k, v
+
+    def _append_dense(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        start, origin, self._origin = self.written_positions.length, self._origin, None
+        spare_k, spare_v = self._buffers[2:]
+        self.k = _extend(self.k, k, spare_k, start, origin)
+        self.v = _extend(self.v, v, spare_v, start, origin)
+        self._buffers = self._buffers[2:] + self._buffers[:2]
+        return self.k, self.v
 
 
 def _extend(old: torch.Tensor, new: torch.Tensor, buffer: torch.Tensor, start: int,
@@ -70,90 +149,3 @@ def _extend(old: torch.Tensor, new: torch.Tensor, buffer: torch.Tensor, start: i
         torch.index_select(old[:, :, :start], 0, origin, out=dense[:, :, :start])
     dense[:, :, start:] = new
     return dense
-
-
-class StaticLayerKV:
-    """One layer's static cache: self-attention K/V (N, G, T_max, K) written in place, cross-attention K/V (B, G, S, K).
-
-    Shapes, addresses and every value a step reads stay on the device, so a step can be captured
-    once as a CUDA graph and replayed: attention reads all T_max slots through `key_mask`.
-    """
-
-    def __init__(self, shape: tuple[int, int, int, int], dtype: torch.dtype, device: torch.device | str) -> None:
-        self.max_len = shape[2]
-        # zeros, not empty: a masked slot gets weight 0, and 0 * (NaN from uninitialised memory) is NaN
-        self.self_k, self.self_v = (torch.zeros(shape, dtype=dtype, device=device) for _ in range(2))
-        self.slots = torch.arange(self.max_len, device=device).view(1, 1, 1, -1)  # (1, 1, 1, T_max)
-        self.key_mask: torch.Tensor | None = None  # (1, 1, 1, T_max) bool: the slots written so far
-        self.cross_k: torch.Tensor | None = None
-        self.cross_v: torch.Tensor | None = None
-
-    def append(self, k: torch.Tensor, v: torch.Tensor, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write k, v (N, G, 1, K) at slot `start` ((1,) long tensor) -> all T_max slots, `key_mask` set."""
-        if k.shape[2] != 1:
-            raise ValueError("a static KV cache takes one position per step")
-        self.self_k.index_copy_(2, start, k)
-        self.self_v.index_copy_(2, start, v)
-        self.key_mask = self.slots <= start
-        return self.self_k, self.self_v
-
-    def reorder(self, origin: torch.Tensor) -> None:
-        """Row i continues what row origin[i] (N,) holds now: gathered in place, addresses unchanged."""
-        self.self_k.copy_(self.self_k.index_select(0, origin))
-        self.self_v.copy_(self.self_v.index_select(0, origin))
-
-    def written(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """K, V (N, G, L, K) of the L positions written so far."""
-        length = int(self.key_mask.sum()) if self.key_mask is not None else 0
-        return self.self_k[:, :, :length], self.self_v[:, :, :length]
-
-
-class KVCache:
-    def __init__(self, layers: list[LayerKV] | list[StaticLayerKV], length: int | torch.Tensor = 0) -> None:
-        self.layers = layers
-        self.length = length  # positions already written: an int, or a (1,) device tensor for a static cache
-
-    @staticmethod
-    def allocate(n_layers: int, rows: int, n_kv_heads: int, max_len: int, d_head: int,
-                 dtype: torch.dtype, device: torch.device | str, static: bool = False) -> KVCache:
-        """An empty cache. Untouched capacity costs nothing: only the written prefix is ever paged in.
-
-        static: fixed shapes and a device-side length, for CUDA graphs (see the module docstring).
-        """
-        shape, size = (rows, n_kv_heads, max_len, d_head), rows * n_kv_heads * max_len * d_head
-        if static:
-            return KVCache([StaticLayerKV(shape, dtype, device) for _ in range(n_layers)],
-                           torch.zeros(1, dtype=torch.long, device=device))
-        return KVCache([LayerKV(shape, [torch.empty(size, dtype=dtype, device=device) for _ in range(4)])
-                        for _ in range(n_layers)])
-
-    @property
-    def static(self) -> bool:
-        """Whether this is the CUDA-graph layout (StaticLayerKV, device-side length)."""
-        return isinstance(self.length, torch.Tensor)
-
-    @property
-    def max_len(self) -> int:
-        return self.layers[0].max_len
-
-    def reorder(self, origin: torch.Tensor) -> None:
-        """Beam search: row i continues the hypothesis that was row origin[i] (N,).
-
-        Dense cache: nothing moves now; each layer gathers its rows by `origin` in the copy its
-        next append makes anyway, so a reorder costs an index, not a pass over the cache. Static
-        cache: the rows move now, in place. Reordering before or after the caller advances
-        `length` is the same.
-        """
-        for layer in self.layers:
-            layer.reorder(origin)
-
-
-def rows_at(table: torch.Tensor, start: int | torch.Tensor, length: int) -> torch.Tensor:
-    """table (P, ...) -> its rows for positions [start, start + length).
-
-    A static cache's `start` is a (1,) device tensor: it is indexed on the device, never read on
-    the host (a CUDA graph would keep the value it read at capture).
-    """
-    if isinstance(start, torch.Tensor):
-        return table.index_select(0, start + torch.arange(length, device=start.device))
-    return table[start:start + length]

@@ -6,13 +6,11 @@ import math
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from translator.config import ModelConfig
 from translator.model.attention import MultiHeadAttention, RotaryEmbedding
-from translator.model.cache import LayerKV, StaticLayerKV, rows_at
-from translator.model.linear import Linear
+from translator.model.cache import LayerCache
 
 
 def sinusoids(max_positions: int, d_model: int) -> torch.Tensor:
@@ -41,17 +39,17 @@ class Embeddings(nn.Module):
             self.table = None
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, ids: torch.Tensor, start: int | torch.Tensor = 0) -> torch.Tensor:
-        """ids (N, L) at positions [start, start+L) -> (N, L, D)."""
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """ids (N, L) at absolute `positions` (L,) -> (N, L, D)."""
         x = self.token(ids) * self.scale
         if self.table is not None:
-            x = x + rows_at(self.table, start, ids.shape[1]).to(x.dtype)
+            x = x + self.table[positions].to(x.dtype)  # (L, D), the same for every row
         elif self.learned is not None:
-            x = x + rows_at(self.learned.weight, start, ids.shape[1])
+            x = x + self.learned(positions)
         return self.dropout(x)
 
 
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
 
 
 class FeedForward(nn.Module):
@@ -59,13 +57,12 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str = "relu") -> None:
         super().__init__()
-        self.up, self.down = Linear(d_model, d_ff), Linear(d_ff, d_model)
-        self.dropout, self.activation = nn.Dropout(dropout), activation
+        self.up, self.activation = nn.Linear(d_model, d_ff), ACTIVATIONS[activation]()
+        self.down = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.activation == "relu":  # fused into the product on the oneDNN path
-            return self.down(self.dropout(self.up(x, relu=True)))
-        return self.down(self.dropout(ACTIVATIONS[self.activation](self.up(x))))
+        return self.down(self.dropout(self.activation(self.up(x))))
 
 
 class Residual(nn.Module):
@@ -101,9 +98,10 @@ class EncoderLayer(nn.Module):
         self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
         self.attn_block, self.ff_block = (Residual(cfg.d_model, cfg.dropout, pre) for _ in range(2))
 
-    def forward(self, x: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
-        """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D)."""
-        x = self.attn_block(x, lambda h: self.self_attn(h, mask=src_mask))
+    def forward(self, x: torch.Tensor, src_mask: torch.Tensor, positions: torch.Tensor
+                ) -> torch.Tensor:
+        """x (B, S, D) at `positions` (S,), src_mask (B, 1, 1, S) -> (B, S, D)."""
+        x = self.attn_block(x, lambda h: self.self_attn(h, mask=src_mask, positions=positions))
         return self.ff_block(x, self.ff)
 
 
@@ -121,8 +119,13 @@ class DecoderLayer(nn.Module):
             Residual(cfg.d_model, cfg.dropout, pre) for _ in range(3))
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
-                kv: LayerKV | StaticLayerKV | None = None, start: int | torch.Tensor = 0) -> torch.Tensor:
-        """x (N, T, D), memory (B, S, D), src_mask (B, 1, 1, S) -> (N, T, D)."""
-        x = self.self_block(x, lambda h: self.self_attn(h, is_causal=True, kv=kv, start=start))
-        x = self.cross_block(x, lambda h: self.cross_attn(h, memory, src_mask, kv=kv))
+                tgt_mask: torch.Tensor | None, positions: torch.Tensor,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        """x (N, T, D) at `positions` (T,), memory (B, S, D), src_mask (B, 1, 1, S) -> (N, T, D).
+
+        tgt_mask (T, L) from `causal_mask` with a cache; None: causal over x itself (is_causal).
+        """
+        x = self.self_block(x, lambda h: self.self_attn(
+            h, mask=tgt_mask, is_causal=tgt_mask is None, positions=positions, cache=cache))
+        x = self.cross_block(x, lambda h: self.cross_attn(h, memory, src_mask, cache=cache))
         return self.ff_block(x, self.ff)

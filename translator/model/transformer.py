@@ -9,10 +9,9 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from translator.config import ModelConfig
-from translator.model.attention import MultiHeadAttention
+from translator.model.attention import MultiHeadAttention, causal_mask
 from translator.model.cache import KVCache
 from translator.model.layers import DecoderLayer, Embeddings, EncoderLayer
-from translator.model.linear import Linear
 
 
 class Transformer(nn.Module):
@@ -36,9 +35,10 @@ class Transformer(nn.Module):
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
         final_norm = nn.LayerNorm if cfg.norm == "pre" else nn.Identity  # post-LN ends normalised
         self.encoder_norm, self.decoder_norm = final_norm(cfg.d_model), final_norm(cfg.d_model)
-        self.out_proj = Linear(cfg.d_model, cfg.vocab_size, bias=cfg.output_bias)
+        self.out_proj = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.output_bias)
         if cfg.tie_embeddings:
             self.out_proj.weight = tgt_token.weight
+        self.dense_prefix_cache = False  # a KV cache layout for CPU decoding (model/inference.py)
         self.init_weights()
 
     def init_weights(self) -> None:
@@ -62,29 +62,36 @@ class Transformer(nn.Module):
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """src (B, S) ids, src_mask (B, 1, 1, S) -> memory (B, S, D)."""
-        x = self.src_embed(src)
+        positions = torch.arange(src.shape[1], device=src.device)  # (S,)
+        x = self.src_embed(src, positions)
         for layer in self.encoder:
             if self.cfg.gradient_checkpointing and self.training:
-                x = checkpoint(layer, x, src_mask, use_reentrant=False)
+                x = checkpoint(layer, x, src_mask, positions, use_reentrant=False)
             else:
-                x = layer(x, src_mask)
+                x = layer(x, src_mask, positions)
         return self.encoder_norm(x)
 
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
                cache: KVCache | None = None) -> torch.Tensor:
         """tgt (N, T) ids -> logits (N, T, V); N is B or B * beams (beams share memory rows).
 
-        With a cache, `tgt` holds only the new positions, which start at `cache.length`; the
-        caller advances `cache.length` afterwards.
+        With a cache, `tgt` holds only the new positions, which start at the cache's length;
+        the caller advances the cache afterwards.
         """
-        start = cache.length if cache is not None else 0
-        x = self.tgt_embed(tgt, start)
+        T = tgt.shape[1]
+        if cache is None:  # the whole target: SDPA's own causal mask
+            positions, tgt_mask = torch.arange(T, device=tgt.device), None
+        else:
+            positions = cache.positions(T)  # (T,), on the device (a CUDA graph reads no host value)
+            tgt_mask = causal_mask(positions, cache.n_keys(T))  # (T, L)
+        x = self.tgt_embed(tgt, positions)
         for i, layer in enumerate(self.decoder):
             kv = cache.layers[i] if cache is not None else None
             if self.cfg.gradient_checkpointing and self.training:
-                x = checkpoint(layer, x, memory, src_mask, kv, start, use_reentrant=False)
+                x = checkpoint(layer, x, memory, src_mask, tgt_mask, positions, kv,
+                               use_reentrant=False)
             else:
-                x = layer(x, memory, src_mask, kv, start)
+                x = layer(x, memory, src_mask, tgt_mask, positions, kv)
         return self.out_proj(self.decoder_norm(x))
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
@@ -92,11 +99,16 @@ class Transformer(nn.Module):
         return self.decode(tgt_in, self.encode(src, src_mask), src_mask)
 
     def new_cache(self, rows: int, max_len: int, dtype: torch.dtype, device: torch.device,
-                  static: bool = False) -> KVCache:
-        """An empty KV cache for `rows` decoder rows and at most `max_len` target positions (static: for CUDA graphs)."""
+                  fixed_shapes: bool = False) -> KVCache:
+        """An empty KV cache for `rows` decoder rows and at most `max_len` target positions.
+
+        fixed_shapes: the layout CUDA graphs replay; otherwise the one `dense_prefix_cache` names.
+        """
         cfg = self.cfg
-        return KVCache.allocate(cfg.n_decoder_layers, rows, cfg.n_kv_heads or cfg.n_heads,
-                                min(max_len, cfg.max_positions), cfg.d_model // cfg.n_heads, dtype, device, static)
+        return KVCache(cfg.n_decoder_layers, rows, cfg.n_kv_heads or cfg.n_heads,
+                       min(max_len, cfg.max_positions), cfg.d_model // cfg.n_heads, dtype, device,
+                       fixed_shapes=fixed_shapes,
+                       dense_prefix=self.dense_prefix_cache and not fixed_shapes)
 
 
 def count_parameters(model: nn.Module) -> int:
