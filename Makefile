@@ -13,6 +13,8 @@ install:  ## venv with torch pinned first (TORCH_INDEX=URL picks its build), the
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/pip install -q -e '.[dev]'
+	@# headless browser for the attention page's test, where apt runs as root (else that test skips)
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 || true; fi
 
 bench-install: install  ## peers for benchmarks, kept from moving torch
 	$(BIN)/pip freeze | grep -i '^torch==' > $(VENV)/torch-constraint.txt
