@@ -37,6 +37,11 @@ class Metrics:
             for name, value in values.items():
                 self.writer.add_scalar(f"{prefix}/{name}", value, step)
 
+    def figure(self, step: int, tag: str, figure) -> None:
+        """A matplotlib figure as an image (rendered, then closed)."""
+        if self.enabled:
+            self.writer.add_figure(tag, figure, step)
+
     def text(self, step: int, tag: str, body: str) -> None:
         if self.enabled:
             self.writer.add_text(tag, body, step)
