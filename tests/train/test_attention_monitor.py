@@ -41,7 +41,7 @@ def test_training_logs_attention_to_tensorboard_and_its_cost(prepared, tmp_path)
                 assert len(values) == 1 and 0 <= values[0] <= 1
         assert f"attention/{kind}/diversity" in images
         assert {f"attention/{kind}/layer0/sentence0", f"attention/{kind}/layer{n_layers - 1}/sentence0"} <= set(images)
-    image = events.Images(f"attention/cross/layer0/sentence0")[0]
+    image = events.Images("attention/cross/layer0/sentence0")[0]
     assert image.width > 100 and image.height > 100
     log = (tmp_path / "run" / "train.log").read_text()
     assert "attention diagnostics: " in log and "% of the validation's" in log
