@@ -31,7 +31,7 @@ def test_help_is_instant_and_lists_commands():
     assert probe.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("command", ["prepare", "train", "eval", "translate", "average", "info"])
+@pytest.mark.parametrize("command", ["prepare", "train", "eval", "translate", "average", "info", "attention"])
 def test_every_command_help_has_an_example(command):
     result = run_cli(command, "--help")
     assert result.returncode == 0 and "Example:" in result.stdout

@@ -4,7 +4,7 @@ Per sentence, the translation is the given one (`--target`, forced decoding) or 
 search output; one teacher-forced pass then gives every layer's encoder self-, decoder self- and
 cross-attention. Out come a table of per-head entropy with flags (near-uniform, near-one-hot,
 near-duplicate heads), PNG heatmaps (one figure per sentence, kind and layer: the mean of heads,
-then every head) and a self-contained HTML page.
+then every head; and per kind the heads' pairwise divergence) and a self-contained HTML page.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from translator.config import DecodeConfig, DiagnosticsConfig
 from translator.data.tokenizer import Tokenizer
 from translator.diagnostics.capture import KINDS, Forced, forced_attention
-from translator.diagnostics.figures import heads_figure, save_png
+from translator.diagnostics.figures import diversity_figure, heads_figure, save_png
 from translator.diagnostics.html import sentence_data, write_page
 from translator.diagnostics.stats import LayerStats, allowed_keys, layer_stats
 from translator.diagnostics.words import merge_words, word_labels
@@ -64,6 +64,9 @@ def run(model: Transformer, tokenizer: Tokenizer, diagnostics: DiagnosticsConfig
     views = [sentence_maps(forced, b, labels[b], words) for b in range(len(sources))]
     if out_dir is not None:
         write_figures(out_dir, views)
+        for kind in KINDS:  # over all the sentences: which heads attend alike
+            save_png(diversity_figure([st.divergence for st in stats[kind]], KIND_NAMES[kind]),
+                     out_dir / f"diversity-{kind}.png")
     if html is not None:
         write_page(html, "attention: " + sources[0][:60],
                    [sentence_data({"src": p.src, "in": p.dec_in, "out": p.dec_out}, maps) for p, maps in views])

@@ -147,7 +147,7 @@ def translate(ckpt: CkptArg, beam: BeamOpt = None,
 def attention(ckpt: CkptArg,
               sentences: Annotated[Optional[list[str]], typer.Argument(help="Source sentences; without any, stdin (one a line).", show_default=False)] = None,
               target: Annotated[Optional[list[str]], typer.Option("--target", "-t", help="A translation to force-decode, one per sentence in order (repeatable); default: the model's own search output.")] = None,
-              out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Directory for PNG heatmaps: sentenceI-KIND-layerL.png.")] = None,
+              out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Directory for PNG heatmaps (sentenceI-KIND-layerL.png) and head divergences (diversity-KIND.png).")] = None,
               html: Annotated[Optional[Path], typer.Option("--html", help="Write one self-contained, offline HTML page to explore the maps.")] = None,
               words: Annotated[bool, typer.Option("--words", help="Merge SentencePiece pieces into words in figures and page.")] = False,
               beam: BeamOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None) -> None:

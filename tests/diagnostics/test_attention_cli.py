@@ -23,7 +23,9 @@ def test_attention_writes_table_figures_and_page(copy_model, tmp_path):
     assert all(0 <= float(norm) <= 1 for *_, norm in rows)
     assert len(re.findall(r"head diversity [\d.]+", result.stdout)) == 3
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted(f"sentence{i}-{k}-layer0.png" for i in range(2) for k in ("cross", "decoder", "encoder"))
+    kinds = ("cross", "decoder", "encoder")
+    assert names == sorted([f"sentence{i}-{k}-layer0.png" for i in range(2) for k in kinds]
+                           + [f"diversity-{k}.png" for k in kinds])
     assert Image.open(out / "sentence0-cross-layer0.png").format == "PNG"
     page = html.read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>") and '"\u2581nu","\u2581pe"' in page

@@ -11,10 +11,10 @@ from translator.train.attention import AttentionMonitor
 
 
 class Lines:
-    """Stands in for Metrics: keeps log lines, scalars and figure tags."""
+    """Stands in for Metrics: keeps log lines, scalar tags and image tags."""
 
     def __init__(self) -> None:
-        self.lines, self.scalar_tags, self.figures = [], [], []
+        self.lines, self.scalar_tags, self.images = [], [], []
 
     def line(self, message: str) -> None:
         self.lines.append(message)
@@ -22,8 +22,8 @@ class Lines:
     def scalars(self, step, values, prefix) -> None:
         self.scalar_tags += [f"{prefix}/{k}" for k in values]
 
-    def figure(self, step, tag, figure) -> None:
-        self.figures.append(tag)
+    def image(self, step, tag, image) -> None:
+        self.images.append(tag)
 
 
 def test_training_logs_attention_to_tensorboard_and_its_cost(prepared, tmp_path):
@@ -42,7 +42,9 @@ def test_training_logs_attention_to_tensorboard_and_its_cost(prepared, tmp_path)
         assert f"attention/{kind}/diversity" in images
         assert {f"attention/{kind}/layer0/sentence0", f"attention/{kind}/layer{n_layers - 1}/sentence0"} <= set(images)
     image = events.Images("attention/cross/layer0/sentence0")[0]
-    assert image.width > 100 and image.height > 100
+    panel = (image.width + 2) // (n_heads + 1)  # the mean of heads, then each head, 2 pixels apart
+    assert panel * (n_heads + 1) == image.width + 2 and (panel - 2) % 4 == 0 and image.height % 4 == 0
+    assert "attention/sentences/text_summary" in events.Tags()["tensors"]  # the images' tokens, as text
     log = (tmp_path / "run" / "train.log").read_text()
     assert "attention diagnostics: " in log and "% of the validation's" in log
 

@@ -48,16 +48,27 @@ def attention_maps(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor
             return out
         return hook
 
+    def stop(module, args, output):
+        raise _Done
+
     for kind, modules in attention_modules(model).items():
         for module in modules:  # hooks fire in layer order: the lists fill layer by layer
             handles.append(module.register_forward_pre_hook(ask, with_kwargs=True))
             handles.append(module.register_forward_hook(keep(kind)))
+    # the logits are not needed: their (B, T, V) projection would be most of the pass's cost
+    handles.append(model.decoder[-1].register_forward_hook(stop))
     try:
         model.decode(tgt_in, model.encode(src, src_mask), src_mask)
+    except _Done:
+        pass
     finally:
         for handle in handles:
             handle.remove()
     return maps
+
+
+class _Done(Exception):
+    """Raised after the last decoder layer, to end the pass there."""
 
 
 def qk_scales(model: Transformer) -> dict[str, list[tuple[float, float]]]:

@@ -152,7 +152,7 @@ $("panels").addEventListener("mouseover", (e) => {
   else if (t.classList.contains("collab")) highlight(self ? +t.dataset.col : null, +t.dataset.col);
 });
 $("panels").addEventListener("mouseleave", () => highlight(null, null));
-fill($("sentence"), DATA.sentences.map((_, i) => i), DATA.sentences.map((s, i) => i + ": " + s.labels.src.join(" ").slice(0, 60)));
+fill($("sentence"), DATA.sentences.map((_, i) => i), DATA.sentences.map((s, i) => i + ": " + s.labels.src.join(" ").replace(/\u2581/g, "").slice(0, 60)));
 ["sentence", "kind", "layer", "head"].forEach((id) => $(id).addEventListener("change", draw));
 $("kind").value = "cross";
 draw();

@@ -18,7 +18,7 @@ from translator.config import Config
 from translator.data.shards import TokenArray
 from translator.data.tokenizer import Tokenizer
 from translator.diagnostics.capture import KINDS, Forced, forced_attention, qk_scales
-from translator.diagnostics.figures import diversity_figure, heads_figure
+from translator.diagnostics.figures import tiles_image
 from translator.diagnostics.stats import LayerStats, allowed_keys, layer_stats
 from translator.model.transformer import Transformer
 from translator.prepare import prepared_dir
@@ -73,23 +73,42 @@ class AttentionMonitor:
                                 f"attention_entropy/{kind}")
                 metrics.scalars(step, {f"layer{layer}": st.diversity}, f"attention_diversity/{kind}")
                 self._flag(metrics, kind, layer, st, step)
-            metrics.figure(step, f"attention/{kind}/diversity",
-                           diversity_figure([st.divergence for st in stats], NAMES[kind], dpi=60))
+            # per layer, the (H, H) divergences side by side, 0 (identical heads) to 1 (disjoint)
+            metrics.image(step, f"attention/{kind}/diversity", tiles_image([st.divergence for st in stats], 1.0, 8))
             self._heatmaps(forced, kind, step, metrics)
         return time.time() - began
 
     def _heatmaps(self, forced: Forced, kind: str, step: int, metrics: Metrics) -> None:
-        """First and last layer of `kind` for the first image_sentences sentences."""
+        """First and last layer of `kind` for the first image_sentences sentences: the mean of heads, then each.
+
+        Unlabelled images (tokens are in the `attention/sentences` text): labelled matplotlib
+        figures cost about a second each, far over the 5% of a validation these may take.
+        """
         n_layers = len(forced.maps[kind])
+        for i in range(min(self.cfg.image_sentences, len(self.src_ids))):
+            rows, cols = self._axes(kind, i)
+            for layer in sorted({0, n_layers - 1}):
+                weights = forced.maps[kind][layer][i, :, :rows, :cols]  # (H, rows, cols)
+                metrics.image(step, f"attention/{kind}/layer{layer}/sentence{i}",
+                              tiles_image([weights.mean(dim=0), *weights]))
+
+    def _axes(self, kind: str, i: int) -> tuple[int, int]:
+        """Rows and columns of sentence i's map: source + EOS, BOS + target (or target + EOS)."""
+        S, T = len(self.src_ids[i]) + 1, len(self.tgt_ids[i]) + 1
+        return {"encoder": (S, S), "decoder": (T, T), "cross": (T, S)}[kind]
+
+    def describe(self, metrics: Metrics) -> None:
+        """The image sentences' tokens, once: the images' rows and columns."""
+        text = []
         for i in range(min(self.cfg.image_sentences, len(self.src_ids))):
             src = self.tokenizer.sp.id_to_piece(self.src_ids[i]) + ["</s>"]
             tgt = self.tokenizer.target_sp.id_to_piece(self.tgt_ids[i])
-            rows, cols = {"encoder": (src, src), "decoder": (tgt + ["</s>"], ["<s>"] + tgt),
-                          "cross": (tgt + ["</s>"], src)}[kind]
-            for layer in sorted({0, n_layers - 1}):
-                weights = forced.maps[kind][layer][i, :, :len(rows), :len(cols)]  # (H, rows, cols)
-                fig = heads_figure(weights, rows, cols, f"{NAMES[kind]}, layer {layer}, update {step}", dpi=60)
-                metrics.figure(step, f"attention/{kind}/layer{layer}/sentence{i}", fig)
+            text.append(f"**sentence {i}** (panels: mean of heads, then head 0, 1, ...; rows are queries)  \n"
+                        f"source (encoder rows and columns, cross columns): `{' '.join(src)}`  \n"
+                        f"decoder inputs (decoder columns): `{' '.join(['<s>', *tgt])}`  \n"
+                        f"decoder outputs (decoder and cross rows): `{' '.join([*tgt, '</s>'])}`")
+        if text:
+            metrics.text(0, "attention/sentences", "\n\n".join(text))
 
     def _flag(self, metrics: Metrics, kind: str, layer: int, st: LayerStats, step: int) -> None:
         if st.duplicates:

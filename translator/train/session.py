@@ -92,6 +92,7 @@ def setup(cfg: Config, quiet: bool) -> Session:
     if d.main and cfg.diagnostics.enabled:
         s.monitor = AttentionMonitor(cfg, tokenizer)
         s.monitor.check_scales(model, s.metrics)
+        s.monitor.describe(s.metrics)
     return s
 
 
