@@ -77,7 +77,10 @@ def main() -> None:
             runs = ", ".join(f"{a:.2f} / {b:.2f}" for a, b in zip(valid_s, diag_s))
             lines.append(f"| {n or 'all'} | {v:.2f} | {d:.2f} | **{100 * d / v:.1f}%** | {runs} |")
         metrics.close()
-    lines += ["", "Target: the diagnostics cost at most 5% of a validation.", ""]
+    state = checkpoint.read(args.ckpt)["state"].get("train", {})
+    lines += ["", f"Checkpoint: update {state.get('step', '?')} of a `{cfg.data.name}` run trained with "
+              f"train.precision={cfg.train.precision}.", "",
+              "Target: the diagnostics cost at most 5% of a validation.", ""]
     with atomic_write(args.out) as handle:
         handle.write("\n".join(lines))
     print("\n".join(lines))

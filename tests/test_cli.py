@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,9 @@ CLI = [sys.executable, "-m", "translator"]
 
 
 def run_cli(*args: str, stdin: str | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, text=True, cwd=cwd, timeout=600)
+    # the checkout under test first: from another cwd, `-m translator` would find an installed copy
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, text=True, cwd=cwd, timeout=600, env=env)
 
 
 def sets(overrides: list[str]) -> list[str]:

@@ -257,7 +257,7 @@ class DecodeConfig:
 class DiagnosticsConfig:
     enabled: bool = True
     """Attention diagnostics at each validation: TensorBoard entropy, head diversity and heatmaps, and log warnings."""
-    sentences: int = 16
+    sentences: int = 8
     """Valid sentences (the first N, teacher-forced with their references) whose attention the statistics average."""
     image_sentences: int = 2
     """How many of them get heatmap images in TensorBoard (first and last layer of each attention kind; 0 = none)."""

@@ -90,7 +90,7 @@ class AttentionMonitor:
             for layer in sorted({0, n_layers - 1}):
                 weights = forced.maps[kind][layer][i, :, :rows, :cols]  # (H, rows, cols)
                 metrics.image(step, f"attention/{kind}/layer{layer}/sentence{i}",
-                              tiles_image([weights.mean(dim=0), *weights]))
+                              tiles_image([weights.mean(dim=0), *weights], cell_px=3))
 
     def _axes(self, kind: str, i: int) -> tuple[int, int]:
         """Rows and columns of sentence i's map: source + EOS, BOS + target (or target + EOS)."""
