@@ -22,6 +22,9 @@ $(STAMP): pyproject.toml Makefile  ## venv with torch pinned first (TORCH_INDEX=
 	$(BIN)/pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/pip freeze | grep -i '^torch==' > $(VENV)/torch-constraint.txt
 	$(BIN)/pip install -q -c $(VENV)/torch-constraint.txt -e '.[dev,bench]'
+	@# headless browser for the attention page's test, where apt runs as root (else that test skips)
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get update -qq && apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 || true; fi
 	touch $@
 
 bench-install: $(STAMP)  ## kept for old habits: the install already has the benchmark peers

@@ -19,6 +19,9 @@ CLI = [sys.executable, "-m", "translator"]
 
 
 def run_cli(*args: str, stdin: str | None = None, cwd: Path = REPO, env=None) -> subprocess.CompletedProcess:
+    # the checkout under test first: from another cwd, `-m translator` would find an installed copy
+    env = {**(os.environ if env is None else env)}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     return subprocess.run([*CLI, *args], input=stdin, capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
 
 
@@ -37,14 +40,15 @@ def registered_commands() -> dict:
 def test_help_is_instant_and_lists_every_command():
     result = run_cli("--help")
     assert result.returncode == 0
-    listed = set(re.findall(r"^│ (\w+) {2,}", result.stdout, flags=re.MULTILINE))
+    listed = set(re.findall(r"^│ (\w[\w-]*) {2,}", result.stdout, flags=re.MULTILINE))
     assert listed == set(registered_commands())
     probe = subprocess.run([sys.executable, "-c", "import sys, translator.cli; print('torch' in sys.modules)"],
                            capture_output=True, text=True, cwd=REPO)
     assert probe.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("command", ["prepare", "train", "eval", "translate", "average", "info"])
+@pytest.mark.parametrize("command", ["prepare", "train", "eval", "translate", "average", "info", "attention", "export",
+                                     "import-hf"])
 def test_every_command_help_has_an_example_that_parses(command):
     """The example in each command's help names that command and only arguments and options it has."""
     import click

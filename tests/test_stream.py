@@ -24,8 +24,8 @@ def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
     from translator import cli
 
     seen = {}
-    monkeypatch.setattr(stream, "translate_chunks", lambda model, tok, decode, lines, out, nbest, progress:
-                        seen.update(decode=decode, nbest=nbest))
+    monkeypatch.setattr(stream, "translate_chunks", lambda model, tok, decode, lines, out, nbest, progress,
+                        alignment_layer: seen.update(decode=decode, nbest=nbest, alignment_layer=alignment_layer))
     flags = ["--beam", "3", "--nbest", "2", "--length-penalty", "1.5", "--min-len", "2", "--max-len-a", "0.5",
              "--max-len-b", "6", "--batch-tokens", "99", "--no-cuda-graphs", "--device", "cpu", "-q"]
     result = CliRunner().invoke(cli.app, ["translate", str(tiny.path), *flags], input="A dog.\n")
@@ -33,6 +33,10 @@ def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
     decode = seen["decode"]
     assert (decode.beam_size, decode.length_penalty, decode.min_len, decode.max_len_a, decode.max_len_b,
             decode.batch_tokens, decode.cuda_graphs, seen["nbest"]) == (3, 1.5, 2, 0.5, 6, 99, False, 2)
+    assert seen["alignment_layer"] is None  # no --alignments: no alignment pass
+    for extra, layer in [(["--alignments"], -1), (["--alignments", "--alignment-layer", "1"], 1)]:
+        result = CliRunner().invoke(cli.app, ["translate", str(tiny.path), *flags, *extra], input="A dog.\n")
+        assert result.exit_code == 0 and seen["alignment_layer"] == layer, result.output
 
 
 def test_translate_device_dtype_and_quiet_flags_reach_load_and_the_bar(tiny, monkeypatch):

@@ -120,6 +120,8 @@ def translate(ckpt: CkptArg, beam: BeamOpt = None,
               length_penalty: Annotated[Optional[float], typer.Option("--length-penalty", help="GNMT length-penalty alpha (0 = none).")] = None,
               batch_tokens: Annotated[Optional[int], typer.Option("--batch-tokens", min=1, help="Source tokens per batch.")] = None,
               device: DeviceOpt = None, dtype: DtypeOpt = None, cuda_graphs: GraphsOpt = None,
+              alignments: Annotated[bool, typer.Option("--alignments", help="Append a TAB and the source-target word alignment read from cross-attention, as Pharaoh pairs (0-0 1-2 ...).")] = False,
+              alignment_layer: Annotated[int, typer.Option("--alignment-layer", help="Decoder layer whose cross-attention (mean of heads) gives --alignments; from 0, negative from the last.")] = -1,
               quiet: QuietOpt = False) -> None:
     """Translate stdin to stdout: one output line per input line; an empty line gives an empty line.
 
@@ -133,7 +135,30 @@ def translate(ckpt: CkptArg, beam: BeamOpt = None,
 
     stream.run(ckpt, nbest=nbest, beam=beam, max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len,
                length_penalty=length_penalty, batch_tokens=batch_tokens, cuda_graphs=cuda_graphs, device=device,
-               dtype=dtype, quiet=quiet)
+               dtype=dtype, alignment_layer=alignment_layer if alignments else None, quiet=quiet)
+
+
+@app.command()
+def attention(ckpt: CkptArg,
+              sentences: Annotated[Optional[list[str]], typer.Argument(help="Source sentences; without any, stdin (one a line).", show_default=False)] = None,
+              target: Annotated[Optional[list[str]], typer.Option("--target", "-t", help="A translation to force-decode, one per sentence in order (repeatable); default: the model's own search output.")] = None,
+              out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Directory for PNG heatmaps (sentenceI-KIND-layerL.png) and head divergences (diversity-KIND.png).")] = None,
+              html: Annotated[Optional[Path], typer.Option("--html", help="Write one self-contained, offline HTML page to explore the maps.")] = None,
+              words: Annotated[bool, typer.Option("--words", help="Merge SentencePiece pieces into words in figures and page.")] = False,
+              beam: BeamOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None) -> None:
+    """Show a model's attention for a few sentences: per-head entropy table, heatmaps, an HTML page.
+
+    Encoder self-, decoder self- and cross-attention of every layer; flags near-uniform, near-one-hot and near-duplicate heads (thresholds: the checkpoint's diagnostics.* config).
+
+    Example: translator attention runs/multi30k/best.pt "A dog runs on the beach." -o attn/ --html attn.html
+    """
+    from translator import attention as attention_mod
+    from translator import translate as translate_mod
+
+    model, cfg, tokenizer = translate_mod.load(ckpt, device, dtype)
+    lines = sentences or [line for line in sys.stdin.read().splitlines() if line.strip()]
+    decode = translate_mod.with_overrides(cfg.decode, beam_size=beam)
+    typer.echo(attention_mod.run(model, tokenizer, cfg.diagnostics, decode, lines, target, out, html, words))
 
 
 @app.command()

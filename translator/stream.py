@@ -27,7 +27,7 @@ from translator.translate import load, translate_lines, with_overrides
 def run(ckpt: str | Path, *, nbest: int = 1, beam: int | None = None, max_len_a: float | None = None,
         max_len_b: int | None = None, min_len: int | None = None, length_penalty: float | None = None,
         batch_tokens: int | None = None, cuda_graphs: bool | None = None, device: str | None = None,
-        dtype: str | None = None, quiet: bool = False) -> int:
+        dtype: str | None = None, alignment_layer: int | None = None, quiet: bool = False) -> int:
     """The `translate` command: stdin to stdout through a checkpoint; returns the line count.
 
     Flags left None take the checkpoint's decode.* values. Unless quiet, one log line on stderr says
@@ -43,7 +43,8 @@ def run(ckpt: str | Path, *, nbest: int = 1, beam: int | None = None, max_len_a:
     show = show_progress(quiet, sys.stdin, sys.stdout, sys.stderr)
     with sentence_progress("translate", not show) as progress:
         chunks = read_chunks(sys.stdin, warn=warn_stderr)
-        return translate_chunks(model, tokenizer, decode, chunks, sys.stdout, nbest, progress=progress)
+        return translate_chunks(model, tokenizer, decode, chunks, sys.stdout, nbest, progress=progress,
+                                alignment_layer=alignment_layer)
 
 
 def model_precision(model: Transformer, asked: str) -> str:
@@ -108,11 +109,13 @@ def _ready(fd: int) -> bool:
 
 
 def translate_chunks(model: Transformer, tokenizer: Tokenizer, decode: DecodeConfig, lines_in: Iterable[list[str]],
-                     out: TextIO, nbest: int = 1, progress: Callable[[int, int], None] | None = None) -> int:
+                     out: TextIO, nbest: int = 1, progress: Callable[[int, int], None] | None = None,
+                     alignment_layer: int | None = None) -> int:
     """Translate chunks of lines, writing each chunk as soon as it is done; returns the line count.
 
     With nbest > 1 each input line gives up to nbest TSV rows `line<TAB>text<TAB>score` (line from 0):
     one for an empty or over-long line, fewer when the search finds fewer distinct hypotheses.
+    With `alignment_layer`, each line (or row) ends in a TAB and its Pharaoh word alignment.
     `progress(done, total)` counts sentences over all chunks; total is what has been read so far.
     """
     count, decoded = 0, 0  # lines written; sentences decoded in earlier chunks
@@ -124,15 +127,22 @@ def translate_chunks(model: Transformer, tokenizer: Tokenizer, decode: DecodeCon
             progress(before + done, before + total)
 
         for hyps in translate_lines(model, tokenizer, chunk, decode, nbest, warn=warn_stderr, first_line=count + 1,
-                                    progress=report if progress is not None else None):
-            if nbest == 1:
+                                    progress=report if progress is not None else None, alignment_layer=alignment_layer):
+            if nbest == 1 and alignment_layer is None:
                 out.write(hyps[0][0] + "\n")
+            elif nbest == 1:
+                out.write(f"{hyps[0][0].replace(chr(9), ' ')}\t{hyps[0][2]}\n")
             else:
-                out.write("".join(f"{count}\t{text.replace(chr(9), ' ')}\t{score:.4f}\n" for text, score in hyps))
+                out.write("".join(f"{count}\t{h[0].replace(chr(9), ' ')}\t{h[1]:.4f}{_tail(h)}\n" for h in hyps))
             count += 1
         out.flush()
         decoded += chunk_total[0]
     return count
+
+
+def _tail(translation: tuple) -> str:
+    """`<TAB>alignment` when the translation carries one, else nothing."""
+    return f"\t{translation[2]}" if len(translation) > 2 else ""
 
 
 def show_progress(quiet: bool, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> bool:

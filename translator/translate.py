@@ -26,6 +26,8 @@ from translator.decode import Hypothesis
 from translator.decode.beam import beam_search
 from translator.decode.greedy import greedy_search
 from translator.device import resolve_device, resolve_dtype
+from translator.diagnostics.alignment import align_hypotheses, check_layer, join_alignments
+from translator.diagnostics.words import pharaoh
 from translator.errors import TranslatorError
 from translator.model.inference import for_cpu_decoding
 from translator.model.transformer import Transformer
@@ -99,9 +101,12 @@ def _cut_rank(pieces: list[str], i: int) -> tuple[bool, bool, int]:
 
 def translate_lines(model: Transformer, tokenizer: Tokenizer, lines: list[str], decode: DecodeConfig,
                     nbest: int = 1, warn: Callable[[str], None] | None = None,
-                    progress: Callable[[int, int], None] | None = None, first_line: int = 1
-                    ) -> list[list[tuple[str, float]]]:
+                    progress: Callable[[int, int], None] | None = None, first_line: int = 1,
+                    alignment_layer: int | None = None) -> list[list[tuple]]:
     """Translate `lines`; returns, per input line and in input order, (text, score) best first.
+
+    With `alignment_layer` each tuple is (text, score, alignment): Pharaoh `src-tgt` word pairs read
+    from that decoder layer's cross-attention (diagnostics/alignment.py).
 
     An empty (or whitespace-only) line gives one empty translation with score 0. `progress(done,
     total)` is called after each batch, counting sentences (pieces of over-long lines count apart).
@@ -110,6 +115,8 @@ def translate_lines(model: Transformer, tokenizer: Tokenizer, lines: list[str], 
     if max(decode.beam_size, nbest) > model.cfg.vocab_size:
         raise TranslatorError(f"a beam of {max(decode.beam_size, nbest)} is wider than the vocabulary "
                               f"({model.cfg.vocab_size} tokens)", "--beam/--nbest", "use a smaller beam")
+    if alignment_layer is not None:
+        check_layer(model, alignment_layer)  # before any decoding
     limit = model.cfg.max_positions - 1  # source tokens; with EOS they fill the positions
     pieces: list[list[int]] = []  # sub-sequences to decode
     owner: list[int] = []  # which line each piece belongs to
@@ -124,10 +131,16 @@ def translate_lines(model: Transformer, tokenizer: Tokenizer, lines: list[str], 
         pieces += parts
         owner += [number] * len(parts)
     results: list[list[Hypothesis]] = [[] for _ in pieces]
+    aligned: list[list[list[tuple[int, int]]]] = [[] for _ in pieces]  # per piece, per hypothesis
     done = 0
     for batch in length_batches([len(p) for p in pieces], decode.batch_tokens):
-        for i, hyps in zip(batch, search(model, [pieces[i] for i in batch], decode, nbest)):
+        found = search(model, [pieces[i] for i in batch], decode, nbest)
+        for i, hyps in zip(batch, found):
             results[i] = hyps
+        if alignment_layer is not None:
+            for i, pairs in zip(batch, align_hypotheses(model, tokenizer, [pieces[i] for i in batch], found,
+                                                        alignment_layer)):
+                aligned[i] = pairs
         done += len(batch)
         if progress is not None:
             progress(done, len(pieces))
@@ -137,7 +150,27 @@ def translate_lines(model: Transformer, tokenizer: Tokenizer, lines: list[str], 
     unknown = {first_line + number: n for number, line_hyps in enumerate(by_line) if (n := _unk_count(line_hyps))}
     if unknown and warn is not None:
         warn(unk_message(unknown))
-    return [_detokenize(tokenizer, line_hyps) for line_hyps in by_line]
+    out = [_detokenize(tokenizer, line_hyps) for line_hyps in by_line]
+    if alignment_layer is None:
+        return out
+    parts: list[list[int]] = [[] for _ in lines]  # each line's pieces
+    for k, line in enumerate(owner):
+        parts[line].append(k)
+    return [_with_alignments(tokenizer, translations, [pieces[k] for k in ks], [results[k] for k in ks],
+                             [aligned[k] for k in ks]) for translations, ks in zip(out, parts)]
+
+
+def _with_alignments(tokenizer: Tokenizer, translations: list[tuple[str, float]], src_parts: list[list[int]],
+                     hyps: list[list[Hypothesis]], aligned: list[list[list[tuple[int, int]]]]
+                     ) -> list[tuple[str, float, str]]:
+    """One line's (text, score) list and its pieces' sources, hypotheses and alignments -> (text, score, alignment)."""
+    if not src_parts:  # an empty line
+        return [(text, score, "") for text, score in translations]
+    if len(src_parts) == 1:
+        return [(text, score, pharaoh(pairs)) for (text, score), pairs in zip(translations, aligned[0])]
+    texts = tokenizer.decode([found[0].tokens for found in hyps])  # over-long: the best of each piece, joined
+    joined = join_alignments(src_parts, texts, [pairs[0] for pairs in aligned], tokenizer)
+    return [(*translations[0], pharaoh(joined))]
 
 
 def _detokenize(tokenizer: Tokenizer, pieces_hyps: list[list[Hypothesis]]) -> list[tuple[str, float]]:

@@ -41,6 +41,11 @@ class Metrics:
             for name, value in values.items():
                 self.writer.add_scalar(f"{prefix}/{name}", value, step)
 
+    def image(self, step: int, tag: str, image) -> None:
+        """An RGB image (3, H, W) uint8."""
+        if self.enabled:
+            self.writer.add_image(tag, image, step)
+
     def text(self, step: int, tag: str, body: str) -> None:
         if self.enabled:
             self.writer.add_text(tag, body, step)

@@ -3,6 +3,7 @@ them between updates: setup, resume, checkpoint, validation."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from translator.errors import TranslatorError
 from translator.model.transformer import Transformer
 from translator.prepare import load_manifest, prepared_dir
 from translator.train import distributed
+from translator.train.attention import AttentionMonitor
 from translator.train.distributed import Dist, gather, sum_all
 from translator.train.metrics import Metrics
 from translator.train.precision import amp_dtype, grad_scaler
@@ -46,6 +48,7 @@ class Session:
     state: TrainState = field(default_factory=TrainState)
     metrics: Metrics | None = None
     saved_step: int = 0  # the update that run_dir/last.pt holds (a save that failed does not count)
+    monitor: AttentionMonitor | None = None  # attention diagnostics at each validation (rank 0, when enabled)
 
 
 def _set_vocab_sizes(model: ModelConfig, tokenizer: Tokenizer) -> None:
@@ -114,6 +117,10 @@ def setup(cfg: Config, quiet: bool) -> Session:
             s.metrics.close()
             distributed.close(d)
             raise
+    if d.main and cfg.diagnostics.enabled:
+        s.monitor = AttentionMonitor(cfg, tokenizer)
+        s.monitor.check_scales(model, s.metrics)
+        s.monitor.describe(s.metrics)
     return s
 
 
@@ -162,7 +169,13 @@ def evaluate_and_save(s: Session) -> bool:
     state, t, stop = s.state, s.cfg.train, 0.0
     improved = False
     if s.dist.main:
+        began = time.time()
         result = validate(s.model, s.tokenizer, s.cfg, s.dtype)
+        if s.monitor is not None:  # its cost is logged: docs/benchmarks.md holds it to 5% of a validation
+            validation_s = time.time() - began
+            seconds = s.monitor.log(s.model, state.step, s.metrics)
+            s.metrics.line(f"attention diagnostics: {seconds:.2f} s, {100 * seconds / validation_s:.1f}% of the "
+                           f"validation's {validation_s:.1f} s")
         improved = result.bleu > state.best_bleu
         state.best_bleu = max(state.best_bleu, result.bleu)
         state.bad_evals = 0 if improved else state.bad_evals + 1

@@ -1,0 +1,112 @@
+"""The attention page in a real headless browser: loads offline without errors, heads switch, hover highlights.
+
+Needs selenium (dev extra) and Debian's chromium + chromium-driver (`make install` adds them where it
+can run apt as root); skips, saying which is missing, where no browser starts.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from translator.diagnostics.html import sentence_data, write_page
+
+H = 3
+SRC, OUT, IN = ["▁A", "▁dog", "</s>"], ["▁Ein", "▁Hund", "</s>"], ["<s>", "▁Ein", "▁Hund"]
+
+
+def _maps() -> dict[str, list[torch.Tensor]]:
+    torch.manual_seed(0)
+    rand = lambda t, s: torch.softmax(torch.randn(H, t, s) * 3, dim=-1)  # noqa: E731
+    return {"encoder": [rand(3, 3), rand(3, 3)], "decoder": [rand(3, 3).tril() for _ in range(2)],
+            "cross": [rand(3, 3), rand(3, 3)]}
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    path = tmp_path_factory.mktemp("html") / "attention.html"
+    labels = {"src": SRC, "in": IN, "out": OUT}
+    write_page(path, "attention: <test> & co", [sentence_data(labels, _maps()), sentence_data(labels, _maps())])
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser():
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the dev extra has it)")
+    from selenium.common.exceptions import WebDriverException
+
+    binary, driver_path = shutil.which("chromium") or shutil.which("chromium-browser"), shutil.which("chromedriver")
+    if not binary or not driver_path:
+        pytest.skip("no chromium / chromedriver on PATH (Debian: apt-get install chromium chromium-driver)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    try:
+        driver = webdriver.Chrome(service=webdriver.ChromeService(driver_path), options=options)
+    except WebDriverException as err:
+        pytest.skip(f"chromium did not start: {(err.msg or str(err)).splitlines()[0]}")
+    yield driver
+    driver.quit()
+
+
+def test_page_is_self_contained(page):
+    text = page.read_text(encoding="utf-8")
+    assert "http://" not in text and "https://" not in text  # nothing to fetch, no CDN
+    assert "<script src" not in text and "<link" not in text and "@import" not in text
+    assert "default-src 'none'" in text  # and the browser is told to fetch nothing
+    assert "</s>" not in text.split('id="data"')[1].split("</script>")[0]  # a token cannot end the script
+
+
+def _select(driver, element_id: str, value: str) -> None:
+    from selenium.webdriver.support.select import Select
+
+    Select(driver.find_element("id", element_id)).select_by_value(value)
+
+
+def _colours(driver) -> list[str]:
+    return driver.execute_script("return [...document.querySelectorAll('#panels .cell')].map(c => c.style.background)")
+
+
+def test_page_loads_without_console_errors(browser, page):
+    browser.get(page.as_uri())
+    assert browser.title == "attention: <test> & co"
+    assert len(browser.find_elements("css selector", "#panels .panel")) == H + 1  # all heads: the mean, then each
+    assert len(browser.find_elements("css selector", "#panels .cell")) == (H + 1) * 9
+    errors = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+    assert not errors, errors
+
+
+def test_switching_head_layer_and_kind_changes_the_drawing(browser, page):
+    browser.get(page.as_uri())
+    _select(browser, "head", "0")
+    head0 = _colours(browser)
+    _select(browser, "head", "1")
+    head1 = _colours(browser)
+    assert len(head0) == len(head1) == 9 and head0 != head1
+    _select(browser, "layer", "1")
+    assert _colours(browser) != head1
+    _select(browser, "kind", "decoder")
+    labels = [e.text for e in browser.find_elements("css selector", "#panels .collab")]
+    assert labels == IN  # decoder keys are the decoder's inputs
+    assert not browser.get_log("browser")
+
+
+def test_hovering_a_token_highlights_its_row_and_column(browser, page):
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    browser.get(page.as_uri())
+    _select(browser, "kind", "encoder")  # self-attention: row i and column i are one token
+    ActionChains(browser).move_to_element(browser.find_elements("css selector", ".rowlab")[1]).perform()
+    lit = browser.find_elements("css selector", "#panels .cell.hl")
+    assert {(c.get_attribute("data-row"), c.get_attribute("data-col")) for c in lit} == \
+        {("1", "0"), ("1", "1"), ("1", "2"), ("0", "1"), ("2", "1")}
+    assert len(lit) == 5 * (H + 1)  # in every panel
+    _select(browser, "kind", "cross")  # rows are target tokens, columns source tokens: only the column
+    ActionChains(browser).move_to_element(browser.find_elements("css selector", ".collab")[2]).perform()
+    lit = browser.find_elements("css selector", "#panels .cell.hl")
+    assert {c.get_attribute("data-col") for c in lit} == {"2"} and len(lit) == 3 * (H + 1)
+    assert [e.text for e in browser.find_elements("css selector", ".collab.hl")] == ["</s>"] * (H + 1)

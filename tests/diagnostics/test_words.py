@@ -1,0 +1,49 @@
+"""Pieces to words, merged maps and Pharaoh alignments on hand-made attention."""
+
+from __future__ import annotations
+
+import torch
+
+from translator.diagnostics.words import alignment, merge_words, pharaoh, word_ids, word_labels
+
+W = "\u2581"
+
+
+def test_words_start_at_the_space_mark_and_specials_stand_alone():
+    pieces = ["<s>", f"{W}Ein", f"{W}Hund", "e", f"{W}läuft", ".", "</s>"]
+    assert word_ids(pieces) == [0, 1, 2, 2, 3, 3, 4]
+    assert word_labels(pieces) == ["<s>", "Ein", "Hunde", "läuft.", "</s>"]
+    assert word_ids(["un", f"{W}do", "ne"]) == [0, 1, 1]  # a first piece without the mark is still a word
+
+
+def test_merge_sums_key_pieces_and_averages_query_pieces():
+    rows, cols = [f"{W}a", "b", f"{W}c"], [f"{W}x", f"{W}y", "z"]
+    weights = torch.tensor([[0.1, 0.2, 0.7], [0.5, 0.25, 0.25], [1.0, 0.0, 0.0]])
+    merged = merge_words(weights, rows, cols)
+    expected = torch.tensor([[(0.1 + 0.5) / 2, (0.9 + 0.5) / 2], [1.0, 0.0]])
+    torch.testing.assert_close(merged, expected)
+    torch.testing.assert_close(merge_words(weights[None, None], rows, cols)[0, 0], expected)  # leading dims kept
+
+
+def test_alignment_picks_the_source_word_with_most_mass():
+    src = [f"{W}A", f"{W}bl", "ue", f"{W}car"]  # words: A, blue, car
+    tgt = [f"{W}Ein", f"{W}blau", "es", f"{W}Auto"]  # words: Ein, blaues, Auto
+    cross = torch.tensor([
+        [0.8, 0.1, 0.0, 0.1],
+        [0.1, 0.3, 0.3, 0.3],  # "bl"+"ue" = 0.6 beats "car" 0.3 only once pieces are summed
+        [0.0, 0.2, 0.2, 0.6],  # with its word "blau": (0.6 + 0.4) / 2 against (0.3 + 0.6) / 2
+        [0.1, 0.0, 0.1, 0.8],
+    ])
+    pairs = alignment(cross, src, tgt)
+    assert pairs == [(0, 0), (1, 1), (2, 2)]
+    assert pharaoh(pairs) == "0-0 1-1 2-2"
+    reordered = alignment(torch.eye(4).flip(0), [f"{W}{c}" for c in "abcd"], [f"{W}{c}" for c in "wxyz"])
+    assert pharaoh(reordered) == "3-0 2-1 1-2 0-3"
+
+
+def test_alignment_ignores_eos_and_padding_beyond_the_pieces():
+    cross = torch.zeros(5, 6)
+    cross[:, 4] = 0.9  # all the mass on the source EOS (and padding) columns, which are cut off
+    cross[0, 1], cross[1, 0] = 0.05, 0.05
+    assert alignment(cross, [f"{W}a", f"{W}b"], [f"{W}x", f"{W}y"]) == [(1, 0), (0, 1)]
+    assert alignment(cross, [f"{W}a"], []) == [] and pharaoh([]) == ""
