@@ -8,7 +8,7 @@ import time
 
 import datasets
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.data.conftest import tiny_config, write_text_corpus
@@ -243,6 +243,7 @@ def test_only_newline_ends_a_line_in_every_line_format(tmp_path, name):
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.text(st.characters(blacklist_categories=("Cs",)), max_size=12), min_size=1, max_size=8),
        st.booleans())
+@example(lines=["\r"], trailing_newline=False)  # a CR ending the file is a line ending too
 def test_text_lines_are_what_splitting_the_bytes_on_newline_gives(tmp_path_factory, lines, trailing_newline):
     """The reference: bytes split on b"\\n" (one CR before it dropped, as CRLF), nothing else."""
     root = tmp_path_factory.mktemp("src")

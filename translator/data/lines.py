@@ -50,9 +50,10 @@ def line_blocks(path: Path, block_bytes: int = 1 << 24) -> Iterator[list[str]]:
                 except UnicodeDecodeError as err:
                     line = number + block.count(b"\n", 0, err.start) + 1
                     raise TranslatorError("invalid UTF-8", f"{path}:{line}", "re-encode the file as UTF-8") from None
-                lines = text.replace("\r\n", "\n").split("\n")
+                lines = text.split("\n")
                 if text.endswith("\n"):
                     lines.pop()
+                lines = [line.removesuffix("\r") for line in lines]  # CRLF, or a CR ending the file
                 number += len(lines)
                 yield lines
             if not data:
