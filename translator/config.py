@@ -111,9 +111,11 @@ class ModelConfig:
     d_ff: int = 2048
     """Hidden width of the position-wise feed-forward network."""
     dropout: float = 0.1
-    """Dropout on embeddings, sublayer outputs and the FFN hidden layer."""
+    """Dropout on embeddings and sublayer outputs (the FFN's hidden layer has `activation_dropout`)."""
     attention_dropout: float = 0.0
     """Dropout on attention weights."""
+    activation_dropout: float = 0.0
+    """Dropout on the feed-forward hidden layer (after the activation), apart from `dropout` (fairseq's)."""
     positions: Literal["sinusoidal", "learned", "rope"] = "sinusoidal"
     """Position scheme: added sinusoids, learned embeddings, or rotary (self-attention only)."""
     activation: Literal["relu", "gelu", "silu"] = "relu"
@@ -135,7 +137,7 @@ class ModelConfig:
         _check_range("model", self, "vocab_size src_vocab_size", 0)
         _check_range("model", self, "d_model n_heads n_encoder_layers n_decoder_layers d_ff", 1)
         _check_range("model", self, "max_positions", 2)  # BOS and one token
-        _check_range("model", self, "dropout attention_dropout", 0, 1, high_open=True)
+        _check_range("model", self, "dropout attention_dropout activation_dropout", 0, 1, high_open=True)
         if self.d_model % self.n_heads:
             raise TranslatorError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}",
@@ -152,7 +154,7 @@ class ModelConfig:
 
 # Model settings that may differ between sessions of one run (and between checkpoints that are
 # averaged): they change how a model trains, not the parameters' shapes or what it computes.
-TRAINING_ONLY = ("dropout", "attention_dropout", "gradient_checkpointing")
+TRAINING_ONLY = ("dropout", "attention_dropout", "activation_dropout", "gradient_checkpointing")
 
 
 def architecture_changes(before: dict[str, Any], after: dict[str, Any]) -> str:

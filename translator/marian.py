@@ -68,6 +68,7 @@ def model_config(hf: dict[str, Any], tokenizer: Tokenizer, where: str) -> ModelC
         d_model=hf["d_model"], n_heads=hf["encoder_attention_heads"], d_ff=hf["encoder_ffn_dim"],
         n_encoder_layers=hf["encoder_layers"], n_decoder_layers=hf["decoder_layers"],
         dropout=hf.get("dropout", 0.1), attention_dropout=hf.get("attention_dropout", 0.0),
+        activation_dropout=hf.get("activation_dropout", 0.0),
         activation=ACTIVATIONS[activation], output_bias=True, positions="sinusoidal", norm="post",
         max_positions=hf.get("max_position_embeddings", 512), scale_embeddings=hf.get("scale_embedding", False),
         tie_embeddings=True)

@@ -126,3 +126,16 @@ def test_info_of_an_untrained_config_counts_the_vocabulary_it_will_get(joint):
         n = count_parameters(Transformer(config.load(tiny, overrides + sizes).model))
     assert f"parameters: {n:,}" in text
     assert ("vocabulary 1000," if joint else "vocabulary 1000 src / 1000 tgt,") in text
+
+
+def test_ffn_hidden_dropout_is_activation_dropout_not_dropout():
+    """fairseq's split: model.dropout leaves the FFN's hidden layer alone; activation_dropout drops there."""
+    from tests.model.conftest import tiny_config
+
+    model = Transformer(tiny_config(dropout=0.5, activation_dropout=0.0)).train()
+    ff = model.encoder[0].ff
+    h = torch.randn(4, 5, ff.up.in_features)
+    assert torch.equal(ff(h), ff(h))  # no dropout inside the FFN
+    model = Transformer(tiny_config(dropout=0.0, activation_dropout=0.5)).train()
+    ff = model.encoder[0].ff
+    assert not torch.equal(ff(h), ff(h))

@@ -95,7 +95,7 @@ class EncoderLayer(nn.Module):
         pre = cfg.norm == "pre"
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads,
                                             cfg.attention_dropout, _rotary(cfg))
-        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
         self.attn_block, self.ff_block = (Residual(cfg.d_model, cfg.dropout, pre) for _ in range(2))
 
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor, positions: torch.Tensor
@@ -114,7 +114,7 @@ class DecoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads,
                                             cfg.attention_dropout, _rotary(cfg))
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.attention_dropout)
-        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
         self.self_block, self.cross_block, self.ff_block = (
             Residual(cfg.d_model, cfg.dropout, pre) for _ in range(3))
 
