@@ -58,7 +58,7 @@ demo: $(STAMP)
 	$(BIN)/translator train $(CONFIG) $(DATA_ARGS)
 	$(BIN)/translator eval "$(RUN_DIR)/best.pt" --split test
 	@echo "source:      $(SAMPLE)"
-	@printf 'translation: '; echo "$(SAMPLE)" | $(BIN)/translator translate "$(RUN_DIR)/best.pt"
+	@printf 'translation: '; echo "$(SAMPLE)" | $(BIN)/translator translate -q "$(RUN_DIR)/best.pt"
 
 # Speed and memory benchmarks; each writes docs/benchmarks/<name>.md (see docs/benchmarks.md).
 bench: bench-model bench-train bench-decode bench-launches
