@@ -35,13 +35,20 @@ def main() -> None:
     parser.add_argument("ckpt")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--bleu-sentences", type=int, nargs="+", default=[],
-                        help="train.valid_bleu_sentences values to measure (default: the checkpoint's)")
+    parser.add_argument(
+        "--bleu-sentences",
+        type=int,
+        nargs="+",
+        default=[],
+        help="train.valid_bleu_sentences values to measure (default: the checkpoint's)",
+    )
     parser.add_argument("--out", default="docs/benchmarks/attention.md")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model, cfg, tokenizer = checkpoint.load(args.ckpt)
-    cfg.diagnostics = DiagnosticsConfig()  # what a run gets by default, whatever the checkpoint was trained with
+    cfg.diagnostics = (
+        DiagnosticsConfig()
+    )  # what a run gets by default, whatever the checkpoint was trained with
     monitor = AttentionMonitor(cfg, tokenizer)
     d_cfg = cfg.diagnostics
     lines = [
@@ -78,9 +85,14 @@ def main() -> None:
             lines.append(f"| {n or 'all'} | {v:.2f} | {d:.2f} | **{100 * d / v:.1f}%** | {runs} |")
         metrics.close()
     state = checkpoint.read(args.ckpt)["state"].get("train", {})
-    lines += ["", f"Checkpoint: update {state.get('step', '?')} of a `{cfg.data.name}` run trained with "
-              f"train.precision={cfg.train.precision}.", "",
-              "Target: the diagnostics cost at most 5% of a validation.", ""]
+    lines += [
+        "",
+        f"Checkpoint: update {state.get('step', '?')} of a `{cfg.data.name}` run trained with "
+        f"train.precision={cfg.train.precision}.",
+        "",
+        "Target: the diagnostics cost at most 5% of a validation.",
+        "",
+    ]
     with atomic_write(args.out) as handle:
         handle.write("\n".join(lines))
     print("\n".join(lines))

@@ -23,10 +23,38 @@ import sys
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-NO_KERNEL = {"view", "_unsafe_view", "reshape", "transpose", "unsqueeze", "squeeze", "expand", "slice", "select", "t",
-             "detach", "alias", "permute", "flatten", "unflatten", "split", "split_with_sizes", "unbind", "chunk",
-             "narrow", "as_strided", "_reshape_alias", "dropout", "lift_fresh", "empty", "empty_like", "empty_strided",
-             "new_empty", "resolve_conj", "resolve_neg"}
+NO_KERNEL = {
+    "view",
+    "_unsafe_view",
+    "reshape",
+    "transpose",
+    "unsqueeze",
+    "squeeze",
+    "expand",
+    "slice",
+    "select",
+    "t",
+    "detach",
+    "alias",
+    "permute",
+    "flatten",
+    "unflatten",
+    "split",
+    "split_with_sizes",
+    "unbind",
+    "chunk",
+    "narrow",
+    "as_strided",
+    "_reshape_alias",
+    "dropout",
+    "lift_fresh",
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "new_empty",
+    "resolve_conj",
+    "resolve_neg",
+}
 HOST_READS = {"_local_scalar_dense", "item", "is_nonzero"}
 CONFIGS = ("ours-eager", "ours-graphs", "hf")
 
@@ -71,9 +99,16 @@ def count(config: str, length: int) -> dict:
     batch = {"src": [list(range(5, 25))] * 32, "length": length}
     with _Count() as counter:
         bench_decode.decode_batch(system, model, batch, 4, torch.device("cpu"))
-    in_graph = collections.Counter(op.__name__.split(".")[0] for op, *_ in graphs[0].graph.ops) if graphs else {}
-    return {"launches": _launches(counter.ops), "syncs": sum(counter.ops[name] for name in HOST_READS),
-            "graph_kernels": _launches(in_graph)}
+    in_graph = (
+        collections.Counter(op.__name__.split(".")[0] for op, *_ in graphs[0].graph.ops)
+        if graphs
+        else {}
+    )
+    return {
+        "launches": _launches(counter.ops),
+        "syncs": sum(counter.ops[name] for name in HOST_READS),
+        "graph_kernels": _launches(in_graph),
+    }
 
 
 def main() -> None:
@@ -84,13 +119,18 @@ def main() -> None:
     if args.worker:
         print(json.dumps(count(args.worker[0], int(args.worker[1]))))
         return
-    print("| per beam-4 decoding step, 32 sentences | host launches | host syncs | kernels inside one graph launch |")
+    print(
+        "| per beam-4 decoding step, 32 sentences | host launches | host syncs | kernels inside one graph launch |"
+    )
     print("|---|---:|---:|---:|")
     for config in args.configs.split(","):
         runs = {}
         for length in (10, 30):  # each in a fresh process: the patches above stay there
-            proc = subprocess.run([sys.executable, "-m", "bench.launches", "--worker", config, str(length)],
-                                  capture_output=True, text=True)
+            proc = subprocess.run(
+                [sys.executable, "-m", "bench.launches", "--worker", config, str(length)],
+                capture_output=True,
+                text=True,
+            )
             if proc.returncode != 0:
                 raise SystemExit(f"{config} failed:\n{proc.stderr[-3000:]}")
             runs[length] = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -45,7 +45,9 @@ def forward_loss(model: Transformer, batch, device: torch.device) -> torch.Tenso
     return F.cross_entropy(logits.flatten(0, 1).float(), tgt[:, 1:].flatten(), label_smoothing=0.1)
 
 
-def train_step(model: Transformer, optimizer: torch.optim.Optimizer, batch, device: torch.device) -> None:
+def train_step(
+    model: Transformer, optimizer: torch.optim.Optimizer, batch, device: torch.device
+) -> None:
     # Gradients stay allocated between steps, so the step's peak is activations + temporaries.
     optimizer.zero_grad(set_to_none=False)
     forward_loss(model, batch, device).backward()
@@ -60,7 +62,9 @@ def cpu_memory(model: Transformer, batch, device: torch.device) -> tuple[int, in
         loss.backward()
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
     events = [e for e in events if e.device_type() == torch.autograd.DeviceType.CPU]
-    forward_end = next(e.end_ns() for e in prof.profiler.kineto_results.events() if e.name() == "forward")
+    forward_end = next(
+        e.end_ns() for e in prof.profiler.kineto_results.events() if e.name() == "forward"
+    )
     live = peak = activations = 0
     for event in sorted(events, key=lambda e: e.start_ns()):
         live += event.nbytes()
@@ -94,7 +98,9 @@ def build(checkpointing: bool, args, device: torch.device):
     return model, optimizer, batch
 
 
-def timed_step(model: Transformer, optimizer: torch.optim.Optimizer, batch, device: torch.device) -> float:
+def timed_step(
+    model: Transformer, optimizer: torch.optim.Optimizer, batch, device: torch.device
+) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     start = time.perf_counter()
@@ -116,9 +122,17 @@ def compare(args, device: torch.device) -> list[dict[str, float]]:
     for model, optimizer, batch in variants:
         optimizer.zero_grad(set_to_none=False)
         activations, peak = measure(model, batch, device)
-        static = sum(p.numel() * p.element_size() for p in model.parameters()) * 4  # weights, grads, 2 Adam moments
-        results.append({"activations": activations / MIB, "peak_above_static": peak / MIB,
-                        "peak_total": (static + peak) / MIB, "params": count_parameters(model)})
+        static = (
+            sum(p.numel() * p.element_size() for p in model.parameters()) * 4
+        )  # weights, grads, 2 Adam moments
+        results.append(
+            {
+                "activations": activations / MIB,
+                "peak_above_static": peak / MIB,
+                "peak_total": (static + peak) / MIB,
+                "params": count_parameters(model),
+            }
+        )
     times: list[list[float]] = [[], []]
     for _ in range(args.steps):
         for i, (model, optimizer, batch) in enumerate(variants):
@@ -137,36 +151,52 @@ def report(args, device: torch.device, plain: dict, ckpt: dict) -> str:
         machine = f"{torch.cuda.get_device_name(device)}, bf16 autocast"
         method = "`torch.cuda.max_memory_allocated` / `memory_allocated`"
     else:
-        machine = (f"CPU ({platform.processor() or platform.machine()}), fp32, torch threads: "
-                   f"{torch.get_num_threads()}; the 2-core machine was shared with other jobs, "
-                   "so times are indicative")
-        method = "replay of the allocation/free log of `torch.profiler.profile(profile_memory=True)`"
+        machine = (
+            f"CPU ({platform.processor() or platform.machine()}), fp32, torch threads: "
+            f"{torch.get_num_threads()}; the 2-core machine was shared with other jobs, "
+            "so times are indicative"
+        )
+        method = (
+            "replay of the allocation/free log of `torch.profiler.profile(profile_memory=True)`"
+        )
     meets = "meets" if cut >= 0.5 and slower <= 0.35 else "does not meet"
-    rows = [f"| {name} | {r['activations']:.0f} | {r['peak_above_static']:.0f} | {r['peak_total']:.0f} "
-            f"| {r['step_s']:.3f} |" for name, r in (("off", plain), ("on", ckpt))]
-    return "\n".join([
-        "# Model benchmark: gradient checkpointing", "",
-        f"Command: `.venv/bin/python -m bench.model{''.join(' ' + a for a in args.argv)}`  ",
-        f"Date: {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}  ",
-        f"Machine: {machine}; torch {torch.__version__}  ",
-        f"Model: base (d_model 512, 6+6 layers, d_ff 2048, 8 heads, vocab {args.vocab}, tied), "
-        f"{plain['params'] / 1e6:.1f}M parameters  ",
-        f"Batch: {args.batch_size} sentences x {args.length} tokens per side; AdamW; "
-        f"step time is the median of {args.steps} steps per variant (alternating) after {args.warmup} warm-up  ",
-        f"Memory: {method}; tensor bytes, MiB", "",
-        "| checkpointing | activations | peak above weights+grads+Adam | peak total | step (s) |",
-        "|---|---:|---:|---:|---:|", *rows, "",
-        f"Checkpointing cuts activation memory by {cut:.0%} and the step's peak above the static "
-        f"state by {peak_cut:.0%}, for {slower:+.0%} step time: it {meets} the target "
-        "(>= 50% less activation memory for <= 35% more time).", "",
-        "Activations = tensor bytes the forward pass and loss leave alive for the backward pass. "
-        "With checkpointing only each layer's input survives the forward pass; the logits and the "
-        "loss (outside the layers) are kept either way, so their share grows with the vocabulary.", "",
-        "The step's peak comes in the backward pass. At small batches it is set by the (V, D) "
-        "gradient temporaries of the tied embedding matrix (output-projection gradient, embedding "
-        "backward, their sum: about 3 x V x D x 4 bytes, read from the same profiler log), which "
-        "checkpointing cannot reduce; the larger the batch, the more the activations dominate it.", "",
-    ])
+    rows = [
+        f"| {name} | {r['activations']:.0f} | {r['peak_above_static']:.0f} | {r['peak_total']:.0f} "
+        f"| {r['step_s']:.3f} |"
+        for name, r in (("off", plain), ("on", ckpt))
+    ]
+    return "\n".join(
+        [
+            "# Model benchmark: gradient checkpointing",
+            "",
+            f"Command: `.venv/bin/python -m bench.model{''.join(' ' + a for a in args.argv)}`  ",
+            f"Date: {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}  ",
+            f"Machine: {machine}; torch {torch.__version__}  ",
+            f"Model: base (d_model 512, 6+6 layers, d_ff 2048, 8 heads, vocab {args.vocab}, tied), "
+            f"{plain['params'] / 1e6:.1f}M parameters  ",
+            f"Batch: {args.batch_size} sentences x {args.length} tokens per side; AdamW; "
+            f"step time is the median of {args.steps} steps per variant (alternating) after {args.warmup} warm-up  ",
+            f"Memory: {method}; tensor bytes, MiB",
+            "",
+            "| checkpointing | activations | peak above weights+grads+Adam | peak total | step (s) |",
+            "|---|---:|---:|---:|---:|",
+            *rows,
+            "",
+            f"Checkpointing cuts activation memory by {cut:.0%} and the step's peak above the static "
+            f"state by {peak_cut:.0%}, for {slower:+.0%} step time: it {meets} the target "
+            "(>= 50% less activation memory for <= 35% more time).",
+            "",
+            "Activations = tensor bytes the forward pass and loss leave alive for the backward pass. "
+            "With checkpointing only each layer's input survives the forward pass; the logits and the "
+            "loss (outside the layers) are kept either way, so their share grows with the vocabulary.",
+            "",
+            "The step's peak comes in the backward pass. At small batches it is set by the (V, D) "
+            "gradient temporaries of the tied embedding matrix (output-projection gradient, embedding "
+            "backward, their sum: about 3 x V x D x 4 bytes, read from the same profiler log), which "
+            "checkpointing cannot reduce; the larger the batch, the more the activations dominate it.",
+            "",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -174,10 +204,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--vocab", type=int, default=32000)
     parser.add_argument("--batch-size", type=int, default=0, help="default: 64 on CUDA, 8 on CPU")
-    parser.add_argument("--length", type=int, default=0, help="tokens per side; default: 64 on CUDA, 32 on CPU")
-    parser.add_argument("--steps", type=int, default=0, help="timed steps per variant; default: 20 on CUDA, 5 on CPU")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="CPU threads (default 1: on a busy shared machine more threads wait on each other)")
+    parser.add_argument(
+        "--length", type=int, default=0, help="tokens per side; default: 64 on CUDA, 32 on CPU"
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=0,
+        help="timed steps per variant; default: 20 on CUDA, 5 on CPU",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads (default 1: on a busy shared machine more threads wait on each other)",
+    )
     parser.add_argument("--out", default="docs/benchmarks/model.md")
     args = parser.parse_args(argv)
     args.argv = argv if argv is not None else sys.argv[1:]

@@ -32,8 +32,16 @@ PYTHON = sys.executable
 # configs/base.yaml's data section (32k BPE, WMT14 en->de) on the generated corpus
 DATA_SETTINGS = ["data.name=bench-4.5m", "data.splits.valid=valid", "data.splits.test=test"]
 # time to first step: the tiny model, so that the measure is start-up, not a slow first update
-TRAIN_SETTINGS = ["model.d_model=256", "model.n_heads=4", "model.n_encoder_layers=2", "model.n_decoder_layers=2",
-                  "model.d_ff=512", "train.max_tokens=4096", "train.grad_accum_steps=1", "train.max_updates=1000"]
+TRAIN_SETTINGS = [
+    "model.d_model=256",
+    "model.n_heads=4",
+    "model.n_encoder_layers=2",
+    "model.n_decoder_layers=2",
+    "model.d_ff=512",
+    "train.max_tokens=4096",
+    "train.grad_accum_steps=1",
+    "train.max_updates=1000",
+]
 
 FIRST_STEP = """
 import sys, time, os
@@ -62,7 +70,9 @@ def make_corpus(root: Path, pairs: int) -> None:
             for start in range(0, pairs, len(lines)):
                 copy = start // len(lines)
                 chunk = lines[: pairs - start]
-                out.write("\n".join(chunk if copy == 0 else [f"{line} {copy}" for line in chunk]) + "\n")
+                out.write(
+                    "\n".join(chunk if copy == 0 else [f"{line} {copy}" for line in chunk]) + "\n"
+                )
 
 
 def timed(command: list[str]) -> tuple[float, int, str]:
@@ -75,7 +85,11 @@ def timed(command: list[str]) -> tuple[float, int, str]:
     seconds = time.time() - started
     if done.returncode:
         sys.exit(f"failed ({done.returncode}): {' '.join(command)}\n{done.stderr[-3000:]}")
-    return seconds, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024, done.stdout  # KiB on Linux
+    return (
+        seconds,
+        resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
+        done.stdout,
+    )  # KiB on Linux
 
 
 def main() -> None:
@@ -84,7 +98,9 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/translator-bench-prepare"))
     parser.add_argument("--config", default="configs/base.yaml")
     parser.add_argument("--set", action="append", default=[], help="extra data.* overrides")
-    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks/prepare.md")
+    parser.add_argument(
+        "--no-write", action="store_true", help="print only; leave docs/benchmarks/prepare.md"
+    )
     args = parser.parse_args()
     corpus, data_dir = args.work / "corpus", args.work / "data"
     settings = [f"data.source={corpus}", f"data.data_dir={data_dir}", *DATA_SETTINGS, *args.set]
@@ -101,16 +117,30 @@ def main() -> None:
     print(f"cache hit: {hit:.2f} s")
 
     run_dir = args.work / "run"
-    train = [PYTHON, "-c", FIRST_STEP, args.config, *settings, *TRAIN_SETTINGS, f"train.run_dir={run_dir}"]
+    train = [
+        PYTHON,
+        "-c",
+        FIRST_STEP,
+        args.config,
+        *settings,
+        *TRAIN_SETTINGS,
+        f"train.run_dir={run_dir}",
+    ]
     started = time.time()
     _, _, out = timed(train)
-    first_step, first_done = (float(out.split(key)[1].split()[0]) - started for key in ("FIRST_STEP ", "FIRST_DONE "))
-    print(f"training: first update starts {first_step:.1f} s after start, done at {first_done:.1f} s")
+    first_step, first_done = (
+        float(out.split(key)[1].split()[0]) - started for key in ("FIRST_STEP ", "FIRST_DONE ")
+    )
+    print(
+        f"training: first update starts {first_step:.1f} s after start, done at {first_done:.1f} s"
+    )
     if not args.no_write:
         write_results(args, seconds, peak, hit, (first_step, first_done), manifest)
 
 
-def write_results(args, seconds: float, peak: int, hit: float, first: tuple[float, float], manifest: dict) -> None:
+def write_results(
+    args, seconds: float, peak: int, hit: float, first: tuple[float, float], manifest: dict
+) -> None:
     pass_fail = lambda ok: "met" if ok else "MISSED"  # noqa: E731
     data = config.load(args.work / "data" / "bench-4.5m" / "config.yaml").data.__dict__
     dropped = ", ".join(f"{rule} {n:,}" for rule, n in manifest["dropped"].items())

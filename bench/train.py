@@ -41,20 +41,41 @@ from translator.train.state import TrainState
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
-MULTI30K = [f"data.source={SHARED / 'multi30k'}", "data.splits.valid=valid", "data.splits.test=test2016"]
+MULTI30K = [
+    f"data.source={SHARED / 'multi30k'}",
+    "data.splits.valid=valid",
+    "data.splits.test=test2016",
+]
 # newstest2013 (3000 pairs) stands in for WMT14 training text: WMT-like sentence lengths, offline
-WMT = [f"data.source={SHARED / 'wmt'}", "data.splits.train=newstest2013", "data.splits.valid=newstest2014",
-       "data.splits.test=newstest2014", "data.name=bench-wmt-newstest", "data.vocab_size=8000"]
+WMT = [
+    f"data.source={SHARED / 'wmt'}",
+    "data.splits.train=newstest2013",
+    "data.splits.valid=newstest2014",
+    "data.splits.test=newstest2014",
+    "data.name=bench-wmt-newstest",
+    "data.vocab_size=8000",
+]
 CONFIGS = {
     "tiny": ["data.name=bench-multi30k-4000", *MULTI30K],
     "multi30k": ["data.name=bench-multi30k-8000", *MULTI30K],
     "base": WMT,
 }
 CPU_MAX_TOKENS = {"tiny": 4096, "multi30k": 4096, "base": 1024}
-MODEL_VOCAB = {"base": 32000}  # base's real vocabulary; ids of the smaller bench tokenizer fit in it
+MODEL_VOCAB = {
+    "base": 32000
+}  # base's real vocabulary; ids of the smaller bench tokenizer fit in it
 # dense bf16 tensor-core peaks (no sparsity), FLOP/s, by a substring of torch.cuda.get_device_name()
-PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12, "A10G": 70e12,
-             "A10": 125e12, "RTX 4090": 165e12, "RTX 3090": 71e12}
+PEAK_BF16 = {
+    "H200": 989e12,
+    "H100": 989e12,
+    "A100": 312e12,
+    "L40S": 362e12,
+    "L4": 121e12,
+    "A10G": 70e12,
+    "A10": 125e12,
+    "RTX 4090": 165e12,
+    "RTX 3090": 71e12,
+}
 
 
 NOTES = """\
@@ -80,9 +101,14 @@ def batch_flops(m: ModelConfig, batch: Batch) -> float:
     src_len = (batch.src != PAD_ID).sum(1).double()  # (B,)
     tgt_len = (batch.tgt_out != PAD_ID).sum(1).double()  # (B,)
     S, T = float(src_len.sum()), float(tgt_len.sum())
-    encoder = m.n_encoder_layers * (S * (2 * d * d + 2 * d * kv + 2 * d * m.d_ff) + float((src_len**2).sum()) * 2 * d)
-    decoder = m.n_decoder_layers * (T * (4 * d * d + 2 * d * kv + 2 * d * m.d_ff) + S * 2 * d * kv
-                                    + float((tgt_len**2 + tgt_len * src_len).sum()) * 2 * d)
+    encoder = m.n_encoder_layers * (
+        S * (2 * d * d + 2 * d * kv + 2 * d * m.d_ff) + float((src_len**2).sum()) * 2 * d
+    )
+    decoder = m.n_decoder_layers * (
+        T * (4 * d * d + 2 * d * kv + 2 * d * m.d_ff)
+        + S * 2 * d * kv
+        + float((tgt_len**2 + tgt_len * src_len).sum()) * 2 * d
+    )
     return 3 * 2 * (encoder + decoder + T * d * m.vocab_size)
 
 
@@ -109,14 +135,26 @@ def bench_config(name: str, device: torch.device, args) -> dict:
         flops += sum(batch_flops(cfg.model, b) for b in group)
     sync(device)
     seconds = time.perf_counter() - start
-    peak = PEAK_BF16.get(next((k for k in PEAK_BF16 if on_cuda and k in torch.cuda.get_device_name(device)), ""))
+    peak = PEAK_BF16.get(
+        next((k for k in PEAK_BF16 if on_cuda and k in torch.cuda.get_device_name(device)), "")
+    )
     return {
-        "config": name, "params": count_parameters(s.model), "precision": str(s.dtype or torch.float32),
-        "max_tokens": cfg.train.max_tokens, "accum": cfg.train.grad_accum_steps if on_cuda else 1,
-        "updates": args.updates, "seconds": seconds, "tgt_tokens_per_s": tokens / seconds,
-        "peak_mib": (torch.cuda.max_memory_allocated(device) if on_cuda
-                     else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024) / 2**20,
-        "rss_before_mib": rss_before / 2**20, "tflops": flops / seconds / 1e12,
+        "config": name,
+        "params": count_parameters(s.model),
+        "precision": str(s.dtype or torch.float32),
+        "max_tokens": cfg.train.max_tokens,
+        "accum": cfg.train.grad_accum_steps if on_cuda else 1,
+        "updates": args.updates,
+        "seconds": seconds,
+        "tgt_tokens_per_s": tokens / seconds,
+        "peak_mib": (
+            torch.cuda.max_memory_allocated(device)
+            if on_cuda
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        )
+        / 2**20,
+        "rss_before_mib": rss_before / 2**20,
+        "tflops": flops / seconds / 1e12,
         "mfu": flops / seconds / peak if peak else None,
     }
 
@@ -136,11 +174,24 @@ def build(cfg: Config, device: torch.device) -> Session:
     torch.manual_seed(cfg.train.seed)
     model = Transformer(cfg.model).to(device)
     t, dtype = cfg.train, amp_dtype(cfg.train.precision, device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr, betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps,
-                                  fused=device.type == "cuda")
-    return Session(cfg=cfg, model=model, net=torch.compile(model) if t.compile else model, optimizer=optimizer,
-                   scaler=grad_scaler(device, dtype), tokenizer=None, dist=Dist(device), dtype=dtype,
-                   run_dir=Path("."))
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=t.lr,
+        betas=(t.adam_beta1, t.adam_beta2),
+        eps=t.adam_eps,
+        fused=device.type == "cuda",
+    )
+    return Session(
+        cfg=cfg,
+        model=model,
+        net=torch.compile(model) if t.compile else model,
+        optimizer=optimizer,
+        scaler=grad_scaler(device, dtype),
+        tokenizer=None,
+        dist=Dist(device),
+        dtype=dtype,
+        run_dir=Path("."),
+    )
 
 
 def sync(device: torch.device) -> None:
@@ -151,25 +202,33 @@ def sync(device: torch.device) -> None:
 def report(args, device: torch.device, results: list[dict]) -> str:
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     on_cuda = device.type == "cuda"
-    machine = (torch.cuda.get_device_name(device) if on_cuda else
-               f"CPU ({platform.machine()}), torch threads: {args.threads}; the 2-core machine was shared "
-               "with other jobs, so the numbers are indicative")
+    machine = (
+        torch.cuda.get_device_name(device)
+        if on_cuda
+        else f"CPU ({platform.machine()}), torch threads: {args.threads}; the 2-core machine was shared "
+        "with other jobs, so the numbers are indicative"
+    )
     memory = "peak allocated (MiB)" if on_cuda else "peak RSS (MiB) | RSS before the model (MiB)"
     lines = [
-        "# Training benchmark: throughput and memory", "",
+        "# Training benchmark: throughput and memory",
+        "",
         "Command: `" + " ".join([".venv/bin/python -m bench.train", *args.argv]) + "`  ",
-        f"Date: {when}  ", f"Machine: {machine}; torch {torch.__version__}  ",
+        f"Date: {when}  ",
+        f"Machine: {machine}; torch {torch.__version__}  ",
         f"Each config: {args.warmup} warm-up + {args.updates} timed updates of the `translator train` step "
-        "on real batches (Multi30k; for base the WMT newstest2013 text, model vocabulary 32000)", "",
+        "on real batches (Multi30k; for base the WMT newstest2013 text, model vocabulary 32000)",
+        "",
         f"| config | parameters | precision | max_tokens x accum | tgt tokens/s | {memory} | TFLOP/s | MFU |",
         "|---|---:|---|---:|---:|---:|" + "---:|" * (2 if on_cuda else 3),
     ]
     for r in results:
         mem = f"{r['peak_mib']:.0f}" + ("" if on_cuda else f" | {r['rss_before_mib']:.0f}")
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a"
-        lines.append(f"| {r['config']} | {r['params'] / 1e6:.1f}M | {r['precision'].replace('torch.', '')} | "
-                     f"{r['max_tokens']} x {r['accum']} | {r['tgt_tokens_per_s']:,.0f} | {mem} | "
-                     f"{r['tflops']:.3f} | {mfu} |")
+        lines.append(
+            f"| {r['config']} | {r['params'] / 1e6:.1f}M | {r['precision'].replace('torch.', '')} | "
+            f"{r['max_tokens']} x {r['accum']} | {r['tgt_tokens_per_s']:,.0f} | {mem} | "
+            f"{r['tflops']:.3f} | {mfu} |"
+        )
     lines += ["", NOTES_CUDA if on_cuda else NOTES_CPU, "", NOTES]
     return "\n".join(lines) + "\n"
 
@@ -178,11 +237,21 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    parser.add_argument("--updates", type=int, default=0, help="timed updates; default 20 on CUDA, 3 on CPU")
-    parser.add_argument("--warmup", type=int, default=0, help="untimed updates first; default 5 on CUDA, 1 on CPU")
-    parser.add_argument("--max-tokens", type=int, default=0, help="override train.max_tokens (CPU default: small)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="CPU threads (default 1: on a busy shared machine more threads wait on each other)")
+    parser.add_argument(
+        "--updates", type=int, default=0, help="timed updates; default 20 on CUDA, 3 on CPU"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=0, help="untimed updates first; default 5 on CUDA, 1 on CPU"
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, default=0, help="override train.max_tokens (CPU default: small)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads (default 1: on a busy shared machine more threads wait on each other)",
+    )
     parser.add_argument("--out", default="docs/benchmarks/train.md")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one config, print JSON
     args = parser.parse_args(argv)
@@ -197,9 +266,23 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     for name in args.configs:  # a fresh process each, so peak memory is that config's alone
         prepare.run(bench_cfg(name, device, args.max_tokens), log=lambda message: None)
-        cmd = [sys.executable, "-m", "bench.train", "--one", name, "--device", str(device),
-               "--updates", str(args.updates), "--warmup", str(args.warmup), "--threads", str(args.threads),
-               "--max-tokens", str(args.max_tokens)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "bench.train",
+            "--one",
+            name,
+            "--device",
+            str(device),
+            "--updates",
+            str(args.updates),
+            "--warmup",
+            str(args.warmup),
+            "--threads",
+            str(args.threads),
+            "--max-tokens",
+            str(args.max_tokens),
+        ]
         done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=True)
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"{name}: {results[-1]['tgt_tokens_per_s']:,.0f} tgt tokens/s", file=sys.stderr)

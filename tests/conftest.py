@@ -21,18 +21,32 @@ MULTI30K = SHARED_DATA / "multi30k"
 def tiny_overrides(data_dir: Path, run_dir: Path) -> list[str]:
     """Overrides that make configs/tiny.yaml a seconds-long run on a 2k-pair Multi30k slice."""
     return [
-        f"data.source={MULTI30K}", "data.splits.valid=valid", "data.splits.test=test2016",
-        f"data.data_dir={data_dir}", "data.max_train_pairs=2000", "data.vocab_size=1000",
-        "model.d_model=64", "model.d_ff=128", "model.n_heads=4", "model.max_positions=128",
-        f"train.run_dir={run_dir}", "train.max_updates=6", "train.eval_every=3", "train.log_every=2",
-        "train.warmup_steps=2", "train.max_tokens=1024", "train.valid_bleu_sentences=20",
+        f"data.source={MULTI30K}",
+        "data.splits.valid=valid",
+        "data.splits.test=test2016",
+        f"data.data_dir={data_dir}",
+        "data.max_train_pairs=2000",
+        "data.vocab_size=1000",
+        "model.d_model=64",
+        "model.d_ff=128",
+        "model.n_heads=4",
+        "model.max_positions=128",
+        f"train.run_dir={run_dir}",
+        "train.max_updates=6",
+        "train.eval_every=3",
+        "train.log_every=2",
+        "train.warmup_steps=2",
+        "train.max_tokens=1024",
+        "train.valid_bleu_sentences=20",
     ]
 
 
 @pytest.fixture(scope="session")
 def multi30k() -> Path:
     if not (MULTI30K / "train.en").is_file():
-        pytest.fail(f"the shared Multi30k files are missing: expected {MULTI30K}/train.en (see README.md: the tests read ../shared/data beside the checkout)")
+        pytest.fail(
+            f"the shared Multi30k files are missing: expected {MULTI30K}/train.en (see README.md: the tests read ../shared/data beside the checkout)"
+        )
     return MULTI30K
 
 

@@ -18,11 +18,15 @@ from tests.data.conftest import small_splits, write_text_corpus
 CLI = [sys.executable, "-m", "translator"]
 
 
-def run_cli(*args: str, stdin: str | None = None, cwd: Path = REPO, env=None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, stdin: str | None = None, cwd: Path = REPO, env=None
+) -> subprocess.CompletedProcess:
     # the checkout under test first: from another cwd, `-m translator` would find an installed copy
     env = {**(os.environ if env is None else env)}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
+    return subprocess.run(
+        [*CLI, *args], input=stdin, capture_output=True, text=True, cwd=cwd, env=env, timeout=600
+    )
 
 
 def sets(overrides: list[str]) -> list[str]:
@@ -42,25 +46,47 @@ def test_help_is_instant_and_lists_every_command():
     assert result.returncode == 0
     listed = set(re.findall(r"^│ (\w[\w-]*) {2,}", result.stdout, flags=re.MULTILINE))
     assert listed == set(registered_commands())
-    probe = subprocess.run([sys.executable, "-c", "import sys, translator.cli; print('torch' in sys.modules)"],
-                           capture_output=True, text=True, cwd=REPO)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys, translator.cli; print('torch' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert probe.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("command", ["prepare", "train", "eval", "translate", "average", "info", "attention", "export",
-                                     "import-hf"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "prepare",
+        "train",
+        "eval",
+        "translate",
+        "average",
+        "info",
+        "attention",
+        "export",
+        "import-hf",
+    ],
+)
 def test_every_command_help_has_an_example_that_parses(command):
     """The example in each command's help names that command and only arguments and options it has."""
     import click
 
     cmd = registered_commands()[command]
-    examples = [line.split("Example:", 1)[1] for line in cmd.help.splitlines() if "Example:" in line]
+    examples = [
+        line.split("Example:", 1)[1] for line in cmd.help.splitlines() if "Example:" in line
+    ]
     assert len(examples) == 1, cmd.help
-    words = shlex.split(examples[0].split("|")[-1])  # after a pipe: `echo ... | translator translate ...`
+    words = shlex.split(
+        examples[0].split("|")[-1]
+    )  # after a pipe: `echo ... | translator translate ...`
     assert words[:2] == ["translator", command]
     try:
         cmd.make_context(command, words[2:], resilient_parsing=False)
-    except click.UsageError as err:  # an unknown option, a missing argument, a value of the wrong type
+    except (
+        click.UsageError
+    ) as err:  # an unknown option, a missing argument, a value of the wrong type
         pytest.fail(f"{command}'s example does not parse: {err}")
     assert run_cli(command, "--help").stdout.count("Example:") == 1
 
@@ -81,11 +107,24 @@ def small_corpus(root: Path, test_lines: int = 20) -> Path:
 
 def small_run(source: Path, data_dir: Path, run_dir: Path, *extra: str) -> list[str]:
     """`train`'s arguments for a seconds-long run on a small local source (no separate prepare)."""
-    overrides = [f"data.data_dir={data_dir}", "data.splits.valid=valid", "data.vocab_size=200",
-                 "model.d_model=64", "model.d_ff=128", "model.n_heads=4", "model.max_positions=128",
-                 f"train.run_dir={run_dir}", "train.max_updates=4", "train.eval_every=2", "train.log_every=2",
-                 "train.warmup_steps=2", "train.max_tokens=1024", "train.valid_bleu_sentences=10",
-                 "train.precision=fp32", *extra]
+    overrides = [
+        f"data.data_dir={data_dir}",
+        "data.splits.valid=valid",
+        "data.vocab_size=200",
+        "model.d_model=64",
+        "model.d_ff=128",
+        "model.n_heads=4",
+        "model.max_positions=128",
+        f"train.run_dir={run_dir}",
+        "train.max_updates=4",
+        "train.eval_every=2",
+        "train.log_every=2",
+        "train.warmup_steps=2",
+        "train.max_tokens=1024",
+        "train.valid_bleu_sentences=10",
+        "train.precision=fp32",
+        *extra,
+    ]
     return [str(REPO / "configs" / "tiny.yaml"), "--data", str(source), *sets(overrides)]
 
 
@@ -113,12 +152,20 @@ def test_train_prepares_then_eval_and_translate(tmp_path):
     assert first.returncode == 0, first.stderr
     prepared = data_dir / "multi30k-tiny"
     manifest = json.loads((prepared / "manifest.json").read_text())
-    assert manifest["pairs"] == {"train": 300, "valid": 40, "test": 20} and manifest["source"] == str(source)
+    assert manifest["pairs"] == {"train": 300, "valid": 40, "test": 20} and manifest[
+        "source"
+    ] == str(source)
     lines = first.stderr.splitlines()  # prepare's steps and summary, one record per line
-    assert f"prepared {prepared}" in lines and f"source: {source}" in lines and "train pairs out: 300" in lines
+    assert (
+        f"prepared {prepared}" in lines
+        and f"source: {source}" in lines
+        and "train pairs out: 300" in lines
+    )
     assert any(line.startswith("encode train: ") for line in lines)
     assert first.stdout.splitlines() == log_records(run_dir)  # whole records, as in train.log
-    assert any(r.startswith("validation at update 2: ") and r.endswith("]") for r in log_records(run_dir))
+    assert any(
+        r.startswith("validation at update 2: ") and r.endswith("]") for r in log_records(run_dir)
+    )
     assert "━" not in first.stdout + first.stderr  # no bar drawn into the file
 
     made = (prepared / "manifest.json").stat()
@@ -128,26 +175,42 @@ def test_train_prepares_then_eval_and_translate(tmp_path):
     assert (prepared / "manifest.json").stat().st_mtime_ns == made.st_mtime_ns
     assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 4
     assert (first.stdout + again.stdout).splitlines() == log_records(run_dir)
-    assert f"resumed from {run_dir / 'last.pt'} at update 2 (epoch 0, batch 2)" in again.stdout.splitlines()
+    assert (
+        f"resumed from {run_dir / 'last.pt'} at update 2 (epoch 0, batch 2)"
+        in again.stdout.splitlines()
+    )
 
     other = run_cli("train", *small_run(source, data_dir, tmp_path / "run3", "data.vocab_size=300"))
-    assert other.returncode == 1 and other.stderr.count("\n") == 1 and "Traceback" not in other.stderr
+    assert (
+        other.returncode == 1 and other.stderr.count("\n") == 1 and "Traceback" not in other.stderr
+    )
     assert "data.vocab_size: 200 there, 300 here" in other.stderr
-    assert (prepared / "manifest.json").stat().st_mtime_ns == made.st_mtime_ns and not (tmp_path / "run3").exists()
+    assert (prepared / "manifest.json").stat().st_mtime_ns == made.st_mtime_ns and not (
+        tmp_path / "run3"
+    ).exists()
 
     result = run_cli("eval", str(run_dir / "best.pt"), "--split", "test", "--beam", "2")
     assert result.returncode == 0, result.stderr
     hyps = (run_dir / "test.en.hyp").read_text(encoding="utf-8").splitlines()
     refs = (source / "test.de").read_text(encoding="utf-8").splitlines()
     assert len(hyps) == len(refs) == 20
-    printed = {name: float(value) for name, value in re.findall(r"^(BLEU|chrF) = ([\d.]+)", result.stdout, re.M)}
+    printed = {
+        name: float(value)
+        for name, value in re.findall(r"^(BLEU|chrF) = ([\d.]+)", result.stdout, re.M)
+    }
     assert printed["BLEU"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score, abs=0.005)
     assert printed["chrF"] == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score, abs=0.005)
 
     sources = (source / "test.en").read_text(encoding="utf-8").splitlines()[:3]
     lines = [sources[0], "", sources[1], "   ", sources[2]]
-    result = run_cli("translate", str(run_dir / "best.pt"), "--beam", "2", stdin="\n".join(lines) + "\n",
-                     cwd=tmp_path)
+    result = run_cli(
+        "translate",
+        str(run_dir / "best.pt"),
+        "--beam",
+        "2",
+        stdin="\n".join(lines) + "\n",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     out = result.stdout.split("\n")[:-1]
     assert len(out) == len(lines) and out[1] == "" and out[3] == ""
@@ -174,7 +237,11 @@ def test_info_refuses_overrides_on_a_checkpoint_whatever_its_name(tmp_path):
     torch.save({"format": 1, "config": config.to_dict(cfg)}, path)
     assert "d_model 16" in run_cli("info", str(path)).stdout
     result = run_cli("info", str(path), "--set", "model.d_model=32")
-    assert result.returncode == 1 and result.stderr.startswith("error: ") and "not a checkpoint" in result.stderr
+    assert (
+        result.returncode == 1
+        and result.stderr.startswith("error: ")
+        and "not a checkpoint" in result.stderr
+    )
 
 
 def test_missing_checkpoint_is_one_line_error(tmp_path):
@@ -184,14 +251,14 @@ def test_missing_checkpoint_is_one_line_error(tmp_path):
 
 
 def test_missing_split_leaves_nothing_behind(tmp_path, multi30k):
-    overrides = tiny_overrides(tmp_path / "data", tmp_path / "run") + ["data.splits.test=nosuchsplit"]
+    overrides = tiny_overrides(tmp_path / "data", tmp_path / "run") + [
+        "data.splits.test=nosuchsplit"
+    ]
     result = run_cli("prepare", str(REPO / "configs" / "tiny.yaml"), "--quiet", *sets(overrides))
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "nosuchsplit" in result.stderr and "test2016" in result.stderr
     data_dir = tmp_path / "data"
     assert not data_dir.exists() or not any(data_dir.iterdir())
-
-
 
 
 @pytest.mark.parametrize("filename", ["/runs/x/test.en.hyp", b"/runs/x/events.tfevents"])
@@ -202,7 +269,9 @@ def test_an_oserror_is_one_line_naming_its_file(monkeypatch, capsys, filename):
         raise PermissionError(13, "Permission denied", filename)
 
     monkeypatch.setattr(cli, "app", fail)
-    monkeypatch.setattr(cli.signal, "signal", lambda *a: None)  # leave pytest's own SIGTERM handling alone
+    monkeypatch.setattr(
+        cli.signal, "signal", lambda *a: None
+    )  # leave pytest's own SIGTERM handling alone
     with pytest.raises(SystemExit) as exited:
         cli.main()
     err = capsys.readouterr().err

@@ -23,20 +23,33 @@ def test_defaults_have_docs():
     source = inspect.getsource(config)
     tree = ast.parse(source)
     for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name.endswith("Config") and node.name != "Config" or (
-                isinstance(node, ast.ClassDef) and node.name == "Config"):
+        if (
+            isinstance(node, ast.ClassDef)
+            and node.name.endswith("Config")
+            and node.name != "Config"
+            or (isinstance(node, ast.ClassDef) and node.name == "Config")
+        ):
             body = node.body
             for i, stmt in enumerate(body):
                 if isinstance(stmt, ast.AnnAssign):
                     assert stmt.value is not None, f"{node.name}.{stmt.target.id} has no default"
                     doc = body[i + 1] if i + 1 < len(body) else None
-                    assert isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant), \
+                    assert isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant), (
                         f"{node.name}.{stmt.target.id} has no doc line"
+                    )
 
 
 def test_overrides_are_typed(tmp_path):
-    cfg = config.load(None, ["train.lr=5e-4", "model.n_kv_heads=2", "train.max_updates=7",
-                             "data.splits.test=test2016", "model.tie_embeddings=false"])
+    cfg = config.load(
+        None,
+        [
+            "train.lr=5e-4",
+            "model.n_kv_heads=2",
+            "train.max_updates=7",
+            "data.splits.test=test2016",
+            "model.tie_embeddings=false",
+        ],
+    )
     assert cfg.train.lr == 5e-4 and isinstance(cfg.train.lr, float)
     assert cfg.model.n_kv_heads == 2 and cfg.train.max_updates == 7
     assert cfg.data.splits["test"] == "test2016" and cfg.data.splits["train"] == "train"
@@ -57,13 +70,16 @@ def test_unknown_key_suggests_closest():
         config.load(None, ["train.max_update=3"])
 
 
-@pytest.mark.parametrize("override, expected", [
-    ("train.max_updates=abc", "expects int"),
-    ("train.max_updates=true", "expects int"),
-    ("train.lr=[1]", "expects float"),
-    ("model.norm=middle", "not one of pre, post"),
-    ("data.splits=3", "expects a mapping"),
-])
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("train.max_updates=abc", "expects int"),
+        ("train.max_updates=true", "expects int"),
+        ("train.lr=[1]", "expects float"),
+        ("model.norm=middle", "not one of pre, post"),
+        ("data.splits=3", "expects a mapping"),
+    ],
+)
 def test_wrong_type_names_key_and_type(override, expected):
     with pytest.raises(TranslatorError, match=expected) as err:
         config.load(None, [override])
@@ -77,18 +93,31 @@ def test_invariants_checked():
         config.load(None, ["model.n_kv_heads=3"])
 
 
-@pytest.mark.parametrize("override, where", [
-    ("decode.beam_size=0", "decode.beam_size"), ("decode.max_len_a=-1", "decode.max_len_a"),
-    ("decode.min_len=-2", "decode.min_len"), ("decode.batch_tokens=0", "decode.batch_tokens"),
-    ("decode.max_len_a=.inf", "decode.max_len_a"), ("decode.length_penalty=.nan", "decode.length_penalty"),
-    ("model.n_heads=0", "model.n_heads"), ("model.n_heads=-8", "model.n_heads"), ("model.d_model=0", "model.d_model"),
-    ("model.dropout=1", "model.dropout"), ("model.n_encoder_layers=-1", "model.n_encoder_layers"),
-    ("model.max_positions=1", "model.max_positions"), ("train.lr=.nan", "train.lr"),
-    ("train.eval_every=0", "train.eval_every"), ("train.grad_accum_steps=0", "train.grad_accum_steps"),
-    ("train.keep_last=-1", "train.keep_last"), ("train.label_smoothing=1", "train.label_smoothing"),
-    ("data.max_train_pairs=-5", "data.max_train_pairs"), ("data.character_coverage=0", "data.character_coverage"),
-    ("data.src_lang=de", "data.tgt_lang"),
-])
+@pytest.mark.parametrize(
+    "override, where",
+    [
+        ("decode.beam_size=0", "decode.beam_size"),
+        ("decode.max_len_a=-1", "decode.max_len_a"),
+        ("decode.min_len=-2", "decode.min_len"),
+        ("decode.batch_tokens=0", "decode.batch_tokens"),
+        ("decode.max_len_a=.inf", "decode.max_len_a"),
+        ("decode.length_penalty=.nan", "decode.length_penalty"),
+        ("model.n_heads=0", "model.n_heads"),
+        ("model.n_heads=-8", "model.n_heads"),
+        ("model.d_model=0", "model.d_model"),
+        ("model.dropout=1", "model.dropout"),
+        ("model.n_encoder_layers=-1", "model.n_encoder_layers"),
+        ("model.max_positions=1", "model.max_positions"),
+        ("train.lr=.nan", "train.lr"),
+        ("train.eval_every=0", "train.eval_every"),
+        ("train.grad_accum_steps=0", "train.grad_accum_steps"),
+        ("train.keep_last=-1", "train.keep_last"),
+        ("train.label_smoothing=1", "train.label_smoothing"),
+        ("data.max_train_pairs=-5", "data.max_train_pairs"),
+        ("data.character_coverage=0", "data.character_coverage"),
+        ("data.src_lang=de", "data.tgt_lang"),
+    ],
+)
 def test_decode_values_out_of_range_are_refused(override, where):
     with pytest.raises(TranslatorError, match=where):
         config.load(None, [override])

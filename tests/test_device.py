@@ -19,7 +19,9 @@ def test_device_and_dtype_names():
     assert device.resolve_device("cpu").type == "cpu"
     assert device.resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     assert device.resolve_dtype("bf16", CPU) == torch.bfloat16
-    assert device.resolve_dtype("fp32", CPU, cpu_bf16=True) == torch.float32  # fp32 stays a flag away
+    assert (
+        device.resolve_dtype("fp32", CPU, cpu_bf16=True) == torch.float32
+    )  # fp32 stays a flag away
     assert device.resolve_dtype("fp16", CPU) == torch.float16
     with pytest.raises(TranslatorError, match="dtype"):
         device.resolve_dtype("half", CPU)
@@ -36,12 +38,16 @@ def test_auto_is_bf16_exactly_where_the_cpu_has_it(native, expected, monkeypatch
     assert device.resolve_dtype("auto", CPU, cpu_bf16=native) == expected
     monkeypatch.setattr(device, "cpu_native_bf16", lambda: native)  # what load and training ask
     assert device.resolve_dtype("auto", CPU) == expected
-    assert amp_dtype("auto", CPU) == (None if expected == torch.float32 else expected)  # train.precision: auto
+    assert amp_dtype("auto", CPU) == (
+        None if expected == torch.float32 else expected
+    )  # train.precision: auto
     assert amp_dtype("fp32", CPU) is None
 
 
-@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64") or not Path("/proc/cpuinfo").is_file(),
-                    reason="compares with Linux's x86 CPU flags")
+@pytest.mark.skipif(
+    platform.machine() not in ("x86_64", "AMD64") or not Path("/proc/cpuinfo").is_file(),
+    reason="compares with Linux's x86 CPU flags",
+)
 def test_native_bf16_detection_agrees_with_the_kernels_cpu_flags():
     flags = set()
     for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -51,11 +57,18 @@ def test_native_bf16_detection_agrees_with_the_kernels_cpu_flags():
     assert device.cpu_native_bf16() is bool(flags & {"avx512_bf16", "amx_bf16"})
 
 
-@pytest.mark.parametrize("asked, dtype, expected", [
-    ("auto", torch.bfloat16, "cpu, bf16 (auto: this CPU has native bf16; --dtype fp32 for fp32)"),
-    ("auto", torch.float32, "cpu, fp32 (auto: this CPU has no native bf16)"),
-    ("bf16", torch.bfloat16, "cpu, bf16"),
-])
+@pytest.mark.parametrize(
+    "asked, dtype, expected",
+    [
+        (
+            "auto",
+            torch.bfloat16,
+            "cpu, bf16 (auto: this CPU has native bf16; --dtype fp32 for fp32)",
+        ),
+        ("auto", torch.float32, "cpu, fp32 (auto: this CPU has no native bf16)"),
+        ("bf16", torch.bfloat16, "cpu, bf16"),
+    ],
+)
 def test_the_log_says_what_auto_picked(asked, dtype, expected):
     assert device.describe(CPU, dtype, asked) == expected
 
@@ -66,12 +79,16 @@ def test_load_and_the_translate_log_follow_the_cpu(tiny, monkeypatch):
 
     from translator import cli, stream, translate
 
-    for native, dtype, said in ((True, torch.bfloat16, "bf16 (auto: this CPU has native bf16"),
-                                (False, torch.float32, "fp32 (auto: this CPU has no native bf16)")):
+    for native, dtype, said in (
+        (True, torch.bfloat16, "bf16 (auto: this CPU has native bf16"),
+        (False, torch.float32, "fp32 (auto: this CPU has no native bf16)"),
+    ):
         monkeypatch.setattr(device, "cpu_native_bf16", lambda native=native: native)
         model, _, _ = translate.load(tiny.path, "cpu", "auto")
         assert next(model.parameters()).dtype == dtype
-        result = CliRunner().invoke(cli.app, ["translate", str(tiny.path), "--dtype", "auto"], input="A dog.\n")
+        result = CliRunner().invoke(
+            cli.app, ["translate", str(tiny.path), "--dtype", "auto"], input="A dog.\n"
+        )
         assert result.exit_code == 0, result.output
         assert f"translate: cpu, {said}" in result.stderr
     quiet = CliRunner().invoke(cli.app, ["translate", str(tiny.path), "-q"], input="A dog.\n")

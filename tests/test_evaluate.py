@@ -17,16 +17,25 @@ from translator.model.transformer import Transformer
 REFS = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch."]
 
 
-
-def save_tiny(prepared, path: Path, seed: int = 0, max_positions: int | None = None, tgt_lang: str | None = None,
-              **state) -> Path:
+def save_tiny(
+    prepared,
+    path: Path,
+    seed: int = 0,
+    max_positions: int | None = None,
+    tgt_lang: str | None = None,
+    **state,
+) -> Path:
     """A random 2+2-layer, d_model 32 checkpoint with the prepared tokenizer and data config (tgt_lang put in)."""
     cfg = copy.deepcopy(prepared)
     cfg.data.tgt_lang = tgt_lang or cfg.data.tgt_lang
     tokenizer = Tokenizer(Path(cfg.data.data_dir) / cfg.data.name / "spm.model")
     cfg.model.vocab_size, cfg.model.d_model, cfg.model.d_ff = tokenizer.vocab_size, 32, 64
     cfg.model.max_positions = max_positions or cfg.model.max_positions
-    cfg.decode.beam_size, cfg.decode.max_len_a, cfg.decode.max_len_b = 1, 0.5, 4  # short outputs: fast
+    cfg.decode.beam_size, cfg.decode.max_len_a, cfg.decode.max_len_b = (
+        1,
+        0.5,
+        4,
+    )  # short outputs: fast
     cfg.decode.device, cfg.decode.dtype = "cpu", "fp32"
     torch.manual_seed(seed)
     checkpoint.save(path, Transformer(cfg.model), cfg, tokenizer, state)
@@ -58,31 +67,48 @@ def test_chinese_targets_are_scored_with_the_chinese_tokenizer(lang):
     scores = evaluate.score([ZH_HYP], [ZH_REF], tgt_lang=lang)
     assert scores.bleu == pytest.approx(43.47, abs=0.01) and "tok:zh" in scores.bleu_signature
     assert evaluate.score([ZH_HYP], [ZH_REF]).bleu == 0.0  # no language: 13a, as before
-    assert scores.chrf == pytest.approx(evaluate.score([ZH_HYP], [ZH_REF]).chrf)  # chrF is language-free
+    assert scores.chrf == pytest.approx(
+        evaluate.score([ZH_HYP], [ZH_REF]).chrf
+    )  # chrF is language-free
 
 
-@pytest.mark.parametrize("lang, tokenizer, hyp, ref", [
-    ("ja", "ja-mecab", "私はリンゴを食べるのが好きです。", "私はバナナを食べるのが好きです。"),
-    ("ko", "ko-mecab", "나는 사과를 먹는 것을 좋아한다.", "나는 바나나를 먹는 것을 좋아한다."),
-])
+@pytest.mark.parametrize(
+    "lang, tokenizer, hyp, ref",
+    [
+        ("ja", "ja-mecab", "私はリンゴを食べるのが好きです。", "私はバナナを食べるのが好きです。"),
+        ("ko", "ko-mecab", "나는 사과를 먹는 것을 좋아한다.", "나는 바나나를 먹는 것을 좋아한다."),
+    ],
+)
 def test_japanese_and_korean_targets_use_sacrebleus_mecab_tokenizers(lang, tokenizer, hyp, ref):
     """Needs the [cjk] extra (sacrebleu[ja,ko]), which the dev install includes."""
     scores = evaluate.score([hyp], [ref], tgt_lang=lang)
-    direct = sacrebleu.BLEU(tokenize=tokenizer).corpus_score([hyp], [[ref]])  # the tokenizer named outright
-    assert scores.bleu == pytest.approx(direct.score) and f"tok:{tokenizer}" in scores.bleu_signature
-    assert scores.bleu > evaluate.score([hyp], [ref]).bleu  # whitespace tokens would match fewer n-grams
+    direct = sacrebleu.BLEU(tokenize=tokenizer).corpus_score(
+        [hyp], [[ref]]
+    )  # the tokenizer named outright
+    assert (
+        scores.bleu == pytest.approx(direct.score) and f"tok:{tokenizer}" in scores.bleu_signature
+    )
+    assert (
+        scores.bleu > evaluate.score([hyp], [ref]).bleu
+    )  # whitespace tokens would match fewer n-grams
 
 
-def test_a_missing_mecab_tokenizer_is_a_one_line_error_before_decoding(prepared, tmp_path, monkeypatch):
+def test_a_missing_mecab_tokenizer_is_a_one_line_error_before_decoding(
+    prepared, tmp_path, monkeypatch
+):
     from sacrebleu.tokenizers import tokenizer_ja_mecab
 
     monkeypatch.setattr(tokenizer_ja_mecab, "MeCab", None)  # as when sacrebleu[ja] is not installed
-    with pytest.raises(TranslatorError, match=r"data.tgt_lang: .*'ja'.*pip install 'sacrebleu\[ja,ko\]'"):
+    with pytest.raises(
+        TranslatorError, match=r"data.tgt_lang: .*'ja'.*pip install 'sacrebleu\[ja,ko\]'"
+    ):
         evaluate.score([ZH_HYP], [ZH_REF], tgt_lang="ja")
     ckpt = save_tiny(prepared, tmp_path / "tiny.pt", tgt_lang="ja")
     src, ref = tmp_path / "src.en", tmp_path / "ref.ja"
     src.write_text("A dog.\n"), ref.write_text("犬。\n")
-    monkeypatch.setattr(evaluate, "translate_lines", lambda *a, **k: pytest.fail("decoded before checking BLEU"))
+    monkeypatch.setattr(
+        evaluate, "translate_lines", lambda *a, **k: pytest.fail("decoded before checking BLEU")
+    )
     with pytest.raises(TranslatorError, match="MeCab"):
         evaluate.run(ckpt, src_file=src, ref_file=ref, quiet=True)
 
@@ -91,7 +117,11 @@ def test_eval_scores_in_the_checkpoints_target_language(prepared, tmp_path, monk
     ckpt = save_tiny(prepared, tmp_path / "tiny.pt", tgt_lang="zh")
     src, ref = tmp_path / "src.en", tmp_path / "ref.zh"
     src.write_text("I like eating apples.\n"), ref.write_text(ZH_REF + "\n", encoding="utf-8")
-    monkeypatch.setattr(evaluate, "translate_lines", lambda model, tok, lines, *a, **k: [[(ZH_HYP, 0.0)]] * len(lines))
+    monkeypatch.setattr(
+        evaluate,
+        "translate_lines",
+        lambda model, tok, lines, *a, **k: [[(ZH_HYP, 0.0)]] * len(lines),
+    )
     scores = evaluate.run(ckpt, src_file=src, ref_file=ref, quiet=True)
     assert scores.bleu == pytest.approx(43.47, abs=0.01) and "tok:zh" in scores.bleu_signature
 
@@ -108,7 +138,9 @@ def test_eval_on_files_writes_hypotheses_and_scores(prepared, tmp_path, capsys, 
     ref.write_text("Ein Mann fährt Fahrrad.\n\nZwei Hunde spielen im Schnee.\n", encoding="utf-8")
     beams = []
     real = evaluate.translate_lines
-    monkeypatch.setattr(evaluate, "translate_lines", lambda *a, **k: beams.append(a[3].beam_size) or real(*a, **k))
+    monkeypatch.setattr(
+        evaluate, "translate_lines", lambda *a, **k: beams.append(a[3].beam_size) or real(*a, **k)
+    )
     scores = evaluate.run(ckpt, src_file=src, ref_file=ref, beam=2, lc_tok=True)
     assert beams == [2]  # --beam reached the search
     hyps = (tmp_path / "src.en.hyp").read_text(encoding="utf-8").split("\n")
@@ -118,9 +150,15 @@ def test_eval_on_files_writes_hypotheses_and_scores(prepared, tmp_path, capsys, 
     expected = [h[0][0] for h in real(model, tokenizer, src.read_text().splitlines(), cfg.decode)]
     assert hyps[:3] == expected  # the file holds the translations, in input order
     rescored = evaluate.score(expected, ref.read_text(encoding="utf-8").splitlines(), lc_tok=True)
-    assert (scores.bleu, scores.chrf, scores.lc_tok_bleu) == (rescored.bleu, rescored.chrf, rescored.lc_tok_bleu)
+    assert (scores.bleu, scores.chrf, scores.lc_tok_bleu) == (
+        rescored.bleu,
+        rescored.chrf,
+        rescored.lc_tok_bleu,
+    )
     err = capsys.readouterr().err
-    assert "eval: cpu, fp32\n" in err and "hypotheses written to" in err  # the checkpoint asks for cpu, fp32
+    assert (
+        "eval: cpu, fp32\n" in err and "hypotheses written to" in err
+    )  # the checkpoint asks for cpu, fp32
 
 
 def test_scores_take_hypotheses_first_and_references_second():
@@ -134,7 +172,9 @@ def test_eval_on_the_prepared_split_quietly(prepared, tmp_path, capsys):
     ckpt = save_tiny(prepared, tmp_path / "tiny.pt")
     out = tmp_path / "out" / "valid.hyp"
     scores = evaluate.run(ckpt, split="valid", hyp_file=out, device="cpu", dtype="bf16", quiet=True)
-    sources = (Path(prepared.data.data_dir) / prepared.data.name / "valid.en").read_text().splitlines()
+    sources = (
+        (Path(prepared.data.data_dir) / prepared.data.name / "valid.en").read_text().splitlines()
+    )
     hyps = out.read_text(encoding="utf-8").splitlines()
     assert len(hyps) == len(sources) > 100
     refs = (Path(prepared.data.data_dir) / prepared.data.name / "valid.de").read_text().splitlines()
@@ -144,11 +184,18 @@ def test_eval_on_the_prepared_split_quietly(prepared, tmp_path, capsys):
 def test_eval_quiet_still_warns_about_a_line_too_long_for_the_model(prepared, tmp_path, capsys):
     ckpt = save_tiny(prepared, tmp_path / "tiny.pt", max_positions=12)
     src, ref = tmp_path / "src.en", tmp_path / "ref.de"
-    src.write_text("A dog.\n" + "A man rides a bike past two dogs that play in the snow. " * 3 + "\n", encoding="utf-8")
+    src.write_text(
+        "A dog.\n" + "A man rides a bike past two dogs that play in the snow. " * 3 + "\n",
+        encoding="utf-8",
+    )
     ref.write_text("Ein Hund.\nEin Mann.\n", encoding="utf-8")
     evaluate.run(ckpt, src_file=src, ref_file=ref, hyp_file=tmp_path / "hyp", quiet=True)
     err = capsys.readouterr().err
-    assert err.startswith("warning: line 2: ") and "exceed the model's 11" in err and err.count("\n") == 1
+    assert (
+        err.startswith("warning: line 2: ")
+        and "exceed the model's 11" in err
+        and err.count("\n") == 1
+    )
     assert len((tmp_path / "hyp").read_text(encoding="utf-8").splitlines()) == 2
 
 
@@ -170,17 +217,27 @@ def test_eval_input_errors(prepared, tmp_path):
     src.write_text(""), ref.write_text("")
     with pytest.raises(TranslatorError, match="nothing to score"):
         evaluate.run(ckpt, src_file=src, ref_file=ref, quiet=True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ref.de", "src.en", "tiny.pt"]  # nothing written
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "ref.de",
+        "src.en",
+        "tiny.pt",
+    ]  # nothing written
 
 
 @pytest.mark.parametrize("where", ["a directory", "under a file"])
-def test_eval_output_that_cannot_be_written_fails_before_decoding(prepared, tmp_path, monkeypatch, where):
+def test_eval_output_that_cannot_be_written_fails_before_decoding(
+    prepared, tmp_path, monkeypatch, where
+):
     ckpt = str(save_tiny(prepared, tmp_path / "tiny.pt"))
     src, ref = tmp_path / "src.en", tmp_path / "ref.de"
     src.write_text("one\n"), ref.write_text("eins\n")
     out = tmp_path if where == "a directory" else src / "out.hyp"
-    monkeypatch.setattr(evaluate, "translate_lines", lambda *a, **k: pytest.fail("decoded before checking -o"))
-    with pytest.raises(TranslatorError, match="is a directory" if where == "a directory" else "cannot write"):
+    monkeypatch.setattr(
+        evaluate, "translate_lines", lambda *a, **k: pytest.fail("decoded before checking -o")
+    )
+    with pytest.raises(
+        TranslatorError, match="is a directory" if where == "a directory" else "cannot write"
+    ):
         evaluate.run(ckpt, src_file=src, ref_file=ref, hyp_file=out, quiet=True)
 
 
@@ -198,28 +255,44 @@ def test_average_of_identical_checkpoints_is_the_checkpoint(prepared, tmp_path):
 
 
 def test_average_of_two_is_their_mean(prepared, tmp_path):
-    a, b = save_tiny(prepared, tmp_path / "a.pt", seed=1), save_tiny(prepared, tmp_path / "b.pt", seed=2)
+    a, b = (
+        save_tiny(prepared, tmp_path / "a.pt", seed=1),
+        save_tiny(prepared, tmp_path / "b.pt", seed=2),
+    )
     checkpoint.average([a, b], tmp_path / "avg.pt")
     wa, wb, avg = (checkpoint.read(p)["model"] for p in (a, b, tmp_path / "avg.pt"))
     for key in wa:
         assert avg[key].dtype == wa[key].dtype
         torch.testing.assert_close(avg[key], (wa[key] + wb[key]) / 2, rtol=0, atol=1e-7)
     assert not torch.equal(wa["encoder.0.ff.up.weight"], wb["encoder.0.ff.up.weight"])
-    tied = {avg[key].untyped_storage().data_ptr() for key in ("out_proj.weight", "src_embed.token.weight")}
+    tied = {
+        avg[key].untyped_storage().data_ptr()
+        for key in ("out_proj.weight", "src_embed.token.weight")
+    }
     assert len(tied) == 1  # the tied matrix is stored once, as in the inputs
 
 
 def test_average_accepts_checkpoints_that_differ_only_in_training_settings(prepared, tmp_path):
     resumed = copy.deepcopy(prepared)
-    resumed.model.dropout, resumed.model.gradient_checkpointing = 0.3, True  # as a resume may change them
-    a, b = save_tiny(prepared, tmp_path / "a.pt", seed=1), save_tiny(resumed, tmp_path / "b.pt", seed=2)
+    resumed.model.dropout, resumed.model.gradient_checkpointing = (
+        0.3,
+        True,
+    )  # as a resume may change them
+    a, b = (
+        save_tiny(prepared, tmp_path / "a.pt", seed=1),
+        save_tiny(resumed, tmp_path / "b.pt", seed=2),
+    )
     assert checkpoint.average([a, b], tmp_path / "avg.pt") == 2
 
 
 def test_average_refuses_other_architectures(prepared, tmp_path):
     a = save_tiny(prepared, tmp_path / "a.pt")
     other = copy.deepcopy(prepared)
-    other.model.vocab_size, other.model.d_model, other.model.d_ff = checkpoint.read(a)["config"]["model"]["vocab_size"], 64, 64
+    other.model.vocab_size, other.model.d_model, other.model.d_ff = (
+        checkpoint.read(a)["config"]["model"]["vocab_size"],
+        64,
+        64,
+    )
     tokenizer = Tokenizer(Path(other.data.data_dir) / other.data.name / "spm.model")
     checkpoint.save(tmp_path / "b.pt", Transformer(other.model), other, tokenizer)
     with pytest.raises(TranslatorError, match=r"architecture differs .*model\.d_model: 32 -> 64"):
@@ -230,15 +303,16 @@ def test_average_refuses_other_architectures(prepared, tmp_path):
 
 
 def test_average_refuses_checkpoints_of_another_tokenizer(prepared, tmp_path):
-    a, b = save_tiny(prepared, tmp_path / "a.pt", seed=1), save_tiny(prepared, tmp_path / "b.pt", seed=2)
+    a, b = (
+        save_tiny(prepared, tmp_path / "a.pt", seed=1),
+        save_tiny(prepared, tmp_path / "b.pt", seed=2),
+    )
     payload = checkpoint.read(b)
     payload["tokenizer"]["sha256"] = "0" * 64  # same shapes, other vocabulary
     torch.save(payload, b)
     with pytest.raises(TranslatorError, match="tokenizer differs"):
         checkpoint.average([a, b], tmp_path / "avg.pt")
     assert not (tmp_path / "avg.pt").exists()
-
-
 
 
 def test_eval_flags_reach_the_run(monkeypatch):
@@ -248,18 +322,64 @@ def test_eval_flags_reach_the_run(monkeypatch):
     from translator import cli
 
     seen = []
-    monkeypatch.setattr(evaluate, "run", lambda *a, **k: seen.append((a, k)) or evaluate.score(REFS, REFS))
-    flags = ["--split", "valid", "--src", "s.en", "--ref", "r.de", "-o", "h.txt", "--beam", "3", "--device", "cpu",
-             "--dtype", "bf16", "--no-cuda-graphs", "--lc-tok", "-q"]
+    monkeypatch.setattr(
+        evaluate, "run", lambda *a, **k: seen.append((a, k)) or evaluate.score(REFS, REFS)
+    )
+    flags = [
+        "--split",
+        "valid",
+        "--src",
+        "s.en",
+        "--ref",
+        "r.de",
+        "-o",
+        "h.txt",
+        "--beam",
+        "3",
+        "--device",
+        "cpu",
+        "--dtype",
+        "bf16",
+        "--no-cuda-graphs",
+        "--lc-tok",
+        "-q",
+    ]
     for args in (flags, []):
         result = CliRunner().invoke(cli.app, ["eval", "m.pt", *args])
         assert result.exit_code == 0, result.output
         assert "BLEU = 100.00" in result.output
-    assert seen == [((Path("m.pt"),), dict(split="valid", src_file=Path("s.en"), ref_file=Path("r.de"),
-                                          hyp_file=Path("h.txt"), beam=3, lc_tok=True, device="cpu", dtype="bf16",
-                                          cuda_graphs=False, quiet=True)),
-                    ((Path("m.pt"),), dict(split="test", src_file=None, ref_file=None, hyp_file=None, beam=None,
-                                          lc_tok=False, device=None, dtype=None, cuda_graphs=None, quiet=False))]
+    assert seen == [
+        (
+            (Path("m.pt"),),
+            dict(
+                split="valid",
+                src_file=Path("s.en"),
+                ref_file=Path("r.de"),
+                hyp_file=Path("h.txt"),
+                beam=3,
+                lc_tok=True,
+                device="cpu",
+                dtype="bf16",
+                cuda_graphs=False,
+                quiet=True,
+            ),
+        ),
+        (
+            (Path("m.pt"),),
+            dict(
+                split="test",
+                src_file=None,
+                ref_file=None,
+                hyp_file=None,
+                beam=None,
+                lc_tok=False,
+                device=None,
+                dtype=None,
+                cuda_graphs=None,
+                quiet=False,
+            ),
+        ),
+    ]
 
 
 def test_eval_decode_overrides_reach_the_search(prepared, tmp_path, monkeypatch):
@@ -268,12 +388,17 @@ def test_eval_decode_overrides_reach_the_search(prepared, tmp_path, monkeypatch)
     src.write_text("A dog.\n"), ref.write_text("Ein Hund.\n")
     seen = []
     real = evaluate.translate_lines
-    monkeypatch.setattr(evaluate, "translate_lines", lambda *a, **k: seen.append(a[3]) or real(*a, **k))
+    monkeypatch.setattr(
+        evaluate, "translate_lines", lambda *a, **k: seen.append(a[3]) or real(*a, **k)
+    )
     for beam, graphs in ((None, None), (3, False), (2, True)):
         evaluate.run(ckpt, src_file=src, ref_file=ref, beam=beam, cuda_graphs=graphs, quiet=True)
     saved = checkpoint.read(ckpt)["config"]["decode"]
-    assert [(d.beam_size, d.cuda_graphs) for d in seen] == [(saved["beam_size"], saved["cuda_graphs"]), (3, False),
-                                                           (2, True)]
+    assert [(d.beam_size, d.cuda_graphs) for d in seen] == [
+        (saved["beam_size"], saved["cuda_graphs"]),
+        (3, False),
+        (2, True),
+    ]
 
 
 def test_eval_quiet_draws_no_bar_even_on_a_terminal(prepared, tmp_path, capsys, monkeypatch):
@@ -291,8 +416,14 @@ def test_a_checkpoint_gives_back_its_config(prepared, tmp_path):
     """The decode.* and model.* values saved with the weights are the ones loading returns (not the defaults)."""
     ckpt = save_tiny(prepared, tmp_path / "tiny.pt")
     for _, cfg, _ in (checkpoint.load(ckpt), translate.load(ckpt)):
-        assert (cfg.decode.beam_size, cfg.decode.max_len_a, cfg.decode.max_len_b, cfg.decode.device,
-                cfg.decode.dtype, cfg.model.d_model) == (1, 0.5, 4, "cpu", "fp32", 32)
+        assert (
+            cfg.decode.beam_size,
+            cfg.decode.max_len_a,
+            cfg.decode.max_len_b,
+            cfg.decode.device,
+            cfg.decode.dtype,
+            cfg.model.d_model,
+        ) == (1, 0.5, 4, "cpu", "fp32", 32)
         assert cfg.data.name == prepared.data.name
 
 
@@ -307,10 +438,28 @@ def test_average_last_n_takes_the_newest_step_checkpoints_by_update(prepared, tm
         save_tiny(prepared, run / f"step-{step}.pt", seed=seed)
     (run / "step-x.pt").write_bytes(b"")  # not a step checkpoint: ignored
     assert checkpoint.latest_steps(run, 2) == [run / "step-9.pt", run / "step-10.pt"]
-    cli = [sys.executable, "-m", "translator", "average", str(run), "--last", "2", "-o", str(tmp_path / "avg.pt")]
-    done = subprocess.run(cli, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], timeout=300)
+    cli = [
+        sys.executable,
+        "-m",
+        "translator",
+        "average",
+        str(run),
+        "--last",
+        "2",
+        "-o",
+        str(tmp_path / "avg.pt"),
+    ]
+    done = subprocess.run(
+        cli, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], timeout=300
+    )
     assert done.returncode == 0, done.stderr
-    w9, w10, avg = (checkpoint.read(p)["model"] for p in (run / "step-9.pt", run / "step-10.pt", tmp_path / "avg.pt"))
-    torch.testing.assert_close(avg["encoder.0.ff.up.weight"], (w9["encoder.0.ff.up.weight"] + w10["encoder.0.ff.up.weight"]) / 2)
+    w9, w10, avg = (
+        checkpoint.read(p)["model"]
+        for p in (run / "step-9.pt", run / "step-10.pt", tmp_path / "avg.pt")
+    )
+    torch.testing.assert_close(
+        avg["encoder.0.ff.up.weight"],
+        (w9["encoder.0.ff.up.weight"] + w10["encoder.0.ff.up.weight"]) / 2,
+    )
     with pytest.raises(TranslatorError, match="3 step checkpoints found, 4 asked for"):
         checkpoint.latest_steps(run, 4)

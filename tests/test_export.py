@@ -15,7 +15,9 @@ from translator.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
 from translator.errors import TranslatorError
 from translator.model.transformer import Transformer
 
-ctranslate2 = pytest.importorskip("ctranslate2", reason="the bench extra (ctranslate2) is not installed")
+ctranslate2 = pytest.importorskip(
+    "ctranslate2", reason="the bench extra (ctranslate2) is not installed"
+)
 
 LINES = [
     "A man in a blue shirt is playing the guitar on a stage.",
@@ -28,12 +30,22 @@ LINES = [
 def saved_model(prepared, tmp_path: Path, **model_changes) -> tuple[Path, Transformer, Tokenizer]:
     cfg = copy.deepcopy(prepared)
     tokenizer = Tokenizer(Path(cfg.data.data_dir) / cfg.data.name / "spm.model")
-    cfg.model = dataclasses.replace(cfg.model, vocab_size=tokenizer.vocab_size, d_model=32, d_ff=64,
-                                    n_encoder_layers=2, n_decoder_layers=2, max_positions=64, **model_changes)
+    cfg.model = dataclasses.replace(
+        cfg.model,
+        vocab_size=tokenizer.vocab_size,
+        d_model=32,
+        d_ff=64,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        max_positions=64,
+        **model_changes,
+    )
     cfg.decode = dataclasses.replace(cfg.decode, beam_size=1, device="cpu", dtype="fp32")
     torch.manual_seed(0)
     model = Transformer(cfg.model).eval()
-    with torch.no_grad():  # LayerNorm gains/biases away from 1/0, so a swapped or missing norm shows
+    with (
+        torch.no_grad()
+    ):  # LayerNorm gains/biases away from 1/0, so a swapped or missing norm shows
         for name, param in model.named_parameters():
             if "norm" in name or name == "out_proj.bias":
                 param.add_(0.3 * torch.randn_like(param))
@@ -51,13 +63,26 @@ def our_log_probs(model: Transformer, src_ids: list[int], tgt_ids: list[int]) ->
     return logits.log_softmax(-1).gather(1, torch.tensor([*tgt_ids, EOS_ID])[:, None]).squeeze(1)
 
 
-@pytest.mark.parametrize("changes", [
-    {},  # pre-LN, sinusoidal, tied
-    {"norm": "post", "positions": "learned", "tie_embeddings": False, "scale_embeddings": False},
-    {"n_kv_heads": 2},
-    {"activation": "silu", "output_bias": True, "norm": "post"},  # what an imported OPUS-MT model uses
-    {"activation": "gelu"},
-], ids=["pre-sinusoidal-tied", "post-learned-untied", "gqa", "marian-like", "gelu"])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},  # pre-LN, sinusoidal, tied
+        {
+            "norm": "post",
+            "positions": "learned",
+            "tie_embeddings": False,
+            "scale_embeddings": False,
+        },
+        {"n_kv_heads": 2},
+        {
+            "activation": "silu",
+            "output_bias": True,
+            "norm": "post",
+        },  # what an imported OPUS-MT model uses
+        {"activation": "gelu"},
+    ],
+    ids=["pre-sinusoidal-tied", "post-learned-untied", "gqa", "marian-like", "gelu"],
+)
 def test_exported_model_scores_and_translates_like_ours(prepared, tmp_path, changes):
     path, model, tokenizer = saved_model(prepared, tmp_path, **changes)
     out = export.export_ctranslate2(path, tmp_path / "ct2")
@@ -68,19 +93,28 @@ def test_exported_model_scores_and_translates_like_ours(prepared, tmp_path, chan
     sources = [[*sp.id_to_piece(ids), "</s>"] for ids in src_ids]
 
     # Scores of a given target: the per-token log-probs agree (an independent implementation of the math).
-    targets = tokenizer.encode(["Ein Mann spielt Gitarre.", "Zwei Hunde.", "Ein Kind.", "Leute gehen."])
+    targets = tokenizer.encode(
+        ["Ein Mann spielt Gitarre.", "Zwei Hunde.", "Ein Kind.", "Leute gehen."]
+    )
     scored = ct2.score_batch(sources, [sp.id_to_piece(ids) for ids in targets])
     for ids, tgt, result in zip(src_ids, targets, scored):
-        torch.testing.assert_close(torch.tensor(result.log_probs), our_log_probs(model, ids, tgt),
-                                   atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(
+            torch.tensor(result.log_probs), our_log_probs(model, ids, tgt), atol=1e-4, rtol=1e-4
+        )
 
     # Greedy output: identical tokens, under the same length limit and with PAD/BOS never generated.
     decode = checkpoint.load(path)[1].decode
     ours = translate.translate_lines(model, tokenizer, LINES, decode)
     limits = [int(decode.max_len_a * len(ids) + decode.max_len_b) for ids in src_ids]
-    theirs = [ct2.translate_batch([source], beam_size=1, max_decoding_length=limit,
-                                  suppress_sequences=[["<pad>"], ["<s>"]])[0].hypotheses[0]
-              for source, limit in zip(sources, limits)]
+    theirs = [
+        ct2.translate_batch(
+            [source],
+            beam_size=1,
+            max_decoding_length=limit,
+            suppress_sequences=[["<pad>"], ["<s>"]],
+        )[0].hypotheses[0]
+        for source, limit in zip(sources, limits)
+    ]
     assert [hyps[0][0] for hyps in ours] == tokenizer.decode([sp.piece_to_id(h) for h in theirs])
     assert len({hyps[0][0] for hyps in ours}) > 1  # distinct outputs, so a mix-up would show
 
@@ -98,12 +132,24 @@ def test_cli_export_writes_a_loadable_model_and_refuses_an_unknown_format(prepar
 
     path, _, _ = saved_model(prepared, tmp_path)
     repo = Path(__file__).resolve().parents[1]
-    run = lambda *args: subprocess.run([sys.executable, "-m", "translator", "export", str(path), *args],  # noqa: E731
-                                       capture_output=True, text=True, cwd=repo, timeout=300)
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "translator", "export", str(path), *args],
+            capture_output=True,
+            text=True,
+            cwd=repo,
+            timeout=300,
+        )
     bad = run("--format", "onnx", "-o", str(tmp_path / "x"))
-    assert bad.returncode == 1 and bad.stderr.strip() == "error: --format: unknown export format 'onnx' (use ctranslate2)"
+    assert (
+        bad.returncode == 1
+        and bad.stderr.strip() == "error: --format: unknown export format 'onnx' (use ctranslate2)"
+    )
     assert not (tmp_path / "x").exists()
     good = run("-o", str(tmp_path / "int8"), "--quantization", "int8")
     assert good.returncode == 0, good.stderr
     ct2 = ctranslate2.Translator(str(tmp_path / "int8"), device="cpu", compute_type="int8")
-    assert len(ct2.translate_batch([["▁A", "▁dog", "</s>"]], max_decoding_length=5)[0].hypotheses[0]) <= 5
+    assert (
+        len(ct2.translate_batch([["▁A", "▁dog", "</s>"]], max_decoding_length=5)[0].hypotheses[0])
+        <= 5
+    )

@@ -15,7 +15,9 @@ def test_atomic_dir_replaces_the_old_directory_only_when_the_new_one_is_complete
     with pytest.raises(RuntimeError), atomic_dir(target) as tmp:
         (tmp / "new.txt").write_text("half")
         raise RuntimeError("interrupted")
-    assert [p.name for p in tmp_path.iterdir()] == ["prepared"] and (target / "old.txt").read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["prepared"] and (
+        target / "old.txt"
+    ).read_text() == "old"
     with atomic_dir(target) as tmp:
         (tmp / "new.txt").write_text("new")
     assert [p.name for p in tmp_path.iterdir()] == ["prepared"]
@@ -31,14 +33,19 @@ def test_atomic_write_keeps_the_old_file_on_failure_and_refuses_a_directory(tmp_
     assert [p.name for p in tmp_path.iterdir()] == ["out.txt"] and target.read_text() == "old"
     with pytest.raises(TranslatorError, match="is a directory"), atomic_write(tmp_path):
         pass
-    with pytest.raises(TranslatorError, match="cannot write"), atomic_write(target / "below_a_file.txt"):
+    with (
+        pytest.raises(TranslatorError, match="cannot write"),
+        atomic_write(target / "below_a_file.txt"),
+    ):
         pass
 
 
 def test_atomic_write_gives_an_ordinary_file_and_no_debris(tmp_path):
     with atomic_write(tmp_path / "out.txt") as handle:
         handle.write("new")
-    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"] and (tmp_path / "out.txt").read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"] and (
+        tmp_path / "out.txt"
+    ).read_text() == "new"
     assert (tmp_path / "out.txt").stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600
 
 

@@ -5,14 +5,27 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).parents[1] / "translator"
 LAYERS = [
-    {"translator", "translator.config", "translator.device", "translator.errors", "translator.files"},
+    {
+        "translator",
+        "translator.config",
+        "translator.device",
+        "translator.errors",
+        "translator.files",
+    },
     {"translator.data"},
     {"translator.model"},
     {"translator.decode"},
     {"translator.diagnostics"},
     {"translator.checkpoint"},
-    {"translator.prepare", "translator.translate", "translator.stream", "translator.summary",
-     "translator.export", "translator.marian", "translator.attention"},
+    {
+        "translator.prepare",
+        "translator.translate",
+        "translator.stream",
+        "translator.summary",
+        "translator.export",
+        "translator.marian",
+        "translator.attention",
+    },
     {"translator.evaluate"},
     {"translator.train"},
     {"translator.cli", "translator.__main__"},
@@ -40,7 +53,11 @@ def test_imports_point_down_the_layers():
         own = layer_of(module)
         for node in ast.walk(ast.parse(path.read_text())):
             names = []
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("translator"):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.startswith("translator")
+            ):
                 names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
             elif isinstance(node, ast.Import):
                 names = [a.name for a in node.names if a.name.startswith("translator")]

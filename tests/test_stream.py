@@ -24,18 +24,51 @@ def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
     from translator import cli
 
     seen = {}
-    monkeypatch.setattr(stream, "translate_chunks", lambda model, tok, decode, lines, out, nbest, progress,
-                        alignment_layer: seen.update(decode=decode, nbest=nbest, alignment_layer=alignment_layer))
-    flags = ["--beam", "3", "--nbest", "2", "--length-penalty", "1.5", "--min-len", "2", "--max-len-a", "0.5",
-             "--max-len-b", "6", "--batch-tokens", "99", "--no-cuda-graphs", "--device", "cpu", "-q"]
+    monkeypatch.setattr(
+        stream,
+        "translate_chunks",
+        lambda model, tok, decode, lines, out, nbest, progress, alignment_layer: seen.update(
+            decode=decode, nbest=nbest, alignment_layer=alignment_layer
+        ),
+    )
+    flags = [
+        "--beam",
+        "3",
+        "--nbest",
+        "2",
+        "--length-penalty",
+        "1.5",
+        "--min-len",
+        "2",
+        "--max-len-a",
+        "0.5",
+        "--max-len-b",
+        "6",
+        "--batch-tokens",
+        "99",
+        "--no-cuda-graphs",
+        "--device",
+        "cpu",
+        "-q",
+    ]
     result = CliRunner().invoke(cli.app, ["translate", str(tiny.path), *flags], input="A dog.\n")
     assert result.exit_code == 0, result.output
     decode = seen["decode"]
-    assert (decode.beam_size, decode.length_penalty, decode.min_len, decode.max_len_a, decode.max_len_b,
-            decode.batch_tokens, decode.cuda_graphs, seen["nbest"]) == (3, 1.5, 2, 0.5, 6, 99, False, 2)
+    assert (
+        decode.beam_size,
+        decode.length_penalty,
+        decode.min_len,
+        decode.max_len_a,
+        decode.max_len_b,
+        decode.batch_tokens,
+        decode.cuda_graphs,
+        seen["nbest"],
+    ) == (3, 1.5, 2, 0.5, 6, 99, False, 2)
     assert seen["alignment_layer"] is None  # no --alignments: no alignment pass
     for extra, layer in [(["--alignments"], -1), (["--alignments", "--alignment-layer", "1"], 1)]:
-        result = CliRunner().invoke(cli.app, ["translate", str(tiny.path), *flags, *extra], input="A dog.\n")
+        result = CliRunner().invoke(
+            cli.app, ["translate", str(tiny.path), *flags, *extra], input="A dog.\n"
+        )
         assert result.exit_code == 0 and seen["alignment_layer"] == layer, result.output
 
 
@@ -46,9 +79,14 @@ def test_translate_device_dtype_and_quiet_flags_reach_load_and_the_bar(tiny, mon
 
     loads, quiets = [], []
     real_load = stream.load
-    monkeypatch.setattr(stream, "load", lambda ckpt, device, dtype:
-                        loads.append((device, dtype)) or real_load(ckpt, "cpu", "fp32"))
-    monkeypatch.setattr(stream, "show_progress", lambda quiet, *streams: quiets.append(quiet) or False)
+    monkeypatch.setattr(
+        stream,
+        "load",
+        lambda ckpt, device, dtype: loads.append((device, dtype)) or real_load(ckpt, "cpu", "fp32"),
+    )
+    monkeypatch.setattr(
+        stream, "show_progress", lambda quiet, *streams: quiets.append(quiet) or False
+    )
     monkeypatch.setattr(stream, "translate_chunks", lambda *a, **k: 0)
     for flags in (["--device", "cuda:3", "--dtype", "fp16", "-q"], []):
         result = CliRunner().invoke(cli.app, ["translate", str(tiny.path), *flags], input="")
@@ -59,7 +97,9 @@ def test_translate_device_dtype_and_quiet_flags_reach_load_and_the_bar(tiny, mon
 def test_run_writes_one_line_per_input_line(tiny):
     chunks = [["", SENTENCES[0]], [SENTENCES[1], "", ""], [SENTENCES[2]]]
     out = io.StringIO()
-    assert stream.translate_chunks(tiny.model, tiny.tokenizer, tiny.cfg.decode, iter(chunks), out) == 6
+    assert (
+        stream.translate_chunks(tiny.model, tiny.tokenizer, tiny.cfg.decode, iter(chunks), out) == 6
+    )
     lines = out.getvalue().split("\n")
     assert len(lines) == 7 and lines[-1] == ""  # six lines, each ended by a newline
     assert lines[0] == lines[3] == lines[4] == "" and lines[1] and lines[2]
@@ -67,28 +107,44 @@ def test_run_writes_one_line_per_input_line(tiny):
 
 def test_nbest_tsv_is_numbered_and_sorted(tiny):
     out = io.StringIO()
-    stream.translate_chunks(tiny.model, tiny.tokenizer, tiny.cfg.decode, iter([[SENTENCES[0], "", SENTENCES[1]]]), out, nbest=3)
+    stream.translate_chunks(
+        tiny.model,
+        tiny.tokenizer,
+        tiny.cfg.decode,
+        iter([[SENTENCES[0], "", SENTENCES[1]]]),
+        out,
+        nbest=3,
+    )
     rows = [line.split("\t") for line in out.getvalue().splitlines()]
     assert [int(r[0]) for r in rows] == [0, 0, 0, 1, 2, 2, 2]
     assert rows[3][1:] == ["", "0.0000"]
     for first in (0, 4):
-        scores = [float(r[2]) for r in rows[first:first + 3]]
+        scores = [float(r[2]) for r in rows[first : first + 3]]
         assert scores == sorted(scores, reverse=True)
 
 
 def test_nbest_rows_keep_three_fields_when_a_translation_holds_a_tab(tiny, monkeypatch):
     """With data.byte_fallback a model can emit <0x09>; the TSV must still have three columns."""
-    monkeypatch.setattr(stream, "translate_lines", lambda *a, **k: [[("a\tb", -1.0), ("c", -2.5)], [("", 0.0)]])
+    monkeypatch.setattr(
+        stream, "translate_lines", lambda *a, **k: [[("a\tb", -1.0), ("c", -2.5)], [("", 0.0)]]
+    )
     out = io.StringIO()
-    stream.translate_chunks(tiny.model, tiny.tokenizer, tiny.cfg.decode, iter([["x", ""]]), out, nbest=2)
-    assert [r.split("\t") for r in out.getvalue().splitlines()] == [["0", "a b", "-1.0000"], ["0", "c", "-2.5000"],
-                                                                    ["1", "", "0.0000"]]
+    stream.translate_chunks(
+        tiny.model, tiny.tokenizer, tiny.cfg.decode, iter([["x", ""]]), out, nbest=2
+    )
+    assert [r.split("\t") for r in out.getvalue().splitlines()] == [
+        ["0", "a b", "-1.0000"],
+        ["0", "c", "-2.5000"],
+        ["1", "", "0.0000"],
+    ]
 
 
 def test_run_numbers_over_long_lines_across_chunks(tiny, capsys):
     long_line = " ".join(SENTENCES * 2)
     out = io.StringIO()
-    stream.translate_chunks(tiny.model, tiny.tokenizer, tiny.cfg.decode, iter([["a", "b"], ["", long_line]]), out)
+    stream.translate_chunks(
+        tiny.model, tiny.tokenizer, tiny.cfg.decode, iter([["a", "b"], ["", long_line]]), out
+    )
     assert len(out.getvalue().splitlines()) == 4
     assert capsys.readouterr().err.startswith("warning: line 4: ")
 
@@ -101,21 +157,33 @@ def test_run_progress_counts_sentences_over_all_chunks(tiny):
     chunks = [SENTENCES[:5], ["", long_line], [], SENTENCES[5:]]
     decode = dataclasses.replace(tiny.cfg.decode, batch_tokens=40)  # several batches per chunk
     seen = []
-    stream.translate_chunks(tiny.model, tiny.tokenizer, decode, iter(chunks), io.StringIO(), progress=lambda *p: seen.append(p))
+    stream.translate_chunks(
+        tiny.model,
+        tiny.tokenizer,
+        decode,
+        iter(chunks),
+        io.StringIO(),
+        progress=lambda *p: seen.append(p),
+    )
     done = [d for d, _ in seen]
     assert done == sorted(done) and all(d <= t for d, t in seen)
     assert seen[-1] == (len(SENTENCES) + pieces,) * 2
     assert (5, 5) in seen  # the first chunk's total, before the second is read
 
 
-@pytest.mark.parametrize("quiet, stdin, stdout, stderr, shown", [
-    (False, False, False, True, True),  # cat in | translate > out, watched on a terminal
-    (True, False, False, True, False),  # --quiet
-    (False, True, False, True, False),  # typed interactively
-    (False, False, True, True, False),  # output on the same screen
-    (False, False, False, False, False),  # stderr to a log
-])
-def test_progress_bar_only_for_redirected_bulk_work_on_a_terminal(quiet, stdin, stdout, stderr, shown):
+@pytest.mark.parametrize(
+    "quiet, stdin, stdout, stderr, shown",
+    [
+        (False, False, False, True, True),  # cat in | translate > out, watched on a terminal
+        (True, False, False, True, False),  # --quiet
+        (False, True, False, True, False),  # typed interactively
+        (False, False, True, True, False),  # output on the same screen
+        (False, False, False, False, False),  # stderr to a log
+    ],
+)
+def test_progress_bar_only_for_redirected_bulk_work_on_a_terminal(
+    quiet, stdin, stdout, stderr, shown
+):
     tty = lambda is_tty: SimpleNamespace(isatty=lambda: is_tty)  # noqa: E731
     assert stream.show_progress(quiet, tty(stdin), tty(stdout), tty(stderr)) is shown
 
@@ -132,7 +200,9 @@ def test_read_chunks_yields_what_is_there_without_waiting_for_more():
         with os.fdopen(read_fd, "r") as reader:
             chunks = stream.read_chunks(reader, max_lines=3)
             os.write(write_fd, b"first\n")
-            assert next(chunks) == ["first"]  # the writer is still open: an interactive user gets an answer
+            assert next(chunks) == [
+                "first"
+            ]  # the writer is still open: an interactive user gets an answer
             os.write(write_fd, b"a\nb\n\nc\nd")
             assert next(chunks) == ["a", "b", ""]  # bulk input is batched, max_lines at a time
             assert next(chunks) == ["c"]
@@ -150,14 +220,24 @@ def test_read_chunks_replaces_bytes_that_are_not_utf8_and_names_the_line():
     os.close(write_fd)
     warnings: list[str] = []
     with os.fdopen(read_fd, "r") as reader:
-        lines = [line for chunk in stream.read_chunks(reader, warn=warnings.append) for line in chunk]
-    assert lines == ["caf\u00e9", "caf\ufffd", "ok", "\ufffd"]  # one line per input line, none dropped
+        lines = [
+            line for chunk in stream.read_chunks(reader, warn=warnings.append) for line in chunk
+        ]
+    assert lines == [
+        "caf\u00e9",
+        "caf\ufffd",
+        "ok",
+        "\ufffd",
+    ]  # one line per input line, none dropped
     assert [w.split(":")[0] for w in warnings] == ["line 2", "line 4"]
     assert "invalid UTF-8 at byte 3" in warnings[0]
 
 
 def test_read_chunks_from_a_stream_without_a_file_descriptor():
-    assert list(stream.read_chunks(io.StringIO("a\n\nb\r\nc\n"), max_lines=2)) == [["a", ""], ["b", "c"]]
+    assert list(stream.read_chunks(io.StringIO("a\n\nb\r\nc\n"), max_lines=2)) == [
+        ["a", ""],
+        ["b", "c"],
+    ]
 
 
 def test_read_chunks_numbers_invalid_utf8_lines_across_reads(tmp_path):
@@ -165,16 +245,28 @@ def test_read_chunks_numbers_invalid_utf8_lines_across_reads(tmp_path):
     path.write_bytes(b"a\n" * 40000 + b"caf\xe9\n" + b"b\n")  # more than one 64 KiB os.read
     warnings = []
     with open(path) as reader:
-        lines = [line for chunk in stream.read_chunks(reader, warn=warnings.append) for line in chunk]
+        lines = [
+            line for chunk in stream.read_chunks(reader, warn=warnings.append) for line in chunk
+        ]
     assert len(lines) == 40002 and lines[40000] == "caf\ufffd" and lines[-1] == "b"
     assert [w.split(":")[0] for w in warnings] == ["line 40001"]
 
 
-@pytest.mark.parametrize("flags, where", [(["--max-len-a", "0", "--max-len-b", "0"], "decode.max_len_b"),
-                                          (["--batch-tokens", "0"], "--batch-tokens")])
+@pytest.mark.parametrize(
+    "flags, where",
+    [
+        (["--max-len-a", "0", "--max-len-b", "0"], "decode.max_len_b"),
+        (["--batch-tokens", "0"], "--batch-tokens"),
+    ],
+)
 def test_translate_refuses_impossible_decoding_flags(tiny, flags, where):
-    result = subprocess.run([sys.executable, "-m", "translator", "translate", str(tiny.path), *flags],
-                            input="A dog.\n", capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "translator", "translate", str(tiny.path), *flags],
+        input="A dog.\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode != 0 and result.stdout == "" and "Traceback" not in result.stderr
     assert where in result.stderr
 
@@ -182,25 +274,45 @@ def test_translate_refuses_impossible_decoding_flags(tiny, flags, where):
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux's /dev/full")
 def test_a_full_disk_is_a_one_line_error(tiny):
     with open("/dev/full", "w") as full:
-        result = subprocess.run([sys.executable, "-m", "translator", "translate", str(tiny.path), "-q"],
-                                input="A dog.\n", stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
-    assert result.returncode == 1 and result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+        result = subprocess.run(
+            [sys.executable, "-m", "translator", "translate", str(tiny.path), "-q"],
+            input="A dog.\n",
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    assert (
+        result.returncode == 1
+        and result.stderr.startswith("error: ")
+        and result.stderr.count("\n") == 1
+    )
     assert "No space left on device" in result.stderr
 
 
 def test_translate_streams_through_a_pipe(tiny):
     """A subprocess answers a line before its stdin is closed (as an interactive user needs)."""
     # PYTHONUNBUFFERED in the caller's shell would hide a missing flush; the test must see our own.
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"} | {"OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "translator", "translate", str(tiny.path), "--device", "cpu"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"} | {
+        "OMP_NUM_THREADS": "1"
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "translator", "translate", str(tiny.path), "--device", "cpu"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         proc.stdin.write(SENTENCES[1] + "\n")
         proc.stdin.flush()
         ready, _, _ = select.select([proc.stdout], [], [], 120)
         assert ready, "no answer within 120 s while stdin stayed open"
         first = proc.stdout.readline()
-        assert first.endswith("\n") and proc.poll() is None  # answered; still waiting for more input
+        assert (
+            first.endswith("\n") and proc.poll() is None
+        )  # answered; still waiting for more input
         proc.stdin.write("\n" + SENTENCES[0] + "\n")
         proc.stdin.close()
         rest = proc.stdout.read().split("\n")
@@ -220,7 +332,15 @@ def test_unk_warnings_number_lines_across_chunks(tiny, monkeypatch, capsys):
     first = tiny.tokenizer.encode(["Two dogs."])[0][0]
     monkeypatch.setattr(translate, "search", fake_search({first: [UNK_ID, UNK_ID + 100]}))
     out = io.StringIO()
-    stream.translate_chunks(tiny.model, tiny.tokenizer, tiny.cfg.decode, iter([["People walk."], ["", "Two dogs."]]), out)
+    stream.translate_chunks(
+        tiny.model,
+        tiny.tokenizer,
+        tiny.cfg.decode,
+        iter([["People walk."], ["", "Two dogs."]]),
+        out,
+    )
     assert len(out.getvalue().splitlines()) == 3
-    assert capsys.readouterr().err.startswith("warning: 1 <unk> token (characters outside the vocabulary) dropped "
-                                              "from the output of line 3;")
+    assert capsys.readouterr().err.startswith(
+        "warning: 1 <unk> token (characters outside the vocabulary) dropped "
+        "from the output of line 3;"
+    )

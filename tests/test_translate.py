@@ -16,11 +16,18 @@ from translator.errors import TranslatorError
 
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_output_order_is_input_order(tiny, beam_size):
-    decode = dataclasses.replace(tiny.cfg.decode, beam_size=beam_size, batch_tokens=40)  # several batches
+    decode = dataclasses.replace(
+        tiny.cfg.decode, beam_size=beam_size, batch_tokens=40
+    )  # several batches
     batched = translate.translate_lines(tiny.model, tiny.tokenizer, SENTENCES, decode)
-    alone = [translate.translate_lines(tiny.model, tiny.tokenizer, [line], decode)[0] for line in SENTENCES]
+    alone = [
+        translate.translate_lines(tiny.model, tiny.tokenizer, [line], decode)[0]
+        for line in SENTENCES
+    ]
     assert [hyps[0][0] for hyps in batched] == [hyps[0][0] for hyps in alone]
-    torch.testing.assert_close([h[0][1] for h in batched], [h[0][1] for h in alone], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        [h[0][1] for h in batched], [h[0][1] for h in alone], atol=1e-4, rtol=1e-4
+    )
     assert len({hyps[0][0] for hyps in batched}) > 1  # the outputs differ, so a mix-up would show
 
 
@@ -31,15 +38,29 @@ def test_every_decode_setting_reaches_the_search(tiny, beam_size, cuda_graphs, m
     seen = []
     for name in ("greedy_search", "beam_search"):
         search = getattr(translate, name)
-        monkeypatch.setattr(translate, name, lambda *a, _search=search, _name=name, **kw:
-                            seen.append((_name, kw)) or _search(*a, **kw))
-    decode = dataclasses.replace(tiny.cfg.decode, beam_size=beam_size, length_penalty=1.7, max_len_a=0.9,
-                                 max_len_b=7, min_len=2, cuda_graphs=cuda_graphs)
+        monkeypatch.setattr(
+            translate,
+            name,
+            lambda *a, _search=search, _name=name, **kw: (
+                seen.append((_name, kw)) or _search(*a, **kw)
+            ),
+        )
+    decode = dataclasses.replace(
+        tiny.cfg.decode,
+        beam_size=beam_size,
+        length_penalty=1.7,
+        max_len_a=0.9,
+        max_len_b=7,
+        min_len=2,
+        cuda_graphs=cuda_graphs,
+    )
     translate.translate_lines(tiny.model, tiny.tokenizer, SENTENCES[:2], decode)
     expected = {"max_len_a": 0.9, "max_len_b": 7, "min_len": 2, "cuda_graphs": cuda_graphs}
     if beam_size > 1:
         expected.update(alpha=1.7, beam_size=beam_size)
-    assert seen and {name for name, _ in seen} == {"greedy_search" if beam_size == 1 else "beam_search"}
+    assert seen and {name for name, _ in seen} == {
+        "greedy_search" if beam_size == 1 else "beam_search"
+    }
     for _, kw in seen:
         assert {key: kw[key] for key in expected} == expected
 
@@ -52,27 +73,36 @@ def test_empty_lines_give_empty_lines(tiny):
 
 
 def test_split_long_cuts_at_sentence_ends_then_word_starts(tiny):
-    text = "Two dogs play in the snow. " * 3 + "A man rides a bike down a very long and winding road."
+    text = (
+        "Two dogs play in the snow. " * 3 + "A man rides a bike down a very long and winding road."
+    )
     ids = tiny.tokenizer.encode([text])[0]
     pieces = tiny.tokenizer.sp.id_to_piece(ids)
     parts = translate.split_long(ids, 12, pieces)
     assert [i for part in parts for i in part] == ids and all(0 < len(p) <= 12 for p in parts)
     texts = tiny.tokenizer.decode(parts)
     assert texts[:3] == ["Two dogs play in the snow."] * 3  # whole sentences where they fit
-    assert all(tiny.tokenizer.sp.id_to_piece(p[0]).startswith("\u2581") for p in parts)  # no word is cut
-    assert translate.split_long(list(range(30)), 7, ["x"] * 30) == [list(range(i, min(i + 7, 30))) for i in range(0, 30, 7)]
+    assert all(
+        tiny.tokenizer.sp.id_to_piece(p[0]).startswith("\u2581") for p in parts
+    )  # no word is cut
+    assert translate.split_long(list(range(30)), 7, ["x"] * 30) == [
+        list(range(i, min(i + 7, 30))) for i in range(0, 30, 7)
+    ]
 
 
 def test_over_long_line_is_translated_in_pieces_with_a_warning(tiny):
     long_line = " ".join(SENTENCES * 2)  # well over the model's 39 source tokens
     warnings = []
-    out = translate.translate_lines(tiny.model, tiny.tokenizer, [SENTENCES[1], long_line], tiny.cfg.decode,
-                                    warn=warnings.append)
+    out = translate.translate_lines(
+        tiny.model, tiny.tokenizer, [SENTENCES[1], long_line], tiny.cfg.decode, warn=warnings.append
+    )
     assert len(out) == 2 and len(warnings) == 1 and warnings[0].startswith("line 2: ")
     ids = tiny.tokenizer.encode([long_line])[0]
     parts = translate.split_long(ids, 39, tiny.tokenizer.sp.id_to_piece(ids))
     assert len(parts) > 1
-    pieces = tiny.tokenizer.decode([hyps[0].tokens for hyps in translate.search(tiny.model, parts, tiny.cfg.decode)])
+    pieces = tiny.tokenizer.decode(
+        [hyps[0].tokens for hyps in translate.search(tiny.model, parts, tiny.cfg.decode)]
+    )
     assert out[1][0][0] == " ".join(pieces)  # the pieces' translations, joined
 
 
@@ -92,7 +122,9 @@ def test_a_beam_wider_than_the_vocabulary_is_refused(tiny):
     with pytest.raises(TranslatorError, match=f"wider than the vocabulary \\({vocab} tokens\\)"):
         translate.translate_lines(tiny.model, tiny.tokenizer, ["A dog."], wide)
     with pytest.raises(TranslatorError, match="wider than the vocabulary"):
-        translate.translate_lines(tiny.model, tiny.tokenizer, ["A dog."], tiny.cfg.decode, nbest=vocab + 1)
+        translate.translate_lines(
+            tiny.model, tiny.tokenizer, ["A dog."], tiny.cfg.decode, nbest=vocab + 1
+        )
 
 
 def test_load_puts_the_model_in_the_asked_dtype_and_it_translates(tiny):
@@ -110,7 +142,9 @@ def test_translate_lines_on_cuda(tiny, dtype):
     assert next(model.parameters()).is_cuda
     for beam_size in (1, 4):
         cfg.decode.beam_size = beam_size
-        out = translate.translate_lines(model, tokenizer, ["", *SENTENCES], cfg.decode, nbest=2 if beam_size > 1 else 1)
+        out = translate.translate_lines(
+            model, tokenizer, ["", *SENTENCES], cfg.decode, nbest=2 if beam_size > 1 else 1
+        )
         assert len(out) == len(SENTENCES) + 1 and out[0][0][0] == ""
 
 
@@ -120,39 +154,68 @@ def test_an_over_long_lines_score_is_the_sum_of_its_pieces(tiny):
     parts = translate.split_long(ids, 39, tiny.tokenizer.sp.id_to_piece(ids))
     for beam_size, nbest in ((1, 1), (3, 2)):
         decode = dataclasses.replace(tiny.cfg.decode, beam_size=beam_size)
-        out = translate.translate_lines(tiny.model, tiny.tokenizer, [long_line], decode, nbest=nbest)
+        out = translate.translate_lines(
+            tiny.model, tiny.tokenizer, [long_line], decode, nbest=nbest
+        )
         expected = sum(hyps[0].score for hyps in translate.search(tiny.model, parts, decode))
-        assert len(out[0]) == 1 and out[0][0][1] == pytest.approx(expected, abs=1e-4)  # one joined hypothesis
+        assert len(out[0]) == 1 and out[0][0][1] == pytest.approx(
+            expected, abs=1e-4
+        )  # one joined hypothesis
 
 
 def test_only_lines_over_the_limit_are_split(tiny):
     limit = tiny.cfg.model.max_positions - 1
-    by_length = {len(ids): text for text, ids in
-                 ((text, tiny.tokenizer.encode([text])[0]) for text in (" ".join(["dog"] * n) for n in range(1, 2 * limit)))}
+    by_length = {
+        len(ids): text
+        for text, ids in (
+            (text, tiny.tokenizer.encode([text])[0])
+            for text in (" ".join(["dog"] * n) for n in range(1, 2 * limit))
+        )
+    }
     warnings = []
-    out = translate.translate_lines(tiny.model, tiny.tokenizer, [by_length[limit], by_length[limit + 1]],
-                                    tiny.cfg.decode, warn=warnings.append)
+    out = translate.translate_lines(
+        tiny.model,
+        tiny.tokenizer,
+        [by_length[limit], by_length[limit + 1]],
+        tiny.cfg.decode,
+        warn=warnings.append,
+    )
     assert len(out) == 2 and [w.split(":")[0] for w in warnings] == ["line 2"]
 
 
 def test_load_takes_the_device_flag_over_the_checkpoints(tiny, monkeypatch):
     seen = []
-    monkeypatch.setattr(translate, "resolve_device", lambda name: seen.append(name) or torch.device("cpu"))
+    monkeypatch.setattr(
+        translate, "resolve_device", lambda name: seen.append(name) or torch.device("cpu")
+    )
     translate.load(tiny.path)
     translate.load(tiny.path, "cuda:1", "fp32")
-    assert seen == ["cpu", "cuda:1"]  # None falls back to the checkpoint's decode.device; a flag wins
+    assert seen == [
+        "cpu",
+        "cuda:1",
+    ]  # None falls back to the checkpoint's decode.device; a flag wins
 
 
-
-
-@pytest.mark.parametrize("texts, joined", [
-    (["我喜欢吃苹果。", "他喜欢香蕉。"], "我喜欢吃苹果。他喜欢香蕉。"),  # Chinese: no space between sentences
-    (["私は猫が好きです。", "犬も好きです。"], "私は猫が好きです。犬も好きです。"),  # Japanese
-    (["我用iPhone", "拍照。"], "我用iPhone拍照。"),  # a Latin word inside Chinese text
-    (["나는 사과를 좋아한다.", "그는 바나나를 좋아한다."], "나는 사과를 좋아한다. 그는 바나나를 좋아한다."),  # Korean spaces words
-    (["Ein Hund.", "Zwei Katzen."], "Ein Hund. Zwei Katzen."),
-    (["Ein Hund.", "", "Katzen."], "Ein Hund.  Katzen."),  # an empty piece keeps its place, as before
-])
+@pytest.mark.parametrize(
+    "texts, joined",
+    [
+        (
+            ["我喜欢吃苹果。", "他喜欢香蕉。"],
+            "我喜欢吃苹果。他喜欢香蕉。",
+        ),  # Chinese: no space between sentences
+        (["私は猫が好きです。", "犬も好きです。"], "私は猫が好きです。犬も好きです。"),  # Japanese
+        (["我用iPhone", "拍照。"], "我用iPhone拍照。"),  # a Latin word inside Chinese text
+        (
+            ["나는 사과를 좋아한다.", "그는 바나나를 좋아한다."],
+            "나는 사과를 좋아한다. 그는 바나나를 좋아한다.",
+        ),  # Korean spaces words
+        (["Ein Hund.", "Zwei Katzen."], "Ein Hund. Zwei Katzen."),
+        (
+            ["Ein Hund.", "", "Katzen."],
+            "Ein Hund.  Katzen.",
+        ),  # an empty piece keeps its place, as before
+    ],
+)
 def test_pieces_are_joined_the_way_their_script_is_written(texts, joined):
     assert translate.join_pieces(texts) == joined
 
@@ -162,15 +225,19 @@ def test_a_split_line_translated_into_chinese_is_rejoined_without_spaces(tiny, m
     ids = tiny.tokenizer.encode([long_line])[0]
     n = len(translate.split_long(ids, 39, tiny.tokenizer.sp.id_to_piece(ids)))
     chinese = [f"第{i}句。" for i in range(n)]
-    monkeypatch.setattr(tiny.tokenizer, "decode", lambda rows: chinese[:len(rows)])  # a target side in Chinese
+    monkeypatch.setattr(
+        tiny.tokenizer, "decode", lambda rows: chinese[: len(rows)]
+    )  # a target side in Chinese
     out = translate.translate_lines(tiny.model, tiny.tokenizer, [long_line], tiny.cfg.decode)
     assert n > 1 and out[0][0][0] == "".join(chinese)
 
 
 def fake_search(outputs: dict[int, list[int]]):
     """A search that answers a source whose first id is k with the tokens outputs[k] (else one ordinary token)."""
+
     def search(model, src_ids, decode, nbest=1):
         return [[Hypothesis(outputs.get(ids[0], [UNK_ID + 100]), -1.0)] * nbest for ids in src_ids]
+
     return search
 
 
@@ -179,21 +246,39 @@ def test_unk_tokens_are_counted_in_a_warning_not_dropped_unseen(tiny, monkeypatc
     first = [ids[0] for ids in tiny.tokenizer.encode(lines[:3])]
     assert len(set(first)) == 3
     word = UNK_ID + 100
-    monkeypatch.setattr(translate, "search", fake_search({first[0]: [UNK_ID, word, UNK_ID], first[2]: [word, UNK_ID]}))
+    monkeypatch.setattr(
+        translate,
+        "search",
+        fake_search({first[0]: [UNK_ID, word, UNK_ID], first[2]: [word, UNK_ID]}),
+    )
     warnings = []
-    out = translate.translate_lines(tiny.model, tiny.tokenizer, lines, tiny.cfg.decode, warn=warnings.append,
-                                    first_line=11)
+    out = translate.translate_lines(
+        tiny.model, tiny.tokenizer, lines, tiny.cfg.decode, warn=warnings.append, first_line=11
+    )
     assert warnings == [translate.unk_message({11: 2, 13: 1})]
-    assert warnings[0].startswith("3 <unk> tokens (characters outside the vocabulary) dropped from the output of "
-                                  "lines 11, 13;") and "data.byte_fallback: true" in warnings[0]
-    assert "<unk>" not in out[0][0][0] and "\u2047" not in out[0][0][0]  # the text itself stays clean
+    assert (
+        warnings[0].startswith(
+            "3 <unk> tokens (characters outside the vocabulary) dropped from the output of "
+            "lines 11, 13;"
+        )
+        and "data.byte_fallback: true" in warnings[0]
+    )
+    assert (
+        "<unk>" not in out[0][0][0] and "\u2047" not in out[0][0][0]
+    )  # the text itself stays clean
     warnings.clear()
-    translate.translate_lines(tiny.model, tiny.tokenizer, lines[1:2], tiny.cfg.decode, warn=warnings.append)
+    translate.translate_lines(
+        tiny.model, tiny.tokenizer, lines[1:2], tiny.cfg.decode, warn=warnings.append
+    )
     assert warnings == []  # no <unk>, no warning
 
 
 def test_unk_message_names_ten_lines_then_counts_the_rest():
-    assert translate.unk_message({4: 1}) .startswith("1 <unk> token (characters outside the vocabulary) dropped "
-                                                     "from the output of line 4;")
+    assert translate.unk_message({4: 1}).startswith(
+        "1 <unk> token (characters outside the vocabulary) dropped from the output of line 4;"
+    )
     many = translate.unk_message({line: 2 for line in range(1, 13)})
-    assert many.startswith("24 <unk> tokens") and "lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 2 more;" in many
+    assert (
+        many.startswith("24 <unk> tokens")
+        and "lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 2 more;" in many
+    )

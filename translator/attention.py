@@ -25,14 +25,18 @@ from translator.errors import TranslatorError
 from translator.model.transformer import Transformer
 from translator.translate import search
 
-KIND_NAMES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention", "cross": "cross-attention"}
+KIND_NAMES = {
+    "encoder": "encoder self-attention",
+    "decoder": "decoder self-attention",
+    "cross": "cross-attention",
+}
 ADVICE = {  # the seed articles' reading of each flag, and what to try
     "near-uniform": "attends to nothing in particular: Q and K have learned no matching (early in "
-                    "training that is normal; later, check the Q/K initialisation and the learning rate)",
+    "training that is normal; later, check the Q/K initialisation and the learning rate)",
     "near-one-hot": "a saturated softmax, whose gradients vanish (check the 1/sqrt(d_k) scaling and Q/K "
-                    "initialisation scales; a sharp head can also be a legitimate positional head)",
+    "initialisation scales; a sharp head can also be a legitimate positional head)",
     "near-duplicate": "heads that attend alike add no view of their own (raise dropout or revisit the "
-                      "initialisation; read the heads together before removing any)",
+    "initialisation; read the heads together before removing any)",
 }
 
 
@@ -46,45 +50,87 @@ class Pieces:
 
     def axes(self, kind: str) -> tuple[list[str], list[str]]:
         """(row labels, column labels) of a kind's map."""
-        return {"encoder": (self.src, self.src), "decoder": (self.dec_out, self.dec_in),
-                "cross": (self.dec_out, self.src)}[kind]
+        return {
+            "encoder": (self.src, self.src),
+            "decoder": (self.dec_out, self.dec_in),
+            "cross": (self.dec_out, self.src),
+        }[kind]
 
 
-def run(model: Transformer, tokenizer: Tokenizer, diagnostics: DiagnosticsConfig, decode: DecodeConfig,
-        sources: list[str],
-        targets: list[str] | None = None, out_dir: Path | None = None, html: Path | None = None,
-        words: bool = False) -> str:
+def run(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    diagnostics: DiagnosticsConfig,
+    decode: DecodeConfig,
+    sources: list[str],
+    targets: list[str] | None = None,
+    out_dir: Path | None = None,
+    html: Path | None = None,
+    words: bool = False,
+) -> str:
     """Attention of `sources` (with `targets`, else searched translations) -> the stats table; figures written."""
     src_ids, tgt_ids = token_ids(model, tokenizer, decode, sources, targets)
     forced = forced_attention(model, src_ids, tgt_ids)
-    labels = [Pieces(tokenizer.sp.id_to_piece(s) + ["</s>"], ["<s>"] + tokenizer.target_sp.id_to_piece(t),
-                     tokenizer.target_sp.id_to_piece(t) + ["</s>"]) for s, t in zip(src_ids, tgt_ids)]
-    stats = {kind: [layer_stats(w, allowed_keys(kind, forced.src_valid, forced.tgt_valid)[0], diagnostics)
-                    for w in forced.maps[kind]] for kind in KINDS}
+    labels = [
+        Pieces(
+            tokenizer.sp.id_to_piece(s) + ["</s>"],
+            ["<s>"] + tokenizer.target_sp.id_to_piece(t),
+            tokenizer.target_sp.id_to_piece(t) + ["</s>"],
+        )
+        for s, t in zip(src_ids, tgt_ids)
+    ]
+    stats = {
+        kind: [
+            layer_stats(w, allowed_keys(kind, forced.src_valid, forced.tgt_valid)[0], diagnostics)
+            for w in forced.maps[kind]
+        ]
+        for kind in KINDS
+    }
     views = [sentence_maps(forced, b, labels[b], words) for b in range(len(sources))]
     if out_dir is not None:
         write_figures(out_dir, views)
         for kind in KINDS:  # over all the sentences: which heads attend alike
-            save_png(diversity_figure([st.divergence for st in stats[kind]], KIND_NAMES[kind]),
-                     out_dir / f"diversity-{kind}.png")
+            save_png(
+                diversity_figure([st.divergence for st in stats[kind]], KIND_NAMES[kind]),
+                out_dir / f"diversity-{kind}.png",
+            )
     if html is not None:
-        write_page(html, "attention: " + sources[0][:60],
-                   [sentence_data({"src": p.src, "in": p.dec_in, "out": p.dec_out}, maps) for p, maps in views])
+        write_page(
+            html,
+            "attention: " + sources[0][:60],
+            [
+                sentence_data({"src": p.src, "in": p.dec_in, "out": p.dec_out}, maps)
+                for p, maps in views
+            ],
+        )
     translations = tokenizer.decode(tgt_ids)
-    header = "\n".join(f"{i}: {src}\n   -> {tgt}" for i, (src, tgt) in enumerate(zip(sources, translations)))
+    header = "\n".join(
+        f"{i}: {src}\n   -> {tgt}" for i, (src, tgt) in enumerate(zip(sources, translations))
+    )
     return header + "\n\n" + format_table(stats)
 
 
-def token_ids(model: Transformer, tokenizer: Tokenizer, decode: DecodeConfig, sources: list[str], targets: list[str] | None
-              ) -> tuple[list[list[int]], list[list[int]]]:
+def token_ids(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    decode: DecodeConfig,
+    sources: list[str],
+    targets: list[str] | None,
+) -> tuple[list[list[int]], list[list[int]]]:
     """Source ids and target ids (given, or the search's best), checked against the model's positions."""
     sources = [s.strip() for s in sources]
     if not sources or not all(sources):
-        raise TranslatorError("no source sentence (or an empty one)", "attention",
-                              "give sentences as arguments or on stdin, one a line")
+        raise TranslatorError(
+            "no source sentence (or an empty one)",
+            "attention",
+            "give sentences as arguments or on stdin, one a line",
+        )
     if targets is not None and len(targets) != len(sources):
-        raise TranslatorError(f"{len(targets)} --target for {len(sources)} sentences", "--target",
-                              "give one --target per source sentence, in order")
+        raise TranslatorError(
+            f"{len(targets)} --target for {len(sources)} sentences",
+            "--target",
+            "give one --target per source sentence, in order",
+        )
     src_ids = tokenizer.encode(sources)
     limit = model.cfg.max_positions - 1  # with EOS (source) or BOS (target) they fill the positions
     if targets is None:
@@ -97,12 +143,17 @@ def token_ids(model: Transformer, tokenizer: Tokenizer, decode: DecodeConfig, so
 def _fit(ids: list[list[int]], limit: int, where: str) -> list[list[int]]:
     for number, seq in enumerate(ids, 1):
         if len(seq) > limit:
-            raise TranslatorError(f"sentence {number} has {len(seq)} tokens, more than the model's {limit}",
-                                  where, "give shorter sentences")
+            raise TranslatorError(
+                f"sentence {number} has {len(seq)} tokens, more than the model's {limit}",
+                where,
+                "give shorter sentences",
+            )
     return ids
 
 
-def sentence_maps(forced: Forced, b: int, pieces: Pieces, words: bool) -> tuple[Pieces, dict[str, list[torch.Tensor]]]:
+def sentence_maps(
+    forced: Forced, b: int, pieces: Pieces, words: bool
+) -> tuple[Pieces, dict[str, list[torch.Tensor]]]:
     """Sentence b's maps per kind and layer (H, rows, cols), cut to its real tokens, and their labels.
 
     With `words`, pieces are merged into words (a key word sums its pieces, a query word averages them).
@@ -110,11 +161,13 @@ def sentence_maps(forced: Forced, b: int, pieces: Pieces, words: bool) -> tuple[
     maps = {}
     for kind in KINDS:
         rows, cols = pieces.axes(kind)
-        maps[kind] = [w[b, :, :len(rows), :len(cols)] for w in forced.maps[kind]]
+        maps[kind] = [w[b, :, : len(rows), : len(cols)] for w in forced.maps[kind]]
         if words:
             maps[kind] = [merge_words(w, rows, cols) for w in maps[kind]]
     if words:
-        pieces = Pieces(word_labels(pieces.src), word_labels(pieces.dec_in), word_labels(pieces.dec_out))
+        pieces = Pieces(
+            word_labels(pieces.src), word_labels(pieces.dec_in), word_labels(pieces.dec_out)
+        )
     return pieces, maps
 
 
@@ -125,7 +178,10 @@ def write_figures(out_dir: Path, views: list[tuple[Pieces, dict[str, list[torch.
             rows, cols = pieces.axes(kind)
             for layer, weights in enumerate(layers):
                 title = f"sentence {i}, {KIND_NAMES[kind]}, layer {layer}"
-                save_png(heads_figure(weights, rows, cols, title), out_dir / f"sentence{i}-{kind}-layer{layer}.png")
+                save_png(
+                    heads_figure(weights, rows, cols, title),
+                    out_dir / f"sentence{i}-{kind}-layer{layer}.png",
+                )
 
 
 def format_table(stats: dict[str, list[LayerStats]]) -> str:
@@ -135,14 +191,24 @@ def format_table(stats: dict[str, list[LayerStats]]) -> str:
     for kind, layers in stats.items():
         for layer, st in enumerate(layers):
             for h, (ent, norm) in enumerate(zip(st.entropy, st.normalised)):
-                flag = "near-uniform" if h in st.uniform else "near-one-hot" if h in st.one_hot else ""
+                flag = (
+                    "near-uniform" if h in st.uniform else "near-one-hot" if h in st.one_hot else ""
+                )
                 seen.add(flag)
-                lines.append(f"{kind:<8} {layer:>5}  {h:>4}  {ent:>7.3f}  {norm:>10.3f}  {flag}".rstrip())
-            dups = "; near-duplicate heads: " + ", ".join("=".join(map(str, g)) for g in st.duplicates)
-            lines.append(f"{kind:<8} {layer:>5}   all  head diversity {st.diversity:.3f} (mean Jensen-Shannon, "
-                         f"bits){dups if st.duplicates else ''}")
+                lines.append(
+                    f"{kind:<8} {layer:>5}  {h:>4}  {ent:>7.3f}  {norm:>10.3f}  {flag}".rstrip()
+                )
+            dups = "; near-duplicate heads: " + ", ".join(
+                "=".join(map(str, g)) for g in st.duplicates
+            )
+            lines.append(
+                f"{kind:<8} {layer:>5}   all  head diversity {st.diversity:.3f} (mean Jensen-Shannon, "
+                f"bits){dups if st.duplicates else ''}"
+            )
             seen.add("near-duplicate" if st.duplicates else "")
     notes = [f"{flag}: {ADVICE[flag]}" for flag in ADVICE if flag in seen]
-    legend = ("entropy: mean over query rows, nats; normalised: divided by log(number of keys), "
-              "0 = one-hot, 1 = uniform")
+    legend = (
+        "entropy: mean over query rows, nats; normalised: divided by log(number of keys), "
+        "0 = one-hot, 1 = uniform"
+    )
     return "\n".join([*lines, "", legend, *notes])

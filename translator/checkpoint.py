@@ -30,12 +30,19 @@ def weights_digest(weights: dict[str, torch.Tensor]) -> str:
     for name, tensor in weights.items():
         flat = tensor.detach().cpu().contiguous().reshape(-1)
         digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)};".encode())
-        digest.update(flat.view(torch.uint8).numpy())  # the raw bytes, bf16 included (numpy has no bf16)
+        digest.update(
+            flat.view(torch.uint8).numpy()
+        )  # the raw bytes, bf16 included (numpy has no bf16)
     return digest.hexdigest()
 
 
-def save(path: str | Path, model: torch.nn.Module, cfg: Config, tokenizer: Tokenizer,
-         state: dict[str, Any] | None = None) -> None:
+def save(
+    path: str | Path,
+    model: torch.nn.Module,
+    cfg: Config,
+    tokenizer: Tokenizer,
+    state: dict[str, Any] | None = None,
+) -> None:
     """Write model weights, config, tokenizer and any training `state` (optimizer, step, RNG...)."""
     weights = model.state_dict()
     payload = {
@@ -43,8 +50,11 @@ def save(path: str | Path, model: torch.nn.Module, cfg: Config, tokenizer: Token
         "model": weights,
         "weights_sha256": weights_digest(weights),
         "config": to_dict(cfg),
-        "tokenizer": {"proto": tokenizer.proto(), "sha256": tokenizer.checksum(),
-                      **({} if tokenizer.joint else {"target_proto": tokenizer.target_proto()})},
+        "tokenizer": {
+            "proto": tokenizer.proto(),
+            "sha256": tokenizer.checksum(),
+            **({} if tokenizer.joint else {"target_proto": tokenizer.target_proto()}),
+        },
         "state": state or {},
     }
     with atomic_write(path, "wb") as handle:
@@ -56,29 +66,49 @@ def read(path: str | Path) -> dict[str, Any]:
     is refused in one line before anything is built from it."""
     path = Path(path)
     if not path.is_file():
-        raise TranslatorError("checkpoint not found", str(path), "give a .pt file written by `translator train`")
+        raise TranslatorError(
+            "checkpoint not found", str(path), "give a .pt file written by `translator train`"
+        )
     if path.stat().st_size == 0:
-        raise TranslatorError("empty checkpoint file (0 bytes)", str(path), "use another checkpoint")
+        raise TranslatorError(
+            "empty checkpoint file (0 bytes)", str(path), "use another checkpoint"
+        )
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many kinds for a corrupt file
-        raise TranslatorError(f"not a readable checkpoint ({type(err).__name__}: cut short, damaged or not "
-                              "PyTorch)", str(path), "use another checkpoint") from None
+        raise TranslatorError(
+            f"not a readable checkpoint ({type(err).__name__}: cut short, damaged or not PyTorch)",
+            str(path),
+            "use another checkpoint",
+        ) from None
     if not isinstance(payload, dict) or payload.get("format") not in FORMATS:
-        raise TranslatorError("not a translator checkpoint", str(path), "give a .pt file written by `translator train`")
-    if payload["format"] >= 2 and weights_digest(payload.get("model", {})) != payload.get("weights_sha256"):
-        raise TranslatorError("the weights do not match the checkpoint's checksum (the file is damaged)", str(path),
-                              "use another checkpoint (a step-N.pt or best.pt)")
+        raise TranslatorError(
+            "not a translator checkpoint",
+            str(path),
+            "give a .pt file written by `translator train`",
+        )
+    if payload["format"] >= 2 and weights_digest(payload.get("model", {})) != payload.get(
+        "weights_sha256"
+    ):
+        raise TranslatorError(
+            "the weights do not match the checkpoint's checksum (the file is damaged)",
+            str(path),
+            "use another checkpoint (a step-N.pt or best.pt)",
+        )
     return payload
 
 
-def load(path: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, Config, Tokenizer]:
+def load(
+    path: str | Path, device: str | torch.device = "cpu"
+) -> tuple[Transformer, Config, Tokenizer]:
     """Rebuild the model (eval mode) with its config and tokenizer."""
     payload = read(path)
     cfg = from_dict(payload["config"], str(path))
     model = Transformer(cfg.model)
     model.load_state_dict(payload["model"])
-    tokenizer = Tokenizer.from_proto(payload["tokenizer"]["proto"], payload["tokenizer"].get("target_proto"))
+    tokenizer = Tokenizer.from_proto(
+        payload["tokenizer"]["proto"], payload["tokenizer"].get("target_proto")
+    )
     return model.to(device).eval(), cfg, tokenizer
 
 
@@ -92,9 +122,12 @@ def latest_steps(run_dir: str | Path, count: int) -> list[Path]:
     """The newest `count` step checkpoints of a run directory, for `average --last N`."""
     found = step_files(run_dir)
     if len(found) < count:
-        raise TranslatorError(f"{len(found)} step checkpoints found, {count} asked for", str(run_dir),
-                              "train with train.keep_last >= N, or average fewer")
-    return found[len(found) - count:]
+        raise TranslatorError(
+            f"{len(found)} step checkpoints found, {count} asked for",
+            str(run_dir),
+            "train with train.keep_last >= N, or average fewer",
+        )
+    return found[len(found) - count :]
 
 
 def average(paths: list[str | Path], out: str | Path) -> int:
@@ -112,11 +145,17 @@ def average(paths: list[str | Path], out: str | Path) -> int:
         payload = read(path)
         diff = architecture_changes(first["config"]["model"], payload["config"]["model"])
         if diff or payload["model"].keys() != weights.keys():
-            raise TranslatorError(f"architecture differs from the first checkpoint ({diff or 'parameter names'})",
-                                  str(path), "average checkpoints of one training run")
+            raise TranslatorError(
+                f"architecture differs from the first checkpoint ({diff or 'parameter names'})",
+                str(path),
+                "average checkpoints of one training run",
+            )
         if payload["tokenizer"]["sha256"] != first["tokenizer"]["sha256"]:
-            raise TranslatorError("tokenizer differs from the first checkpoint", str(path),
-                                  "average checkpoints of one training run")
+            raise TranslatorError(
+                "tokenizer differs from the first checkpoint",
+                str(path),
+                "average checkpoints of one training run",
+            )
         for key in total:
             total[key] += payload["model"][key].double()
     shared: dict[tuple, torch.Tensor] = {}  # a tensor of the first checkpoint -> its average

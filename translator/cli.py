@@ -18,26 +18,73 @@ from translator import __version__
 from translator.errors import TranslatorError
 
 app = typer.Typer(
-    name="translator", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    name="translator",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Train, evaluate and serve encoder-decoder Transformers for machine translation.",
 )
 
-ConfigArg = Annotated[Path, typer.Argument(help="YAML config, e.g. configs/multi30k.yaml.", show_default=False)]
-CkptArg = Annotated[Path, typer.Argument(help="Checkpoint written by `translator train`.", show_default=False)]
-SetOpt = Annotated[Optional[list[str]], typer.Option("--set", "-s", metavar="KEY=VALUE",
-                                                     help="Override a config value, e.g. train.lr=5e-4 (repeatable).")]
-DataOpt = Annotated[Optional[str], typer.Option("--data", metavar="PATH_OR_HF",
-                                                help="Data source: hf:NAME[:CONFIG], or a directory of {split}.{lang}[.gz] / {split}.tsv / {split}.jsonl files or a save_to_disk dataset.")]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or log lines (warnings about the input still print).")]
-BeamOpt = Annotated[Optional[int], typer.Option("--beam", min=1, help="Beam size (1 = greedy); default from the checkpoint.")]
-DeviceOpt = Annotated[Optional[str], typer.Option("--device", show_default="checkpoint's decode.device: auto",
-                                                  help="auto (CUDA when present), cpu, cuda or cuda:N.")]
-DtypeOpt = Annotated[Optional[str], typer.Option("--dtype", show_default="checkpoint's decode.dtype: auto",
-                                                 help="auto (bf16 where the GPU or CPU has it natively, fp16 on older GPUs, else fp32), fp32, bf16 or fp16.")]
-GraphsOpt = Annotated[Optional[bool], typer.Option("--cuda-graphs/--no-cuda-graphs",
-                                                   show_default="checkpoint's decode.cuda_graphs: on",
-                                                   help="On CUDA, replay each decoding step as one CUDA graph.")]
+ConfigArg = Annotated[
+    Path, typer.Argument(help="YAML config, e.g. configs/multi30k.yaml.", show_default=False)
+]
+CkptArg = Annotated[
+    Path, typer.Argument(help="Checkpoint written by `translator train`.", show_default=False)
+]
+SetOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--set",
+        "-s",
+        metavar="KEY=VALUE",
+        help="Override a config value, e.g. train.lr=5e-4 (repeatable).",
+    ),
+]
+DataOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--data",
+        metavar="PATH_OR_HF",
+        help="Data source: hf:NAME[:CONFIG], or a directory of {split}.{lang}[.gz] / {split}.tsv / {split}.jsonl files or a save_to_disk dataset.",
+    ),
+]
+QuietOpt = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="No progress bars or log lines (warnings about the input still print).",
+    ),
+]
+BeamOpt = Annotated[
+    Optional[int],
+    typer.Option("--beam", min=1, help="Beam size (1 = greedy); default from the checkpoint."),
+]
+DeviceOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--device",
+        show_default="checkpoint's decode.device: auto",
+        help="auto (CUDA when present), cpu, cuda or cuda:N.",
+    ),
+]
+DtypeOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--dtype",
+        show_default="checkpoint's decode.dtype: auto",
+        help="auto (bf16 where the GPU or CPU has it natively, fp16 on older GPUs, else fp32), fp32, bf16 or fp16.",
+    ),
+]
+GraphsOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--cuda-graphs/--no-cuda-graphs",
+        show_default="checkpoint's decode.cuda_graphs: on",
+        help="On CUDA, replay each decoding step as one CUDA graph.",
+    ),
+]
 
 
 def _config(path: Path, overrides: list[str] | None, data: str | None):
@@ -56,15 +103,27 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                               help="Print the version and exit.")] = False) -> None:
+def root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
     """Train, evaluate and serve encoder-decoder Transformers for machine translation."""
 
 
 @app.command()
-def prepare(config: ConfigArg, set: SetOpt = None, data: DataOpt = None,
-            force: Annotated[bool, typer.Option("--force", help="Prepare again even if up to date.")] = False,
-            quiet: QuietOpt = False) -> None:
+def prepare(
+    config: ConfigArg,
+    set: SetOpt = None,
+    data: DataOpt = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Prepare again even if up to date.")
+    ] = False,
+    quiet: QuietOpt = False,
+) -> None:
     """Load the corpus, clean it, train SentencePiece and write id arrays to data/<name>/ (a rerun with the same config is a cache hit).
 
     `train` does this itself when the data is missing; run it alone to prepare on one machine and train on another.
@@ -77,7 +136,9 @@ def prepare(config: ConfigArg, set: SetOpt = None, data: DataOpt = None,
 
 
 @app.command()
-def train(config: ConfigArg, set: SetOpt = None, data: DataOpt = None, quiet: QuietOpt = False) -> None:
+def train(
+    config: ConfigArg, set: SetOpt = None, data: DataOpt = None, quiet: QuietOpt = False
+) -> None:
     """Train a Transformer; checkpoints, log and TensorBoard events go to train.run_dir.
 
     Prepares the data first (as `translator prepare` does) when data/<name>/ has none; data prepared with other data settings is refused, never replaced.
@@ -92,37 +153,102 @@ def train(config: ConfigArg, set: SetOpt = None, data: DataOpt = None, quiet: Qu
 
 
 @app.command("eval")
-def evaluate(ckpt: CkptArg,
-             split: Annotated[str, typer.Option("--split", help="Prepared split to score: valid or test.")] = "test",
-             src: Annotated[Optional[Path], typer.Option("--src", help="Source file (instead of a split).")] = None,
-             ref: Annotated[Optional[Path], typer.Option("--ref", help="Reference file, line-aligned with --src.")] = None,
-             out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where to write hypotheses.")] = None,
-             beam: BeamOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None, cuda_graphs: GraphsOpt = None,
-             lc_tok: Annotated[bool, typer.Option("--lc-tok", help="Also print lowercased, tokenized BLEU (as Multi30k papers report).")] = False,
-             quiet: QuietOpt = False) -> None:
+def evaluate(
+    ckpt: CkptArg,
+    split: Annotated[
+        str, typer.Option("--split", help="Prepared split to score: valid or test.")
+    ] = "test",
+    src: Annotated[
+        Optional[Path], typer.Option("--src", help="Source file (instead of a split).")
+    ] = None,
+    ref: Annotated[
+        Optional[Path], typer.Option("--ref", help="Reference file, line-aligned with --src.")
+    ] = None,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", "-o", help="Where to write hypotheses.")
+    ] = None,
+    beam: BeamOpt = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    cuda_graphs: GraphsOpt = None,
+    lc_tok: Annotated[
+        bool,
+        typer.Option(
+            "--lc-tok", help="Also print lowercased, tokenized BLEU (as Multi30k papers report)."
+        ),
+    ] = False,
+    quiet: QuietOpt = False,
+) -> None:
     """Translate a test set and print sacreBLEU (with signature) and chrF; hypotheses go to a file.
 
     Example: translator eval runs/multi30k/best.pt --split test --beam 4
     """
     from translator import evaluate as evaluate_mod
 
-    scores = evaluate_mod.run(ckpt, split=split, src_file=src, ref_file=ref, hyp_file=out, beam=beam, lc_tok=lc_tok,
-                              device=device, dtype=dtype, cuda_graphs=cuda_graphs, quiet=quiet)
+    scores = evaluate_mod.run(
+        ckpt,
+        split=split,
+        src_file=src,
+        ref_file=ref,
+        hyp_file=out,
+        beam=beam,
+        lc_tok=lc_tok,
+        device=device,
+        dtype=dtype,
+        cuda_graphs=cuda_graphs,
+        quiet=quiet,
+    )
     typer.echo("\n".join(scores.lines()))
 
 
 @app.command()
-def translate(ckpt: CkptArg, beam: BeamOpt = None,
-              nbest: Annotated[int, typer.Option("--nbest", min=1, help="Print up to N best as TSV: line (from 0), text, score; the beam widens to N if narrower.")] = 1,
-              max_len_a: Annotated[Optional[float], typer.Option("--max-len-a", min=0, help="Output length limit a*|src|+b: a.")] = None,
-              max_len_b: Annotated[Optional[int], typer.Option("--max-len-b", min=0, help="Output length limit: b.")] = None,
-              min_len: Annotated[Optional[int], typer.Option("--min-len", min=0, help="Output tokens before EOS is allowed.")] = None,
-              length_penalty: Annotated[Optional[float], typer.Option("--length-penalty", help="GNMT length-penalty alpha (0 = none).")] = None,
-              batch_tokens: Annotated[Optional[int], typer.Option("--batch-tokens", min=1, help="Source tokens per batch.")] = None,
-              device: DeviceOpt = None, dtype: DtypeOpt = None, cuda_graphs: GraphsOpt = None,
-              alignments: Annotated[bool, typer.Option("--alignments", help="Append a TAB and the source-target word alignment read from cross-attention, as Pharaoh pairs (0-0 1-2 ...).")] = False,
-              alignment_layer: Annotated[int, typer.Option("--alignment-layer", help="Decoder layer whose cross-attention (mean of heads) gives --alignments; from 0, negative from the last.")] = -1,
-              quiet: QuietOpt = False) -> None:
+def translate(
+    ckpt: CkptArg,
+    beam: BeamOpt = None,
+    nbest: Annotated[
+        int,
+        typer.Option(
+            "--nbest",
+            min=1,
+            help="Print up to N best as TSV: line (from 0), text, score; the beam widens to N if narrower.",
+        ),
+    ] = 1,
+    max_len_a: Annotated[
+        Optional[float],
+        typer.Option("--max-len-a", min=0, help="Output length limit a*|src|+b: a."),
+    ] = None,
+    max_len_b: Annotated[
+        Optional[int], typer.Option("--max-len-b", min=0, help="Output length limit: b.")
+    ] = None,
+    min_len: Annotated[
+        Optional[int], typer.Option("--min-len", min=0, help="Output tokens before EOS is allowed.")
+    ] = None,
+    length_penalty: Annotated[
+        Optional[float],
+        typer.Option("--length-penalty", help="GNMT length-penalty alpha (0 = none)."),
+    ] = None,
+    batch_tokens: Annotated[
+        Optional[int], typer.Option("--batch-tokens", min=1, help="Source tokens per batch.")
+    ] = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    cuda_graphs: GraphsOpt = None,
+    alignments: Annotated[
+        bool,
+        typer.Option(
+            "--alignments",
+            help="Append a TAB and the source-target word alignment read from cross-attention, as Pharaoh pairs (0-0 1-2 ...).",
+        ),
+    ] = False,
+    alignment_layer: Annotated[
+        int,
+        typer.Option(
+            "--alignment-layer",
+            help="Decoder layer whose cross-attention (mean of heads) gives --alignments; from 0, negative from the last.",
+        ),
+    ] = -1,
+    quiet: QuietOpt = False,
+) -> None:
     """Translate stdin to stdout: one output line per input line; an empty line gives an empty line.
 
     Streams: a line typed interactively is answered at once; piped input is batched, with a progress bar on stderr when output goes to a file and stderr to a terminal.
@@ -133,19 +259,62 @@ def translate(ckpt: CkptArg, beam: BeamOpt = None,
     """
     from translator import stream
 
-    stream.run(ckpt, nbest=nbest, beam=beam, max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len,
-               length_penalty=length_penalty, batch_tokens=batch_tokens, cuda_graphs=cuda_graphs, device=device,
-               dtype=dtype, alignment_layer=alignment_layer if alignments else None, quiet=quiet)
+    stream.run(
+        ckpt,
+        nbest=nbest,
+        beam=beam,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        min_len=min_len,
+        length_penalty=length_penalty,
+        batch_tokens=batch_tokens,
+        cuda_graphs=cuda_graphs,
+        device=device,
+        dtype=dtype,
+        alignment_layer=alignment_layer if alignments else None,
+        quiet=quiet,
+    )
 
 
 @app.command()
-def attention(ckpt: CkptArg,
-              sentences: Annotated[Optional[list[str]], typer.Argument(help="Source sentences; without any, stdin (one a line).", show_default=False)] = None,
-              target: Annotated[Optional[list[str]], typer.Option("--target", "-t", help="A translation to force-decode, one per sentence in order (repeatable); default: the model's own search output.")] = None,
-              out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Directory for PNG heatmaps (sentenceI-KIND-layerL.png) and head divergences (diversity-KIND.png).")] = None,
-              html: Annotated[Optional[Path], typer.Option("--html", help="Write one self-contained, offline HTML page to explore the maps.")] = None,
-              words: Annotated[bool, typer.Option("--words", help="Merge SentencePiece pieces into words in figures and page.")] = False,
-              beam: BeamOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None) -> None:
+def attention(
+    ckpt: CkptArg,
+    sentences: Annotated[
+        Optional[list[str]],
+        typer.Argument(
+            help="Source sentences; without any, stdin (one a line).", show_default=False
+        ),
+    ] = None,
+    target: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--target",
+            "-t",
+            help="A translation to force-decode, one per sentence in order (repeatable); default: the model's own search output.",
+        ),
+    ] = None,
+    out: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--out",
+            "-o",
+            help="Directory for PNG heatmaps (sentenceI-KIND-layerL.png) and head divergences (diversity-KIND.png).",
+        ),
+    ] = None,
+    html: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--html", help="Write one self-contained, offline HTML page to explore the maps."
+        ),
+    ] = None,
+    words: Annotated[
+        bool,
+        typer.Option("--words", help="Merge SentencePiece pieces into words in figures and page."),
+    ] = False,
+    beam: BeamOpt = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+) -> None:
     """Show a model's attention for a few sentences: per-head entropy table, heatmaps, an HTML page.
 
     Encoder self-, decoder self- and cross-attention of every layer; flags near-uniform, near-one-hot and near-duplicate heads (thresholds: the checkpoint's diagnostics.* config).
@@ -158,13 +327,29 @@ def attention(ckpt: CkptArg,
     model, cfg, tokenizer = translate_mod.load(ckpt, device, dtype)
     lines = sentences or [line for line in sys.stdin.read().splitlines() if line.strip()]
     decode = translate_mod.with_overrides(cfg.decode, beam_size=beam)
-    typer.echo(attention_mod.run(model, tokenizer, cfg.diagnostics, decode, lines, target, out, html, words))
+    typer.echo(
+        attention_mod.run(
+            model, tokenizer, cfg.diagnostics, decode, lines, target, out, html, words
+        )
+    )
 
 
 @app.command()
-def average(ckpts: Annotated[list[Path], typer.Argument(help="Checkpoints of one run, or with --last its run directory.", show_default=False)],
-            out: Annotated[Path, typer.Option("--out", "-o", help="Averaged checkpoint to write.")],
-            last: Annotated[Optional[int], typer.Option("--last", min=1, help="Average the newest N step-*.pt of the run directory given.")] = None) -> None:
+def average(
+    ckpts: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Checkpoints of one run, or with --last its run directory.", show_default=False
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Averaged checkpoint to write.")],
+    last: Annotated[
+        Optional[int],
+        typer.Option(
+            "--last", min=1, help="Average the newest N step-*.pt of the run directory given."
+        ),
+    ] = None,
+) -> None:
     """Average the parameters of several checkpoints into one (optimizer state is dropped).
 
     Example: translator average runs/multi30k --last 10 -o runs/multi30k/avg.pt
@@ -172,15 +357,21 @@ def average(ckpts: Annotated[list[Path], typer.Argument(help="Checkpoints of one
     from translator import checkpoint
 
     if last is not None and len(ckpts) != 1:
-        raise TranslatorError("--last takes one run directory", "average", "give the run directory alone")
+        raise TranslatorError(
+            "--last takes one run directory", "average", "give the run directory alone"
+        )
     paths = checkpoint.latest_steps(ckpts[0], last) if last is not None else ckpts
     count = checkpoint.average([str(p) for p in paths], out)
     typer.echo(f"averaged {count} checkpoint{'s' if count != 1 else ''} into {out}")
 
 
 @app.command()
-def info(source: Annotated[Path, typer.Argument(help="A YAML config or a checkpoint.", show_default=False)],
-         set: SetOpt = None) -> None:
+def info(
+    source: Annotated[
+        Path, typer.Argument(help="A YAML config or a checkpoint.", show_default=False)
+    ],
+    set: SetOpt = None,
+) -> None:
     """Print the model architecture and its parameter count.
 
     Example: translator info configs/base.yaml --set model.vocab_size=37000
@@ -191,10 +382,22 @@ def info(source: Annotated[Path, typer.Argument(help="A YAML config or a checkpo
 
 
 @app.command()
-def export(ckpt: CkptArg,
-           out: Annotated[Path, typer.Option("--out", "-o", help="Model directory to write (replaced if it exists).")],
-           format: Annotated[str, typer.Option("--format", help="Target format: ctranslate2.")] = "ctranslate2",
-           quantization: Annotated[Optional[str], typer.Option("--quantization", help="CTranslate2 weight type: int8, int8_float32, float16, bfloat16... (default: float32).")] = None) -> None:
+def export(
+    ckpt: CkptArg,
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Model directory to write (replaced if it exists).")
+    ],
+    format: Annotated[
+        str, typer.Option("--format", help="Target format: ctranslate2.")
+    ] = "ctranslate2",
+    quantization: Annotated[
+        Optional[str],
+        typer.Option(
+            "--quantization",
+            help="CTranslate2 weight type: int8, int8_float32, float16, bfloat16... (default: float32).",
+        ),
+    ] = None,
+) -> None:
     """Export a checkpoint for deployment: a CTranslate2 model directory with its SentencePiece model(s).
 
     Needs the optional ctranslate2 package. Example: translator export runs/multi30k/best.pt -o ct2-multi30k
@@ -208,8 +411,16 @@ def export(ckpt: CkptArg,
 
 
 @app.command("import-hf")
-def import_hf(directory: Annotated[Path, typer.Argument(help="A MarianMT model saved in Hugging Face format (config.json, weights, source.spm, target.spm, vocab.json), e.g. an OPUS-MT download.", show_default=False)],
-              out: Annotated[Path, typer.Option("--out", "-o", help="Checkpoint to write.")]) -> None:
+def import_hf(
+    directory: Annotated[
+        Path,
+        typer.Argument(
+            help="A MarianMT model saved in Hugging Face format (config.json, weights, source.spm, target.spm, vocab.json), e.g. an OPUS-MT download.",
+            show_default=False,
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Checkpoint to write.")],
+) -> None:
     """Import an OPUS-MT (MarianMT) model as a checkpoint for translate, eval, attention and fine-tuning (train.init_from).
 
     Example: translator import-hf opus-mt-en-de -o runs/opus-en-de.pt
@@ -217,12 +428,16 @@ def import_hf(directory: Annotated[Path, typer.Argument(help="A MarianMT model s
     from translator import marian
 
     cfg = marian.import_marian(directory, out)
-    typer.echo(f"imported {directory} ({cfg.model.n_encoder_layers}+{cfg.model.n_decoder_layers} layers, "
-               f"d_model {cfg.model.d_model}) into {out}")
+    typer.echo(
+        f"imported {directory} ({cfg.model.n_encoder_layers}+{cfg.model.n_decoder_layers} layers, "
+        f"d_model {cfg.model.d_model}) into {out}"
+    )
 
 
 def _terminate(signum, frame) -> None:
-    raise SystemExit(128 + signum)  # unwinds like Ctrl-C: temporary files and directories are removed
+    raise SystemExit(
+        128 + signum
+    )  # unwinds like Ctrl-C: temporary files and directories are removed
 
 
 def main() -> None:
@@ -236,6 +451,11 @@ def main() -> None:
         typer.echo(f"error: {err}", err=True)
         sys.exit(1)
     except OSError as err:  # click already turns a closed pipe (EPIPE) into a quiet exit
-        where = f"{os.fsdecode(err.filename)}: " if err.filename else ""  # a bytes name too (TensorBoard)
-        typer.echo(f"error: {where}{err.strerror or err} (check the path, its permissions and free space)", err=True)
+        where = (
+            f"{os.fsdecode(err.filename)}: " if err.filename else ""
+        )  # a bytes name too (TensorBoard)
+        typer.echo(
+            f"error: {where}{err.strerror or err} (check the path, its permissions and free space)",
+            err=True,
+        )
         sys.exit(1)

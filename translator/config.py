@@ -20,16 +20,33 @@ import yaml
 from translator.errors import TranslatorError
 
 
-def _check_range(section: str, obj: Any, names: str, low: float, high: float | None = None,
-                 high_open: bool = False) -> None:
+def _check_range(
+    section: str,
+    obj: Any,
+    names: str,
+    low: float,
+    high: float | None = None,
+    high_open: bool = False,
+) -> None:
     """Each field in `names` (space-separated) must be a finite number >= low and <= high (< high if high_open)."""
     for name in names.split():
         value = getattr(obj, name)
-        if math.isfinite(value) and value >= low and (high is None or (value < high if high_open else value <= high)):
+        if (
+            math.isfinite(value)
+            and value >= low
+            and (high is None or (value < high if high_open else value <= high))
+        ):
             continue
-        rule = (f"in [{low}, {high}{')' if high_open else ']'}" if high is not None
-                else f"of at least {low}" if low > -math.inf else "that is a finite number")
-        raise TranslatorError(f"{name}={value} is out of range", f"{section}.{name}", f"use a value {rule}")
+        rule = (
+            f"in [{low}, {high}{')' if high_open else ']'}"
+            if high is not None
+            else f"of at least {low}"
+            if low > -math.inf
+            else "that is a finite number"
+        )
+        raise TranslatorError(
+            f"{name}={value} is out of range", f"{section}.{name}", f"use a value {rule}"
+        )
 
 
 @dataclass(kw_only=True)
@@ -82,14 +99,25 @@ class DataConfig:
     """Train SentencePiece on a seeded random sample of at most this many sentences (0 = all)."""
 
     def __post_init__(self) -> None:
-        _check_range("data", self, "max_train_pairs max_tokens_per_side max_length_ratio input_sentence_size", 0)
+        _check_range(
+            "data",
+            self,
+            "max_train_pairs max_tokens_per_side max_length_ratio input_sentence_size",
+            0,
+        )
         _check_range("data", self, "vocab_size", 1)
         if not 0 < self.character_coverage <= 1:
-            raise TranslatorError(f"character_coverage={self.character_coverage} is out of range",
-                                  "data.character_coverage", "use a value in (0, 1]")
+            raise TranslatorError(
+                f"character_coverage={self.character_coverage} is out of range",
+                "data.character_coverage",
+                "use a value in (0, 1]",
+            )
         if self.src_lang == self.tgt_lang:
-            raise TranslatorError(f"src_lang and tgt_lang are both {self.src_lang!r}", "data.tgt_lang",
-                                  "give two different language codes")
+            raise TranslatorError(
+                f"src_lang and tgt_lang are both {self.src_lang!r}",
+                "data.tgt_lang",
+                "give two different language codes",
+            )
 
 
 @dataclass(kw_only=True)
@@ -137,16 +165,20 @@ class ModelConfig:
         _check_range("model", self, "vocab_size src_vocab_size", 0)
         _check_range("model", self, "d_model n_heads n_encoder_layers n_decoder_layers d_ff", 1)
         _check_range("model", self, "max_positions", 2)  # BOS and one token
-        _check_range("model", self, "dropout attention_dropout activation_dropout", 0, 1, high_open=True)
+        _check_range(
+            "model", self, "dropout attention_dropout activation_dropout", 0, 1, high_open=True
+        )
         if self.d_model % self.n_heads:
             raise TranslatorError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}",
-                "model", "pick n_heads dividing d_model",
+                "model",
+                "pick n_heads dividing d_model",
             )
         if self.n_kv_heads is not None and (self.n_kv_heads < 1 or self.n_heads % self.n_kv_heads):
             raise TranslatorError(
                 f"n_kv_heads={self.n_kv_heads} does not divide n_heads={self.n_heads}",
-                "model.n_kv_heads", "use a divisor of n_heads (1 = multi-query)",
+                "model.n_kv_heads",
+                "use a divisor of n_heads (1 = multi-query)",
             )
         if self.positions == "rope" and (self.d_model // self.n_heads) % 2:
             raise TranslatorError("rotary positions need an even d_head", "model.positions")
@@ -159,7 +191,9 @@ TRAINING_ONLY = ("dropout", "attention_dropout", "activation_dropout", "gradient
 
 def architecture_changes(before: dict[str, Any], after: dict[str, Any]) -> str:
     """Model sections (as dicts) compared outside TRAINING_ONLY -> `model.k: a -> b, ...`, empty if alike."""
-    changed = sorted(k for k in {*before, *after} - set(TRAINING_ONLY) if before.get(k) != after.get(k))
+    changed = sorted(
+        k for k in {*before, *after} - set(TRAINING_ONLY) if before.get(k) != after.get(k)
+    )
     return ", ".join(f"model.{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in changed)
 
 
@@ -219,9 +253,16 @@ class TrainConfig:
     """Stop after this many validations without a better BLEU (0 = never)."""
 
     def __post_init__(self) -> None:
-        _check_range("train", self, "max_tokens grad_accum_steps max_updates log_every eval_every", 1)
-        _check_range("train", self, "max_epochs max_minutes lr warmup_steps min_lr adam_eps weight_decay "
-                     "clip_grad_norm valid_bleu_sentences valid_beam_size keep_last patience", 0)
+        _check_range(
+            "train", self, "max_tokens grad_accum_steps max_updates log_every eval_every", 1
+        )
+        _check_range(
+            "train",
+            self,
+            "max_epochs max_minutes lr warmup_steps min_lr adam_eps weight_decay "
+            "clip_grad_norm valid_bleu_sentences valid_beam_size keep_last patience",
+            0,
+        )
         _check_range("train", self, "adam_beta1 adam_beta2 label_smoothing", 0, 1, high_open=True)
 
 
@@ -250,10 +291,15 @@ class DecodeConfig:
     def __post_init__(self) -> None:
         _check_range("decode", self, "beam_size batch_tokens", 1)
         _check_range("decode", self, "max_len_a max_len_b min_len", 0)
-        _check_range("decode", self, "length_penalty", -math.inf)  # finite: negative favours short outputs
+        _check_range(
+            "decode", self, "length_penalty", -math.inf
+        )  # finite: negative favours short outputs
         if self.max_len_a == 0 and self.max_len_b == 0:
-            raise TranslatorError("max_len_a=0 and max_len_b=0 allow no output", "decode.max_len_b",
-                                  "raise either (the limit is max_len_a * source length + max_len_b)")
+            raise TranslatorError(
+                "max_len_a=0 and max_len_b=0 allow no output",
+                "decode.max_len_b",
+                "raise either (the limit is max_len_a * source length + max_len_b)",
+            )
 
 
 @dataclass(kw_only=True)
@@ -275,12 +321,17 @@ class DiagnosticsConfig:
 
     def __post_init__(self) -> None:
         _check_range("diagnostics", self, "sentences image_sentences", 0)
-        _check_range("diagnostics", self, "uniform_entropy one_hot_entropy duplicate_divergence", 0, 1)
+        _check_range(
+            "diagnostics", self, "uniform_entropy one_hot_entropy duplicate_divergence", 0, 1
+        )
         _check_range("diagnostics", self, "qk_scale_ratio", 1)
         if self.one_hot_entropy >= self.uniform_entropy:
-            raise TranslatorError(f"one_hot_entropy={self.one_hot_entropy} is not below uniform_entropy="
-                                  f"{self.uniform_entropy}", "diagnostics.one_hot_entropy",
-                                  "keep one_hot_entropy < uniform_entropy")
+            raise TranslatorError(
+                f"one_hot_entropy={self.one_hot_entropy} is not below uniform_entropy="
+                f"{self.uniform_entropy}",
+                "diagnostics.one_hot_entropy",
+                "keep one_hot_entropy < uniform_entropy",
+            )
 
 
 @dataclass(kw_only=True)
@@ -316,12 +367,17 @@ def load(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -
     for item in overrides:
         key, sep, text = item.partition("=")
         if not sep or not key:
-            raise TranslatorError(f"override {item!r} is not KEY=VALUE", "--set", "e.g. --set train.lr=5e-4")
+            raise TranslatorError(
+                f"override {item!r} is not KEY=VALUE", "--set", "e.g. --set train.lr=5e-4"
+            )
         try:
             value = yaml.safe_load(text) if text.strip() else ""
         except yaml.YAMLError:
-            raise TranslatorError(f"the value in {item!r} is not valid YAML", "--set",
-                                  "quote it, e.g. --set 'data.source=\"a b\"'") from None
+            raise TranslatorError(
+                f"the value in {item!r} is not valid YAML",
+                "--set",
+                "quote it, e.g. --set 'data.source=\"a b\"'",
+            ) from None
         _set_dotted(raw, key.strip(), value, item)
     return from_dict(raw, where)
 
@@ -360,7 +416,9 @@ def _build(cls: type, raw: Any, where: str, prefix: str) -> Any:
         dotted = f"{prefix}{key}"
         if key not in fields:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
-            fix = f"did you mean {prefix}{close[0]}?" if close else "valid keys: " + ", ".join(fields)
+            fix = (
+                f"did you mean {prefix}{close[0]}?" if close else "valid keys: " + ", ".join(fields)
+            )
             raise TranslatorError(f"unknown key {dotted!r}", where, fix)
         hint = hints[key]
         if dataclasses.is_dataclass(hint):

@@ -25,11 +25,17 @@ def resolve_device(name: str) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise TranslatorError(f"unknown device {name!r}", "--device", "use auto, cpu, cuda or cuda:N") from None
+        raise TranslatorError(
+            f"unknown device {name!r}", "--device", "use auto, cpu, cuda or cuda:N"
+        ) from None
     if device.type not in ("cpu", "cuda"):
-        raise TranslatorError(f"unsupported device {name!r}", "--device", "use auto, cpu, cuda or cuda:N")
+        raise TranslatorError(
+            f"unsupported device {name!r}", "--device", "use auto, cpu, cuda or cuda:N"
+        )
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise TranslatorError("CUDA is not available on this machine", "--device", "use --device cpu or auto")
+        raise TranslatorError(
+            "CUDA is not available on this machine", "--device", "use --device cpu or auto"
+        )
     return device
 
 
@@ -44,7 +50,9 @@ def resolve_dtype(name: str, device: torch.device, cpu_bf16: bool | None = None)
         native = cpu_native_bf16() if cpu_bf16 is None else cpu_bf16
         return torch.bfloat16 if native else torch.float32
     if name not in DTYPES:
-        raise TranslatorError(f"unknown dtype {name!r}", "--dtype", "use auto, " + ", ".join(DTYPES))
+        raise TranslatorError(
+            f"unknown dtype {name!r}", "--dtype", "use auto, " + ", ".join(DTYPES)
+        )
     return DTYPES[name]
 
 
@@ -55,7 +63,10 @@ def cpu_native_bf16() -> bool:
     Not `torch.ops.mkldnn._is_mkldnn_bf16_supported()`: it is true on any AVX-512 CPU, where
     oneDNN runs bf16 by conversion, which is no faster than fp32.
     """
-    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):  # x86, via PyTorch's cpuinfo
+    for probe in (
+        "_is_avx512_bf16_supported",
+        "_is_amx_tile_supported",
+    ):  # x86, via PyTorch's cpuinfo
         check = getattr(torch.cpu, probe, None)
         if check is not None and check():
             return True

@@ -28,16 +28,22 @@ class Scores:
     lc_tok_signature: str = ""
 
     def lines(self) -> list[str]:
-        out = [f"BLEU = {self.bleu:.2f}  ({self.bleu_signature})",
-               f"chrF = {self.chrf:.2f}  ({self.chrf_signature})"]
+        out = [
+            f"BLEU = {self.bleu:.2f}  ({self.bleu_signature})",
+            f"chrF = {self.chrf:.2f}  ({self.chrf_signature})",
+        ]
         if self.lc_tok_bleu is not None:
-            out.append(f"lowercased tokenized BLEU = {self.lc_tok_bleu:.2f}  ({self.lc_tok_signature})  "
-                       "[as Multi30k papers report (multi-bleu on lowercased, tokenized text); "
-                       "not comparable with sacreBLEU above]")
+            out.append(
+                f"lowercased tokenized BLEU = {self.lc_tok_bleu:.2f}  ({self.lc_tok_signature})  "
+                "[as Multi30k papers report (multi-bleu on lowercased, tokenized text); "
+                "not comparable with sacreBLEU above]"
+            )
         return out
 
 
-def score(hypotheses: list[str], references: list[str], *, tgt_lang: str = "", lc_tok: bool = False) -> Scores:
+def score(
+    hypotheses: list[str], references: list[str], *, tgt_lang: str = "", lc_tok: bool = False
+) -> Scores:
     """Corpus-level scores of detokenized `hypotheses` against one reference each.
 
     `tgt_lang` picks sacreBLEU's BLEU tokenizer as its own command line does: `zh`, `ja-mecab` or
@@ -50,7 +56,9 @@ def score(hypotheses: list[str], references: list[str], *, tgt_lang: str = "", l
     bleu, chrf = bleu_metric(tgt_lang), sacrebleu.CHRF()
     bleu_score = bleu.corpus_score(hypotheses, [references])
     chrf_score = chrf.corpus_score(hypotheses, [references])
-    scores = Scores(bleu_score.score, chrf_score.score, str(bleu.get_signature()), str(chrf.get_signature()))
+    scores = Scores(
+        bleu_score.score, chrf_score.score, str(bleu.get_signature()), str(chrf.get_signature())
+    )
     if lc_tok:  # 13a tokenization of both sides stands in for Moses tokenization + multi-bleu.perl
         lc = sacrebleu.BLEU(lowercase=True, tokenize="13a")
         scores.lc_tok_bleu = lc.corpus_score(hypotheses, [references]).score
@@ -65,46 +73,75 @@ def bleu_metric(tgt_lang: str) -> sacrebleu.BLEU:
     try:
         return sacrebleu.BLEU(trg_lang=lang)
     except RuntimeError:  # sacreBLEU's MeCab tokenizers for ja/ko are extras, missing here
-        raise TranslatorError(f"scoring BLEU for {tgt_lang!r} needs sacreBLEU's MeCab tokenizer, not installed",
-                              "data.tgt_lang", "pip install 'sacrebleu[ja,ko]' (or this package's [cjk] extra)"
-                              ) from None
+        raise TranslatorError(
+            f"scoring BLEU for {tgt_lang!r} needs sacreBLEU's MeCab tokenizer, not installed",
+            "data.tgt_lang",
+            "pip install 'sacrebleu[ja,ko]' (or this package's [cjk] extra)",
+        ) from None
 
 
-def run(ckpt: str | Path, *, split: str = "test", src_file: str | Path | None = None,
-        ref_file: str | Path | None = None, hyp_file: str | Path | None = None, beam: int | None = None,
-        lc_tok: bool = False, device: str | None = None, dtype: str | None = None,
-        cuda_graphs: bool | None = None, quiet: bool = False) -> Scores:
+def run(
+    ckpt: str | Path,
+    *,
+    split: str = "test",
+    src_file: str | Path | None = None,
+    ref_file: str | Path | None = None,
+    hyp_file: str | Path | None = None,
+    beam: int | None = None,
+    lc_tok: bool = False,
+    device: str | None = None,
+    dtype: str | None = None,
+    cuda_graphs: bool | None = None,
+    quiet: bool = False,
+) -> Scores:
     """The `eval` command: decode a prepared split (or --src/--ref files), write the hypotheses, and score them.
 
     Hypotheses go to `hyp_file`, by default `<source file name>.hyp` beside the checkpoint. BLEU
     is tokenized for the checkpoint's target language (data.tgt_lang).
     """
     if (src_file is None) != (ref_file is None):
-        raise TranslatorError("--src and --ref go together", "eval", "give both, or neither to use a split")
+        raise TranslatorError(
+            "--src and --ref go together", "eval", "give both, or neither to use a split"
+        )
     model, cfg, tokenizer = load(ckpt, device, dtype)
     cfg.decode = with_overrides(cfg.decode, beam_size=beam, cuda_graphs=cuda_graphs)
     bleu_metric(cfg.data.tgt_lang)  # a missing tokenizer fails before decoding
     if src_file is None:
         folder = prepared_dir(cfg.data)
-        src_file, ref_file = folder / f"{split}.{cfg.data.src_lang}", folder / f"{split}.{cfg.data.tgt_lang}"
+        src_file, ref_file = (
+            folder / f"{split}.{cfg.data.src_lang}",
+            folder / f"{split}.{cfg.data.tgt_lang}",
+        )
         if not Path(src_file).is_file():
-            raise TranslatorError(f"split {split!r} not found", str(folder),
-                                  "run `translator prepare` with the checkpoint's config, or pass --src/--ref")
+            raise TranslatorError(
+                f"split {split!r} not found",
+                str(folder),
+                "run `translator prepare` with the checkpoint's config, or pass --src/--ref",
+            )
     sources, refs = read_lines(src_file), read_lines(ref_file)
     if len(sources) != len(refs):
-        raise TranslatorError(f"{src_file} has {len(sources)} lines but {ref_file} has {len(refs)}", "eval",
-                              "source and reference files must be line-aligned")
+        raise TranslatorError(
+            f"{src_file} has {len(sources)} lines but {ref_file} has {len(refs)}",
+            "eval",
+            "source and reference files must be line-aligned",
+        )
     if not sources:
-        raise TranslatorError("nothing to score: the files are empty", str(src_file), "give a non-empty test set")
+        raise TranslatorError(
+            "nothing to score: the files are empty", str(src_file), "give a non-empty test set"
+        )
     hyp_path = Path(hyp_file) if hyp_file else Path(ckpt).parent / f"{Path(src_file).name}.hyp"
     if hyp_path.resolve() in (Path(src_file).resolve(), Path(ref_file).resolve()):
-        raise TranslatorError("the hypotheses would overwrite an input", str(hyp_path), "give another -o file")
+        raise TranslatorError(
+            "the hypotheses would overwrite an input", str(hyp_path), "give another -o file"
+        )
     with atomic_write(hyp_path) as handle:  # opened first: an unwritable path fails before decoding
         if not quiet:
             log(f"eval: {model_precision(model, dtype or cfg.decode.dtype)}")
         with sentence_progress("eval", quiet) as progress:
             # warnings stay under --quiet: they are about the data and explain a score
-            translated = translate_lines(model, tokenizer, sources, cfg.decode, warn=warn_stderr, progress=progress)
+            translated = translate_lines(
+                model, tokenizer, sources, cfg.decode, warn=warn_stderr, progress=progress
+            )
         hyps = [h[0][0] for h in translated]
         handle.write("".join(h + "\n" for h in hyps))
     if not quiet:

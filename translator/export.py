@@ -28,7 +28,9 @@ def unsupported(cfg: ModelConfig) -> list[str]:
     """The config's options that a CTranslate2 Transformer cannot express (empty: exportable)."""
     problems = []
     if cfg.positions == "rope":
-        problems.append("model.positions=rope (CTranslate2's encoder-decoder has no rotary positions)")
+        problems.append(
+            "model.positions=rope (CTranslate2's encoder-decoder has no rotary positions)"
+        )
     return problems
 
 
@@ -37,13 +39,19 @@ def export_ctranslate2(ckpt: str | Path, out: str | Path, quantization: str | No
     try:
         import ctranslate2  # noqa: F401  (an optional extra)
     except ImportError:
-        raise TranslatorError("ctranslate2 is not installed", "export",
-                              "pip install 'translator[bench]' (or ctranslate2)") from None
+        raise TranslatorError(
+            "ctranslate2 is not installed",
+            "export",
+            "pip install 'translator[bench]' (or ctranslate2)",
+        ) from None
     model, cfg, tokenizer = checkpoint.load(ckpt)
     problems = unsupported(cfg.model)
     if problems:
-        raise TranslatorError(f"cannot export {'; '.join(problems)}", str(ckpt),
-                              "train with options CTranslate2 supports")
+        raise TranslatorError(
+            f"cannot export {'; '.join(problems)}",
+            str(ckpt),
+            "train with options CTranslate2 supports",
+        )
     spec = build_spec(model, tokenizer)
     spec.validate()
     spec.optimize(quantization=quantization)
@@ -63,9 +71,15 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
     from ctranslate2.specs.common_spec import Activation
 
     cfg = model.cfg
-    activation = {"relu": Activation.RELU, "gelu": Activation.GELU, "silu": Activation.SWISH}[cfg.activation]
-    shape = dict(num_heads=cfg.n_heads, pre_norm=cfg.norm == "pre", num_heads_kv=cfg.n_kv_heads,
-                 activation=activation)
+    activation = {"relu": Activation.RELU, "gelu": Activation.GELU, "silu": Activation.SWISH}[
+        cfg.activation
+    ]
+    shape = dict(
+        num_heads=cfg.n_heads,
+        pre_norm=cfg.norm == "pre",
+        num_heads_kv=cfg.n_kv_heads,
+        activation=activation,
+    )
     encoder = TransformerEncoderSpec(cfg.n_encoder_layers, **shape)
     decoder = TransformerDecoderSpec(cfg.n_decoder_layers, **shape)
     _set_inputs(encoder, model.src_embed, cfg)

@@ -25,14 +25,18 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as err:
-        raise TranslatorError(f"cannot write: {err.strerror}", str(path), "check the path and its permissions") from None
+        raise TranslatorError(
+            f"cannot write: {err.strerror}", str(path), "check the path and its permissions"
+        ) from None
     os.close(fd)
     os.chmod(tmp, 0o644)  # mkstemp makes it private; the result is an ordinary file
     try:
         with open(tmp, mode, encoding=None if "b" in mode else encoding) as handle:
             yield handle
             handle.flush()
-            os.fsync(handle.fileno())  # on disk before the rename: a crash leaves the old file or the whole new one
+            os.fsync(
+                handle.fileno()
+            )  # on disk before the rename: a crash leaves the old file or the whole new one
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -72,6 +76,8 @@ def read_lines(path: str | Path) -> list[str]:
                 lines.append(raw.decode("utf-8").rstrip("\r\n"))
             except UnicodeDecodeError as err:
                 raise TranslatorError(
-                    f"invalid UTF-8 at byte {err.start}", f"{path}:{number}", "re-encode the file as UTF-8"
+                    f"invalid UTF-8 at byte {err.start}",
+                    f"{path}:{number}",
+                    "re-encode the file as UTF-8",
                 ) from None
     return lines

@@ -37,7 +37,9 @@ def import_marian(directory: str | Path, out: str | Path) -> Config:
     vocab = _read_json(directory / "vocab.json")
     weights = _read_weights(directory)
     src_proto = reorder_pieces(_read_bytes(directory / "source.spm"), [])
-    tgt_proto = reorder_pieces(_read_bytes(directory / "target.spm"), list(vocab))  # every piece it can emit
+    tgt_proto = reorder_pieces(
+        _read_bytes(directory / "target.spm"), list(vocab)
+    )  # every piece it can emit
     tokenizer = Tokenizer.from_proto(src_proto, tgt_proto)
 
     cfg = Config()
@@ -52,26 +54,42 @@ def import_marian(directory: str | Path, out: str | Path) -> Config:
 def model_config(hf: dict[str, Any], tokenizer: Tokenizer, where: str) -> ModelConfig:
     """Our ModelConfig for a Marian config.json; options we cannot express are refused by name."""
     activation = hf.get("activation_function", "swish")
-    problems = [f"activation_function={activation!r}" if activation not in ACTIVATIONS else "",
-                "normalize_before=true" if hf.get("normalize_before") else "",
-                "normalize_embedding=true" if hf.get("normalize_embedding") else "",
-                "static_position_embeddings=false" if hf.get("static_position_embeddings") is False else "",
-                "add_final_layer_norm=true" if hf.get("add_final_layer_norm") else ""]
-    if hf.get("encoder_attention_heads") != hf.get("decoder_attention_heads") or \
-            hf.get("encoder_ffn_dim") != hf.get("decoder_ffn_dim"):
+    problems = [
+        f"activation_function={activation!r}" if activation not in ACTIVATIONS else "",
+        "normalize_before=true" if hf.get("normalize_before") else "",
+        "normalize_embedding=true" if hf.get("normalize_embedding") else "",
+        "static_position_embeddings=false" if hf.get("static_position_embeddings") is False else "",
+        "add_final_layer_norm=true" if hf.get("add_final_layer_norm") else "",
+    ]
+    if hf.get("encoder_attention_heads") != hf.get("decoder_attention_heads") or hf.get(
+        "encoder_ffn_dim"
+    ) != hf.get("decoder_ffn_dim"):
         problems.append("encoder and decoder of different widths")
     if any(problems):
-        raise TranslatorError(f"unsupported Marian option: {', '.join(p for p in problems if p)}", where,
-                              "import a standard OPUS-MT (MarianMT) model")
+        raise TranslatorError(
+            f"unsupported Marian option: {', '.join(p for p in problems if p)}",
+            where,
+            "import a standard OPUS-MT (MarianMT) model",
+        )
     return ModelConfig(
-        vocab_size=tokenizer.target_vocab_size, src_vocab_size=tokenizer.vocab_size,
-        d_model=hf["d_model"], n_heads=hf["encoder_attention_heads"], d_ff=hf["encoder_ffn_dim"],
-        n_encoder_layers=hf["encoder_layers"], n_decoder_layers=hf["decoder_layers"],
-        dropout=hf.get("dropout", 0.1), attention_dropout=hf.get("attention_dropout", 0.0),
+        vocab_size=tokenizer.target_vocab_size,
+        src_vocab_size=tokenizer.vocab_size,
+        d_model=hf["d_model"],
+        n_heads=hf["encoder_attention_heads"],
+        d_ff=hf["encoder_ffn_dim"],
+        n_encoder_layers=hf["encoder_layers"],
+        n_decoder_layers=hf["decoder_layers"],
+        dropout=hf.get("dropout", 0.1),
+        attention_dropout=hf.get("attention_dropout", 0.0),
         activation_dropout=hf.get("activation_dropout", 0.0),
-        activation=ACTIVATIONS[activation], output_bias=True, positions="sinusoidal", norm="post",
-        max_positions=hf.get("max_position_embeddings", 512), scale_embeddings=hf.get("scale_embedding", False),
-        tie_embeddings=True)
+        activation=ACTIVATIONS[activation],
+        output_bias=True,
+        positions="sinusoidal",
+        norm="post",
+        max_positions=hf.get("max_position_embeddings", 512),
+        scale_embeddings=hf.get("scale_embedding", False),
+        tie_embeddings=True,
+    )
 
 
 def reorder_pieces(proto: bytes, extra: list[str]) -> bytes:
@@ -82,13 +100,20 @@ def reorder_pieces(proto: bytes, extra: list[str]) -> bytes:
 
     model = pb.ModelProto.FromString(proto)
     Piece = pb.ModelProto.SentencePiece
-    kinds = {PAD_ID: Piece.CONTROL, UNK_ID: Piece.UNKNOWN, BOS_ID: Piece.CONTROL, EOS_ID: Piece.CONTROL}
+    kinds = {
+        PAD_ID: Piece.CONTROL,
+        UNK_ID: Piece.UNKNOWN,
+        BOS_ID: Piece.CONTROL,
+        EOS_ID: Piece.CONTROL,
+    }
     specials = set(SPECIALS.values())
     pieces = [Piece(piece=SPECIALS[i], score=0.0, type=kinds[i]) for i in range(4)]
     pieces += [p for p in model.pieces if p.piece not in specials and p.type != Piece.UNKNOWN]
     known = {p.piece for p in pieces}
     lowest = min((p.score for p in model.pieces), default=0.0) - 10.0
-    pieces += [Piece(piece=text, score=lowest, type=Piece.NORMAL) for text in extra if text not in known]
+    pieces += [
+        Piece(piece=text, score=lowest, type=Piece.NORMAL) for text in extra if text not in known
+    ]
     del model.pieces[:]
     model.pieces.extend(pieces)
     spec = model.trainer_spec
@@ -106,36 +131,57 @@ def marian_ids(sp, vocab: dict[str, int], pad_id: int) -> torch.Tensor:
     return torch.tensor(ids)
 
 
-def our_weights(hf_weights: dict[str, torch.Tensor], cfg: ModelConfig, vocab: dict[str, int],
-                hf: dict[str, Any], tokenizer: Tokenizer) -> dict[str, torch.Tensor]:
+def our_weights(
+    hf_weights: dict[str, torch.Tensor],
+    cfg: ModelConfig,
+    vocab: dict[str, int],
+    hf: dict[str, Any],
+    tokenizer: Tokenizer,
+) -> dict[str, torch.Tensor]:
     """Marian's state dict renamed to ours, embedding rows gathered by piece, residual dims permuted."""
     w = {k.removeprefix("model."): v.float() for k, v in hf_weights.items()}
     shared = w.get("shared.weight", w.get("decoder.embed_tokens.weight"))
     pad_id = hf.get("pad_token_id", len(vocab) - 1)
-    src_rows, tgt_rows = marian_ids(tokenizer.sp, vocab, pad_id), marian_ids(tokenizer.target_sp, vocab, pad_id)
+    src_rows, tgt_rows = (
+        marian_ids(tokenizer.sp, vocab, pad_id),
+        marian_ids(tokenizer.target_sp, vocab, pad_id),
+    )
     perm = residual_permutation(cfg.d_model)  # our residual dim j holds Marian's dim perm[j]
     bias = w.get("final_logits_bias", torch.zeros(1, len(vocab)))[0]
 
-    out = {"src_embed.token.weight": w.get("encoder.embed_tokens.weight", shared)[src_rows][:, perm],
-           "tgt_embed.token.weight": w.get("decoder.embed_tokens.weight", shared)[tgt_rows][:, perm],
-           "out_proj.bias": bias[tgt_rows]}
+    out = {
+        "src_embed.token.weight": w.get("encoder.embed_tokens.weight", shared)[src_rows][:, perm],
+        "tgt_embed.token.weight": w.get("decoder.embed_tokens.weight", shared)[tgt_rows][:, perm],
+        "out_proj.bias": bias[tgt_rows],
+    }
     out["out_proj.weight"] = out["tgt_embed.token.weight"]  # tied, as in Marian
     for side, n_layers in (("encoder", cfg.n_encoder_layers), ("decoder", cfg.n_decoder_layers)):
         for i in range(n_layers):
             theirs, ours = f"{side}.layers.{i}", f"{side}.{i}"
-            attentions = [("self_attn", "self_attn")] + ([("encoder_attn", "cross_attn")] if side == "decoder" else [])
+            attentions = [("self_attn", "self_attn")] + (
+                [("encoder_attn", "cross_attn")] if side == "decoder" else []
+            )
             for their_name, our_name in attentions:
                 for proj in ("q_proj", "k_proj", "v_proj"):  # read the residual stream
-                    out[f"{ours}.{our_name}.{proj}.weight"] = w[f"{theirs}.{their_name}.{proj}.weight"][:, perm]
+                    out[f"{ours}.{our_name}.{proj}.weight"] = w[
+                        f"{theirs}.{their_name}.{proj}.weight"
+                    ][:, perm]
                     out[f"{ours}.{our_name}.{proj}.bias"] = w[f"{theirs}.{their_name}.{proj}.bias"]
-                out[f"{ours}.{our_name}.out_proj.weight"] = w[f"{theirs}.{their_name}.out_proj.weight"][perm]
-                out[f"{ours}.{our_name}.out_proj.bias"] = w[f"{theirs}.{their_name}.out_proj.bias"][perm]
+                out[f"{ours}.{our_name}.out_proj.weight"] = w[
+                    f"{theirs}.{their_name}.out_proj.weight"
+                ][perm]
+                out[f"{ours}.{our_name}.out_proj.bias"] = w[f"{theirs}.{their_name}.out_proj.bias"][
+                    perm
+                ]
             out[f"{ours}.ff.up.weight"] = w[f"{theirs}.fc1.weight"][:, perm]
             out[f"{ours}.ff.up.bias"] = w[f"{theirs}.fc1.bias"]
             out[f"{ours}.ff.down.weight"] = w[f"{theirs}.fc2.weight"][perm]
             out[f"{ours}.ff.down.bias"] = w[f"{theirs}.fc2.bias"][perm]
-            norms = {"self_attn_layer_norm": "self_block" if side == "decoder" else "attn_block",
-                     "encoder_attn_layer_norm": "cross_block", "final_layer_norm": "ff_block"}
+            norms = {
+                "self_attn_layer_norm": "self_block" if side == "decoder" else "attn_block",
+                "encoder_attn_layer_norm": "cross_block",
+                "final_layer_norm": "ff_block",
+            }
             for their_norm, our_block in norms.items():
                 if f"{theirs}.{their_norm}.weight" in w:
                     for p in ("weight", "bias"):
@@ -154,15 +200,21 @@ def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise TranslatorError("not found", str(path), "give the directory of a MarianMT model "
-                              "(config.json, weights, source.spm, target.spm, vocab.json)") from None
+        raise TranslatorError(
+            "not found",
+            str(path),
+            "give the directory of a MarianMT model "
+            "(config.json, weights, source.spm, target.spm, vocab.json)",
+        ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise TranslatorError(f"not valid JSON ({err})", str(path)) from None
 
 
 def _read_bytes(path: Path) -> bytes:
     if not path.is_file():
-        raise TranslatorError("not found", str(path), "OPUS-MT models ship source.spm and target.spm")
+        raise TranslatorError(
+            "not found", str(path), "OPUS-MT models ship source.spm and target.spm"
+        )
     return path.read_bytes()
 
 
@@ -173,4 +225,6 @@ def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
         return load_file(directory / "model.safetensors")
     if (directory / "pytorch_model.bin").is_file():
         return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise TranslatorError("no weights found", str(directory), "expected model.safetensors or pytorch_model.bin")
+    raise TranslatorError(
+        "no weights found", str(directory), "expected model.safetensors or pytorch_model.bin"
+    )

@@ -51,7 +51,9 @@ def source_fingerprint(data: DataConfig) -> list:
     if is_hub(data.source) or not root.is_dir():
         return []
     files = [p for p in root.iterdir() if p.is_file()]
-    files += [p for d in root.iterdir() if d.is_dir() for p in d.iterdir() if p.is_file()]  # save_to_disk splits
+    files += [
+        p for d in root.iterdir() if d.is_dir() for p in d.iterdir() if p.is_file()
+    ]  # save_to_disk splits
     return sorted([str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns] for p in files)
 
 
@@ -71,7 +73,9 @@ def up_to_date(data: DataConfig) -> bool:
     return path.is_file() and json.loads(path.read_text()).get("config_hash") == config_hash(data)
 
 
-def run(cfg: Config, force: bool = False, log: Callable[[str], None] | None = None, quiet: bool = False) -> Path:
+def run(
+    cfg: Config, force: bool = False, log: Callable[[str], None] | None = None, quiet: bool = False
+) -> Path:
     """Prepare the data set described by `cfg.data`; returns its directory.
 
     Progress bars and the summary table go to stderr; `log`, when given, gets the summary as
@@ -80,7 +84,9 @@ def run(cfg: Config, force: bool = False, log: Callable[[str], None] | None = No
     data, out = cfg.data, prepared_dir(cfg.data)
     say = (lambda line: None) if quiet else log
     if not force and up_to_date(data):
-        (say or Bars(quiet).print)(f"{out} is up to date (same data config); use --force to prepare again")
+        (say or Bars(quiet).print)(
+            f"{out} is up to date (same data config); use --force to prepare again"
+        )
         return out
     started = time.time()
     with Bars(quiet) as bars, atomic_dir(out) as tmp:
@@ -102,7 +108,9 @@ def _prepare(data: DataConfig, tmp: Path, bars: Bars) -> dict:
     """All the work, inside the temporary directory; returns the manifest."""
     scratch = tmp / ".scratch"
     scratch.mkdir()
-    cache = None if is_hub(data.source) else scratch / "datasets"  # local sources: Arrow copy, deleted at the end
+    cache = (
+        None if is_hub(data.source) else scratch / "datasets"
+    )  # local sources: Arrow copy, deleted at the end
     tables = {}
     for split in SPLITS:
         if is_hub(data.source) and not bars.quiet:  # the hub's own download bars, then ours again
@@ -114,22 +122,42 @@ def _prepare(data: DataConfig, tmp: Path, bars: Bars) -> dict:
         with bars.step(f"load {split}", size, unit="B") as step, bytes_read(files, step.update):
             tables[split] = load_split(data, split, cache)
     held_out = {split: _read_pairs(tables.pop(split), data) for split in ("valid", "test")}
-    cleaner = clean.Cleaner(data, (s for pairs in held_out.values() for side in pairs for s in side))
+    cleaner = clean.Cleaner(
+        data, (s for pairs in held_out.values() for side in pairs for s in side)
+    )
     train = tables.pop("train")
     with bars.step("clean train", train.num_rows) as step:
-        passed = clean_to_scratch(train, data.src_lang, data.tgt_lang, cleaner, scratch, step.advance)
+        passed = clean_to_scratch(
+            train, data.src_lang, data.tgt_lang, cleaner, scratch, step.advance
+        )
     del train  # unmaps the Arrow file before the memory-hungry SentencePiece step
     keep = cleaner.first_occurrences(passed)
     if not keep.any():
-        raise TranslatorError(f"no training pairs left after cleaning (dropped: {_drops(cleaner.drops)})",
-                              data.source, "check the languages, the split mapping and the cleaning rules")
+        raise TranslatorError(
+            f"no training pairs left after cleaning (dropped: {_drops(cleaner.drops)})",
+            data.source,
+            "check the languages, the split mapping and the cleaning rules",
+        )
     tokenizers = _train_tokenizers(data, scratch, keep, tmp, bars)
     with bars.step("encode train", int(keep.sum())) as step:
-        counts = {"train": encode_to_ids(scratch, keep, tmp, tokenizers, data.max_tokens_per_side,
-                                         data.max_length_ratio, cleaner.drops, step.advance)}
+        counts = {
+            "train": encode_to_ids(
+                scratch,
+                keep,
+                tmp,
+                tokenizers,
+                data.max_tokens_per_side,
+                data.max_length_ratio,
+                cleaner.drops,
+                step.advance,
+            )
+        }
     if not counts["train"]["pairs"]:
-        raise TranslatorError(f"no training pairs left after the length rules (dropped: {_drops(cleaner.drops)})",
-                              data.source, "raise data.max_tokens_per_side or data.max_length_ratio")
+        raise TranslatorError(
+            f"no training pairs left after the length rules (dropped: {_drops(cleaner.drops)})",
+            data.source,
+            "raise data.max_tokens_per_side or data.max_length_ratio",
+        )
     for split, (src, tgt) in held_out.items():
         counts[split] = _write_eval_split(tmp, split, src, tgt, tokenizers, cleaner, data)
     shutil.rmtree(scratch)
@@ -145,17 +173,23 @@ def _read_pairs(table, data: DataConfig) -> tuple[list[str], list[str]]:
     return src, tgt
 
 
-def _train_tokenizers(data: DataConfig, scratch: Path, keep, tmp: Path, bars: Bars) -> dict[str, Tokenizer]:
+def _train_tokenizers(
+    data: DataConfig, scratch: Path, keep, tmp: Path, bars: Bars
+) -> dict[str, Tokenizer]:
     """Side -> tokenizer: one joint SentencePiece model, or one per side."""
     files = vocab_files(data)
     if data.joint_vocab:
         joint = _train_tokenizer(files["src"], ("src", "tgt"), data, scratch, keep, tmp, bars)
         return {"src": joint, "tgt": joint}
-    return {side: _train_tokenizer(files[side], (side,), data, scratch, keep, tmp, bars) for side in ("src", "tgt")}
+    return {
+        side: _train_tokenizer(files[side], (side,), data, scratch, keep, tmp, bars)
+        for side in ("src", "tgt")
+    }
 
 
-def _train_tokenizer(name: str, sides: tuple[str, ...], data: DataConfig, scratch: Path, keep, tmp: Path,
-                     bars: Bars) -> Tokenizer:
+def _train_tokenizer(
+    name: str, sides: tuple[str, ...], data: DataConfig, scratch: Path, keep, tmp: Path, bars: Bars
+) -> Tokenizer:
     """Train `name` on the `sides` of a seeded sample of at most data.input_sentence_size kept sentences."""
     take = sample_mask(keep, data.input_sentence_size // len(sides), SEED)
     reading = bars.step(f"spm sample {name}", int(take.sum()) * len(sides))
@@ -171,44 +205,88 @@ def _train_tokenizer(name: str, sides: tuple[str, ...], data: DataConfig, scratc
             training[0].update(done, total)
 
     model = train_sentencepiece(
-        lines(), tmp / name.removesuffix(".model"), vocab_size=data.vocab_size, model_type=data.spm_model_type,
-        character_coverage=data.character_coverage, byte_fallback=data.byte_fallback,
-        input_sentence_size=0, seed=SEED,  # 0: the sample above is the whole input
-        progress=None if bars.quiet else trained)
+        lines(),
+        tmp / name.removesuffix(".model"),
+        vocab_size=data.vocab_size,
+        model_type=data.spm_model_type,
+        character_coverage=data.character_coverage,
+        byte_fallback=data.byte_fallback,
+        input_sentence_size=0,
+        seed=SEED,  # 0: the sample above is the whole input
+        progress=None if bars.quiet else trained,
+    )
     for step in training:
         step.finish()
     return Tokenizer(model)
 
 
-def _write_eval_split(tmp: Path, split: str, src: list[str], tgt: list[str], tokenizers: dict[str, Tokenizer],
-                      cleaner: clean.Cleaner, data: DataConfig) -> dict[str, int]:
+def _write_eval_split(
+    tmp: Path,
+    split: str,
+    src: list[str],
+    tgt: list[str],
+    tokenizers: dict[str, Tokenizer],
+    cleaner: clean.Cleaner,
+    data: DataConfig,
+) -> dict[str, int]:
     """Ids of the normalised text, and the raw text as given (sources to decode, sacreBLEU references)."""
     counts = {"pairs": len(src)}
     for side, lang, texts in (("src", data.src_lang, src), ("tgt", data.tgt_lang, tgt)):
         ids = tokenizers[side].encode([cleaner.normalize(t) for t in texts])
-        counts[f"{side}_tokens"] = write_ids(tmp / f"{split}.{side}", ids, tokenizers[side].vocab_size)
+        counts[f"{side}_tokens"] = write_ids(
+            tmp / f"{split}.{side}", ids, tokenizers[side].vocab_size
+        )
         # one sentence per line: a newline inside a record (JSON) would shift every later line
-        (tmp / f"{split}.{lang}").write_text("".join(t.replace("\n", " ") + "\n" for t in texts), encoding="utf-8")
+        (tmp / f"{split}.{lang}").write_text(
+            "".join(t.replace("\n", " ") + "\n" for t in texts), encoding="utf-8"
+        )
     return counts
 
 
-def _manifest(data: DataConfig, cleaner: clean.Cleaner, counts: dict, tokenizers: dict[str, Tokenizer],
-              tmp: Path) -> dict:
+def _manifest(
+    data: DataConfig,
+    cleaner: clean.Cleaner,
+    counts: dict,
+    tokenizers: dict[str, Tokenizer],
+    tmp: Path,
+) -> dict:
     files = vocab_files(data)
-    vocab = {side: {"file": files[side], "size": tok.vocab_size, "sha256": tok.checksum(),
-                    "id_dtype": id_dtype(tok.vocab_size).name} for side, tok in tokenizers.items()}
+    vocab = {
+        side: {
+            "file": files[side],
+            "size": tok.vocab_size,
+            "sha256": tok.checksum(),
+            "id_dtype": id_dtype(tok.vocab_size).name,
+        }
+        for side, tok in tokenizers.items()
+    }
     return {
-        "format": FORMAT, "config_hash": config_hash(data), "settings": shaping_settings(data),
-        "source": data.source, "source_spec": {"source": data.source, "splits": data.splits, "src_lang": data.src_lang,
-                                               "tgt_lang": data.tgt_lang,
-                                               "file_sizes": {name: size for name, size, _ in source_fingerprint(data)}},
-        "src_lang": data.src_lang, "tgt_lang": data.tgt_lang,
-        "pairs_in": cleaner.pairs_in, "dropped": dict(cleaner.drops),
+        "format": FORMAT,
+        "config_hash": config_hash(data),
+        "settings": shaping_settings(data),
+        "source": data.source,
+        "source_spec": {
+            "source": data.source,
+            "splits": data.splits,
+            "src_lang": data.src_lang,
+            "tgt_lang": data.tgt_lang,
+            "file_sizes": {name: size for name, size, _ in source_fingerprint(data)},
+        },
+        "src_lang": data.src_lang,
+        "tgt_lang": data.tgt_lang,
+        "pairs_in": cleaner.pairs_in,
+        "dropped": dict(cleaner.drops),
         "pairs": {split: c["pairs"] for split, c in counts.items()},
-        "tokens": {split: {"src": c["src_tokens"], "tgt": c["tgt_tokens"]} for split, c in counts.items()},
-        "joint_vocab": data.joint_vocab, "vocab": vocab,
-        "vocab_size": tokenizers["tgt"].vocab_size, "spm_sha256": tokenizers["tgt"].checksum(),
-        "files": {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.suffix in (".npy", ".model")},
+        "tokens": {
+            split: {"src": c["src_tokens"], "tgt": c["tgt_tokens"]} for split, c in counts.items()
+        },
+        "joint_vocab": data.joint_vocab,
+        "vocab": vocab,
+        "vocab_size": tokenizers["tgt"].vocab_size,
+        "spm_sha256": tokenizers["tgt"].checksum(),
+        "files": {
+            p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.suffix in (".npy", ".model")
+        },
         "versions": _versions(),
     }
 
@@ -232,13 +310,19 @@ def summary_rows(manifest: dict) -> list[tuple[str, str]]:
     pairs, tokens, vocab = manifest["pairs"], manifest["tokens"], manifest["vocab"]
     rows = [("source", manifest["source"]), ("train pairs in", f"{manifest['pairs_in']:,}")]
     rows += [(f"  dropped: {rule}", f"{n:,}") for rule, n in manifest["dropped"].items()]
-    rows += [("train pairs out", f"{pairs['train']:,}"),
-             ("valid / test pairs", f"{pairs['valid']:,} / {pairs['test']:,}"),
-             ("train tokens src / tgt", f"{tokens['train']['src']:,} / {tokens['train']['tgt']:,}")]
+    rows += [
+        ("train pairs out", f"{pairs['train']:,}"),
+        ("valid / test pairs", f"{pairs['valid']:,} / {pairs['test']:,}"),
+        ("train tokens src / tgt", f"{tokens['train']['src']:,} / {tokens['train']['tgt']:,}"),
+    ]
     if manifest["joint_vocab"]:
-        rows.append(("vocabulary (joint)", f"{vocab['src']['size']:,} ({vocab['src']['id_dtype']})"))
+        rows.append(
+            ("vocabulary (joint)", f"{vocab['src']['size']:,} ({vocab['src']['id_dtype']})")
+        )
     else:
-        rows.append(("vocabularies src / tgt", f"{vocab['src']['size']:,} / {vocab['tgt']['size']:,}"))
+        rows.append(
+            ("vocabularies src / tgt", f"{vocab['src']['size']:,} / {vocab['tgt']['size']:,}")
+        )
     rows.append(("time", f"{manifest['seconds']} s"))
     return rows
 
@@ -252,8 +336,11 @@ def ensure(cfg: Config, quiet: bool = False) -> dict:
     folder = prepared_dir(cfg.data)
     if not (folder / "manifest.json").is_file():
         if folder.is_dir() and any(folder.iterdir()):
-            raise TranslatorError("exists but holds no prepared data (no manifest.json)", str(folder),
-                                  "move it away, or set another data.name or data.data_dir")
+            raise TranslatorError(
+                "exists but holds no prepared data (no manifest.json)",
+                str(folder),
+                "move it away, or set another data.name or data.data_dir",
+            )
         run(cfg, quiet=quiet)
     return load_manifest(cfg.data)
 
@@ -267,17 +354,25 @@ def load_manifest(data: DataConfig) -> dict:
     """
     path = prepared_dir(data) / "manifest.json"
     if not path.is_file():
-        raise TranslatorError("prepared data not found", str(prepared_dir(data)),
-                              "run `translator prepare CONFIG` first (torchrun on several machines: on each one, "
-                              "or share data.data_dir)")
+        raise TranslatorError(
+            "prepared data not found",
+            str(prepared_dir(data)),
+            "run `translator prepare CONFIG` first (torchrun on several machines: on each one, "
+            "or share data.data_dir)",
+        )
     manifest = json.loads(path.read_text())
     made, wanted = manifest.get("settings"), shaping_settings(data)
     if made is None:  # written by an older prepare: nothing to compare
         return manifest
-    changed = sorted(k for k in wanted if k not in ("source", "splits") and made.get(k) != wanted[k])
+    changed = sorted(
+        k for k in wanted if k not in ("source", "splits") and made.get(k) != wanted[k]
+    )
     if changed:
         diff = ", ".join(f"data.{k}: {made.get(k)!r} there, {wanted[k]!r} here" for k in changed)
-        raise TranslatorError(f"prepared with other data settings ({diff})", str(prepared_dir(data)),
-                              "to replace it, run `translator prepare` with this config (and the same --set/--data); "
-                              "to keep it, set another data.name")
+        raise TranslatorError(
+            f"prepared with other data settings ({diff})",
+            str(prepared_dir(data)),
+            "to replace it, run `translator prepare` with this config (and the same --set/--data); "
+            "to keep it, set another data.name",
+        )
     return manifest

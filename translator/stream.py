@@ -24,27 +24,57 @@ from translator.model.transformer import Transformer
 from translator.translate import load, translate_lines, with_overrides
 
 
-def run(ckpt: str | Path, *, nbest: int = 1, beam: int | None = None, max_len_a: float | None = None,
-        max_len_b: int | None = None, min_len: int | None = None, length_penalty: float | None = None,
-        batch_tokens: int | None = None, cuda_graphs: bool | None = None, device: str | None = None,
-        dtype: str | None = None, alignment_layer: int | None = None, quiet: bool = False) -> int:
+def run(
+    ckpt: str | Path,
+    *,
+    nbest: int = 1,
+    beam: int | None = None,
+    max_len_a: float | None = None,
+    max_len_b: int | None = None,
+    min_len: int | None = None,
+    length_penalty: float | None = None,
+    batch_tokens: int | None = None,
+    cuda_graphs: bool | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    alignment_layer: int | None = None,
+    quiet: bool = False,
+) -> int:
     """The `translate` command: stdin to stdout through a checkpoint; returns the line count.
 
     Flags left None take the checkpoint's decode.* values. Unless quiet, one log line on stderr says
     which device and dtype were chosen.
     """
     if sys.stdin is None or sys.stdout is None:
-        raise TranslatorError("stdin or stdout is closed", "translate", "give input on stdin and somewhere for stdout")
+        raise TranslatorError(
+            "stdin or stdout is closed", "translate", "give input on stdin and somewhere for stdout"
+        )
     model, cfg, tokenizer = load(ckpt, device, dtype)
-    decode = with_overrides(cfg.decode, beam_size=beam, max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len,
-                            length_penalty=length_penalty, batch_tokens=batch_tokens, cuda_graphs=cuda_graphs)
+    decode = with_overrides(
+        cfg.decode,
+        beam_size=beam,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        min_len=min_len,
+        length_penalty=length_penalty,
+        batch_tokens=batch_tokens,
+        cuda_graphs=cuda_graphs,
+    )
     if not quiet:
         log(f"translate: {model_precision(model, dtype or cfg.decode.dtype)}")
     show = show_progress(quiet, sys.stdin, sys.stdout, sys.stderr)
     with sentence_progress("translate", not show) as progress:
         chunks = read_chunks(sys.stdin, warn=warn_stderr)
-        return translate_chunks(model, tokenizer, decode, chunks, sys.stdout, nbest, progress=progress,
-                                alignment_layer=alignment_layer)
+        return translate_chunks(
+            model,
+            tokenizer,
+            decode,
+            chunks,
+            sys.stdout,
+            nbest,
+            progress=progress,
+            alignment_layer=alignment_layer,
+        )
 
 
 def model_precision(model: Transformer, asked: str) -> str:
@@ -53,8 +83,9 @@ def model_precision(model: Transformer, asked: str) -> str:
     return describe(weight.device, weight.dtype, asked)
 
 
-def read_chunks(stream: TextIO, max_lines: int = 2000, warn: Callable[[str], None] | None = None
-                ) -> Iterator[list[str]]:
+def read_chunks(
+    stream: TextIO, max_lines: int = 2000, warn: Callable[[str], None] | None = None
+) -> Iterator[list[str]]:
     """Lines from `stream` in chunks: everything already available, up to `max_lines`.
 
     Piped bulk input fills whole chunks (so it is batched); an interactive user, whose next line
@@ -67,13 +98,15 @@ def read_chunks(stream: TextIO, max_lines: int = 2000, warn: Callable[[str], Non
         fd = stream.fileno()
     except (OSError, AttributeError, ValueError):
         fd = None
-    if fd is None:  # no real file descriptor (e.g. a test runner's stream); "\n" ends a line, as below
+    if (
+        fd is None
+    ):  # no real file descriptor (e.g. a test runner's stream); "\n" ends a line, as below
         text = stream.read()
         lines = [line.rstrip("\r") for line in text.split("\n")]
         if not text or text.endswith("\n"):
             lines.pop()  # nothing after the last newline
         for start in range(0, len(lines), max_lines):
-            yield lines[start:start + max_lines]
+            yield lines[start : start + max_lines]
         return
     pending, lines, count = b"", [], 0
     while True:
@@ -98,8 +131,10 @@ def _decode_line(raw: bytes, number: int, warn: Callable[[str], None] | None) ->
         return raw.decode("utf-8").rstrip("\r")
     except UnicodeDecodeError as err:
         if warn is not None:
-            warn(f"line {number}: invalid UTF-8 at byte {err.start}; undecodable bytes replaced with U+FFFD "
-                 "(re-encode the input as UTF-8)")
+            warn(
+                f"line {number}: invalid UTF-8 at byte {err.start}; undecodable bytes replaced with U+FFFD "
+                "(re-encode the input as UTF-8)"
+            )
         return raw.decode("utf-8", errors="replace").rstrip("\r")
 
 
@@ -108,9 +143,16 @@ def _ready(fd: int) -> bool:
     return bool(select.select([fd], [], [], 0)[0])
 
 
-def translate_chunks(model: Transformer, tokenizer: Tokenizer, decode: DecodeConfig, lines_in: Iterable[list[str]],
-                     out: TextIO, nbest: int = 1, progress: Callable[[int, int], None] | None = None,
-                     alignment_layer: int | None = None) -> int:
+def translate_chunks(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    decode: DecodeConfig,
+    lines_in: Iterable[list[str]],
+    out: TextIO,
+    nbest: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+    alignment_layer: int | None = None,
+) -> int:
     """Translate chunks of lines, writing each chunk as soon as it is done; returns the line count.
 
     With nbest > 1 each input line gives up to nbest TSV rows `line<TAB>text<TAB>score` (line from 0):
@@ -122,18 +164,34 @@ def translate_chunks(model: Transformer, tokenizer: Tokenizer, decode: DecodeCon
     for chunk in lines_in:
         chunk_total = [0]  # this chunk's sentences, once its first batch is done
 
-        def report(done: int, total: int, before: int = decoded, chunk_total: list[int] = chunk_total) -> None:
+        def report(
+            done: int, total: int, before: int = decoded, chunk_total: list[int] = chunk_total
+        ) -> None:
             chunk_total[0] = total
             progress(before + done, before + total)
 
-        for hyps in translate_lines(model, tokenizer, chunk, decode, nbest, warn=warn_stderr, first_line=count + 1,
-                                    progress=report if progress is not None else None, alignment_layer=alignment_layer):
+        for hyps in translate_lines(
+            model,
+            tokenizer,
+            chunk,
+            decode,
+            nbest,
+            warn=warn_stderr,
+            first_line=count + 1,
+            progress=report if progress is not None else None,
+            alignment_layer=alignment_layer,
+        ):
             if nbest == 1 and alignment_layer is None:
                 out.write(hyps[0][0] + "\n")
             elif nbest == 1:
                 out.write(f"{hyps[0][0].replace(chr(9), ' ')}\t{hyps[0][2]}\n")
             else:
-                out.write("".join(f"{count}\t{h[0].replace(chr(9), ' ')}\t{h[1]:.4f}{_tail(h)}\n" for h in hyps))
+                out.write(
+                    "".join(
+                        f"{count}\t{h[0].replace(chr(9), ' ')}\t{h[1]:.4f}{_tail(h)}\n"
+                        for h in hyps
+                    )
+                )
             count += 1
         out.flush()
         decoded += chunk_total[0]
@@ -161,8 +219,17 @@ def sentence_progress(label: str, quiet: bool) -> Iterator[Callable[[int, int], 
     alone (not routed above the bar): it may carry the translations.
     """
     console = Console(stderr=True)
-    bar = Progress(TextColumn(label), BarColumn(), TimeElapsedColumn(), StatsColumn(), TextColumn("sentences"),
-                   console=console, disable=quiet or not console.is_terminal, transient=True, redirect_stdout=False)
+    bar = Progress(
+        TextColumn(label),
+        BarColumn(),
+        TimeElapsedColumn(),
+        StatsColumn(),
+        TextColumn("sentences"),
+        console=console,
+        disable=quiet or not console.is_terminal,
+        transient=True,
+        redirect_stdout=False,
+    )
     with bar:
         task = bar.add_task(label, total=None)
         yield lambda done, total: bar.update(task, completed=done, total=total, bar=True)

@@ -12,15 +12,22 @@ from translator.model.transformer import Transformer, count_parameters
 
 def describe(source: str, overrides: list[str]) -> str:
     """A short text: the model section, the vocabulary, the KV-cache size and the parameter count."""
-    if Path(source).suffix in (".pt", ".pth") or zipfile.is_zipfile(source):  # torch.save writes a zip
+    if Path(source).suffix in (".pt", ".pth") or zipfile.is_zipfile(
+        source
+    ):  # torch.save writes a zip
         if overrides:
-            raise TranslatorError("--set changes a YAML config, not a checkpoint", source,
-                                  "drop --set, or give the run's config.yaml")
+            raise TranslatorError(
+                "--set changes a YAML config, not a checkpoint",
+                source,
+                "drop --set, or give the run's config.yaml",
+            )
         cfg = config.from_dict(checkpoint.read(source)["config"], source)
     else:
         cfg = config.load(source, overrides)
     m = cfg.model
-    if m.vocab_size == 0:  # not trained yet: the SentencePiece vocabularies the data config asks for
+    if (
+        m.vocab_size == 0
+    ):  # not trained yet: the SentencePiece vocabularies the data config asks for
         m.vocab_size = cfg.data.vocab_size
         m.src_vocab_size = 0 if cfg.data.joint_vocab else cfg.data.vocab_size
     import torch

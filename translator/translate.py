@@ -36,12 +36,22 @@ SENTENCE_END = (".", "!", "?", ";", ":")
 
 # Scripts written without spaces between words or sentences: Han, kana, CJK punctuation and
 # full-width forms (code point ranges). Hangul is not among them: Korean puts spaces between words.
-UNSPACED = ((0x2E80, 0x2FDF), (0x3000, 0x312F), (0x31A0, 0x31FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF),
-            (0xF900, 0xFAFF), (0xFE30, 0xFE4F), (0xFF00, 0xFF9F), (0x20000, 0x3FFFF))
+UNSPACED = (
+    (0x2E80, 0x2FDF),
+    (0x3000, 0x312F),
+    (0x31A0, 0x31FF),
+    (0x3400, 0x4DBF),
+    (0x4E00, 0x9FFF),
+    (0xF900, 0xFAFF),
+    (0xFE30, 0xFE4F),
+    (0xFF00, 0xFF9F),
+    (0x20000, 0x3FFFF),
+)
 
 
-def load(ckpt: str | Path, device: str | None = None, dtype: str | None = None
-         ) -> tuple[Transformer, Config, Tokenizer]:
+def load(
+    ckpt: str | Path, device: str | None = None, dtype: str | None = None
+) -> tuple[Transformer, Config, Tokenizer]:
     """A checkpoint's model (eval mode) on `device` in `dtype`; None takes the checkpoint's decode.* values."""
     model, cfg, tokenizer = checkpoint.load(ckpt, "cpu")
     torch_device = resolve_device(device or cfg.decode.device)
@@ -56,18 +66,36 @@ def with_overrides(decode: DecodeConfig, **values) -> DecodeConfig:
     return dataclasses.replace(decode, **{k: v for k, v in values.items() if v is not None})
 
 
-def search(model: Transformer, src_ids: list[list[int]], decode: DecodeConfig, nbest: int = 1) -> list[list[Hypothesis]]:
+def search(
+    model: Transformer, src_ids: list[list[int]], decode: DecodeConfig, nbest: int = 1
+) -> list[list[Hypothesis]]:
     """Decode one batch of id lists (no EOS) on the model's device -> nbest hypotheses each."""
     device = next(model.parameters()).device
     src = pad(src_ids, suffix=[EOS_ID]).to(device)  # (B, S)
     src_mask = padding_mask(src)  # (B, 1, 1, S)
     if decode.beam_size == 1 and nbest == 1:
-        hyps = greedy_search(model, src, src_mask, max_len_a=decode.max_len_a, max_len_b=decode.max_len_b,
-                             min_len=decode.min_len, cuda_graphs=decode.cuda_graphs)
+        hyps = greedy_search(
+            model,
+            src,
+            src_mask,
+            max_len_a=decode.max_len_a,
+            max_len_b=decode.max_len_b,
+            min_len=decode.min_len,
+            cuda_graphs=decode.cuda_graphs,
+        )
         return [[h] for h in hyps]
-    return beam_search(model, src, src_mask, beam_size=max(decode.beam_size, nbest), alpha=decode.length_penalty,
-                       max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, min_len=decode.min_len, nbest=nbest,
-                       cuda_graphs=decode.cuda_graphs)
+    return beam_search(
+        model,
+        src,
+        src_mask,
+        beam_size=max(decode.beam_size, nbest),
+        alpha=decode.length_penalty,
+        max_len_a=decode.max_len_a,
+        max_len_b=decode.max_len_b,
+        min_len=decode.min_len,
+        nbest=nbest,
+        cuda_graphs=decode.cuda_graphs,
+    )
 
 
 def length_batches(lengths: list[int], batch_tokens: int) -> Iterator[list[int]]:
@@ -99,10 +127,17 @@ def _cut_rank(pieces: list[str], i: int) -> tuple[bool, bool, int]:
     return word_start and pieces[i - 1].endswith(SENTENCE_END), word_start, i
 
 
-def translate_lines(model: Transformer, tokenizer: Tokenizer, lines: list[str], decode: DecodeConfig,
-                    nbest: int = 1, warn: Callable[[str], None] | None = None,
-                    progress: Callable[[int, int], None] | None = None, first_line: int = 1,
-                    alignment_layer: int | None = None) -> list[list[tuple]]:
+def translate_lines(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    lines: list[str],
+    decode: DecodeConfig,
+    nbest: int = 1,
+    warn: Callable[[str], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    first_line: int = 1,
+    alignment_layer: int | None = None,
+) -> list[list[tuple]]:
     """Translate `lines`; returns, per input line and in input order, (text, score) best first.
 
     With `alignment_layer` each tuple is (text, score, alignment): Pharaoh `src-tgt` word pairs read
@@ -113,8 +148,12 @@ def translate_lines(model: Transformer, tokenizer: Tokenizer, lines: list[str], 
     Warnings (a line split, <unk> tokens dropped from the output) number lines from `first_line`.
     """
     if max(decode.beam_size, nbest) > model.cfg.vocab_size:
-        raise TranslatorError(f"a beam of {max(decode.beam_size, nbest)} is wider than the vocabulary "
-                              f"({model.cfg.vocab_size} tokens)", "--beam/--nbest", "use a smaller beam")
+        raise TranslatorError(
+            f"a beam of {max(decode.beam_size, nbest)} is wider than the vocabulary "
+            f"({model.cfg.vocab_size} tokens)",
+            "--beam/--nbest",
+            "use a smaller beam",
+        )
     if alignment_layer is not None:
         check_layer(model, alignment_layer)  # before any decoding
     limit = model.cfg.max_positions - 1  # source tokens; with EOS they fill the positions
@@ -124,8 +163,10 @@ def translate_lines(model: Transformer, tokenizer: Tokenizer, lines: list[str], 
         if len(ids) > limit:
             parts = split_long(ids, limit, tokenizer.sp.id_to_piece(ids))
             if warn is not None:
-                warn(f"line {first_line + number}: {len(ids)} tokens exceed the model's {limit}; "
-                     f"translated in {len(parts)} pieces, joined")
+                warn(
+                    f"line {first_line + number}: {len(ids)} tokens exceed the model's {limit}; "
+                    f"translated in {len(parts)} pieces, joined"
+                )
         else:
             parts = [ids] if ids else []
         pieces += parts
@@ -138,8 +179,12 @@ def translate_lines(model: Transformer, tokenizer: Tokenizer, lines: list[str], 
         for i, hyps in zip(batch, found):
             results[i] = hyps
         if alignment_layer is not None:
-            for i, pairs in zip(batch, align_hypotheses(model, tokenizer, [pieces[i] for i in batch], found,
-                                                        alignment_layer)):
+            for i, pairs in zip(
+                batch,
+                align_hypotheses(
+                    model, tokenizer, [pieces[i] for i in batch], found, alignment_layer
+                ),
+            ):
                 aligned[i] = pairs
         done += len(batch)
         if progress is not None:
@@ -147,7 +192,11 @@ def translate_lines(model: Transformer, tokenizer: Tokenizer, lines: list[str], 
     by_line: list[list[list[Hypothesis]]] = [[] for _ in lines]
     for hyps, line in zip(results, owner):
         by_line[line].append(hyps)
-    unknown = {first_line + number: n for number, line_hyps in enumerate(by_line) if (n := _unk_count(line_hyps))}
+    unknown = {
+        first_line + number: n
+        for number, line_hyps in enumerate(by_line)
+        if (n := _unk_count(line_hyps))
+    }
     if unknown and warn is not None:
         warn(unk_message(unknown))
     out = [_detokenize(tokenizer, line_hyps) for line_hyps in by_line]
@@ -156,31 +205,51 @@ def translate_lines(model: Transformer, tokenizer: Tokenizer, lines: list[str], 
     parts: list[list[int]] = [[] for _ in lines]  # each line's pieces
     for k, line in enumerate(owner):
         parts[line].append(k)
-    return [_with_alignments(tokenizer, translations, [pieces[k] for k in ks], [results[k] for k in ks],
-                             [aligned[k] for k in ks]) for translations, ks in zip(out, parts)]
+    return [
+        _with_alignments(
+            tokenizer,
+            translations,
+            [pieces[k] for k in ks],
+            [results[k] for k in ks],
+            [aligned[k] for k in ks],
+        )
+        for translations, ks in zip(out, parts)
+    ]
 
 
-def _with_alignments(tokenizer: Tokenizer, translations: list[tuple[str, float]], src_parts: list[list[int]],
-                     hyps: list[list[Hypothesis]], aligned: list[list[list[tuple[int, int]]]]
-                     ) -> list[tuple[str, float, str]]:
+def _with_alignments(
+    tokenizer: Tokenizer,
+    translations: list[tuple[str, float]],
+    src_parts: list[list[int]],
+    hyps: list[list[Hypothesis]],
+    aligned: list[list[list[tuple[int, int]]]],
+) -> list[tuple[str, float, str]]:
     """One line's (text, score) list and its pieces' sources, hypotheses and alignments -> (text, score, alignment)."""
     if not src_parts:  # an empty line
         return [(text, score, "") for text, score in translations]
     if len(src_parts) == 1:
-        return [(text, score, pharaoh(pairs)) for (text, score), pairs in zip(translations, aligned[0])]
-    texts = tokenizer.decode([found[0].tokens for found in hyps])  # over-long: the best of each piece, joined
+        return [
+            (text, score, pharaoh(pairs)) for (text, score), pairs in zip(translations, aligned[0])
+        ]
+    texts = tokenizer.decode(
+        [found[0].tokens for found in hyps]
+    )  # over-long: the best of each piece, joined
     joined = join_alignments(src_parts, texts, [pairs[0] for pairs in aligned], tokenizer)
     return [(*translations[0], pharaoh(joined))]
 
 
-def _detokenize(tokenizer: Tokenizer, pieces_hyps: list[list[Hypothesis]]) -> list[tuple[str, float]]:
+def _detokenize(
+    tokenizer: Tokenizer, pieces_hyps: list[list[Hypothesis]]
+) -> list[tuple[str, float]]:
     """One line's hypotheses (one list per piece) -> [(text, score)] best first."""
     if not pieces_hyps:  # empty line
         return [("", 0.0)]
     if len(pieces_hyps) == 1:
         texts = tokenizer.decode([h.tokens for h in pieces_hyps[0]])
         return [(text, h.score) for text, h in zip(texts, pieces_hyps[0])]
-    texts = tokenizer.decode([hyps[0].tokens for hyps in pieces_hyps])  # over-long: join the best of each
+    texts = tokenizer.decode(
+        [hyps[0].tokens for hyps in pieces_hyps]
+    )  # over-long: join the best of each
     return [(join_pieces(texts), sum(hyps[0].score for hyps in pieces_hyps))]
 
 
@@ -193,10 +262,14 @@ def _unk_count(pieces_hyps: list[list[Hypothesis]]) -> int:
 def unk_message(counts: dict[int, int], shown: int = 10) -> str:
     """A warning for the <unk> tokens dropped from the output, by line number -> count."""
     total, lines = sum(counts.values()), sorted(counts)
-    where = ", ".join(map(str, lines[:shown])) + (f" and {len(lines) - shown} more" if len(lines) > shown else "")
-    return (f"{total} <unk> token{'s' if total != 1 else ''} (characters outside the vocabulary) dropped from the "
-            f"output of line{'s' if len(lines) != 1 else ''} {where}; a model prepared with data.byte_fallback: true "
-            "spells such characters in bytes instead")
+    where = ", ".join(map(str, lines[:shown])) + (
+        f" and {len(lines) - shown} more" if len(lines) > shown else ""
+    )
+    return (
+        f"{total} <unk> token{'s' if total != 1 else ''} (characters outside the vocabulary) dropped from the "
+        f"output of line{'s' if len(lines) != 1 else ''} {where}; a model prepared with data.byte_fallback: true "
+        "spells such characters in bytes instead"
+    )
 
 
 def join_pieces(texts: list[str]) -> str:

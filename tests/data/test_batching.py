@@ -59,7 +59,10 @@ def test_same_seed_and_epoch_same_batches_other_epoch_other_order():
     again = token_batches(src, tgt, 500, seed=3, epoch=2)
     assert all(np.array_equal(a, b) for a, b in zip(first, again)) and len(first) == len(again)
     # resuming mid-epoch = recomputing the epoch and skipping the batches already used
-    assert all(np.array_equal(a, b) for a, b in zip(first[7:], token_batches(src, tgt, 500, seed=3, epoch=2)[7:]))
+    assert all(
+        np.array_equal(a, b)
+        for a, b in zip(first[7:], token_batches(src, tgt, 500, seed=3, epoch=2)[7:])
+    )
     other = token_batches(src, tgt, 500, seed=3, epoch=3)
     assert [len(b) for b in first] != [len(b) for b in other]
 
@@ -67,7 +70,10 @@ def test_same_seed_and_epoch_same_batches_other_epoch_other_order():
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_ranks_get_disjoint_batches_of_similar_size_and_equal_count(world_size):
     src, tgt = lengths(6000)
-    per_rank = [token_batches(src, tgt, 800, seed=5, epoch=1, rank=r, world_size=world_size) for r in range(world_size)]
+    per_rank = [
+        token_batches(src, tgt, 800, seed=5, epoch=1, rank=r, world_size=world_size)
+        for r in range(world_size)
+    ]
     assert len({len(batches) for batches in per_rank}) == 1
     seen = np.concatenate([rows for batches in per_rank for rows in batches])
     assert len(seen) == len(np.unique(seen))  # disjoint

@@ -27,14 +27,41 @@ from translator.data.clean import (
 )
 
 # letters, combining marks, every kind of space, control and format characters
-TEXT = st.text(st.sampled_from(list("aé e\u0301Zß1 @") + ["\t", "\n", "\r", "\xa0", "\u2009", "\u3000", "\x00", "\x07",
-                                                            "\x1f", "\x0b", "\x0c", "\x1c", "\x9f", "\x85", "\u200b", "\ufeff", "\u2028"]), max_size=30)
+TEXT = st.text(
+    st.sampled_from(
+        list("aé e\u0301Zß1 @")
+        + [
+            "\t",
+            "\n",
+            "\r",
+            "\xa0",
+            "\u2009",
+            "\u3000",
+            "\x00",
+            "\x07",
+            "\x1f",
+            "\x0b",
+            "\x0c",
+            "\x1c",
+            "\x9f",
+            "\x85",
+            "\u200b",
+            "\ufeff",
+            "\u2028",
+        ]
+    ),
+    max_size=30,
+)
 
 
 def reference(text: str) -> str:
     """The rule written plainly (no fast path)."""
-    spaced = "".join(" " if ch.isspace() else ch for ch in text)  # CR, FF, \x1c-\x1f, NEL, U+2028 included
-    kept = "".join(ch for ch in spaced if unicodedata.category(ch) != "Cc" and ch not in "\u200b\ufeff")
+    spaced = "".join(
+        " " if ch.isspace() else ch for ch in text
+    )  # CR, FF, \x1c-\x1f, NEL, U+2028 included
+    kept = "".join(
+        ch for ch in spaced if unicodedata.category(ch) != "Cc" and ch not in "\u200b\ufeff"
+    )
     return unicodedata.normalize("NFC", " ".join(kept.split()))
 
 
@@ -58,13 +85,22 @@ def test_normalize_examples():
     assert normalize(" a\tb\xa0\xa0c\u3000 ") == "a b c"  # TAB, NO-BREAK SPACE, ideographic space
     assert normalize("zero\u200bwidth\x07bell") == "zerowidthbell"
     assert normalize("Cafe\u0301", nfc=False) == "Cafe\u0301"
-    assert normalize("Z\x07\u0301") == "\u0179"  # the control character went, then the mark composed
-    assert normalize("foo\rbar\x0cbaz\x85qux\x1fend") == "foo bar baz qux end"  # not glued into one word
+    assert (
+        normalize("Z\x07\u0301") == "\u0179"
+    )  # the control character went, then the mark composed
+    assert (
+        normalize("foo\rbar\x0cbaz\x85qux\x1fend") == "foo bar baz qux end"
+    )  # not glued into one word
 
 
 def test_debris_is_a_side_without_letters_or_digits():
     assert is_debris("@@") and is_debris(" &quot; -- ") and is_debris("<br/> <p>")
-    assert not is_debris("") and not is_debris("@@ a") and not is_debris("42") and not is_debris("日本")
+    assert (
+        not is_debris("")
+        and not is_debris("@@ a")
+        and not is_debris("42")
+        and not is_debris("日本")
+    )
     assert not is_debris("<b>Hi</b>") and not is_debris("AT&T") and not is_debris("&amp; Co")
 
 
@@ -90,7 +126,7 @@ def run_cleaner(*overrides: str):
     cleaner = Cleaner(data, HELD)
     src, tgt = [], []
     for start in range(0, len(PAIRS), 3):  # several batches: duplicates are found across them
-        batch = PAIRS[start:start + 3]
+        batch = PAIRS[start : start + 3]
         out = cleaner([p[0] for p in batch], [p[1] for p in batch])
         src += out[0]
         tgt += out[1]
@@ -106,8 +142,15 @@ def test_each_rule_drops_and_counts_its_pairs():
     assert cleaner.pairs_in == len(PAIRS)
 
 
-@pytest.mark.parametrize(("switch", "rule"), [("data.drop_empty=false", EMPTY), ("data.drop_debris=false", DEBRIS),
-                                              ("data.drop_held_out=false", HELD_OUT), ("data.dedup=false", DUPLICATE)])
+@pytest.mark.parametrize(
+    ("switch", "rule"),
+    [
+        ("data.drop_empty=false", EMPTY),
+        ("data.drop_debris=false", DEBRIS),
+        ("data.drop_held_out=false", HELD_OUT),
+        ("data.dedup=false", DUPLICATE),
+    ],
+)
 def test_each_rule_can_be_switched_off(switch, rule):
     kept, cleaner = run_cleaner(switch)
     assert cleaner.drops[rule] == 0
@@ -131,30 +174,40 @@ def test_length_rules_count_and_zero_means_off():
 
 
 def test_held_out_sentences_are_normalised_like_the_training_text():
-    cleaner = Cleaner(config.load(None, []).data, ["Zwei\xa0Hunde  spielen."])  # as a raw test file may have it
+    cleaner = Cleaner(
+        config.load(None, []).data, ["Zwei\xa0Hunde  spielen."]
+    )  # as a raw test file may have it
     src, _ = cleaner(["Two dogs play.", "A cat."], ["Zwei Hunde spielen.", "Eine Katze."])
     assert src == ["A cat."] and cleaner.drops[HELD_OUT] == 1
 
 
-@pytest.mark.parametrize("nfc, spaces", [(True, True), (False, True), (True, False), (False, False)])
+@pytest.mark.parametrize(
+    "nfc, spaces", [(True, True), (False, True), (True, False), (False, False)]
+)
 def test_normalisation_switches_reach_the_cleaner(nfc, spaces):
-    data = config.load(None, [f"data.nfc={str(nfc).lower()}", f"data.normalize_spaces={str(spaces).lower()}"]).data
+    data = config.load(
+        None, [f"data.nfc={str(nfc).lower()}", f"data.normalize_spaces={str(spaces).lower()}"]
+    ).data
     src, _ = Cleaner(data)(["Cafe\u0301\xa0au lait"], ["Milchkaffee"])
     assert src == [("Caf\u00e9" if nfc else "Cafe\u0301") + (" " if spaces else "\xa0") + "au lait"]
 
 
-
-
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 40), st.integers(1, 40)), max_size=40), st.integers(0, 30),
-       st.sampled_from([0.0, 1.5, 3.0]))
+@given(
+    st.lists(st.tuples(st.integers(1, 40), st.integers(1, 40)), max_size=40),
+    st.integers(0, 30),
+    st.sampled_from([0.0, 1.5, 3.0]),
+)
 def test_length_filter_is_the_per_pair_rule_on_either_side(pairs, max_tokens, max_ratio):
     """A side longer than max_tokens (not equal) drops the pair, whichever side it is; the rules are symmetric."""
     src, tgt = (np.array([p[i] for p in pairs], dtype=np.int64) for i in (0, 1))
     drops = Counter()
     keep = length_filter(src, tgt, max_tokens, max_ratio, drops)
     too_long = [bool(max_tokens) and max(s, t) > max_tokens for s, t in pairs]
-    skewed = [bool(max_ratio) and not long and max(s, t) > max_ratio * min(s, t) for (s, t), long in zip(pairs, too_long)]
+    skewed = [
+        bool(max_ratio) and not long and max(s, t) > max_ratio * min(s, t)
+        for (s, t), long in zip(pairs, too_long)
+    ]
     assert keep.tolist() == [not (a or b) for a, b in zip(too_long, skewed)]
     assert (drops[TOO_LONG], drops[RATIO]) == (sum(too_long), sum(skewed))
     assert length_filter(tgt, src, max_tokens, max_ratio, Counter()).tolist() == keep.tolist()
@@ -162,7 +215,9 @@ def test_length_filter_is_the_per_pair_rule_on_either_side(pairs, max_tokens, ma
 
 def test_a_duplicate_is_the_whole_pair_not_one_side():
     cleaner = Cleaner(config.load(None, []).data)
-    src, _ = cleaner(["a", "a", "b", "c", "a"], ["1", "2", "2", "2", "1"])  # same source or same target alone
+    src, _ = cleaner(
+        ["a", "a", "b", "c", "a"], ["1", "2", "2", "2", "1"]
+    )  # same source or same target alone
     assert cleaner.first_occurrences(len(src)).tolist() == [True, True, True, True, False]
     assert cleaner.drops[DUPLICATE] == 1
 

@@ -33,19 +33,35 @@ def write_all_formats(root):
     write_text_corpus(root / "text", {"train": (EN, DE)})
     (root / "gz").mkdir()
     for lang, lines in (("en", EN), ("de", DE)):
-        (root / "gz" / f"train.{lang}.gz").write_bytes(gzip.compress("".join(s + "\n" for s in lines).encode()))
+        (root / "gz" / f"train.{lang}.gz").write_bytes(
+            gzip.compress("".join(s + "\n" for s in lines).encode())
+        )
     (root / "tsv").mkdir()  # header row, columns in the other order
-    (root / "tsv" / "train.tsv").write_text("de\ten\n" + "".join(f"{d}\t{e}\n" for e, d in zip(EN, DE)))
+    (root / "tsv" / "train.tsv").write_text(
+        "de\ten\n" + "".join(f"{d}\t{e}\n" for e, d in zip(EN, DE))
+    )
     (root / "tsv_bare").mkdir()
     (root / "tsv_bare" / "train.tsv").write_text("".join(f"{e}\t{d}\n" for e, d in zip(EN, DE)))
     (root / "wmt").mkdir()
     (root / "wmt" / "train.jsonl").write_text(
-        "".join(json.dumps({"translation": {"de": d, "en": e}}) + "\n" for e, d in zip(EN, DE)))
+        "".join(json.dumps({"translation": {"de": d, "en": e}}) + "\n" for e, d in zip(EN, DE))
+    )
     (root / "flat").mkdir()
-    (root / "flat" / "train.jsonl").write_text("".join(json.dumps({"en": e, "de": d}) + "\n" for e, d in zip(EN, DE)))
-    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"en": EN, "de": DE})}).save_to_disk(str(root / "saved"))
-    return {"text": [], "gz": [], "tsv": [], "tsv_bare": ["data.tsv_columns=en,de"], "wmt": [], "flat": [],
-            "saved": []}
+    (root / "flat" / "train.jsonl").write_text(
+        "".join(json.dumps({"en": e, "de": d}) + "\n" for e, d in zip(EN, DE))
+    )
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"en": EN, "de": DE})}).save_to_disk(
+        str(root / "saved")
+    )
+    return {
+        "text": [],
+        "gz": [],
+        "tsv": [],
+        "tsv_bare": ["data.tsv_columns=en,de"],
+        "wmt": [],
+        "flat": [],
+        "saved": [],
+    }
 
 
 def test_every_local_format_gives_the_same_pairs(tmp_path):
@@ -57,7 +73,9 @@ def test_every_local_format_gives_the_same_pairs(tmp_path):
 
 def test_direction_is_a_config_field(tmp_path):
     write_all_formats(tmp_path / "src")
-    cfg = tiny_config(tmp_path / "src" / "wmt", tmp_path / "data", "data.src_lang=de", "data.tgt_lang=en")
+    cfg = tiny_config(
+        tmp_path / "src" / "wmt", tmp_path / "data", "data.src_lang=de", "data.tgt_lang=en"
+    )
     assert pairs(cfg, cache=tmp_path / "cache") == (DE, EN)
 
 
@@ -66,7 +84,9 @@ def test_hub_records_and_split_mapping(tmp_path, monkeypatch):
 
     def fake_load_dataset(repo, subset=None, split=None, **kwargs):
         calls.append((repo, subset, split))
-        return datasets.Dataset.from_dict({"translation": [{"de": d, "en": e} for e, d in zip(EN, DE)]})
+        return datasets.Dataset.from_dict(
+            {"translation": [{"de": d, "en": e} for e, d in zip(EN, DE)]}
+        )
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     cfg = tiny_config("hf:wmt/wmt14:de-en", tmp_path / "data", "data.splits.valid=validation")
@@ -76,7 +96,9 @@ def test_hub_records_and_split_mapping(tmp_path, monkeypatch):
 
 def test_unknown_hub_name_says_it_needs_internet(tmp_path, monkeypatch):
     def unreachable(*args, **kwargs):
-        raise ConnectionError("Couldn't reach 'nobody/nothing' on the Hub (LocalEntryNotFoundError)")
+        raise ConnectionError(
+            "Couldn't reach 'nobody/nothing' on the Hub (LocalEntryNotFoundError)"
+        )
 
     monkeypatch.setattr(datasets, "load_dataset", unreachable)
     started = time.time()
@@ -90,12 +112,17 @@ def test_mismatched_line_counts_name_both_files(tmp_path):
     with pytest.raises(TranslatorError) as err:
         pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")
     message = str(err.value)
-    assert f"{root / 'train.en'} has {len(EN)} lines" in message and f"{root / 'train.de'} has {len(DE) - 1}" in message
+    assert (
+        f"{root / 'train.en'} has {len(EN)} lines" in message
+        and f"{root / 'train.de'} has {len(DE) - 1}" in message
+    )
 
 
 def test_missing_split_lists_the_splits_found(tmp_path):
     root = write_text_corpus(tmp_path / "src", {"train": (EN, DE), "dev": (EN, DE)})
-    with pytest.raises(TranslatorError, match=r"split 'valid'.*splits found: dev, train.*data.splits"):
+    with pytest.raises(
+        TranslatorError, match=r"split 'valid'.*splits found: dev, train.*data.splits"
+    ):
         pairs(tiny_config(root, tmp_path / "data"), "valid", cache=tmp_path / "cache")
 
 
@@ -110,12 +137,20 @@ def test_missing_language_is_named(tmp_path, name):
 def test_tsv_without_header_needs_column_names(tmp_path):
     write_all_formats(tmp_path / "src")
     with pytest.raises(TranslatorError, match="train.tsv:1.*data.tsv_columns"):
-        pairs(tiny_config(tmp_path / "src" / "tsv_bare", tmp_path / "data"), cache=tmp_path / "cache")
+        pairs(
+            tiny_config(tmp_path / "src" / "tsv_bare", tmp_path / "data"), cache=tmp_path / "cache"
+        )
 
 
-@pytest.mark.parametrize("records", [[{"en": "a", "de": 1}], [{"en": "a", "de": "eins"}, {"en": "b", "de": 2}],
-                                     [{"translation": {"en": "a", "de": 1.5}}],
-                                     [{"translation": {"en": "a", "de": "eins"}}, {"en": "b", "de": "zwei"}]])
+@pytest.mark.parametrize(
+    "records",
+    [
+        [{"en": "a", "de": 1}],
+        [{"en": "a", "de": "eins"}, {"en": "b", "de": 2}],
+        [{"translation": {"en": "a", "de": 1.5}}],
+        [{"translation": {"en": "a", "de": "eins"}}, {"en": "b", "de": "zwei"}],
+    ],
+)
 def test_records_that_are_not_text_or_of_mixed_shape_are_refused(tmp_path, records):
     root = tmp_path / "src"
     root.mkdir()
@@ -140,7 +175,9 @@ def test_a_full_cache_disk_is_not_blamed_on_the_input(tmp_path, monkeypatch, nam
 
     monkeypatch.setattr(datasets, "load_dataset", full)
     monkeypatch.setattr(tempfile, "mkstemp", lambda *args, **kwargs: _enospc())
-    with pytest.raises(TranslatorError, match="cannot write the datasets cache: No space left on device"):
+    with pytest.raises(
+        TranslatorError, match="cannot write the datasets cache: No space left on device"
+    ):
         pairs(tiny_config(tmp_path / "src" / name, tmp_path / "data"), cache=tmp_path / "cache")
 
 
@@ -158,14 +195,22 @@ def test_tsv_rows_with_more_fields_than_columns_are_refused(tmp_path, bare):
     rows = "".join(f"{e}\t{d}\t{d}\n" for e, d in zip(EN, DE))
     (root / "train.tsv").write_text(rows if bare else "en\tde\n" + rows)
     cfg = tiny_config(root, tmp_path / "data", *(["data.tsv_columns=en,de"] if bare else []))
-    with pytest.raises(TranslatorError, match=f"train.tsv:{1 if bare else 2}: 3 tab-separated fields, but 2 columns"):
+    with pytest.raises(
+        TranslatorError,
+        match=f"train.tsv:{1 if bare else 2}: 3 tab-separated fields, but 2 columns",
+    ):
         pairs(cfg, cache=tmp_path / "cache")
 
 
-@pytest.mark.parametrize("name, text, error", [("train.en", "", "train.en: the file is empty"),
-                                               ("train.tsv", "", "train.tsv: the file is empty"),
-                                               ("train.tsv", "en\tde\n", "train.tsv: no data rows"),
-                                               ("train.jsonl", "", "train.jsonl: the file is empty")])
+@pytest.mark.parametrize(
+    "name, text, error",
+    [
+        ("train.en", "", "train.en: the file is empty"),
+        ("train.tsv", "", "train.tsv: the file is empty"),
+        ("train.tsv", "en\tde\n", "train.tsv: no data rows"),
+        ("train.jsonl", "", "train.jsonl: the file is empty"),
+    ],
+)
 def test_empty_files_are_named(tmp_path, name, text, error):
     root = write_text_corpus(tmp_path / "src", {"train": (EN, DE)})
     if name != "train.en":
@@ -177,10 +222,14 @@ def test_empty_files_are_named(tmp_path, name, text, error):
 
 @pytest.mark.parametrize("name", ["train.de", "train.de.gz", "train.tsv", "train.jsonl"])
 def test_invalid_utf8_names_file_and_line(tmp_path, name):
-    lines = {"train.de": b"eins\nzwei\ndrei \xff kaputt\nvier\n",
-             "train.tsv": b"en\tde\na\teins\nb\tzwei \xff\nc\tdrei\n",
-             "train.jsonl": b'{"en": "a", "de": "eins"}\n{"en": "b", "de": "zwei"}\n{"en": "c", "de": "\xff"}\n'}
-    root = write_text_corpus(tmp_path / "src", {"train": (["a", "b", "c", "d"], ["1", "2", "3", "4"])})
+    lines = {
+        "train.de": b"eins\nzwei\ndrei \xff kaputt\nvier\n",
+        "train.tsv": b"en\tde\na\teins\nb\tzwei \xff\nc\tdrei\n",
+        "train.jsonl": b'{"en": "a", "de": "eins"}\n{"en": "b", "de": "zwei"}\n{"en": "c", "de": "\xff"}\n',
+    }
+    root = write_text_corpus(
+        tmp_path / "src", {"train": (["a", "b", "c", "d"], ["1", "2", "3", "4"])}
+    )
     if name != "train.de.gz":
         (root / "train.de").unlink()
         if name != "train.de":
@@ -195,7 +244,9 @@ def test_invalid_utf8_names_file_and_line(tmp_path, name):
 
 def test_max_train_pairs_takes_the_first_ones(tmp_path):
     root = write_text_corpus(tmp_path / "src", {"train": (EN, DE)})
-    assert pairs(tiny_config(root, tmp_path / "data", "data.max_train_pairs=2"), cache=tmp_path / "c") == (EN[:2], DE[:2])
+    assert pairs(
+        tiny_config(root, tmp_path / "data", "data.max_train_pairs=2"), cache=tmp_path / "c"
+    ) == (EN[:2], DE[:2])
 
 
 def test_saved_dataset_without_splits_is_refused(tmp_path):
@@ -206,7 +257,9 @@ def test_saved_dataset_without_splits_is_refused(tmp_path):
 
 def test_hub_split_that_does_not_exist_is_named(tmp_path, monkeypatch):
     def no_such_split(repo, subset=None, split=None, **kwargs):
-        raise ValueError(f'Unknown split "{split}". Should be one of [\'train\', \'validation\', \'test\'].')
+        raise ValueError(
+            f"Unknown split \"{split}\". Should be one of ['train', 'validation', 'test']."
+        )
 
     monkeypatch.setattr(datasets, "load_dataset", no_such_split)
     with pytest.raises(TranslatorError, match="has no split 'valid'.*data.splits"):
@@ -220,7 +273,9 @@ def test_a_lone_cr_inside_a_line_does_not_shift_the_pairs(tmp_path):
     (root / "train.en").write_bytes(b"a one\rtwo\nb\nc\n")
     (root / "train.de").write_bytes(b"A\nB one\rtwo\nC\n")
     assert pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache") == (
-        ["a one\rtwo", "b", "c"], ["A", "B one\rtwo", "C"])
+        ["a one\rtwo", "b", "c"],
+        ["A", "B one\rtwo", "C"],
+    )
 
 
 @pytest.mark.parametrize("name", ["text", "gz", "tsv"])
@@ -231,20 +286,29 @@ def test_only_newline_ends_a_line_in_every_line_format(tmp_path, name):
     root = tmp_path / "src"
     root.mkdir()
     if name == "tsv":
-        (root / "train.tsv").write_bytes(b"en\tde\r\n" + "".join(f"{e}\t{d}\r\n" for e, d in zip(en, de)).encode())
+        (root / "train.tsv").write_bytes(
+            b"en\tde\r\n" + "".join(f"{e}\t{d}\r\n" for e, d in zip(en, de)).encode()
+        )
     else:
         for lang, lines in (("en", en), ("de", de)):
             raw = "".join(line + "\n" for line in lines[:-1]).encode() + b"crlf\r\n"
             (root / f"train.{lang}{'.gz' if name == 'gz' else ''}").write_bytes(
-                gzip.compress(raw) if name == "gz" else raw)
+                gzip.compress(raw) if name == "gz" else raw
+            )
     assert pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache") == (en, de)
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.text(st.characters(blacklist_categories=("Cs",)), max_size=12), min_size=1, max_size=8),
-       st.booleans())
+@given(
+    st.lists(
+        st.text(st.characters(blacklist_categories=("Cs",)), max_size=12), min_size=1, max_size=8
+    ),
+    st.booleans(),
+)
 @example(lines=["\r"], trailing_newline=False)  # a CR ending the file is a line ending too
-def test_text_lines_are_what_splitting_the_bytes_on_newline_gives(tmp_path_factory, lines, trailing_newline):
+def test_text_lines_are_what_splitting_the_bytes_on_newline_gives(
+    tmp_path_factory, lines, trailing_newline
+):
     """The reference: bytes split on b"\\n" (one CR before it dropped, as CRLF), nothing else."""
     root = tmp_path_factory.mktemp("src")
     raw = "\n".join(lines).encode() + b"\n" * trailing_newline
@@ -264,7 +328,14 @@ def test_a_tsv_row_with_a_missing_field_is_named(tmp_path):
     root = tmp_path / "src"
     root.mkdir()
     (root / "train.tsv").write_text("en\tde\na\teins\n\nb\n")
-    with pytest.raises(TranslatorError, match=r"train.tsv:4: 1 tab-separated fields, but 2 columns"):
+    with pytest.raises(
+        TranslatorError, match=r"train.tsv:4: 1 tab-separated fields, but 2 columns"
+    ):
         pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")
-    (root / "train.tsv").write_text("en\tde\na\teins\n\n")  # a blank line is an empty pair, as in text files
-    assert pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache") == (["a", ""], ["eins", ""])
+    (root / "train.tsv").write_text(
+        "en\tde\na\teins\n\n"
+    )  # a blank line is an empty pair, as in text files
+    assert pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache") == (
+        ["a", ""],
+        ["eins", ""],
+    )

@@ -27,7 +27,11 @@ CRAFTED = [  # (en, de, rule)
     ("A\tdog\xa0runs  fast.", "Ein Hund rennt schnell.", None),  # kept, normalised
     ("A dog runs fast.", "Ein Hund rennt schnell.", "duplicate pair"),  # equal after normalisation
     (" ".join(["word"] * 300), "Ein Wort.", "too long"),
-    ("Yes.", "Ja, das ist ein sehr langer Satz mit sehr vielen Wörtern und noch mehr Wörtern dazu.", "length ratio"),
+    (
+        "Yes.",
+        "Ja, das ist ein sehr langer Satz mit sehr vielen Wörtern und noch mehr Wörtern dazu.",
+        "length ratio",
+    ),
 ]
 
 
@@ -54,13 +58,17 @@ def test_prepared_directory_contract_and_drop_counts(tmp_path):
     assert manifest["dropped"] == expected
     assert manifest["pairs_in"] == 300 + len(CRAFTED)
     assert manifest["pairs"] == {"train": 300 + 1, "valid": 40, "test": 30}
-    assert manifest["config_hash"] == prepare.config_hash(cfg.data) and prepare.load_manifest(cfg.data) == manifest
+    assert (
+        manifest["config_hash"] == prepare.config_hash(cfg.data)
+        and prepare.load_manifest(cfg.data) == manifest
+    )
     assert {"datasets", "sentencepiece", "numpy"} <= set(manifest["versions"])
     assert (out / "config.yaml").is_file() and not list(out.glob(".*"))
 
     tokenizer = Tokenizer(out / "spm.model")
-    assert manifest["vocab"]["src"]["sha256"] == tokenizer.checksum() == manifest["files"]["spm.model"] and (
-        manifest["vocab"]["src"]["id_dtype"] == "uint16")
+    assert manifest["vocab"]["src"]["sha256"] == tokenizer.checksum() == manifest["files"][
+        "spm.model"
+    ] and (manifest["vocab"]["src"]["id_dtype"] == "uint16")
     src, tgt = TokenArray(out / "train.src"), TokenArray(out / "train.tgt")
     assert len(src) == len(tgt) == 301 and src.ids.dtype == np.uint16
     assert int(src.lengths.sum()) == manifest["tokens"]["train"]["src"]
@@ -73,7 +81,9 @@ def test_prepared_directory_contract_and_drop_counts(tmp_path):
         assert (out / f"{split}.en").read_text(encoding="utf-8").splitlines() == en
         assert (out / f"{split}.de").read_text(encoding="utf-8").splitlines() == de
         ids = TokenArray(out / f"{split}.tgt")
-        known = [i for i in range(len(ids)) if UNK_ID not in ids[i]]  # a 200-piece vocabulary misses some letters
+        known = [
+            i for i in range(len(ids)) if UNK_ID not in ids[i]
+        ]  # a 200-piece vocabulary misses some letters
         assert len(known) > len(ids) // 2
         assert tokenizer.decode([ids[i] for i in known]) == [normalize(de[i]) for i in known]
 
@@ -88,8 +98,10 @@ def test_rerun_is_a_cache_hit_and_changes_prepare_again(tmp_path, corpus):
 
     run(cfg, force=True)
     assert (out / "manifest.json").stat().st_mtime_ns != stamp
-    for change in (lambda: tiny_config(corpus, tmp_path / "data", "data.dedup=false"),
-                   lambda: os.utime(corpus / "train.de", ns=(1, 1)) or cfg):
+    for change in (
+        lambda: tiny_config(corpus, tmp_path / "data", "data.dedup=false"),
+        lambda: os.utime(corpus / "train.de", ns=(1, 1)) or cfg,
+    ):
         before = json.loads((out / "manifest.json").read_text())["config_hash"]
         changed = change()
         assert not prepare.up_to_date(changed.data)
@@ -105,7 +117,9 @@ def test_same_config_same_bytes(tmp_path, corpus):
 
 
 def test_separate_bpe_vocabularies(tmp_path, corpus):
-    cfg = tiny_config(corpus, tmp_path / "data", "data.joint_vocab=false", "data.spm_model_type=bpe")
+    cfg = tiny_config(
+        corpus, tmp_path / "data", "data.joint_vocab=false", "data.spm_model_type=bpe"
+    )
     out = run(cfg)
     src_tok, tgt_tok = Tokenizer(out / "spm.src.model"), Tokenizer(out / "spm.tgt.model")
     assert not (out / "spm.model").exists() and src_tok.checksum() != tgt_tok.checksum()
@@ -113,17 +127,28 @@ def test_separate_bpe_vocabularies(tmp_path, corpus):
     test_src, test_tgt = TokenArray(out / "test.src"), TokenArray(out / "test.tgt")
     assert src_tok.decode([test_src[1]]) == [en[1]] and tgt_tok.decode([test_tgt[1]]) == [de[1]]
     manifest = prepare.load_manifest(cfg.data)
-    assert manifest["vocab"]["src"]["file"] == "spm.src.model" and manifest["vocab"]["tgt"]["sha256"] == tgt_tok.checksum()
+    assert (
+        manifest["vocab"]["src"]["file"] == "spm.src.model"
+        and manifest["vocab"]["tgt"]["sha256"] == tgt_tok.checksum()
+    )
 
 
 def test_training_refuses_data_prepared_with_other_settings(tmp_path, corpus):
     cfg = tiny_config(corpus, tmp_path / "data")
     run(cfg)
     moved = tiny_config(tmp_path / "elsewhere", tmp_path / "data", "data.splits.test=test2016")
-    assert prepare.load_manifest(moved.data)["vocab_size"] == cfg.data.vocab_size  # where it came from may differ
-    other = tiny_config(corpus, tmp_path / "data", f"data.vocab_size={cfg.data.vocab_size + 100}",
-                        "data.max_train_pairs=50")
-    with pytest.raises(TranslatorError, match=r"data\.max_train_pairs: 0 there, 50 here.*data\.vocab_size"):
+    assert (
+        prepare.load_manifest(moved.data)["vocab_size"] == cfg.data.vocab_size
+    )  # where it came from may differ
+    other = tiny_config(
+        corpus,
+        tmp_path / "data",
+        f"data.vocab_size={cfg.data.vocab_size + 100}",
+        "data.max_train_pairs=50",
+    )
+    with pytest.raises(
+        TranslatorError, match=r"data\.max_train_pairs: 0 there, 50 here.*data\.vocab_size"
+    ):
         prepare.load_manifest(other.data)
 
 
@@ -132,22 +157,34 @@ def test_hub_source_goes_through_the_same_path(tmp_path, monkeypatch):
 
     def fake_hub(repo, subset=None, split=None, **kwargs):
         en, de = splits[{"train": "train", "validation": "valid", "test": "test"}[split]]
-        return datasets.Dataset.from_dict({"translation": [{"de": d, "en": e} for e, d in zip(en, de)]})
+        return datasets.Dataset.from_dict(
+            {"translation": [{"de": d, "en": e} for e, d in zip(en, de)]}
+        )
 
     monkeypatch.setattr(datasets, "load_dataset", fake_hub)
     out = run(tiny_config("hf:wmt/wmt14:de-en", tmp_path / "data", "data.splits.valid=validation"))
-    assert json.loads((out / "manifest.json").read_text())["pairs"] == {"train": 120, "valid": 40, "test": 30}
+    assert json.loads((out / "manifest.json").read_text())["pairs"] == {
+        "train": 120,
+        "valid": 40,
+        "test": 30,
+    }
 
 
 def test_failure_leaves_nothing_and_keeps_the_previous_result(tmp_path, corpus):
     cfg = tiny_config(corpus, tmp_path / "data")
     out = run(cfg)
     before = (out / "manifest.json").read_text()
-    debris = write_text_corpus(tmp_path / "debris", {**small_splits(), "train": (["@@"] * 5, ["<br/>"] * 5)})
-    with pytest.raises(TranslatorError, match="no training pairs left after cleaning.*markup debris 5"):
+    debris = write_text_corpus(
+        tmp_path / "debris", {**small_splits(), "train": (["@@"] * 5, ["<br/>"] * 5)}
+    )
+    with pytest.raises(
+        TranslatorError, match="no training pairs left after cleaning.*markup debris 5"
+    ):
         run(tiny_config(debris, tmp_path / "data"))
     assert (out / "manifest.json").read_text() == before
-    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["small"]  # no temporary directory left
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == [
+        "small"
+    ]  # no temporary directory left
     with pytest.raises(TranslatorError):
         run(tiny_config(debris, tmp_path / "fresh"))
     assert not (tmp_path / "fresh" / "small").exists() and not list((tmp_path / "fresh").iterdir())
@@ -155,19 +192,47 @@ def test_failure_leaves_nothing_and_keeps_the_previous_result(tmp_path, corpus):
 
 def cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "translator", "prepare", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "translator", "prepare", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_sigterm_leaves_no_temporary_directory(tmp_path, multi30k):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     data = tmp_path / "data"
-    proc = subprocess.Popen([sys.executable, "-m", "translator", "prepare", "configs/tiny.yaml", "--data", str(multi30k),
-                             "--set", f"data.data_dir={data}", "--set", "data.splits.valid=valid",
-                             "--set", "data.splits.test=test2016", "--quiet"],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "translator",
+            "prepare",
+            "configs/tiny.yaml",
+            "--data",
+            str(multi30k),
+            "--set",
+            f"data.data_dir={data}",
+            "--set",
+            "data.splits.valid=valid",
+            "--set",
+            "data.splits.test=test2016",
+            "--quiet",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.time() + 60
-    while not (data.is_dir() and list(data.glob(".*.tmp"))) and proc.poll() is None and time.time() < deadline:
+    while (
+        not (data.is_dir() and list(data.glob(".*.tmp")))
+        and proc.poll() is None
+        and time.time() < deadline
+    ):
         time.sleep(0.05)
     assert proc.poll() is None, "prepare ended before its temporary directory was seen"
     proc.terminate()  # SIGTERM, as a job scheduler or `kill` sends
@@ -178,28 +243,54 @@ def test_sigterm_leaves_no_temporary_directory(tmp_path, multi30k):
 
 def test_cli_bad_input_is_one_line_and_quiet_is_silent(tmp_path, corpus):
     (corpus / "train.de").write_text("nur eine Zeile\n", encoding="utf-8")
-    done = cli("configs/tiny.yaml", "--data", str(corpus), "--set", f"data.data_dir={tmp_path / 'data'}",
-               "--set", "data.splits.valid=valid", "--quiet")
+    done = cli(
+        "configs/tiny.yaml",
+        "--data",
+        str(corpus),
+        "--set",
+        f"data.data_dir={tmp_path / 'data'}",
+        "--set",
+        "data.splits.valid=valid",
+        "--quiet",
+    )
     assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: ") and "line counts differ" in done.stderr
+    assert (
+        done.stderr.count("\n") == 1
+        and done.stderr.startswith("error: ")
+        and "line counts differ" in done.stderr
+    )
     assert not (tmp_path / "data").exists() or not list((tmp_path / "data").iterdir())
 
     fixed = write_text_corpus(tmp_path / "ok", small_splits(100))
-    done = cli("configs/tiny.yaml", "--data", str(fixed), "--set", f"data.data_dir={tmp_path / 'data'}",
-               "--set", "data.splits.valid=valid", "--set", "data.vocab_size=200", "--quiet")
+    done = cli(
+        "configs/tiny.yaml",
+        "--data",
+        str(fixed),
+        "--set",
+        f"data.data_dir={tmp_path / 'data'}",
+        "--set",
+        "data.splits.valid=valid",
+        "--set",
+        "data.vocab_size=200",
+        "--quiet",
+    )
     assert done.returncode == 0 and done.stdout == done.stderr == ""
 
 
 def test_session_fixture_matches_the_contract(prepared):
     folder = prepare.prepared_dir(prepared.data)
     for split in ("train", "valid", "test"):
-        assert len(TokenArray(folder / f"{split}.src")) == len(TokenArray(folder / f"{split}.tgt")) > 0
+        assert (
+            len(TokenArray(folder / f"{split}.src")) == len(TokenArray(folder / f"{split}.tgt")) > 0
+        )
     assert (folder / "valid.en").is_file() and (folder / "test.de").is_file()
     assert prepare.load_manifest(prepared.data)["pairs"]["train"] <= prepared.data.max_train_pairs
 
 
 def test_byte_fallback_encodes_unseen_characters(tmp_path, corpus):
-    out = run(tiny_config(corpus, tmp_path / "data", "data.byte_fallback=true", "data.vocab_size=400"))
+    out = run(
+        tiny_config(corpus, tmp_path / "data", "data.byte_fallback=true", "data.vocab_size=400")
+    )
     tokenizer = Tokenizer(out / "spm.model")
     ids = tokenizer.encode(["Ein Hund für 5 € 😀."])[0]
     assert UNK_ID not in ids and tokenizer.decode([ids]) == ["Ein Hund für 5 € 😀."]
@@ -220,11 +311,15 @@ def test_eval_split_ids_are_of_the_normalised_text_and_the_text_stays_raw(tmp_pa
     out = run(tiny_config(write_text_corpus(tmp_path / "corpus", splits), tmp_path / "data"))
     tokenizer = Tokenizer(out / "spm.model")
     assert TokenArray(out / "valid.src")[0] == tokenizer.encode([normalize(raw)])[0]
-    assert (out / "valid.en").read_text(encoding="utf-8").split("\n")[0] == raw  # sacreBLEU sees the raw text
+    assert (out / "valid.en").read_text(encoding="utf-8").split("\n")[
+        0
+    ] == raw  # sacreBLEU sees the raw text
 
 
 @pytest.mark.parametrize("joint", [True, False])
-def test_sentencepiece_reads_at_most_input_sentence_size_sentences(tmp_path, corpus, monkeypatch, joint):
+def test_sentencepiece_reads_at_most_input_sentence_size_sentences(
+    tmp_path, corpus, monkeypatch, joint
+):
     seen, real = [], prepare.train_sentencepiece
 
     def counting(sentences, *args, **kwargs):
@@ -233,18 +328,29 @@ def test_sentencepiece_reads_at_most_input_sentence_size_sentences(tmp_path, cor
         return real(sentences, *args, **kwargs)
 
     monkeypatch.setattr(prepare, "train_sentencepiece", counting)
-    run(tiny_config(corpus, tmp_path / "data", "data.input_sentence_size=400", f"data.joint_vocab={str(joint).lower()}"))
+    run(
+        tiny_config(
+            corpus,
+            tmp_path / "data",
+            "data.input_sentence_size=400",
+            f"data.joint_vocab={str(joint).lower()}",
+        )
+    )
     per_model = [2 * 300] if joint else [300, 300]  # sentences the 300 kept pairs offer each model
     assert seen == [min(400, n) for n in per_model]  # joint: 200 pairs x 2 sides
 
 
 def test_a_cr_inside_a_valid_sentence_keeps_sources_and_references_aligned(tmp_path):
     splits = small_splits()
-    splits["valid"][0][0] = "A dog\rruns."  # universal newlines: 41 lines a side, references 1-5 shifted by one
+    splits["valid"][0][0] = (
+        "A dog\rruns."  # universal newlines: 41 lines a side, references 1-5 shifted by one
+    )
     splits["valid"][1][5] = "Ein Hund\rrennt."
     out = run(tiny_config(write_text_corpus(tmp_path / "corpus", splits), tmp_path / "data"))
     sources, refs = read_lines(out / "valid.en"), read_lines(out / "valid.de")
     assert sources == splits["valid"][0] and refs == splits["valid"][1]
     assert len(TokenArray(out / "valid.src")) == len(TokenArray(out / "valid.tgt")) == 40
     tokenizer = Tokenizer(out / "spm.model")
-    assert TokenArray(out / "valid.src")[0] == tokenizer.encode(["A dog runs."])[0]  # the CR is a space, not glue
+    assert (
+        TokenArray(out / "valid.src")[0] == tokenizer.encode(["A dog runs."])[0]
+    )  # the CR is a space, not glue

@@ -17,7 +17,9 @@ from translator.data.tokenizer import train_sentencepiece
 from translator.errors import TranslatorError
 
 
-@pytest.mark.skipif(not Path("/proc/self/fdinfo").is_dir(), reason="read offsets come from Linux /proc")
+@pytest.mark.skipif(
+    not Path("/proc/self/fdinfo").is_dir(), reason="read offsets come from Linux /proc"
+)
 def test_bytes_read_follows_a_file_read_elsewhere(tmp_path):
     path = tmp_path / "big.txt"
     path.write_bytes(b"x" * 1_000_000)
@@ -56,9 +58,16 @@ def test_sentencepiece_training_reports_progress_and_gives_the_same_model(tmp_pa
     en, de = small_splits()["train"]
     sentences = en + de
     reports: list[tuple[int, int]] = []
-    quiet = train_sentencepiece(sentences, tmp_path / "quiet", vocab_size=300, model_type=model_type)
-    followed = train_sentencepiece(sentences, tmp_path / "followed", vocab_size=300, model_type=model_type,
-                                   progress=lambda done, total: reports.append((done, total)))
+    quiet = train_sentencepiece(
+        sentences, tmp_path / "quiet", vocab_size=300, model_type=model_type
+    )
+    followed = train_sentencepiece(
+        sentences,
+        tmp_path / "followed",
+        vocab_size=300,
+        model_type=model_type,
+        progress=lambda done, total: reports.append((done, total)),
+    )
     assert quiet.read_bytes() == followed.read_bytes()  # reading the log changes nothing
     assert reports, "no progress reported"
     done = [d for d, _ in reports]
@@ -72,7 +81,9 @@ def test_sentencepiece_training_reports_progress_and_gives_the_same_model(tmp_pa
 def test_sentencepiece_failure_is_one_clear_error(tmp_path, followed):
     en, de = small_splits()["train"]
     progress = (lambda done, total: None) if followed else None
-    with pytest.raises(TranslatorError, match="SentencePiece training failed: Vocabulary size is smaller"):
+    with pytest.raises(
+        TranslatorError, match="SentencePiece training failed: Vocabulary size is smaller"
+    ):
         train_sentencepiece(en + de, tmp_path / "spm", vocab_size=10, progress=progress)
     assert not list(tmp_path.iterdir())
 
@@ -80,14 +91,18 @@ def test_sentencepiece_failure_is_one_clear_error(tmp_path, followed):
 def test_training_log_lines_map_to_progress():
     reports: list[tuple[int, int]] = []
     log = TrainingLog(1000, lambda d, t: reports.append((d, t)))
-    for line in ["I0000 trainer_interface.cc:446] Loaded all 58000 sentences",
-                 "I0000 unigram_model_trainer.cc:514] Initialized 5000 seed pieces",
-                 "I0000 unigram_model_trainer.cc:903] EM sub_iter=0 size=4000 obj=10.2 num_tokens=8",
-                 "I0000 unigram_model_trainer.cc:903] EM sub_iter=1 size=1100 obj=8.0 num_tokens=8"]:
+    for line in [
+        "I0000 trainer_interface.cc:446] Loaded all 58000 sentences",
+        "I0000 unigram_model_trainer.cc:514] Initialized 5000 seed pieces",
+        "I0000 unigram_model_trainer.cc:903] EM sub_iter=0 size=4000 obj=10.2 num_tokens=8",
+        "I0000 unigram_model_trainer.cc:903] EM sub_iter=1 size=1100 obj=8.0 num_tokens=8",
+    ]:
         log(line)
     assert reports == [(0, 4000), (1000, 4000), (3900, 4000)]
     bpe: list[tuple[int, int]] = []
-    TrainingLog(1000, lambda d, t: bpe.append((d, t)))("I0000 bpe_model_trainer.cc:421] Merged: freq=19 merges=900 piece=ab")
+    TrainingLog(1000, lambda d, t: bpe.append((d, t)))(
+        "I0000 bpe_model_trainer.cc:421] Merged: freq=19 merges=900 piece=ab"
+    )
     assert bpe == [(900, 1000)]
 
 
@@ -101,9 +116,13 @@ def test_a_hub_download_draws_the_hubs_own_bars_between_ours(tmp_path, monkeypat
     splits, seen = small_splits(120), []
 
     def fake_hub(repo, subset=None, split=None, **kwargs):
-        seen.append((are_progress_bars_disabled(), huggingface_hub.utils.are_progress_bars_disabled()))
+        seen.append(
+            (are_progress_bars_disabled(), huggingface_hub.utils.are_progress_bars_disabled())
+        )
         en, de = splits[{"train": "train", "validation": "valid", "test": "test"}[split]]
-        return datasets.Dataset.from_dict({"translation": [{"de": d, "en": e} for e, d in zip(en, de)]})
+        return datasets.Dataset.from_dict(
+            {"translation": [{"de": d, "en": e} for e, d in zip(en, de)]}
+        )
 
     monkeypatch.setattr(datasets, "load_dataset", fake_hub)
     cfg = tiny_config("hf:wmt/wmt14:de-en", tmp_path / "data", "data.splits.valid=validation")
@@ -122,7 +141,9 @@ def test_stderr_lines_keeps_draining_when_the_reader_fails():
         lines.append(line)
         raise RuntimeError("display gone")
 
-    writer = threading.Thread(target=lambda: os.write(2, b"x" * 100 + b"\n" * 2000 + b"y" * 300_000 + b"\n"))
+    writer = threading.Thread(
+        target=lambda: os.write(2, b"x" * 100 + b"\n" * 2000 + b"y" * 300_000 + b"\n")
+    )
     with stderr_lines(handler):
         writer.start()
         writer.join(timeout=10)
@@ -139,6 +160,8 @@ def test_a_step_that_ends_at_once_shows_its_mean_rate_not_zero():
     progress = Progress(StatsColumn(), get_time=lambda: now[0], disable=True)
     task = progress.add_task("clean", total=5000, bar=True)
     now[0] += 2.0
-    progress.update(task, completed=5000)  # one update: rich has no two samples to take a speed from
+    progress.update(
+        task, completed=5000
+    )  # one update: rich has no two samples to take a speed from
     progress.stop_task(task)
     assert str(StatsColumn().render(progress.tasks[task])) == "5,000/5,000 2.5k/s eta 0:00:00"

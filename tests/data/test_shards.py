@@ -19,7 +19,7 @@ def test_chunked_writer_equals_one_shot_and_reads_back(tmp_path, vocab):
     write_ids(tmp_path / "once", data, vocab)
     with IdWriter(tmp_path / "chunks", vocab) as writer:
         for start in range(0, len(data), 77):
-            writer.append(data[start:start + 77])
+            writer.append(data[start : start + 77])
     for prefix in ("once", "chunks"):
         array = TokenArray(tmp_path / prefix)
         assert len(array) == len(data)
@@ -50,5 +50,9 @@ def test_sentencepiece_sample_takes_size_kept_rows_the_same_for_a_seed():
     keep = np.arange(100) % 3 != 0  # 66 kept rows
     take = sample_mask(keep, 10, seed=1)
     assert take.sum() == 10 and not (take & ~keep).any()  # only kept rows, exactly `size` of them
-    assert (sample_mask(keep, 10, seed=1) == take).all() and (sample_mask(keep, 10, seed=2) != take).any()
-    assert (sample_mask(keep, 0, seed=1) == keep).all() and (sample_mask(keep, 500, seed=1) == keep).all()
+    assert (sample_mask(keep, 10, seed=1) == take).all() and (
+        sample_mask(keep, 10, seed=2) != take
+    ).any()
+    assert (sample_mask(keep, 0, seed=1) == keep).all() and (
+        sample_mask(keep, 500, seed=1) == keep
+    ).all()

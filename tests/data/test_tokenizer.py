@@ -11,7 +11,9 @@ from translator import config
 from translator.data.tokenizer import UNK_ID, Tokenizer, train_sentencepiece
 
 REPO = Path(__file__).resolve().parents[2]
-UNSEEN = "Ein Hund (犬) für 5 € 😀."  # Multi30k's German and English have no Han, euro sign or emoji
+UNSEEN = (
+    "Ein Hund (犬) für 5 € 😀."  # Multi30k's German and English have no Han, euro sign or emoji
+)
 
 
 @pytest.fixture(scope="module")
@@ -22,8 +24,13 @@ def sentences() -> list[str]:
 @pytest.mark.parametrize("byte_fallback", [True, False])
 def test_byte_fallback_spells_an_unseen_character_in_bytes(sentences, tmp_path, byte_fallback):
     assert not any(ch in line for line in sentences for ch in "犬€😀")
-    path = train_sentencepiece(sentences, tmp_path / "spm", vocab_size=600, character_coverage=0.9999,
-                               byte_fallback=byte_fallback)
+    path = train_sentencepiece(
+        sentences,
+        tmp_path / "spm",
+        vocab_size=600,
+        character_coverage=0.9999,
+        byte_fallback=byte_fallback,
+    )
     tokenizer = Tokenizer(path)
     ids = tokenizer.encode([UNSEEN])[0]
     if byte_fallback:  # as a model emitting these ids would have them decoded

@@ -20,8 +20,17 @@ def make_model():
     """make_model(**ModelConfig changes) -> a random 2+2-layer, d_model 32 Transformer in eval mode."""
 
     def build(**changes) -> Transformer:
-        fields = dict(vocab_size=VOCAB, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2,
-                      d_ff=64, dropout=0.0, max_positions=64, tie_embeddings=False)
+        fields = dict(
+            vocab_size=VOCAB,
+            d_model=32,
+            n_heads=4,
+            n_encoder_layers=2,
+            n_decoder_layers=2,
+            d_ff=64,
+            dropout=0.0,
+            max_positions=64,
+            tie_embeddings=False,
+        )
         model = Transformer(ModelConfig(**{**fields, **changes})).eval()
         # Untied, so the output is not just "repeat the input token" (beams then really swap
         # places); sharper logits (fewer near-ties); a random boost of the EOS row, so hypotheses
@@ -29,7 +38,9 @@ def make_model():
         with torch.no_grad():
             weight = model.out_proj.weight  # (V, D)
             weight.mul_(2.0)
-            weight[EOS_ID] += weight.norm(dim=1).mean() * torch.randn(weight.shape[1]) / weight.shape[1] ** 0.5
+            weight[EOS_ID] += (
+                weight.norm(dim=1).mean() * torch.randn(weight.shape[1]) / weight.shape[1] ** 0.5
+            )
         return model
 
     return build
@@ -68,8 +79,14 @@ class ToyScorer:
     get probability `floor`. Counts decode calls.
     """
 
-    def __init__(self, table: dict[tuple[int, ...], dict[int, float]], default: dict[int, float] | None = None,
-                 vocab: int = 8, max_positions: int = 64, floor: float = 1e-6) -> None:
+    def __init__(
+        self,
+        table: dict[tuple[int, ...], dict[int, float]],
+        default: dict[int, float] | None = None,
+        vocab: int = 8,
+        max_positions: int = 64,
+        floor: float = 1e-6,
+    ) -> None:
         self.table, self.default, self.vocab = table, default or {EOS_ID: 1.0}, vocab
         self.floor = math.log(floor) if floor > 0 else float("-inf")
         self.cfg = SimpleNamespace(max_positions=max_positions, vocab_size=vocab)
@@ -78,11 +95,19 @@ class ToyScorer:
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         return torch.zeros(src.shape[0], src.shape[1], 1)  # (B, S, 1)
 
-    def new_cache(self, rows: int, max_len: int, dtype: torch.dtype, device: torch.device,
-                  fixed_shapes: bool = False) -> ToyCache:
+    def new_cache(
+        self,
+        rows: int,
+        max_len: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        fixed_shapes: bool = False,
+    ) -> ToyCache:
         return ToyCache(rows, max_len)
 
-    def decode(self, tokens: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor, cache: ToyCache):
+    def decode(
+        self, tokens: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor, cache: ToyCache
+    ):
         """tokens (N, 1) -> logits (N, 1, vocab) from each row's remembered prefix."""
         self.calls += 1
         cache.prefix[:, cache.length] = tokens[:, 0]
@@ -99,4 +124,3 @@ class ToyScorer:
 def toy():
     """The ToyScorer class: toy(table, default=None, vocab=8, max_positions=64, floor=1e-6)."""
     return ToyScorer
-

@@ -50,11 +50,13 @@ def _next_log_probs(model, prefixes, memory, src_mask, step, max_len, min_len) -
 def reference_greedy(model, src, src_mask, max_len_a=1.2, max_len_b=10, min_len=0):
     out = []
     for b in range(src.shape[0]):
-        memory = model.encode(src[b:b + 1], src_mask[b:b + 1])
+        memory = model.encode(src[b : b + 1], src_mask[b : b + 1])
         max_len = _limit(model, src_mask[b], max_len_a, max_len_b)
         prefix, score = [BOS_ID], 0.0
         for step in range(max_len + 1):
-            lp = _next_log_probs(model, [prefix], memory, src_mask[b:b + 1], step, max_len, min_len)[0]
+            lp = _next_log_probs(
+                model, [prefix], memory, src_mask[b : b + 1], step, max_len, min_len
+            )[0]
             token = int(lp.argmax())
             score += float(lp[token])
             prefix.append(token)
@@ -65,31 +67,48 @@ def reference_greedy(model, src, src_mask, max_len_a=1.2, max_len_b=10, min_len=
 
 
 @torch.inference_mode()
-def reference_beam(model, src, src_mask, beam_size=4, alpha=0.6, max_len_a=1.2, max_len_b=10, min_len=0, nbest=None):
+def reference_beam(
+    model, src, src_mask, beam_size=4, alpha=0.6, max_len_a=1.2, max_len_b=10, min_len=0, nbest=None
+):
     """Per sentence its best `nbest` (default all) finished hypotheses, best first, as (tokens, score).
 
     The algorithm in plain lists: each open beam proposes its k best tokens; an EOS proposal is
     finished, for good; the k best other proposals stay open. No early stop: it runs until no
     beam is open, so it also checks that the search stops only when nothing better can come.
     """
-    return [reference_beam_search(lambda prefixes, step, b=b, memory=model.encode(src[b:b + 1], src_mask[b:b + 1]),
-                                  max_len=_limit(model, src_mask[b], max_len_a, max_len_b):
-                                  _next_log_probs(model, prefixes, memory, src_mask[b:b + 1], step, max_len, min_len),
-                                  _limit(model, src_mask[b], max_len_a, max_len_b), beam_size, alpha)[:nbest]
-            for b in range(src.shape[0])]
+    return [
+        reference_beam_search(
+            lambda prefixes, step, b=b, memory=model.encode(src[b : b + 1], src_mask[b : b + 1]), max_len=_limit(model, src_mask[b], max_len_a, max_len_b): (
+                _next_log_probs(
+                    model, prefixes, memory, src_mask[b : b + 1], step, max_len, min_len
+                )
+            ),
+            _limit(model, src_mask[b], max_len_a, max_len_b),
+            beam_size,
+            alpha,
+        )[:nbest]
+        for b in range(src.shape[0])
+    ]
 
 
-def reference_beam_search(next_log_probs, max_len: int, k: int, alpha: float) -> list[tuple[list[int], float]]:
+def reference_beam_search(
+    next_log_probs, max_len: int, k: int, alpha: float
+) -> list[tuple[list[int], float]]:
     """next_log_probs(prefixes with BOS, step) -> (len(prefixes), V) -> every finished hypothesis, best first."""
     open_beams, finished = [([], 0.0)], []  # (tokens, summed log-prob)
     for step in range(max_len + 1):
         rows = next_log_probs([[BOS_ID, *tokens] for tokens, _ in open_beams], step).tolist()
         proposals = []
         for (tokens, score), row in zip(open_beams, rows):
-            best = sorted((v for v in range(len(row)) if row[v] > NEG_INF), key=lambda v: -row[v])[:k]
+            best = sorted((v for v in range(len(row)) if row[v] > NEG_INF), key=lambda v: -row[v])[
+                :k
+            ]
             proposals += [(tokens + [v], score + row[v]) for v in best]
-        finished += [(tokens[:-1], score / length_penalty(len(tokens), alpha))
-                     for tokens, score in proposals if tokens[-1] == EOS_ID]
+        finished += [
+            (tokens[:-1], score / length_penalty(len(tokens), alpha))
+            for tokens, score in proposals
+            if tokens[-1] == EOS_ID
+        ]
         open_beams = sorted([p for p in proposals if p[0][-1] != EOS_ID], key=lambda p: -p[1])[:k]
         if not open_beams:
             break
@@ -98,10 +117,15 @@ def reference_beam_search(next_log_probs, max_len: int, k: int, alpha: float) ->
 
 def assert_same(hyps, expected):
     assert [h.tokens for h in hyps] == [tokens for tokens, _ in expected]
-    torch.testing.assert_close([h.score for h in hyps], [score for _, score in expected], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        [h.score for h in hyps], [score for _, score in expected], atol=1e-4, rtol=1e-4
+    )
 
 
-@pytest.mark.parametrize("changes", [{}, {"positions": "rope", "n_kv_heads": 2}, {"norm": "post", "positions": "learned"}])
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"positions": "rope", "n_kv_heads": 2}, {"norm": "post", "positions": "learned"}],
+)
 def test_greedy_cached_equals_uncached(make_model, src_batch, changes):
     model = make_model(**changes)
     src, src_mask = src_batch
@@ -114,19 +138,27 @@ def test_beam_cached_equals_uncached(make_model, src_batch, changes, alpha):
     model = make_model(**changes)
     src, src_mask = src_batch
     found = beam_search(model, src, src_mask, beam_size=3, alpha=alpha, nbest=3)
-    for hyps, expected in zip(found, reference_beam(model, src, src_mask, beam_size=3, alpha=alpha, nbest=3)):
+    for hyps, expected in zip(
+        found, reference_beam(model, src, src_mask, beam_size=3, alpha=alpha, nbest=3)
+    ):
         assert_same(hyps, expected)
 
 
-@pytest.mark.parametrize("alpha, max_len_a, max_len_b", [(0.0, 1.2, 10), (0.6, 0.5, 2), (2.0, 0.0, 7)])
+@pytest.mark.parametrize(
+    "alpha, max_len_a, max_len_b", [(0.0, 1.2, 10), (0.6, 0.5, 2), (2.0, 0.0, 7)]
+)
 def test_beam_of_one_is_greedy(make_model, src_batch, alpha, max_len_a, max_len_b):
     model = make_model()
     src, src_mask = src_batch
     limits = dict(max_len_a=max_len_a, max_len_b=max_len_b, min_len=2)
     greedy = greedy_search(model, src, src_mask, **limits)
-    beam = [hyps[0] for hyps in beam_search(model, src, src_mask, beam_size=1, alpha=alpha, **limits)]
+    beam = [
+        hyps[0] for hyps in beam_search(model, src, src_mask, beam_size=1, alpha=alpha, **limits)
+    ]
     # One beam has no rival to rank, so the length penalty only rescales its final score.
-    penalty = [length_penalty(torch.tensor(len(h.tokens) + 1), alpha).item() for h in greedy]  # + EOS
+    penalty = [
+        length_penalty(torch.tensor(len(h.tokens) + 1), alpha).item() for h in greedy
+    ]  # + EOS
     assert_same(beam, [(h.tokens, h.score / lp) for h, lp in zip(greedy, penalty)])
 
 
@@ -143,7 +175,7 @@ def test_sentence_alone_equals_sentence_in_batch(make_model, src_batch, search):
     batched = run(src, src_mask)
     for b in range(src.shape[0]):
         n = int(src_mask[b].sum())  # the sentence alone, without any padding
-        alone = run(src[b:b + 1, :n], src_mask[b:b + 1, ..., :n])[0]
+        alone = run(src[b : b + 1, :n], src_mask[b : b + 1, ..., :n])[0]
         assert_same(batched[b], [(h.tokens, h.score) for h in alone])
 
 
@@ -176,7 +208,9 @@ def test_length_limit_is_exact_for_decimal_a_and_capped_without_overflow():
         for b in (0, 5, 10):
             expected = [max(1, min(exact_limit(a, b, i), 1023)) for i in range(301)]
             assert max_lengths(src_mask, a, b, 1023).tolist() == expected, (a, b)
-    assert max_lengths(src_mask, 1e30, 0, 1023).tolist() == [1] + [1023] * 300  # n = 0: b = 0, at least 1
+    assert (
+        max_lengths(src_mask, 1e30, 0, 1023).tolist() == [1] + [1023] * 300
+    )  # n = 0: b = 0, at least 1
     assert max_lengths(src_mask, 0.0, 10**20, 1023).tolist() == [1023] * 301
 
 
@@ -212,7 +246,9 @@ def test_top_k_is_torch_topk(V, k):
         assert torch.equal(values, want.values) and torch.equal(index, want.indices)
         tied = x.bfloat16().float()
         values, index = top_k(tied, k)
-        assert torch.equal(values, tied.topk(k, dim=-1).values) and torch.equal(tied.gather(1, index), values)
+        assert torch.equal(values, tied.topk(k, dim=-1).values) and torch.equal(
+            tied.gather(1, index), values
+        )
         assert all(len(set(row)) == k for row in index.tolist())
 
 
@@ -239,18 +275,29 @@ def _searches(model, src, src_mask, cuda_graphs=True):
     """Greedy, then beam (k = 3, 3-best) hypotheses, as comparable (tokens, score) lists."""
     greedy = greedy_search(model, src, src_mask, min_len=2, cuda_graphs=cuda_graphs)
     beam = beam_search(model, src, src_mask, beam_size=3, nbest=3, cuda_graphs=cuda_graphs)
-    return [[(h.tokens, h.score)] for h in greedy] + [[(h.tokens, h.score) for h in hyps] for hyps in beam]
+    return [[(h.tokens, h.score)] for h in greedy] + [
+        [(h.tokens, h.score) for h in hyps] for hyps in beam
+    ]
 
 
 def _assert_same_searches(got, want, tolerance):
-    assert [[tokens for tokens, _ in hyps] for hyps in got] == [[tokens for tokens, _ in hyps] for hyps in want]
-    torch.testing.assert_close([s for hyps in got for _, s in hyps], [s for hyps in want for _, s in hyps],
-                               atol=tolerance, rtol=tolerance)
+    assert [[tokens for tokens, _ in hyps] for hyps in got] == [
+        [tokens for tokens, _ in hyps] for hyps in want
+    ]
+    torch.testing.assert_close(
+        [s for hyps in got for _, s in hyps],
+        [s for hyps in want for _, s in hyps],
+        atol=tolerance,
+        rtol=tolerance,
+    )
 
 
-@pytest.mark.parametrize("changes", [{}, {"positions": "rope", "n_kv_heads": 2}, {"positions": "learned"}])
-def test_searches_over_the_fixed_shape_cache_find_what_the_plain_cache_finds(make_model, src_batch, changes,
-                                                                            monkeypatch):
+@pytest.mark.parametrize(
+    "changes", [{}, {"positions": "rope", "n_kv_heads": 2}, {"positions": "learned"}]
+)
+def test_searches_over_the_fixed_shape_cache_find_what_the_plain_cache_finds(
+    make_model, src_batch, changes, monkeypatch
+):
     """The fixed-shape cache that CUDA graphs replay over, here run eagerly on CPU."""
     model, (src, src_mask) = make_model(**changes), src_batch
     plain = _searches(model, src, src_mask)
@@ -260,7 +307,9 @@ def test_searches_over_the_fixed_shape_cache_find_what_the_plain_cache_finds(mak
 
 
 @pytest.mark.parametrize("changes", [{}, {"positions": "rope", "n_kv_heads": 2}])
-def test_searches_of_the_model_converted_for_cpu_find_what_the_plain_model_finds(make_model, src_batch, changes):
+def test_searches_of_the_model_converted_for_cpu_find_what_the_plain_model_finds(
+    make_model, src_batch, changes
+):
     """for_cpu_decoding (oneDNN linears, written-out decoder attention, dense-prefix cache) against
     the plain model: the same functions, so the same hypotheses (scores to fp32 rounding; in bf16
     rounding can change a search's path: tests/model/test_inference.py compares logits there)."""
@@ -292,7 +341,9 @@ def test_cuda_graph_replays_compute_the_eager_steps(make_model, src_batch, dtype
     graphed = _searches(model, src, src_mask)
     assert captured and all(s.graph is not None for s in captured)  # the graph path ran
     monkeypatch.setattr(step.CudaGraphStep, "__call__", lambda self, tokens: self.decode(tokens))
-    tolerance = 1e-5 if dtype == torch.float32 else 1e-3  # cuBLAS may pick other algorithms under capture
+    tolerance = (
+        1e-5 if dtype == torch.float32 else 1e-3
+    )  # cuBLAS may pick other algorithms under capture
     _assert_same_searches(_searches(model, src, src_mask), graphed, tolerance)
     if dtype == torch.float32:  # the dense cache, no graph
         _assert_same_searches(_searches(model, src, src_mask, cuda_graphs=False), graphed, 1e-4)

@@ -29,15 +29,23 @@ def recorded_graphs(monkeypatch):
 
 
 @pytest.mark.parametrize("kernels", ["plain", "cpu"])
-@pytest.mark.parametrize("changes", [{}, {"positions": "rope", "n_kv_heads": 2}, {"positions": "learned"}])
-def test_replayed_steps_decode_what_eager_steps_decode(make_model, src_batch, changes, kernels, recorded_graphs):
+@pytest.mark.parametrize(
+    "changes", [{}, {"positions": "rope", "n_kv_heads": 2}, {"positions": "learned"}]
+)
+def test_replayed_steps_decode_what_eager_steps_decode(
+    make_model, src_batch, changes, kernels, recorded_graphs
+):
     """kernels "plain": the model as a GPU runs it (SDPA, nn.Linear); "cpu": converted for CPU decoding."""
     model, (src, src_mask) = make_model(**changes), src_batch
     if kernels == "cpu":
         for_cpu_decoding(model)
-    want = _searches(model, src, src_mask, cuda_graphs=False)  # model.decode at every step, no graph
+    want = _searches(
+        model, src, src_mask, cuda_graphs=False
+    )  # model.decode at every step, no graph
     got = _searches(model, src, src_mask)
-    assert len(recorded_graphs) == 2 and all(s.graph.ops for s in recorded_graphs)  # both searches replayed
+    assert len(recorded_graphs) == 2 and all(
+        s.graph.ops for s in recorded_graphs
+    )  # both searches replayed
     _assert_same_searches(got, want, 1e-5)
 
 
@@ -58,13 +66,17 @@ class _HostReadingModel:
         return self.model.decode(tokens, memory, src_mask, cache)
 
 
-def test_a_step_that_cannot_be_captured_warns_and_decodes_step_by_step(make_model, src_batch, recorded_graphs):
+def test_a_step_that_cannot_be_captured_warns_and_decodes_step_by_step(
+    make_model, src_batch, recorded_graphs
+):
     """What CUDA refuses (a host read during capture: here a position read back as a Python int),
     the recorder refuses; the search then steps the fixed-shape cache without a graph, says so
     once per search, and finds what the eager searches find."""
     model, (src, src_mask) = make_model(), src_batch
     want = _searches(model, src, src_mask, cuda_graphs=False)
-    with pytest.warns(RuntimeWarning, match="CUDA graph capture failed \\(host read during capture") as caught:
+    with pytest.warns(
+        RuntimeWarning, match="CUDA graph capture failed \\(host read during capture"
+    ) as caught:
         got = _searches(_HostReadingModel(model), src, src_mask)
     assert len(caught) == 2 and all(s.eager and s.graph is None for s in recorded_graphs)
     _assert_same_searches(got, want, 1e-5)

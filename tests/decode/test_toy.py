@@ -42,7 +42,9 @@ def test_beam_finds_the_best_sequence_that_greedy_misses(toy):
     beams = beam_search(scorer, src, src_mask, beam_size=3, alpha=0.0, nbest=3)
     for hyps in beams:
         assert [h.tokens for h in hyps] == [[B], [A], [A, A]]
-        assert [h.score for h in hyps] == pytest.approx([math.log(p) for p in (0.36, 0.24, 0.21)], abs=1e-4)
+        assert [h.score for h in hyps] == pytest.approx(
+            [math.log(p) for p in (0.36, 0.24, 0.21)], abs=1e-4
+        )
     assert scorer.calls == 3  # every beam has ended after step 2: no more steps up to the limit
 
 
@@ -50,12 +52,16 @@ def test_length_penalty_can_prefer_the_longer_hypothesis(toy):
     src, src_mask = source([3])
     for alpha in (0.0, 1.0, 5.0):
         # floor 0: with 1e-6 side paths, at alpha = 5 a long run of them outscores these (rightly)
-        hyps = beam_search(toy(GARDEN_PATH, floor=0.0), src, src_mask, beam_size=3, alpha=alpha, nbest=3)[0]
+        hyps = beam_search(
+            toy(GARDEN_PATH, floor=0.0), src, src_mask, beam_size=3, alpha=alpha, nbest=3
+        )[0]
         # GNMT normalisation counts the EOS: |B EOS| = 2, |A A EOS| = 3
-        expected = {(B,): math.log(0.36) / float(length_penalty(torch.tensor(2), alpha)),
-                    (A,): math.log(0.24) / float(length_penalty(torch.tensor(2), alpha)),
-                    (A, A): math.log(0.21) / float(length_penalty(torch.tensor(3), alpha)),
-                    (A, C): math.log(0.15) / float(length_penalty(torch.tensor(3), alpha))}
+        expected = {
+            (B,): math.log(0.36) / float(length_penalty(torch.tensor(2), alpha)),
+            (A,): math.log(0.24) / float(length_penalty(torch.tensor(2), alpha)),
+            (A, A): math.log(0.21) / float(length_penalty(torch.tensor(3), alpha)),
+            (A, C): math.log(0.15) / float(length_penalty(torch.tensor(3), alpha)),
+        }
         ranking = sorted(expected, key=lambda tokens: -expected[tokens])[:3]
         assert [tuple(h.tokens) for h in hyps] == ranking
         assert [h.score for h in hyps] == pytest.approx([expected[t] for t in ranking], abs=1e-4)
@@ -75,8 +81,13 @@ def test_eos_ends_each_sentence_and_the_search(toy):
     assert [g.tokens for g in greedy_search(scorer, src, src_mask)] == [[C, C], [C, C]]
     assert scorer.calls == 3
     scorer = toy(table)
-    assert [hyps[0].tokens for hyps in beam_search(scorer, src, src_mask, beam_size=4)] == [[C, C], [C, C]]
-    assert scorer.calls <= 4  # far below the limit (1.2 * 29 + 10); 1e-6 side paths may take a step more
+    assert [hyps[0].tokens for hyps in beam_search(scorer, src, src_mask, beam_size=4)] == [
+        [C, C],
+        [C, C],
+    ]
+    assert (
+        scorer.calls <= 4
+    )  # far below the limit (1.2 * 29 + 10); 1e-6 side paths may take a step more
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
@@ -88,8 +99,12 @@ def test_max_len_is_a_times_source_plus_b(toy, beam_size):
     if beam_size == 1:
         found = [g.tokens for g in greedy_search(scorer, src, src_mask, max_len_a=1.5, max_len_b=2)]
     else:
-        found = [hyps[0].tokens for hyps in beam_search(scorer, src, src_mask, beam_size=beam_size,
-                                                         max_len_a=1.5, max_len_b=2)]
+        found = [
+            hyps[0].tokens
+            for hyps in beam_search(
+                scorer, src, src_mask, beam_size=beam_size, max_len_a=1.5, max_len_b=2
+            )
+        ]
     assert [len(tokens) for tokens in found] == expected
     assert scorer.calls == max(expected) + 1  # the last step only emits EOS
 
@@ -102,11 +117,22 @@ def test_min_len_delays_eos_but_never_past_the_limit(toy, beam_size):
     def lengths(min_len: int, max_len_b: int) -> list[int]:
         scorer = toy({}, default=wants_to_end)
         if beam_size == 1:
-            hyps = [[g] for g in greedy_search(scorer, src, src_mask, max_len_a=0.0, max_len_b=max_len_b,
-                                               min_len=min_len)]
+            hyps = [
+                [g]
+                for g in greedy_search(
+                    scorer, src, src_mask, max_len_a=0.0, max_len_b=max_len_b, min_len=min_len
+                )
+            ]
         else:
-            hyps = beam_search(scorer, src, src_mask, beam_size=beam_size, max_len_a=0.0, max_len_b=max_len_b,
-                               min_len=min_len)
+            hyps = beam_search(
+                scorer,
+                src,
+                src_mask,
+                beam_size=beam_size,
+                max_len_a=0.0,
+                max_len_b=max_len_b,
+                min_len=min_len,
+            )
         assert all(h[0].score > float("-inf") for h in hyps)
         return [len(h[0].tokens) for h in hyps]
 
@@ -116,12 +142,17 @@ def test_min_len_delays_eos_but_never_past_the_limit(toy, beam_size):
 
 
 def test_beams_without_a_real_hypothesis_are_dropped_at_once(toy):
-    only_two = {(): {A: 0.5, EOS_ID: 0.5}, (A,): {EOS_ID: 1.0}}  # every other token has probability 0
+    only_two = {
+        (): {A: 0.5, EOS_ID: 0.5},
+        (A,): {EOS_ID: 1.0},
+    }  # every other token has probability 0
     src, src_mask = source([30])
     scorer = toy(only_two, floor=0.0)
     hyps = beam_search(scorer, src, src_mask, beam_size=6, nbest=6, alpha=0.0)[0]
-    assert sorted((h.tokens, round(h.score, 4)) for h in hyps) == [([], round(math.log(0.5), 4)),
-                                                                    ([A], round(math.log(0.5), 4))]
+    assert sorted((h.tokens, round(h.score, 4)) for h in hyps) == [
+        ([], round(math.log(0.5), 4)),
+        ([A], round(math.log(0.5), 4)),
+    ]
     assert scorer.calls == 2  # the four empty beams do not run on to the length limit
 
 
@@ -132,7 +163,9 @@ def test_beams_at_minus_infinity_end_even_where_the_model_would_go_on(toy):
     scorer = toy(one_path, default={C: 1.0}, floor=0.0)
     hyps = beam_search(scorer, src, src_mask, beam_size=4, nbest=4, alpha=0.0)[0]
     assert [h.tokens for h in hyps] == [[A, A]]
-    assert scorer.calls == 3  # the search ends with the one real hypothesis, not at the length limit
+    assert (
+        scorer.calls == 3
+    )  # the search ends with the one real hypothesis, not at the length limit
 
 
 def test_a_finished_hypothesis_is_kept_when_open_beams_outscore_it(toy):
@@ -140,13 +173,32 @@ def test_a_finished_hypothesis_is_kept_when_open_beams_outscore_it(toy):
     while "A C" and "A D" (-0.80) take both open slots; every continuation of those ends lower
     (-3.10), so B must win, on raw and normalised scores alike."""
     D, uniform = 7, {token: 0.1 for token in range(8, 18)}  # 10 tokens, EOS not among them
-    table = {(): {A: 0.9, B: 0.1}, (A,): {C: 0.5, D: 0.5}, (B,): {EOS_ID: 1.0}, (A, C): uniform, (A, D): uniform}
+    table = {
+        (): {A: 0.9, B: 0.1},
+        (A,): {C: 0.5, D: 0.5},
+        (B,): {EOS_ID: 1.0},
+        (A, C): uniform,
+        (A, D): uniform,
+    }
     src, src_mask = source([3])
-    for alpha, dropped in ((0.0, -3.10), (0.6, -2.43)):  # what the search returned when B was dropped
-        hyps = beam_search(toy(table, vocab=18, floor=0.0), src, src_mask, beam_size=2, alpha=alpha,
-                           max_len_a=0.0, max_len_b=4)[0]
+    for alpha, dropped in (
+        (0.0, -3.10),
+        (0.6, -2.43),
+    ):  # what the search returned when B was dropped
+        hyps = beam_search(
+            toy(table, vocab=18, floor=0.0),
+            src,
+            src_mask,
+            beam_size=2,
+            alpha=alpha,
+            max_len_a=0.0,
+            max_len_b=4,
+        )[0]
         assert [h.tokens for h in hyps] == [[B]]
-        assert hyps[0].score == pytest.approx(math.log(0.1) / (7 / 6) ** alpha, abs=1e-4) and hyps[0].score > dropped
+        assert (
+            hyps[0].score == pytest.approx(math.log(0.1) / (7 / 6) ** alpha, abs=1e-4)
+            and hyps[0].score > dropped
+        )
 
 
 def _random_table(seed: int, depth: int) -> dict[tuple[int, ...], dict[int, float]]:
@@ -181,6 +233,7 @@ def _exhaustive(table, max_len: int, alpha: float) -> list[tuple[list[int], floa
 
 def _table_log_probs(table, vocab: int, max_len: int):
     """next_log_probs for reference_beam_search: the table's distributions, only EOS at the limit."""
+
     def next_log_probs(prefixes, step):
         rows = torch.full((len(prefixes), vocab), float("-inf"))
         for row, prefix in zip(rows, prefixes):
@@ -188,12 +241,19 @@ def _table_log_probs(table, vocab: int, max_len: int):
                 if token == EOS_ID or step < max_len:
                     row[token] = math.log(p)
         return rows
+
     return next_log_probs
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])  # a class
-@given(seed=st.integers(0, 10**6), k=st.sampled_from([1, 2, 3]), alpha=st.sampled_from([0.0, 0.6, 2.0]),
-       max_len=st.integers(1, 3))
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)  # a class
+@given(
+    seed=st.integers(0, 10**6),
+    k=st.sampled_from([1, 2, 3]),
+    alpha=st.sampled_from([0.0, 0.6, 2.0]),
+    max_len=st.integers(1, 3),
+)
 def test_beam_never_returns_less_than_a_hypothesis_it_finished(toy, seed, k, alpha, max_len):
     """Against an exhaustive search and the plain-list search (which records every hypothesis the
     algorithm finishes, running to the end): the returned best is the best finished one, never
@@ -205,5 +265,7 @@ def test_beam_never_returns_less_than_a_hypothesis_it_finished(toy, seed, k, alp
     best = beam_search(toy(table, vocab=32, floor=0.0), src, src_mask, beam_size=k, **limits)[0][0]
     assert best.score == pytest.approx(finished[0][1], abs=1e-5)
     assert best.score <= every[0][1] + 1e-5
-    wide = beam_search(toy(table, vocab=32, floor=0.0), src, src_mask, beam_size=27, nbest=27, **limits)[0]
+    wide = beam_search(
+        toy(table, vocab=32, floor=0.0), src, src_mask, beam_size=27, nbest=27, **limits
+    )[0]
     assert [h.score for h in wide] == pytest.approx([score for _, score in every[:27]], abs=1e-5)

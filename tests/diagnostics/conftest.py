@@ -16,7 +16,24 @@ from translator.diagnostics.capture import forced_attention
 from translator.diagnostics.stats import allowed_keys, head_entropy
 from translator.model.transformer import Transformer
 
-WORDS = ["ka", "lo", "mi", "nu", "pe", "ri", "so", "tu", "va", "we", "xi", "yo", "za", "bo", "de", "fu"]
+WORDS = [
+    "ka",
+    "lo",
+    "mi",
+    "nu",
+    "pe",
+    "ri",
+    "so",
+    "tu",
+    "va",
+    "we",
+    "xi",
+    "yo",
+    "za",
+    "bo",
+    "de",
+    "fu",
+]
 
 
 def sentences(count: int, seed: int, lengths: tuple[int, int] = (3, 6)) -> list[str]:
@@ -35,14 +52,28 @@ def cross_entropy_now(model: Transformer, ids: list[list[int]]) -> float:
 def copy_model(tmp_path_factory):
     """1+1 layers, d_model 32, 300 Adam updates of 16 sentences: copies, with a clear diagonal."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # session fixtures run before the per-test one-thread fixture (see tests/conftest.py)
+    torch.set_num_threads(
+        1
+    )  # session fixtures run before the per-test one-thread fixture (see tests/conftest.py)
     root = tmp_path_factory.mktemp("copy")
     spm_path = train_sentencepiece(sentences(2000, seed=0), root / "spm", vocab_size=40)
     tokenizer = Tokenizer(spm_path)
-    cfg = config.load(None, [f"model.vocab_size={tokenizer.vocab_size}", "model.d_model=32", "model.n_heads=4",
-                             "model.n_encoder_layers=1", "model.n_decoder_layers=1", "model.d_ff=64",
-                             "model.dropout=0.0", "model.max_positions=32", "decode.device=cpu",
-                             "decode.dtype=fp32", "decode.beam_size=1"])
+    cfg = config.load(
+        None,
+        [
+            f"model.vocab_size={tokenizer.vocab_size}",
+            "model.d_model=32",
+            "model.n_heads=4",
+            "model.n_encoder_layers=1",
+            "model.n_decoder_layers=1",
+            "model.d_ff=64",
+            "model.dropout=0.0",
+            "model.max_positions=32",
+            "decode.device=cpu",
+            "decode.dtype=fp32",
+            "decode.beam_size=1",
+        ],
+    )
     torch.manual_seed(0)
     model = Transformer(cfg.model)
     probe = tokenizer.encode(sentences(16, seed=99))
@@ -60,5 +91,12 @@ def copy_model(tmp_path_factory):
     torch.set_num_threads(threads)
     path = root / "copy.pt"
     checkpoint.save(path, model, cfg, tokenizer)
-    return SimpleNamespace(model=model, tokenizer=tokenizer, cfg=cfg, path=path, probe=probe,
-                           entropy_before=before, entropy_after=cross_entropy_now(model, probe))
+    return SimpleNamespace(
+        model=model,
+        tokenizer=tokenizer,
+        cfg=cfg,
+        path=path,
+        probe=probe,
+        entropy_before=before,
+        entropy_after=cross_entropy_now(model, probe),
+    )

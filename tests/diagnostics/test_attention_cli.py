@@ -14,42 +14,78 @@ from translator.errors import TranslatorError
 
 def test_attention_writes_table_figures_and_page(copy_model, tmp_path):
     out, html = tmp_path / "figures", tmp_path / "page.html"
-    result = run_cli("attention", str(copy_model.path), "ka lo mi", "nu pe", "-o", str(out), "--html", str(html),
-                     "--device", "cpu")
+    result = run_cli(
+        "attention",
+        str(copy_model.path),
+        "ka lo mi",
+        "nu pe",
+        "-o",
+        str(out),
+        "--html",
+        str(html),
+        "--device",
+        "cpu",
+    )
     assert result.returncode == 0, result.stderr
     assert "0: ka lo mi\n   -> ka lo mi" in result.stdout  # the model's own (copied) translation
-    rows = re.findall(r"^(encoder|decoder|cross) +(\d+) +(\d+) +([\d.]+) +([\d.]+)", result.stdout, re.M)
+    rows = re.findall(
+        r"^(encoder|decoder|cross) +(\d+) +(\d+) +([\d.]+) +([\d.]+)", result.stdout, re.M
+    )
     assert len(rows) == 3 * 4  # three kinds, one layer each, four heads
     assert all(0 <= float(norm) <= 1 for *_, norm in rows)
     assert len(re.findall(r"head diversity [\d.]+", result.stdout)) == 3
     names = sorted(p.name for p in out.iterdir())
     kinds = ("cross", "decoder", "encoder")
-    assert names == sorted([f"sentence{i}-{k}-layer0.png" for i in range(2) for k in kinds]
-                           + [f"diversity-{k}.png" for k in kinds])
+    assert names == sorted(
+        [f"sentence{i}-{k}-layer0.png" for i in range(2) for k in kinds]
+        + [f"diversity-{k}.png" for k in kinds]
+    )
     assert Image.open(out / "sentence0-cross-layer0.png").format == "PNG"
     page = html.read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>") and '"\u2581nu","\u2581pe"' in page
 
 
 def test_attention_forced_target_and_words_from_stdin(copy_model, tmp_path):
-    result = run_cli("attention", str(copy_model.path), "--target", "mi mi ka", "--words", "-o", str(tmp_path),
-                     stdin="ka lo mi\n")
+    result = run_cli(
+        "attention",
+        str(copy_model.path),
+        "--target",
+        "mi mi ka",
+        "--words",
+        "-o",
+        str(tmp_path),
+        stdin="ka lo mi\n",
+    )
     assert result.returncode == 0, result.stderr
     assert "-> mi mi ka" in result.stdout
 
 
 def test_attention_bad_input_is_a_user_error(copy_model):
-    for sources, targets, message in [(["ka", "lo"], ["ka"], "1 --target for 2 sentences"),
-                                      (["ka", "  "], None, "no source sentence"),
-                                      (["ka " * 40], None, "sentence 1 has 40 tokens, more than the model's 31")]:
+    for sources, targets, message in [
+        (["ka", "lo"], ["ka"], "1 --target for 2 sentences"),
+        (["ka", "  "], None, "no source sentence"),
+        (["ka " * 40], None, "sentence 1 has 40 tokens, more than the model's 31"),
+    ]:
         with pytest.raises(TranslatorError, match=message):
-            attention.run(copy_model.model, copy_model.tokenizer, copy_model.cfg.diagnostics, copy_model.cfg.decode,
-                          sources, targets)
+            attention.run(
+                copy_model.model,
+                copy_model.tokenizer,
+                copy_model.cfg.diagnostics,
+                copy_model.cfg.decode,
+                sources,
+                targets,
+            )
 
 
 def test_translate_alignments_on_the_command_line(copy_model):
-    result = run_cli("translate", str(copy_model.path), "--alignments", "--alignment-layer", "0",
-                     stdin="ka lo mi\n\nnu pe ri so\n")
+    result = run_cli(
+        "translate",
+        str(copy_model.path),
+        "--alignments",
+        "--alignment-layer",
+        "0",
+        stdin="ka lo mi\n\nnu pe ri so\n",
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.split("\n")[:-1]
     assert lines == ["ka lo mi\t0-0 1-1 2-2", "\t", "nu pe ri so\t0-0 1-1 2-2 3-3"]

@@ -10,12 +10,23 @@ from translator.diagnostics.capture import KINDS, attention_maps, forced_attenti
 from translator.model.transformer import Transformer
 
 VOCAB = 40
-SRC_LENGTHS, TGT_LENGTHS = [12, 9, 3], [11, 10, 2]  # > 8 queries: the fused SDPA path, not the decoding one
+SRC_LENGTHS, TGT_LENGTHS = (
+    [12, 9, 3],
+    [11, 10, 2],
+)  # > 8 queries: the fused SDPA path, not the decoding one
 
 
 def _model(**changes) -> Transformer:
-    fields = dict(vocab_size=VOCAB, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64,
-                  dropout=0.0, max_positions=64)
+    fields = dict(
+        vocab_size=VOCAB,
+        d_model=32,
+        n_heads=4,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        d_ff=64,
+        dropout=0.0,
+        max_positions=64,
+    )
     return Transformer(ModelConfig(**{**fields, **changes})).eval()
 
 
@@ -26,14 +37,26 @@ def _ids(lengths):
 def _sdpa_run(model, src, src_mask, tgt_in):
     """A plain forward, recording each attention module's V projection and its merged heads (before out_proj)."""
     seen, handles = [], []
-    modules = [(k, m) for k, ms in [("encoder", [la.self_attn for la in model.encoder]),
-                                    ("decoder", [la.self_attn for la in model.decoder]),
-                                    ("cross", [la.cross_attn for la in model.decoder])] for m in ms]
+    modules = [
+        (k, m)
+        for k, ms in [
+            ("encoder", [la.self_attn for la in model.encoder]),
+            ("decoder", [la.self_attn for la in model.decoder]),
+            ("cross", [la.cross_attn for la in model.decoder]),
+        ]
+        for m in ms
+    ]
     for kind, module in modules:
         record = {"kind": kind, "module": module}
         seen.append(record)
-        handles.append(module.v_proj.register_forward_hook(lambda m, a, out, r=record: r.__setitem__("v", out)))
-        handles.append(module.out_proj.register_forward_pre_hook(lambda m, a, r=record: r.__setitem__("merged", a[0])))
+        handles.append(
+            module.v_proj.register_forward_hook(lambda m, a, out, r=record: r.__setitem__("v", out))
+        )
+        handles.append(
+            module.out_proj.register_forward_pre_hook(
+                lambda m, a, r=record: r.__setitem__("merged", a[0])
+            )
+        )
     with torch.no_grad():
         model.decode(tgt_in, model.encode(src, src_mask), src_mask)
     for handle in handles:
@@ -42,20 +65,31 @@ def _sdpa_run(model, src, src_mask, tgt_in):
 
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=[pytest.mark.cuda, CUDA])]
+DEVICES = [
+    pytest.param("cpu", id="cpu"),
+    pytest.param("cuda", id="cuda", marks=[pytest.mark.cuda, CUDA]),
+]
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("changes", [{}, {"n_kv_heads": 2}, {"positions": "rope"}], ids=["mha", "gqa", "rope"])
+@pytest.mark.parametrize(
+    "dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)], ids=["fp32", "bf16"]
+)
+@pytest.mark.parametrize(
+    "changes", [{}, {"n_kv_heads": 2}, {"positions": "rope"}], ids=["mha", "gqa", "rope"]
+)
 def test_weighted_values_reproduce_the_sdpa_output(dtype, tol, changes, device):
     if device == "cuda" and dtype == torch.float32:
         tol = 1e-3  # TF32-free fp32, but the fused kernels sum in another order
     model = _model(**changes).to(device, dtype)
     src_ids, tgt_ids = _ids(SRC_LENGTHS), _ids(TGT_LENGTHS)
     forced = forced_attention(model, src_ids, tgt_ids)
-    src = torch.nn.utils.rnn.pad_sequence([torch.tensor(s + [3]) for s in src_ids], batch_first=True).to(device)
-    tgt_in = torch.nn.utils.rnn.pad_sequence([torch.tensor([2] + t) for t in tgt_ids], batch_first=True).to(device)
+    src = torch.nn.utils.rnn.pad_sequence(
+        [torch.tensor(s + [3]) for s in src_ids], batch_first=True
+    ).to(device)
+    tgt_in = torch.nn.utils.rnn.pad_sequence(
+        [torch.tensor([2] + t) for t in tgt_ids], batch_first=True
+    ).to(device)
     records = _sdpa_run(model, src, (src != 0)[:, None, None, :], tgt_in)
     layer = {kind: 0 for kind in KINDS}
     for r in records:  # modules of one kind run in layer order
@@ -74,27 +108,36 @@ def test_masked_keys_get_exactly_zero_weight():
     forced = forced_attention(model, _ids(SRC_LENGTHS), _ids(TGT_LENGTHS))
     for b, s in enumerate(SRC_LENGTHS):
         for w in forced.maps["encoder"] + forced.maps["cross"]:
-            assert (w[b, ..., s + 1:] == 0).all()  # padding after the source's EOS
-            assert (w[b, ..., :s + 1] > 0).all()
+            assert (w[b, ..., s + 1 :] == 0).all()  # padding after the source's EOS
+            assert (w[b, ..., : s + 1] > 0).all()
         for w in forced.maps["decoder"]:
             T = w.shape[-1]
-            assert (w[b].masked_select(~torch.ones(T, T, dtype=torch.bool).tril()) == 0).all()  # the future
+            assert (
+                w[b].masked_select(~torch.ones(T, T, dtype=torch.bool).tril()) == 0
+            ).all()  # the future
     for kind in KINDS:  # every real row is a distribution
         for w in forced.maps[kind]:
             sums = w.sum(-1)
             rows = forced.src_valid if kind == "encoder" else forced.tgt_valid
-            torch.testing.assert_close(sums[rows[:, None, :].expand_as(sums)], torch.ones_like(sums[rows[:, None, :].expand_as(sums)]))
+            torch.testing.assert_close(
+                sums[rows[:, None, :].expand_as(sums)],
+                torch.ones_like(sums[rows[:, None, :].expand_as(sums)]),
+            )
 
 
 def test_shapes_and_hooks_removed():
     model = _model(n_encoder_layers=3, n_decoder_layers=1)
     src = torch.randint(4, VOCAB, (2, 5))
-    maps = attention_maps(model, src, torch.ones(2, 1, 1, 5, dtype=torch.bool), torch.randint(4, VOCAB, (2, 4)))
+    maps = attention_maps(
+        model, src, torch.ones(2, 1, 1, 5, dtype=torch.bool), torch.randint(4, VOCAB, (2, 4))
+    )
     assert [tuple(w.shape) for w in maps["encoder"]] == [(2, 4, 5, 5)] * 3
     assert [tuple(w.shape) for w in maps["decoder"]] == [(2, 4, 4, 4)]
     assert [tuple(w.shape) for w in maps["cross"]] == [(2, 4, 4, 5)]
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
-    assert isinstance(model(src, src[:, :3], torch.ones(2, 1, 1, 5, dtype=torch.bool)), torch.Tensor)
+    assert isinstance(
+        model(src, src[:, :3], torch.ones(2, 1, 1, 5, dtype=torch.bool)), torch.Tensor
+    )
 
 
 def test_qk_scales_are_the_weights_rms():

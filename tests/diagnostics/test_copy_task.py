@@ -27,13 +27,21 @@ def test_alignments_of_a_copy_model_are_the_diagonal(copy_model):
     assert on_diagonal >= 0.95 * total
 
 
-@pytest.mark.parametrize("beam_size,nbest,batch_tokens", [(1, 1, 4096), (3, 1, 12), (3, 3, 4096)],
-                         ids=["greedy", "beam-batched", "nbest"])
-def test_translate_alignments_with_batches_beams_and_nbest(copy_model, beam_size, nbest, batch_tokens):
+@pytest.mark.parametrize(
+    "beam_size,nbest,batch_tokens",
+    [(1, 1, 4096), (3, 1, 12), (3, 3, 4096)],
+    ids=["greedy", "beam-batched", "nbest"],
+)
+def test_translate_alignments_with_batches_beams_and_nbest(
+    copy_model, beam_size, nbest, batch_tokens
+):
     lines = sentences(12, seed=7) + [""]
-    decode = dataclasses.replace(copy_model.cfg.decode, beam_size=beam_size, batch_tokens=batch_tokens)
-    out = translate.translate_lines(copy_model.model, copy_model.tokenizer, lines, decode, nbest,
-                                    alignment_layer=0)
+    decode = dataclasses.replace(
+        copy_model.cfg.decode, beam_size=beam_size, batch_tokens=batch_tokens
+    )
+    out = translate.translate_lines(
+        copy_model.model, copy_model.tokenizer, lines, decode, nbest, alignment_layer=0
+    )
     plain = translate.translate_lines(copy_model.model, copy_model.tokenizer, lines, decode, nbest)
     assert [[h[:2] for h in hyps] for hyps in out] == plain  # alignments change no translation
     assert out[-1] == [("", 0.0, "")]
@@ -50,10 +58,14 @@ def test_translate_alignments_with_batches_beams_and_nbest(copy_model, beam_size
 
 
 def test_over_long_lines_join_their_alignments(copy_model):
-    short = copy.copy(copy_model.model)  # the same weights, told it has 6 positions: lines of > 5 pieces split
+    short = copy.copy(
+        copy_model.model
+    )  # the same weights, told it has 6 positions: lines of > 5 pieces split
     short.cfg = dataclasses.replace(short.cfg, max_positions=6)
     lines = sentences(6, seed=3, lengths=(8, 9))
-    out = translate.translate_lines(short, copy_model.tokenizer, lines, copy_model.cfg.decode, alignment_layer=-1)
+    out = translate.translate_lines(
+        short, copy_model.tokenizer, lines, copy_model.cfg.decode, alignment_layer=-1
+    )
     diagonal = total = 0
     for line, [(text, _, pharaoh)] in zip(lines, out):
         pairs = [tuple(map(int, p.split("-"))) for p in pharaoh.split()]
@@ -64,6 +76,13 @@ def test_over_long_lines_join_their_alignments(copy_model):
 
 
 def test_a_missing_layer_is_a_user_error(copy_model):
-    with pytest.raises(TranslatorError, match="alignment layer 1 does not exist.*use 0 to 0, or -1"):
-        translate.translate_lines(copy_model.model, copy_model.tokenizer, ["ka lo"], copy_model.cfg.decode,
-                                  alignment_layer=1)
+    with pytest.raises(
+        TranslatorError, match="alignment layer 1 does not exist.*use 0 to 0, or -1"
+    ):
+        translate.translate_lines(
+            copy_model.model,
+            copy_model.tokenizer,
+            ["ka lo"],
+            copy_model.cfg.decode,
+            alignment_layer=1,
+        )

@@ -17,9 +17,15 @@ def test_heads_png_has_the_expected_size_and_content(tmp_path):
     image = Image.open(tmp_path / "heads.png")
     image.load()
     # panels 2.5 in (few tokens), label margin 0.06 * 4 chars + 0.2 = 0.5 in (the minimum), title 0.4 in
-    assert image.format == "PNG" and image.size == (int((2 * 2.5 + 0.5) * 50), int((2 * 2.5 + 0.5 + 0.4) * 50))
-    colours = {image.convert("RGB").getpixel((x, y)) for x in range(0, image.size[0], 5)
-               for y in range(0, image.size[1], 5)}
+    assert image.format == "PNG" and image.size == (
+        int((2 * 2.5 + 0.5) * 50),
+        int((2 * 2.5 + 0.5 + 0.4) * 50),
+    )
+    colours = {
+        image.convert("RGB").getpixel((x, y))
+        for x in range(0, image.size[0], 5)
+        for y in range(0, image.size[1], 5)
+    }
     assert len(colours) > 20  # heatmaps, not a blank page
 
 
@@ -31,12 +37,20 @@ def test_long_sentences_get_bigger_panels(tmp_path):
     fig.savefig(buffer, format="png")
     side, margin = 0.16 * 30 + 1.2, 0.06 * 12 + 0.2
     # matplotlib truncates to whole pixels
-    assert Image.open(buffer).size == (int((2 * side + margin) * 40), int((side + margin + 0.4) * 40))
+    assert Image.open(buffer).size == (
+        int((2 * side + margin) * 40),
+        int((side + margin + 0.4) * 40),
+    )
 
 
 def test_diversity_figure_has_a_panel_per_layer(tmp_path):
-    save_png(diversity_figure([torch.rand(4, 4) for _ in range(3)], "cross", dpi=40), tmp_path / "d.png")
-    assert Image.open(tmp_path / "d.png").size == (2 * 3 * 40, 2 * 3 * 40)  # 3 layers: a 2 x 2 grid of 3 in
+    save_png(
+        diversity_figure([torch.rand(4, 4) for _ in range(3)], "cross", dpi=40), tmp_path / "d.png"
+    )
+    assert Image.open(tmp_path / "d.png").size == (
+        2 * 3 * 40,
+        2 * 3 * 40,
+    )  # 3 layers: a 2 x 2 grid of 3 in
 
 
 def test_tiles_image_puts_panels_side_by_side_on_one_scale():
@@ -48,5 +62,13 @@ def test_tiles_image_puts_panels_side_by_side_on_one_scale():
     pixel = lambda y, x: tuple(image[:, y, x].tolist())  # noqa: E731
     assert pixel(0, 0) == (253, 231, 37)  # weight 1: viridis' top
     assert pixel(0, 3) == (68, 1, 84)  # weight 0: viridis' bottom
-    assert pixel(0, 6) == (255, 255, 255) and pixel(0, 10) == (255, 255, 255)  # a's slot beyond a, the gap
-    assert pixel(0, 11 + 3) == (253, 231, 37) and pixel(4, 11) == (255, 255, 255)  # b's 1, and below b
+    assert pixel(0, 6) == (255, 255, 255) and pixel(0, 10) == (
+        255,
+        255,
+        255,
+    )  # a's slot beyond a, the gap
+    assert pixel(0, 11 + 3) == (253, 231, 37) and pixel(4, 11) == (
+        255,
+        255,
+        255,
+    )  # b's 1, and below b

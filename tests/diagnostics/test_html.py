@@ -20,26 +20,40 @@ SRC, OUT, IN = ["▁A", "▁dog", "</s>"], ["▁Ein", "▁Hund", "</s>"], ["<s>"
 def _maps() -> dict[str, list[torch.Tensor]]:
     torch.manual_seed(0)
     rand = lambda t, s: torch.softmax(torch.randn(H, t, s) * 3, dim=-1)  # noqa: E731
-    return {"encoder": [rand(3, 3), rand(3, 3)], "decoder": [rand(3, 3).tril() for _ in range(2)],
-            "cross": [rand(3, 3), rand(3, 3)]}
+    return {
+        "encoder": [rand(3, 3), rand(3, 3)],
+        "decoder": [rand(3, 3).tril() for _ in range(2)],
+        "cross": [rand(3, 3), rand(3, 3)],
+    }
 
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
     path = tmp_path_factory.mktemp("html") / "attention.html"
     labels = {"src": SRC, "in": IN, "out": OUT}
-    write_page(path, "attention: <test> & co", [sentence_data(labels, _maps()), sentence_data(labels, _maps())])
+    write_page(
+        path,
+        "attention: <test> & co",
+        [sentence_data(labels, _maps()), sentence_data(labels, _maps())],
+    )
     return path
 
 
 @pytest.fixture(scope="module")
 def browser():
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the dev extra has it)")
+    webdriver = pytest.importorskip(
+        "selenium.webdriver", reason="selenium is not installed (the dev extra has it)"
+    )
     from selenium.common.exceptions import WebDriverException
 
-    binary, driver_path = shutil.which("chromium") or shutil.which("chromium-browser"), shutil.which("chromedriver")
+    binary, driver_path = (
+        shutil.which("chromium") or shutil.which("chromium-browser"),
+        shutil.which("chromedriver"),
+    )
     if not binary or not driver_path:
-        pytest.skip("no chromium / chromedriver on PATH (Debian: apt-get install chromium chromium-driver)")
+        pytest.skip(
+            "no chromium / chromedriver on PATH (Debian: apt-get install chromium chromium-driver)"
+        )
     options = webdriver.ChromeOptions()
     options.binary_location = binary
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
@@ -58,7 +72,9 @@ def test_page_is_self_contained(page):
     assert "http://" not in text and "https://" not in text  # nothing to fetch, no CDN
     assert "<script src" not in text and "<link" not in text and "@import" not in text
     assert "default-src 'none'" in text  # and the browser is told to fetch nothing
-    assert "</s>" not in text.split('id="data"')[1].split("</script>")[0]  # a token cannot end the script
+    assert (
+        "</s>" not in text.split('id="data"')[1].split("</script>")[0]
+    )  # a token cannot end the script
 
 
 def _select(driver, element_id: str, value: str) -> None:
@@ -68,13 +84,17 @@ def _select(driver, element_id: str, value: str) -> None:
 
 
 def _colours(driver) -> list[str]:
-    return driver.execute_script("return [...document.querySelectorAll('#panels .cell')].map(c => c.style.background)")
+    return driver.execute_script(
+        "return [...document.querySelectorAll('#panels .cell')].map(c => c.style.background)"
+    )
 
 
 def test_page_loads_without_console_errors(browser, page):
     browser.get(page.as_uri())
     assert browser.title == "attention: <test> & co"
-    assert len(browser.find_elements("css selector", "#panels .panel")) == H + 1  # all heads: the mean, then each
+    assert (
+        len(browser.find_elements("css selector", "#panels .panel")) == H + 1
+    )  # all heads: the mean, then each
     assert len(browser.find_elements("css selector", "#panels .cell")) == (H + 1) * 9
     errors = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
     assert not errors, errors
@@ -100,13 +120,26 @@ def test_hovering_a_token_highlights_its_row_and_column(browser, page):
 
     browser.get(page.as_uri())
     _select(browser, "kind", "encoder")  # self-attention: row i and column i are one token
-    ActionChains(browser).move_to_element(browser.find_elements("css selector", ".rowlab")[1]).perform()
+    ActionChains(browser).move_to_element(
+        browser.find_elements("css selector", ".rowlab")[1]
+    ).perform()
     lit = browser.find_elements("css selector", "#panels .cell.hl")
-    assert {(c.get_attribute("data-row"), c.get_attribute("data-col")) for c in lit} == \
-        {("1", "0"), ("1", "1"), ("1", "2"), ("0", "1"), ("2", "1")}
+    assert {(c.get_attribute("data-row"), c.get_attribute("data-col")) for c in lit} == {
+        ("1", "0"),
+        ("1", "1"),
+        ("1", "2"),
+        ("0", "1"),
+        ("2", "1"),
+    }
     assert len(lit) == 5 * (H + 1)  # in every panel
-    _select(browser, "kind", "cross")  # rows are target tokens, columns source tokens: only the column
-    ActionChains(browser).move_to_element(browser.find_elements("css selector", ".collab")[2]).perform()
+    _select(
+        browser, "kind", "cross"
+    )  # rows are target tokens, columns source tokens: only the column
+    ActionChains(browser).move_to_element(
+        browser.find_elements("css selector", ".collab")[2]
+    ).perform()
     lit = browser.find_elements("css selector", "#panels .cell.hl")
     assert {c.get_attribute("data-col") for c in lit} == {"2"} and len(lit) == 3 * (H + 1)
-    assert [e.text for e in browser.find_elements("css selector", ".collab.hl")] == ["</s>"] * (H + 1)
+    assert [e.text for e in browser.find_elements("css selector", ".collab.hl")] == ["</s>"] * (
+        H + 1
+    )

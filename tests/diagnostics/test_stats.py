@@ -39,7 +39,9 @@ def test_uniform_row_has_entropy_log_n_and_one_hot_row_zero(n):
     assert row_entropy(uniform, allowed).item() == pytest.approx(math.log(n), rel=1e-6)
     assert row_entropy(one_hot, allowed).item() == 0.0
     ent, norm = head_entropy(uniform, allowed)
-    assert ent.item() == pytest.approx(math.log(n), rel=1e-6) and norm.item() == pytest.approx(1.0, rel=1e-6)
+    assert ent.item() == pytest.approx(math.log(n), rel=1e-6) and norm.item() == pytest.approx(
+        1.0, rel=1e-6
+    )
     assert head_entropy(one_hot, allowed)[1].item() == 0.0
 
 
@@ -56,7 +58,11 @@ def test_padding_rows_and_single_key_rows_do_not_count():
     tgt_valid = torch.tensor([[True, True, False]])
     allowed, rows = allowed_keys("decoder", src_valid, tgt_valid)
     assert rows.tolist() == [[True, True, False]]
-    assert allowed[0, 0].tolist() == [[True, False, False], [True, True, False], [False, False, False]]
+    assert allowed[0, 0].tolist() == [
+        [True, False, False],
+        [True, True, False],
+        [False, False, False],
+    ]
     # row 0 sees one key (always entropy 0), row 2 is padding: only row 1 (uniform over 2) counts
     weights = torch.tensor([[[[1.0, 0, 0], [0.5, 0.5, 0], [0.2, 0.3, 0.5]]]])
     ent, norm = head_entropy(weights, allowed)
@@ -76,7 +82,9 @@ def _distributions(draw_floats, rows, keys):
 @given(st.integers(2, 4), st.integers(2, 6), st.data())
 def test_entropy_and_divergence_match_references(heads, keys, data):
     rows = 3
-    floats = data.draw(st.lists(st.floats(0, 1), min_size=heads * rows * keys, max_size=heads * rows * keys))
+    floats = data.draw(
+        st.lists(st.floats(0, 1), min_size=heads * rows * keys, max_size=heads * rows * keys)
+    )
     weights = _distributions(floats, heads * rows, keys).view(1, heads, rows, keys)
     allowed = torch.ones(1, 1, rows, keys, dtype=torch.bool)
     p = weights[0].double().tolist()  # (H, T, L) as lists
@@ -118,7 +126,9 @@ def test_duplicate_check_flags_copies_and_not_distinct_heads():
 
 
 def test_groups_are_transitive_and_skip_heads_left_out():
-    div = torch.tensor([[0, .01, .9, .9], [.01, 0, .01, .9], [.9, .01, 0, .9], [.9, .9, .9, 0]])
+    div = torch.tensor(
+        [[0, 0.01, 0.9, 0.9], [0.01, 0, 0.01, 0.9], [0.9, 0.01, 0, 0.9], [0.9, 0.9, 0.9, 0]]
+    )
     assert duplicate_groups(div, 0.02) == [[0, 1, 2]]
     assert duplicate_groups(div, 0.02, skip={1}) == []
 
@@ -126,7 +136,10 @@ def test_groups_are_transitive_and_skip_heads_left_out():
 def test_uniform_and_one_hot_heads_are_flagged():
     T = 5
     allowed = torch.ones(1, 1, T, T, dtype=torch.bool)
-    weights = torch.cat([torch.full((1, 2, T, T), 1 / T), torch.eye(T)[None, None], _distinct_heads(T)[:, 1:2]], dim=1)
+    weights = torch.cat(
+        [torch.full((1, 2, T, T), 1 / T), torch.eye(T)[None, None], _distinct_heads(T)[:, 1:2]],
+        dim=1,
+    )
     stats = layer_stats(weights, allowed, DiagnosticsConfig())
     assert stats.uniform == [0, 1] and stats.one_hot == [2]
     assert stats.duplicates == []  # two uniform heads are alike trivially: reported as uniform only

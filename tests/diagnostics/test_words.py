@@ -13,7 +13,11 @@ def test_words_start_at_the_space_mark_and_specials_stand_alone():
     pieces = ["<s>", f"{W}Ein", f"{W}Hund", "e", f"{W}läuft", ".", "</s>"]
     assert word_ids(pieces) == [0, 1, 2, 2, 3, 3, 4]
     assert word_labels(pieces) == ["<s>", "Ein", "Hunde", "läuft.", "</s>"]
-    assert word_ids(["un", f"{W}do", "ne"]) == [0, 1, 1]  # a first piece without the mark is still a word
+    assert word_ids(["un", f"{W}do", "ne"]) == [
+        0,
+        1,
+        1,
+    ]  # a first piece without the mark is still a word
 
 
 def test_merge_sums_key_pieces_and_averages_query_pieces():
@@ -22,22 +26,28 @@ def test_merge_sums_key_pieces_and_averages_query_pieces():
     merged = merge_words(weights, rows, cols)
     expected = torch.tensor([[(0.1 + 0.5) / 2, (0.9 + 0.5) / 2], [1.0, 0.0]])
     torch.testing.assert_close(merged, expected)
-    torch.testing.assert_close(merge_words(weights[None, None], rows, cols)[0, 0], expected)  # leading dims kept
+    torch.testing.assert_close(
+        merge_words(weights[None, None], rows, cols)[0, 0], expected
+    )  # leading dims kept
 
 
 def test_alignment_picks_the_source_word_with_most_mass():
     src = [f"{W}A", f"{W}bl", "ue", f"{W}car"]  # words: A, blue, car
     tgt = [f"{W}Ein", f"{W}blau", "es", f"{W}Auto"]  # words: Ein, blaues, Auto
-    cross = torch.tensor([
-        [0.8, 0.1, 0.0, 0.1],
-        [0.1, 0.3, 0.3, 0.3],  # "bl"+"ue" = 0.6 beats "car" 0.3 only once pieces are summed
-        [0.0, 0.2, 0.2, 0.6],  # with its word "blau": (0.6 + 0.4) / 2 against (0.3 + 0.6) / 2
-        [0.1, 0.0, 0.1, 0.8],
-    ])
+    cross = torch.tensor(
+        [
+            [0.8, 0.1, 0.0, 0.1],
+            [0.1, 0.3, 0.3, 0.3],  # "bl"+"ue" = 0.6 beats "car" 0.3 only once pieces are summed
+            [0.0, 0.2, 0.2, 0.6],  # with its word "blau": (0.6 + 0.4) / 2 against (0.3 + 0.6) / 2
+            [0.1, 0.0, 0.1, 0.8],
+        ]
+    )
     pairs = alignment(cross, src, tgt)
     assert pairs == [(0, 0), (1, 1), (2, 2)]
     assert pharaoh(pairs) == "0-0 1-1 2-2"
-    reordered = alignment(torch.eye(4).flip(0), [f"{W}{c}" for c in "abcd"], [f"{W}{c}" for c in "wxyz"])
+    reordered = alignment(
+        torch.eye(4).flip(0), [f"{W}{c}" for c in "abcd"], [f"{W}{c}" for c in "wxyz"]
+    )
     assert pharaoh(reordered) == "3-0 2-1 1-2 0-3"
 
 

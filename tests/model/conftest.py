@@ -14,8 +14,16 @@ VOCAB = 40
 
 def tiny_config(**changes) -> ModelConfig:
     """A 2+2-layer, d_model 32 model; `changes` override any ModelConfig field."""
-    fields = dict(vocab_size=VOCAB, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2,
-                  d_ff=64, dropout=0.0, max_positions=64)
+    fields = dict(
+        vocab_size=VOCAB,
+        d_model=32,
+        n_heads=4,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        d_ff=64,
+        dropout=0.0,
+        max_positions=64,
+    )
     return ModelConfig(**{**fields, **changes})
 
 
@@ -36,4 +44,3 @@ def src_batch():
     src = torch.randint(4, VOCAB, (3, 7))
     src[torch.arange(7)[None, :] >= lengths[:, None]] = PAD
     return src, (src != PAD)[:, None, None, :]
-

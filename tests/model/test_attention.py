@@ -23,19 +23,24 @@ def reference_attention(x, memory, module, key_mask=None, causal=False):
     x (N, T, D); memory (N, S, D) or None; key_mask (N, L) bool, True = may attend.
     Returns output (N, T, D) and weights (N, H, T, L). A row with no visible key gets zero weights.
     """
+
     def project(linear, inputs):
         return inputs.double() @ linear.weight.double().T + linear.bias.double()
 
     source = x if memory is None else memory
-    q, k, v = project(module.q_proj, x), project(module.k_proj, source), project(module.v_proj, source)
+    q, k, v = (
+        project(module.q_proj, x),
+        project(module.k_proj, source),
+        project(module.v_proj, source),
+    )
     H, G, d_k = module.n_heads, module.n_kv_heads, module.d_head
     N, T, L = x.shape[0], x.shape[1], source.shape[1]
     out = torch.zeros(N, T, H * d_k, dtype=torch.float64)
     weights = torch.zeros(N, H, T, L, dtype=torch.float64)
     for h in range(H):
         g = h // (H // G)  # query head h reads key/value head g
-        qh = q[:, :, h * d_k:(h + 1) * d_k]
-        kh, vh = k[:, :, g * d_k:(g + 1) * d_k], v[:, :, g * d_k:(g + 1) * d_k]
+        qh = q[:, :, h * d_k : (h + 1) * d_k]
+        kh, vh = k[:, :, g * d_k : (g + 1) * d_k], v[:, :, g * d_k : (g + 1) * d_k]
         scores = torch.einsum("ntk,nlk->ntl", qh, kh) / math.sqrt(d_k)
         visible = torch.ones(N, T, L, dtype=torch.bool)
         if key_mask is not None:
@@ -46,7 +51,7 @@ def reference_attention(x, memory, module, key_mask=None, causal=False):
         total = e.sum(-1, keepdim=True)
         w = torch.where(total > 0, e / total.clamp_min(1e-300), torch.zeros_like(e))
         weights[:, h] = w
-        out[:, :, h * d_k:(h + 1) * d_k] = w @ vh
+        out[:, :, h * d_k : (h + 1) * d_k] = w @ vh
     return project(module.out_proj, out.float()), weights
 
 
@@ -63,8 +68,11 @@ KERNELS = [pytest.param(sdpa_attention, id="sdpa"), pytest.param(attention, id="
 def _qkv(module, x, memory):
     """The module's projected q (N, H, T, K) and k, v (N, G, L, K)."""
     source = x if memory is None else memory
-    return (module._heads(module.q_proj(x), module.n_heads), module._heads(module.k_proj(source), module.n_kv_heads),
-            module._heads(module.v_proj(source), module.n_kv_heads))
+    return (
+        module._heads(module.q_proj(x), module.n_heads),
+        module._heads(module.k_proj(source), module.n_kv_heads),
+        module._heads(module.v_proj(source), module.n_kv_heads),
+    )
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -79,16 +87,24 @@ def test_attention_equals_written_out_formula(kind, n_kv_heads, kernel):
     mask = key_mask[:, None, None, :]  # (B, 1, 1, L)
     if kind == "causal":
         expected, expected_w = reference_attention(x, None, module, causal=True)
-        got, (_, weights) = module(x, is_causal=True), attention_weights(*_qkv(module, x, None), is_causal=True)
+        got, (_, weights) = (
+            module(x, is_causal=True),
+            attention_weights(*_qkv(module, x, None), is_causal=True),
+        )
     else:
         expected, expected_w = reference_attention(x, memory, module, key_mask)
-        got, (_, weights) = module(x, memory, mask), attention_weights(*_qkv(module, x, memory), mask)
+        got, (_, weights) = (
+            module(x, memory, mask),
+            attention_weights(*_qkv(module, x, memory), mask),
+        )
     torch.testing.assert_close(got, expected.float(), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(weights.double(), expected_w, atol=1e-5, rtol=1e-5)
 
 
-ON = [pytest.param(("cpu", torch.float32, 1e-6), id="cpu-fp32"),
-      pytest.param(("cuda", torch.bfloat16, 2e-2), id="cuda-bf16", marks=[pytest.mark.cuda, cuda])]
+ON = [
+    pytest.param(("cpu", torch.float32, 1e-6), id="cpu-fp32"),
+    pytest.param(("cuda", torch.bfloat16, 2e-2), id="cuda-bf16", marks=[pytest.mark.cuda, cuda]),
+]
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -98,8 +114,13 @@ def test_beams_folded_into_queries_equal_memory_repeated_per_beam(n_kv_heads, on
     (device, dtype, tol), B, k = on, 2, 3
     module = _module(n_kv_heads).to(device, dtype)
     module.kernel = kernel
-    x, memory = torch.randn(B * k, 4, 32, device=device, dtype=dtype), torch.randn(B, 5, 32, device=device, dtype=dtype)
-    mask = (torch.arange(5)[None, :] < torch.tensor([5, 2])[:, None])[:, None, None, :].to(device)  # (B, 1, 1, S)
+    x, memory = (
+        torch.randn(B * k, 4, 32, device=device, dtype=dtype),
+        torch.randn(B, 5, 32, device=device, dtype=dtype),
+    )
+    mask = (torch.arange(5)[None, :] < torch.tensor([5, 2])[:, None])[:, None, None, :].to(
+        device
+    )  # (B, 1, 1, S)
     folded = module(x, memory, mask)
     repeated = module(x, memory.repeat_interleave(k, 0), mask.repeat_interleave(k, 0))
     torch.testing.assert_close(folded, repeated, atol=tol, rtol=tol)
@@ -107,9 +128,11 @@ def test_beams_folded_into_queries_equal_memory_repeated_per_beam(n_kv_heads, on
 
 def _fully_masked_case(dtype, device="cpu", requires_grad=False):
     """q (2, 4, 3, 8), k/v (2, 2, 5, 8) (GQA); sentence 0 sees 3 keys, sentence 1 none."""
-    q, k, v = (torch.randn(2, h, n, 8, device=device, dtype=dtype, requires_grad=requires_grad)
-               for h, n in ((4, 3), (2, 5), (2, 5)))
-    mask = (torch.arange(5, device=device)[None, :] < torch.tensor([3, 0], device=device)[:, None])
+    q, k, v = (
+        torch.randn(2, h, n, 8, device=device, dtype=dtype, requires_grad=requires_grad)
+        for h, n in ((4, 3), (2, 5), (2, 5))
+    )
+    mask = torch.arange(5, device=device)[None, :] < torch.tensor([3, 0], device=device)[:, None]
     return q, k, v, mask[:, None, None, :]
 
 
@@ -120,8 +143,9 @@ def _check_masked_rows(dtype, device):
     assert not slow.isnan().any()
     assert (slow[1] == 0).all()  # no key to read: a zero output, not NaN
     assert (weights[1] == 0).all() and (weights[0, ..., 3:] == 0).all()  # exactly zero, no leak
-    torch.testing.assert_close(weights[0].float().sum(-1), torch.ones(4, 3, device=device),
-                               atol=1e-2, rtol=0)  # weights rounded to bf16/fp16
+    torch.testing.assert_close(
+        weights[0].float().sum(-1), torch.ones(4, 3, device=device), atol=1e-2, rtol=0
+    )  # weights rounded to bf16/fp16
     # A masked key's value cannot move the output, however large: its weight is exactly zero.
     v_big = v.clone()
     v_big[0, :, 3:] = 1e4

@@ -13,18 +13,26 @@ from translator.model.inference import for_cpu_decoding
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 ATTENTION = [pytest.param(None, id="mha"), pytest.param(2, id="gqa"), pytest.param(1, id="mqa")]
-SCHEMES = [pytest.param(dict(positions=p, norm=n), id=f"{p}-{n}LN")
-           for p in ("sinusoidal", "learned", "rope") for n in ("pre", "post")]
+SCHEMES = [
+    pytest.param(dict(positions=p, norm=n), id=f"{p}-{n}LN")
+    for p in ("sinusoidal", "learned", "rope")
+    for n in ("pre", "post")
+]
 
 
-LAYOUTS = [pytest.param("slots", id="slots"), pytest.param("fixed", id="fixed-shapes"),
-           pytest.param("dense", id="dense-prefix")]
+LAYOUTS = [
+    pytest.param("slots", id="slots"),
+    pytest.param("fixed", id="fixed-shapes"),
+    pytest.param("dense", id="dense-prefix"),
+]
 
 
 def _cache(model, rows, max_len, layout, dtype=torch.float32, device="cpu"):
     """A cache of the given layout: slots (the plain one), fixed shapes (CUDA graphs), dense prefixes (CPU)."""
     model.dense_prefix_cache = layout == "dense"
-    return model.new_cache(rows, max_len, dtype, torch.device(device), fixed_shapes=layout == "fixed")
+    return model.new_cache(
+        rows, max_len, dtype, torch.device(device), fixed_shapes=layout == "fixed"
+    )
 
 
 def _incremental(model, tgt, memory, src_mask, chunks, dtype=torch.float32, layout="slots"):
@@ -32,7 +40,7 @@ def _incremental(model, tgt, memory, src_mask, chunks, dtype=torch.float32, layo
     cache = _cache(model, tgt.shape[0], tgt.shape[1], layout, dtype, tgt.device)
     pieces, position = [], 0
     for size in chunks:
-        pieces.append(model.decode(tgt[:, position:position + size], memory, src_mask, cache))
+        pieces.append(model.decode(tgt[:, position : position + size], memory, src_mask, cache))
         cache.advance(size)
         position += size
     return torch.cat(pieces, dim=1), cache
@@ -42,7 +50,9 @@ def _incremental(model, tgt, memory, src_mask, chunks, dtype=torch.float32, layo
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("n_kv_heads", ATTENTION)
 @torch.no_grad()
-def test_cached_decoding_reproduces_full_sequence_logits(make_model, src_batch, n_kv_heads, scheme, layout):
+def test_cached_decoding_reproduces_full_sequence_logits(
+    make_model, src_batch, n_kv_heads, scheme, layout
+):
     model, (src, src_mask) = make_model(n_kv_heads=n_kv_heads, **scheme), src_batch
     tgt = torch.randint(4, model.cfg.vocab_size, (3, 7))
     memory = model.encode(src, src_mask)
@@ -50,16 +60,25 @@ def test_cached_decoding_reproduces_full_sequence_logits(make_model, src_batch, 
     one_by_one, cache = _incremental(model, tgt, memory, src_mask, [1] * 7, layout=layout)
     torch.testing.assert_close(one_by_one, full, atol=1e-5, rtol=1e-5)
     G = n_kv_heads or model.cfg.n_heads  # GQA / MQA keep G heads in the cache, not H
-    assert cache.length == 7 and cache.layers[0].written()[0].shape == (3, G, 7, model.cfg.d_model // model.cfg.n_heads)
+    assert cache.length == 7 and cache.layers[0].written()[0].shape == (
+        3,
+        G,
+        7,
+        model.cfg.d_model // model.cfg.n_heads,
+    )
     # A prefix of 3, then chunks: the chunks need the causal mask shifted by the cache length.
     chunked, _ = _incremental(model, tgt, memory, src_mask, [3, 2, 1, 1], layout=layout)
     torch.testing.assert_close(chunked, full, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("convert", [pytest.param(False, id="plain-model"), pytest.param(True, id="cpu-kernels")])
+@pytest.mark.parametrize(
+    "convert", [pytest.param(False, id="plain-model"), pytest.param(True, id="cpu-kernels")]
+)
 @pytest.mark.parametrize("n_kv_heads", ATTENTION)
-def test_beams_share_memory_and_reorder_the_self_attention_cache(make_model, src_batch, n_kv_heads, convert, layout):
+def test_beams_share_memory_and_reorder_the_self_attention_cache(
+    make_model, src_batch, n_kv_heads, convert, layout
+):
     """Every cache layout, under the plain model (SDPA, nn.Linear: what CUDA runs) and the one
     converted for CPU decoding, against decoding the reordered histories in full."""
     model = make_model(n_kv_heads=n_kv_heads, positions="rope")
@@ -73,12 +92,17 @@ def test_beams_share_memory_and_reorder_the_self_attention_cache(make_model, src
         cache = _cache(model, B * k, T, layout)
         history = tgt[:, :0]  # (B*k, t) tokens fed so far, reordered along with the cache
         for t in range(T):
-            logits = model.decode(tgt[:, t:t + 1], memory, src_mask, cache)[:, 0]  # (B*k, V)
+            logits = model.decode(tgt[:, t : t + 1], memory, src_mask, cache)[:, 0]  # (B*k, V)
             cache.advance(1)
-            history = torch.cat([history, tgt[:, t:t + 1]], dim=1)
-            full = model.decode(history, memory.repeat_interleave(k, 0), src_mask.repeat_interleave(k, 0))
+            history = torch.cat([history, tgt[:, t : t + 1]], dim=1)
+            full = model.decode(
+                history, memory.repeat_interleave(k, 0), src_mask.repeat_interleave(k, 0)
+            )
             torch.testing.assert_close(logits, full[:, -1], atol=1e-5, rtol=1e-5)
-            if t in (2, 3):  # beam search: each sentence's beams swap; beam 0 of sentence 1 is cloned
+            if t in (
+                2,
+                3,
+            ):  # beam search: each sentence's beams swap; beam 0 of sentence 1 is cloned
                 rows = torch.tensor([1, 0, 2, 2, 5, 4])
                 cache.reorder(rows)
                 history = history.index_select(0, rows)
@@ -90,7 +114,9 @@ def test_beams_share_memory_and_reorder_the_self_attention_cache(make_model, src
 @cuda
 @pytest.mark.parametrize("n_kv_heads", ATTENTION)
 @torch.no_grad()
-def test_cached_decoding_reproduces_full_sequence_logits_cuda_bf16(make_model, src_batch, n_kv_heads):
+def test_cached_decoding_reproduces_full_sequence_logits_cuda_bf16(
+    make_model, src_batch, n_kv_heads
+):
     model = make_model(n_kv_heads=n_kv_heads, positions="rope").to("cuda", torch.bfloat16)
     src, src_mask = (t.cuda() for t in src_batch)
     tgt = torch.randint(4, model.cfg.vocab_size, (3, 7), device="cuda")
@@ -107,8 +133,17 @@ def test_reorder_is_an_index_select_of_the_written_rows(layout):
     gives attention afterwards is torch.index_select of what was written, then the new position."""
     generator = torch.Generator().manual_seed(0)
     for _ in range(20):
-        cache = KVCache(2, 8, 2, 10, 4, torch.float32, "cpu", fixed_shapes=layout == "fixed",
-                        dense_prefix=layout == "dense")
+        cache = KVCache(
+            2,
+            8,
+            2,
+            10,
+            4,
+            torch.float32,
+            "cpu",
+            fixed_shapes=layout == "fixed",
+            dense_prefix=layout == "dense",
+        )
         start = int(torch.randint(1, 9, (), generator=generator))
         expected = []
         for layer in cache.layers:

@@ -11,7 +11,9 @@ from torch import nn
 
 from translator.model.inference import OneDNNLinear, for_cpu_decoding, onednn_dtypes
 
-needs_onednn = pytest.mark.skipif(torch.float32 not in onednn_dtypes(), reason="this PyTorch has no oneDNN linear")
+needs_onednn = pytest.mark.skipif(
+    torch.float32 not in onednn_dtypes(), reason="this PyTorch has no oneDNN linear"
+)
 
 
 @needs_onednn
@@ -24,28 +26,37 @@ def test_onednn_linear_is_x_w_plus_b_in_float64(dtype, bias, shape, activation):
         pytest.skip("no bf16 oneDNN on this CPU")
     torch.manual_seed(0)
     linear = nn.Linear(16, 24, bias=bias).to(dtype)
-    x = torch.randn(16, 5).t() if shape == "transposed" else torch.randn(shape)  # (5, 16) non-contiguous
+    x = (
+        torch.randn(16, 5).t() if shape == "transposed" else torch.randn(shape)
+    )  # (5, 16) non-contiguous
     x = x.to(dtype)
     with torch.inference_mode():
         got = OneDNNLinear(linear, activation)(x)
-    want = F.linear(x.double(), linear.weight.double(), None if linear.bias is None else linear.bias.double())
+    want = F.linear(
+        x.double(), linear.weight.double(), None if linear.bias is None else linear.bias.double()
+    )
     want = torch.relu(want) if activation == "relu" else want
     tol = 1e-5 if dtype == torch.float32 else 2e-2  # bf16: the output is rounded to 8 mantissa bits
     assert got.dtype == dtype and got.shape == want.shape
     torch.testing.assert_close(got.double(), want, atol=tol, rtol=tol)
 
 
-@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 0.1)], ids=["fp32", "bf16"])
+@pytest.mark.parametrize(
+    "dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 0.1)], ids=["fp32", "bf16"]
+)
 @pytest.mark.parametrize("changes", [{}, {"positions": "rope", "n_kv_heads": 2, "norm": "post"}])
 @torch.inference_mode()
-def test_converted_model_computes_the_plain_models_logits(make_model, src_batch, changes, dtype, tol):
+def test_converted_model_computes_the_plain_models_logits(
+    make_model, src_batch, changes, dtype, tol
+):
     plain = make_model(**changes).to(dtype)
     converted = copy.deepcopy(plain)
     for_cpu_decoding(converted)
     src, src_mask = src_batch
     tgt = torch.randint(4, plain.cfg.vocab_size, (3, 6))
-    torch.testing.assert_close(converted(src, tgt, src_mask).float(), plain(src, tgt, src_mask).float(),
-                               atol=tol, rtol=tol)
+    torch.testing.assert_close(
+        converted(src, tgt, src_mask).float(), plain(src, tgt, src_mask).float(), atol=tol, rtol=tol
+    )
 
 
 def test_conversion_keeps_weights_shared_and_state_dict_keys(make_model):

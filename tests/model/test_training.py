@@ -25,7 +25,7 @@ def _pairs(n, vocab, device="cpu"):
         src[i, :length] = torch.randint(4, vocab, (length,))
         src[i, length] = 3
         tgt[i, 0], tgt[i, length + 1] = 2, 3
-        tgt[i, 1:length + 1] = torch.randint(4, vocab, (length,))
+        tgt[i, 1 : length + 1] = torch.randint(4, vocab, (length,))
     return src.to(device), tgt.to(device)
 
 
@@ -51,8 +51,13 @@ def _count_forward_calls(layer: torch.nn.Module) -> list[int]:
 
 def _check_checkpointing(make_model, device, dtype, tol):
     plain = make_model(dropout=0.1, attention_dropout=0.1, positions="rope", n_kv_heads=2).train()
-    ckpt = make_model(dropout=0.1, attention_dropout=0.1, positions="rope", n_kv_heads=2,
-                      gradient_checkpointing=True).train()
+    ckpt = make_model(
+        dropout=0.1,
+        attention_dropout=0.1,
+        positions="rope",
+        n_kv_heads=2,
+        gradient_checkpointing=True,
+    ).train()
     ckpt.load_state_dict(plain.state_dict())
     plain, ckpt = plain.to(device, dtype), ckpt.to(device, dtype)
     calls = _count_forward_calls(ckpt.decoder[0])

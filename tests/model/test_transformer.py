@@ -13,11 +13,21 @@ from translator import config, summary
 from translator.model.transformer import Transformer, count_parameters
 
 REPO = Path(__file__).resolve().parents[2]
-SCHEMES = [dict(positions=p, norm=n) for p in ("sinusoidal", "learned", "rope") for n in ("pre", "post")]
+SCHEMES = [
+    dict(positions=p, norm=n) for p in ("sinusoidal", "learned", "rope") for n in ("pre", "post")
+]
 IDS = [f"{s['positions']}-{s['norm']}LN" for s in SCHEMES]
-ON = [pytest.param(("cpu", torch.float32, 1e-6), id="cpu-fp32"),
-      pytest.param(("cuda", torch.bfloat16, 2e-2), id="cuda-bf16", marks=[
-          pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")])]
+ON = [
+    pytest.param(("cpu", torch.float32, 1e-6), id="cpu-fp32"),
+    pytest.param(
+        ("cuda", torch.bfloat16, 2e-2),
+        id="cuda-bf16",
+        marks=[
+            pytest.mark.cuda,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+        ],
+    ),
+]
 
 
 @pytest.mark.parametrize("on", ON)
@@ -46,9 +56,14 @@ def test_padded_source_positions_do_not_change_outputs(make_model, src_batch, sc
     changed = torch.where(src_mask[:, 0, 0], src, noise)
     tgt = torch.randint(4, model.cfg.vocab_size, (3, 5), device=device)
     memory, memory_changed = model.encode(src, src_mask), model.encode(changed, src_mask)
-    logits, logits_changed = model.decode(tgt, memory, src_mask), model.decode(tgt, memory_changed, src_mask)
+    logits, logits_changed = (
+        model.decode(tgt, memory, src_mask),
+        model.decode(tgt, memory_changed, src_mask),
+    )
     real = src_mask[:, 0, 0]  # (B, S)
-    torch.testing.assert_close(memory_changed[real].float(), memory[real].float(), atol=tol, rtol=tol)
+    torch.testing.assert_close(
+        memory_changed[real].float(), memory[real].float(), atol=tol, rtol=tol
+    )
     torch.testing.assert_close(logits_changed.float(), logits.float(), atol=tol, rtol=tol)
     assert not torch.allclose(memory_changed[~real], memory[~real])  # pad positions did change
 
@@ -63,25 +78,40 @@ def test_tied_and_untied_embeddings(make_model):
 
 
 def test_initialisation_ranges():
-    cfg = config.ModelConfig(vocab_size=2000, d_model=128, n_heads=8, n_kv_heads=2, d_ff=256,
-                             n_encoder_layers=1, n_decoder_layers=1)
+    cfg = config.ModelConfig(
+        vocab_size=2000,
+        d_model=128,
+        n_heads=8,
+        n_kv_heads=2,
+        d_ff=256,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+    )
     model = Transformer(cfg)
     # The shared matrix keeps the embedding init N(0, D^-1/2), not the output projection's Xavier.
     assert model.out_proj.weight.std().item() == pytest.approx(128**-0.5, rel=0.05)
     attn = model.decoder[0].self_attn
-    bounds = {name: getattr(attn, name).weight.abs().max().item() for name in ("q_proj", "k_proj", "v_proj")}
+    bounds = {
+        name: getattr(attn, name).weight.abs().max().item()
+        for name in ("q_proj", "k_proj", "v_proj")
+    }
     limit = math.sqrt(6 / (2 * 128))
     for name, bound in bounds.items():  # one range for Q and K, also when K has fewer heads (GQA)
         assert limit * 0.95 < bound <= limit, name
 
 
 def test_embeddings_are_scaled_by_sqrt_d_model(make_model):
-    scaled, unscaled = make_model(positions="learned"), make_model(positions="learned", scale_embeddings=False)
+    scaled, unscaled = (
+        make_model(positions="learned"),
+        make_model(positions="learned", scale_embeddings=False),
+    )
     unscaled.load_state_dict(scaled.state_dict())
     ids = torch.randint(4, 40, (2, 5))
     pos = scaled.src_embed.learned.weight[:5]
     at = torch.arange(5)
-    torch.testing.assert_close(scaled.src_embed(ids, at) - pos, (unscaled.src_embed(ids, at) - pos) * math.sqrt(32))
+    torch.testing.assert_close(
+        scaled.src_embed(ids, at) - pos, (unscaled.src_embed(ids, at) - pos) * math.sqrt(32)
+    )
 
 
 def test_pre_ln_has_final_norms_and_post_ln_does_not(make_model):
@@ -108,12 +138,14 @@ def test_info_reports_the_smaller_kv_cache_of_gqa_and_mqa():
     assert per_token == {8: 2 * 6 * 8 * 64, 2: 2 * 6 * 2 * 64, 1: 2 * 6 * 64}
 
 
-
-
 def test_info_names_the_attention_kind():
     base = str(REPO / "configs" / "base.yaml")
     kinds = {kv: summary.describe(base, [f"model.n_kv_heads={kv}"]) for kv in (8, 2, 1)}
-    assert "(MHA: kv heads 8" in kinds[8] and "(GQA: kv heads 2" in kinds[2] and "(MQA: kv heads 1" in kinds[1]
+    assert (
+        "(MHA: kv heads 8" in kinds[8]
+        and "(GQA: kv heads 2" in kinds[2]
+        and "(MQA: kv heads 1" in kinds[1]
+    )
 
 
 @pytest.mark.parametrize("joint", [True, False])

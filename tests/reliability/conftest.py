@@ -10,15 +10,34 @@ import pytest
 from tests.data.conftest import small_splits, write_text_corpus
 from translator import config
 
-SMALL = ("model.d_model=32", "model.d_ff=64", "model.n_heads=2", "model.n_encoder_layers=1",
-         "model.n_decoder_layers=1", "model.max_positions=128", "train.max_tokens=1024", "train.warmup_steps=2",
-         "train.max_updates=4", "train.eval_every=2", "train.log_every=1", "train.valid_bleu_sentences=4",
-         "train.precision=fp32", "train.device=cpu", "decode.max_len_a=0", "decode.max_len_b=4")
+SMALL = (
+    "model.d_model=32",
+    "model.d_ff=64",
+    "model.n_heads=2",
+    "model.n_encoder_layers=1",
+    "model.n_decoder_layers=1",
+    "model.max_positions=128",
+    "train.max_tokens=1024",
+    "train.warmup_steps=2",
+    "train.max_updates=4",
+    "train.eval_every=2",
+    "train.log_every=1",
+    "train.valid_bleu_sentences=4",
+    "train.precision=fp32",
+    "train.device=cpu",
+    "decode.max_len_a=0",
+    "decode.max_len_b=4",
+)
 
 
 def data_overrides(corpus: Path, data_dir: Path) -> list[str]:
-    return [f"data.source={corpus}", f"data.data_dir={data_dir}", "data.name=small", "data.splits.valid=valid",
-            "data.vocab_size=200"]
+    return [
+        f"data.source={corpus}",
+        f"data.data_dir={data_dir}",
+        "data.name=small",
+        "data.splits.valid=valid",
+        "data.vocab_size=200",
+    ]
 
 
 @pytest.fixture(scope="session")

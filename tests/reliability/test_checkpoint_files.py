@@ -16,6 +16,7 @@ from translator.errors import TranslatorError
 @pytest.fixture
 def no_model_built(monkeypatch):
     """Fails the test if anything gets as far as building a model from the file."""
+
     def refuse(*args, **kwargs):
         raise AssertionError("a model was built from a refused checkpoint")
 
@@ -37,12 +38,16 @@ def test_a_zero_byte_checkpoint_is_refused(tmp_path, no_model_built):
 
 def test_a_checkpoint_cut_anywhere_is_refused(checkpoint_file, tmp_path, no_model_built):
     data = checkpoint_file.read_bytes()
-    for cut in [1, 100, len(data) // 2, len(data) - 22, len(data) - 1] + random.Random(0).sample(range(len(data)), 5):
+    for cut in [1, 100, len(data) // 2, len(data) - 22, len(data) - 1] + random.Random(0).sample(
+        range(len(data)), 5
+    ):
         (tmp_path / "cut.pt").write_bytes(data[:cut])
         assert "not a readable checkpoint" in refused(tmp_path / "cut.pt"), cut
 
 
-@pytest.mark.parametrize("content", [{"weight": torch.zeros(3)}, {"format": 3, "model": {}}, [1, 2, 3], "text"])
+@pytest.mark.parametrize(
+    "content", [{"weight": torch.zeros(3)}, {"format": 3, "model": {}}, [1, 2, 3], "text"]
+)
 def test_foreign_files_are_refused(tmp_path, no_model_built, content):
     torch.save(content, tmp_path / "foreign.pt")
     assert "not a translator checkpoint" in refused(tmp_path / "foreign.pt")
@@ -60,16 +65,26 @@ def test_a_changed_weight_is_caught_by_the_checksum(checkpoint_file, tmp_path, n
 
 def test_a_flipped_byte_in_the_weights_is_refused(checkpoint_file, tmp_path, no_model_built):
     data = bytearray(checkpoint_file.read_bytes())
-    with zipfile.ZipFile(checkpoint_file) as archive:  # torch.save stores tensors uncompressed, one entry each
-        entry = max((i for i in archive.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
-    start = entry.header_offset + 30 + len(entry.filename.encode()) + len(entry.extra)  # after the local header
+    with zipfile.ZipFile(
+        checkpoint_file
+    ) as archive:  # torch.save stores tensors uncompressed, one entry each
+        entry = max(
+            (i for i in archive.infolist() if "/data/" in i.filename), key=lambda i: i.file_size
+        )
+    start = (
+        entry.header_offset + 30 + len(entry.filename.encode()) + len(entry.extra)
+    )  # after the local header
     start += entry.file_size // 2
     data[start] ^= 0x10
     (tmp_path / "flipped.pt").write_bytes(bytes(data))
-    assert "do not match the checkpoint's checksum" in refused(tmp_path / "flipped.pt")  # torch checks no CRC
+    assert "do not match the checkpoint's checksum" in refused(
+        tmp_path / "flipped.pt"
+    )  # torch checks no CRC
 
 
-def test_the_checksum_is_of_the_saved_weights_and_old_format_1_files_still_load(checkpoint_file, tmp_path):
+def test_the_checksum_is_of_the_saved_weights_and_old_format_1_files_still_load(
+    checkpoint_file, tmp_path
+):
     payload = torch.load(checkpoint_file, weights_only=True)
     assert payload["format"] == 2 and len(payload["weights_sha256"]) == 64
     model, _, _ = checkpoint.load(checkpoint_file)
@@ -87,7 +102,9 @@ def test_average_writes_a_verified_checkpoint(checkpoint_file, tmp_path):
     assert checkpoint.read(tmp_path / "avg.pt")["format"] == 2
 
 
-def test_translate_refuses_a_truncated_checkpoint_in_one_line(checkpoint_file, tmp_path, monkeypatch, capsys):
+def test_translate_refuses_a_truncated_checkpoint_in_one_line(
+    checkpoint_file, tmp_path, monkeypatch, capsys
+):
     (tmp_path / "cut.pt").write_bytes(checkpoint_file.read_bytes()[:5000])
     monkeypatch.setattr(sys, "argv", ["translator", "translate", str(tmp_path / "cut.pt")])
     with pytest.raises(SystemExit) as exit_code:

@@ -21,22 +21,35 @@ from translator.train import loop, state
 Usage = namedtuple("Usage", "total used free")
 
 
-def test_too_little_free_space_for_a_checkpoint_is_refused_before_training(small_data, tmp_path, monkeypatch):
-    monkeypatch.setattr(state.shutil, "disk_usage", lambda path: Usage(10**9, 10**9 - 50_000, 50_000))
-    with pytest.raises(TranslatorError, match=r"not enough free space for checkpoints: .* MiB needed .* MiB free"):
+def test_too_little_free_space_for_a_checkpoint_is_refused_before_training(
+    small_data, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(
+        state.shutil, "disk_usage", lambda path: Usage(10**9, 10**9 - 50_000, 50_000)
+    )
+    with pytest.raises(
+        TranslatorError, match=r"not enough free space for checkpoints: .* MiB needed .* MiB free"
+    ):
         loop.run(small(small_data, tmp_path / "run"), quiet=True)
-    assert not list((tmp_path / "run").iterdir())  # not a log line, not a checkpoint: nothing was trained
+    assert not list(
+        (tmp_path / "run").iterdir()
+    )  # not a log line, not a checkpoint: nothing was trained
 
 
-@pytest.mark.parametrize("keep_last, existing, checkpoints", [(0, 0, 1), (1, 0, 2), (3, 0, 4), (3, 2, 2), (3, 5, 1)])
-def test_the_space_needed_is_that_of_the_checkpoints_still_to_come(tmp_path, monkeypatch, keep_last, existing,
-                                                                   checkpoints):
+@pytest.mark.parametrize(
+    "keep_last, existing, checkpoints", [(0, 0, 1), (1, 0, 2), (3, 0, 4), (3, 2, 2), (3, 5, 1)]
+)
+def test_the_space_needed_is_that_of_the_checkpoints_still_to_come(
+    tmp_path, monkeypatch, keep_last, existing, checkpoints
+):
     """keep_last numbered checkpoints stay and one more is written before the oldest goes; those already
     there take no new space. One checkpoint: weights and AdamW's two moments (12 MiB here), plus 1 MiB."""
     for step in range(existing):
         (tmp_path / f"step-{step}.pt").write_bytes(b"x")
     monkeypatch.setattr(state.shutil, "disk_usage", lambda path: Usage(0, 0, 0))
-    with pytest.raises(TranslatorError, match=rf": {13 * checkpoints} MiB needed \(about 13 MiB each\), 0 MiB free"):
+    with pytest.raises(
+        TranslatorError, match=rf": {13 * checkpoints} MiB needed \(about 13 MiB each\), 0 MiB free"
+    ):
         state.check_run_dir(tmp_path, torch.nn.Linear(1024, 1024, bias=False), keep_last)
 
 
@@ -45,13 +58,16 @@ def test_an_unwritable_run_directory_is_refused_before_training(small_data, tmp_
         raise OSError(errno.EROFS, "Read-only file system")
 
     monkeypatch.setattr(state.tempfile, "TemporaryFile", read_only)
-    with pytest.raises(TranslatorError, match="cannot write to the run directory: Read-only file system"):
+    with pytest.raises(
+        TranslatorError, match="cannot write to the run directory: Read-only file system"
+    ):
         loop.run(small(small_data, tmp_path / "run"), quiet=True)
     assert not (tmp_path / "run" / "train.log").exists()
 
 
-def test_a_disk_that_fills_during_a_save_leaves_the_last_complete_checkpoint(small_data, tmp_path, monkeypatch,
-                                                                              capsys):
+def test_a_disk_that_fills_during_a_save_leaves_the_last_complete_checkpoint(
+    small_data, tmp_path, monkeypatch, capsys
+):
     real, calls = torch.save, []
 
     def full_disk(obj, handle, *args, **kwargs):
@@ -60,7 +76,7 @@ def test_a_disk_that_fills_during_a_save_leaves_the_last_complete_checkpoint(sma
             return real(obj, handle, *args, **kwargs)
         buffer = io.BytesIO()
         real(obj, buffer, *args, **kwargs)
-        handle.write(buffer.getvalue()[:len(buffer.getvalue()) // 2])  # what fitted
+        handle.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])  # what fitted
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(torch, "save", full_disk)
@@ -72,7 +88,11 @@ def test_a_disk_that_fills_during_a_save_leaves_the_last_complete_checkpoint(sma
         cli.main()
     err = capsys.readouterr().err
     assert exit_code.value.code == 1 and err.count("\n") == 1 and "No space left on device" in err
-    assert sorted(p.name for p in run_dir.glob("*.pt")) == ["best.pt", "last.pt", "step-2.pt"]  # no step-4.pt, not even cut
+    assert sorted(p.name for p in run_dir.glob("*.pt")) == [
+        "best.pt",
+        "last.pt",
+        "step-2.pt",
+    ]  # no step-4.pt, not even cut
     assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 2
     assert not list(run_dir.glob(".*.tmp"))
     session = json.loads((run_dir / "manifest.json").read_text())["sessions"][-1]

@@ -57,7 +57,7 @@ def train(cfg, die_in_save: int = 0, share: float = 0.0) -> None:
             if len(calls) == die_in_save:
                 buffer = io.BytesIO()
                 real(obj, buffer, *args, **kwargs)
-                handle.write(buffer.getvalue()[:int(share * len(buffer.getvalue()))])
+                handle.write(buffer.getvalue()[: int(share * len(buffer.getvalue()))])
                 handle.flush()
                 os.kill(os.getpid(), signal.SIGKILL)
             return real(obj, handle, *args, **kwargs)
@@ -92,7 +92,9 @@ def test_ten_kills_in_a_row_then_the_same_weights_as_an_uninterrupted_run(small_
     for attempt in range(10):
         note = f"seed {seed}, attempt {attempt}"
         if attempt % 2 == 0:  # inside the first or second checkpoint write of this session
-            code = wait(fork(lambda: train(cfg, die_in_save=rng.choice([1, 2]), share=rng.random())))
+            code = wait(
+                fork(lambda: train(cfg, die_in_save=rng.choice([1, 2]), share=rng.random()))
+            )
             in_save += code == -signal.SIGKILL
         else:
             pid = fork(lambda: train(cfg))
@@ -110,7 +112,13 @@ def test_ten_kills_in_a_row_then_the_same_weights_as_an_uninterrupted_run(small_
         assert torch.equal(tensor, b["model"][name]), (seed, name)
     for index, slots in a["state"]["optimizer"]["state"].items():
         for slot, tensor in slots.items():
-            assert torch.equal(tensor, b["state"]["optimizer"]["state"][index][slot]), (seed, index, slot)
+            assert torch.equal(tensor, b["state"]["optimizer"]["state"][index][slot]), (
+                seed,
+                index,
+                slot,
+            )
     assert not list(killed.glob(".*.tmp")), seed  # the last start removed what the kills left
     sessions = json.loads((killed / "manifest.json").read_text())["sessions"]
-    assert any(s["first_update"] > 0 for s in sessions), seed  # at least one run resumed a saved one
+    assert any(s["first_update"] > 0 for s in sessions), (
+        seed
+    )  # at least one run resumed a saved one

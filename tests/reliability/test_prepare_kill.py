@@ -26,19 +26,28 @@ def assert_absent_or_complete(cfg: config.Config, note: str) -> bool:
     for name, digest in manifest["files"].items():  # id arrays and SentencePiece models
         assert sha256_file(folder / name) == digest, (note, name)
     for split in ("valid", "test"):  # the raw text that validation and eval score against
-        assert len(read_lines(folder / f"{split}.{cfg.data.tgt_lang}")) == manifest["pairs"][split], (note, split)
+        assert (
+            len(read_lines(folder / f"{split}.{cfg.data.tgt_lang}")) == manifest["pairs"][split]
+        ), (note, split)
     return True
 
 
 def test_prepare_killed_at_random_moments(tmp_path):
     seed = random.randrange(2**32)
     rng = random.Random(seed)
-    cfg = config.load(None, data_overrides(write_text_corpus(tmp_path / "corpus", small_splits(300)), tmp_path / "data"))
+    cfg = config.load(
+        None,
+        data_overrides(
+            write_text_corpus(tmp_path / "corpus", small_splits(300)), tmp_path / "data"
+        ),
+    )
     started = time.time()
     assert wait(fork(lambda: prepare.run(cfg, quiet=True))) == 0
     duration = time.time() - started
     assert assert_absent_or_complete(cfg, f"seed {seed}")
-    for attempt in range(4):  # two with no prepared directory, then two replacing a complete one (--force)
+    for attempt in range(
+        4
+    ):  # two with no prepared directory, then two replacing a complete one (--force)
         note = f"seed {seed}, attempt {attempt}"
         if attempt < 2:
             shutil.rmtree(tmp_path / "data")

@@ -27,30 +27,54 @@ class Lines:
 
 
 def test_training_logs_attention_to_tensorboard_and_its_cost(prepared, tmp_path):
-    cfg = variant(prepared, tmp_path / "run", "train.max_updates=2", "train.eval_every=2",
-                  "diagnostics.sentences=8", "diagnostics.image_sentences=1")
+    cfg = variant(
+        prepared,
+        tmp_path / "run",
+        "train.max_updates=2",
+        "train.eval_every=2",
+        "diagnostics.sentences=8",
+        "diagnostics.image_sentences=1",
+    )
     loop.run(cfg, quiet=True)
-    events = EventAccumulator(str(tmp_path / "run" / "tensorboard"), size_guidance={"images": 0}).Reload()
+    events = EventAccumulator(
+        str(tmp_path / "run" / "tensorboard"), size_guidance={"images": 0}
+    ).Reload()
     scalars, images = events.Tags()["scalars"], events.Tags()["images"]
     n_heads, n_layers = cfg.model.n_heads, cfg.model.n_encoder_layers
     for kind in ("encoder", "decoder", "cross"):
         for layer in range(n_layers):
             assert f"attention_diversity/{kind}/layer{layer}" in scalars
             for h in range(n_heads):
-                values = [e.value for e in events.Scalars(f"attention_entropy/{kind}/layer{layer}/head{h}")]
+                values = [
+                    e.value
+                    for e in events.Scalars(f"attention_entropy/{kind}/layer{layer}/head{h}")
+                ]
                 assert len(values) == 1 and 0 <= values[0] <= 1
         assert f"attention/{kind}/diversity" in images
-        assert {f"attention/{kind}/layer0/sentence0", f"attention/{kind}/layer{n_layers - 1}/sentence0"} <= set(images)
+        assert {
+            f"attention/{kind}/layer0/sentence0",
+            f"attention/{kind}/layer{n_layers - 1}/sentence0",
+        } <= set(images)
     image = events.Images("attention/cross/layer0/sentence0")[0]
     panel = (image.width + 2) // (n_heads + 1)  # the mean of heads, then each head, 2 pixels apart
-    assert panel * (n_heads + 1) == image.width + 2 and (panel - 2) % 3 == 0 and image.height % 3 == 0
-    assert "attention/sentences/text_summary" in events.Tags()["tensors"]  # the images' tokens, as text
+    assert (
+        panel * (n_heads + 1) == image.width + 2 and (panel - 2) % 3 == 0 and image.height % 3 == 0
+    )
+    assert (
+        "attention/sentences/text_summary" in events.Tags()["tensors"]
+    )  # the images' tokens, as text
     log = (tmp_path / "run" / "train.log").read_text()
     assert "attention diagnostics: " in log and "% of the validation's" in log
 
 
 def test_switched_off_nothing_is_logged(prepared, tmp_path):
-    cfg = variant(prepared, tmp_path / "run", "train.max_updates=2", "train.eval_every=2", "diagnostics.enabled=false")
+    cfg = variant(
+        prepared,
+        tmp_path / "run",
+        "train.max_updates=2",
+        "train.eval_every=2",
+        "diagnostics.enabled=false",
+    )
     loop.run(cfg, quiet=True)
     events = EventAccumulator(str(tmp_path / "run" / "tensorboard")).Reload()
     assert not [t for t in events.Tags()["scalars"] if t.startswith("attention")]
@@ -62,7 +86,9 @@ def test_warnings_come_once_per_condition_and_layer(prepared, tmp_path):
     from translator.model.transformer import Transformer
     from translator.prepare import load_manifest, prepared_dir
 
-    cfg = variant(prepared, tmp_path / "run", "diagnostics.sentences=4", "diagnostics.image_sentences=0")
+    cfg = variant(
+        prepared, tmp_path / "run", "diagnostics.sentences=4", "diagnostics.image_sentences=0"
+    )
     tokenizer = Tokenizer(prepared_dir(cfg.data) / load_manifest(cfg.data)["vocab"]["src"]["file"])
     cfg.model.vocab_size = tokenizer.vocab_size
     model = Transformer(cfg.model).eval()
@@ -72,15 +98,20 @@ def test_warnings_come_once_per_condition_and_layer(prepared, tmp_path):
         K = attn.d_head
         for proj in (attn.q_proj, attn.k_proj):
             proj.weight[:K] *= 4  # sharper than uniform, so not set aside as near-uniform
-            proj.weight[K:2 * K] = proj.weight[:K]
-            proj.bias[K:2 * K] = proj.bias[:K]
+            proj.weight[K : 2 * K] = proj.weight[:K]
+            proj.bias[K : 2 * K] = proj.bias[:K]
     monitor, metrics = AttentionMonitor(cfg, tokenizer), Lines()
     monitor.check_scales(model, metrics)
-    assert metrics.lines == [metrics.lines[0]] and "encoder self-attention layer 1: Q and K" in metrics.lines[0]
+    assert (
+        metrics.lines == [metrics.lines[0]]
+        and "encoder self-attention layer 1: Q and K" in metrics.lines[0]
+    )
     assert "differ in scale 3.0x" in metrics.lines[0]
     monitor.log(model, 10, metrics)
     duplicate = [m for m in metrics.lines if "attend alike" in m]
-    assert any(m.startswith("warning: cross-attention layer 0: heads 0=1 attend alike") for m in duplicate), metrics.lines
+    assert any(
+        m.startswith("warning: cross-attention layer 0: heads 0=1 attend alike") for m in duplicate
+    ), metrics.lines
     assert not [m for m in duplicate if "encoder" in m and "heads 0=1" in m]
     count = len(metrics.lines)
     monitor.log(model, 20, metrics)  # the same conditions again: no new line

@@ -17,15 +17,25 @@ from translator.train.distributed import Dist
 from translator.train.schedule import learning_rate
 from translator.train.session import setup
 
-SETTINGS = ("model.dropout=0.0", "train.max_tokens=512", "train.max_updates=4", "train.eval_every=4",
-            "train.log_every=2")
+SETTINGS = (
+    "model.dropout=0.0",
+    "train.max_tokens=512",
+    "train.max_updates=4",
+    "train.eval_every=4",
+    "train.log_every=2",
+)
 
 
 def _worker(rank: int, cfg, port: int, out_dir: str) -> None:
     """One process of `torchrun --nproc_per_node 2`: the same environment, then `train`."""
     torch.set_num_threads(1)
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE="2",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
     model = loop.run(cfg, quiet=True)
     torch.save(model.state_dict(), os.path.join(out_dir, f"rank{rank}.pt"))
 
@@ -70,7 +80,9 @@ def test_two_gloo_processes_train_as_one(prepared, tmp_path):
     for name, tensor in rank0.items():
         assert torch.equal(tensor, rank1[name]), f"ranks differ in {name}"
 
-    reference, norms, losses = single_process_reference(variant(prepared, tmp_path / "reference", *SETTINGS))
+    reference, norms, losses = single_process_reference(
+        variant(prepared, tmp_path / "reference", *SETTINGS)
+    )
     start = setup(variant(prepared, tmp_path / "initial", *SETTINGS), quiet=True)
     start.metrics.close()
     assert not torch.equal(rank0["out_proj.weight"], start.model.out_proj.weight)  # it did train
@@ -80,10 +92,14 @@ def test_two_gloo_processes_train_as_one(prepared, tmp_path):
     run_dir = tmp_path / "run"
     # Adam hides a wrongly scaled gradient; the logged norms and losses (updates 2 and 4) do not
     assert logged(run_dir, "train/grad_norm") == pytest.approx([norms[1], norms[3]], rel=1e-4)
-    window_means = [sum(x for x, _ in pair) / sum(n for _, n in pair) for pair in (losses[:2], losses[2:])]
+    window_means = [
+        sum(x for x, _ in pair) / sum(n for _, n in pair) for pair in (losses[:2], losses[2:])
+    ]
     assert logged(run_dir, "train/loss") == pytest.approx(window_means, rel=1e-5)
     assert len(list((run_dir / "tensorboard").iterdir())) == 1  # rank 1 wrote no events
     log = (run_dir / "train.log").read_text()
     assert log.count("model: ") == 1 and "2 x cpu" in log and "validation at update 4" in log
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["sessions"][0]["world_size"] == 2 and manifest["sessions"][0]["last_update"] == 4
+    assert (
+        manifest["sessions"][0]["world_size"] == 2 and manifest["sessions"][0]["last_update"] == 4
+    )

@@ -28,15 +28,22 @@ def test_data_position_resumes_mid_epoch_and_rolls_into_the_next(prepared):
     again = loop.TrainBatches(cfg, Dist(torch.device("cpu"))).take(saved, 4)
     for a, b in zip(straight, again):
         assert torch.equal(a.src, b.src) and torch.equal(a.tgt_out, b.tgt_out)
-    assert [b.tolist() for b in data.epoch(1)] != [b.tolist() for b in data.epoch(0)]  # shuffled anew
+    assert [b.tolist() for b in data.epoch(1)] != [
+        b.tolist() for b in data.epoch(0)
+    ]  # shuffled anew
 
 
 def test_positions_too_few_for_the_training_data_are_refused_before_training(prepared):
     longest = loop.TrainBatches(prepared, Dist(torch.device("cpu")))
     need = int(max(longest.src.lengths.max(), longest.tgt.lengths.max())) + 1
-    loop.TrainBatches(variant(prepared, "unused", f"model.max_positions={need}"), Dist(torch.device("cpu")))
+    loop.TrainBatches(
+        variant(prepared, "unused", f"model.max_positions={need}"), Dist(torch.device("cpu"))
+    )
     with pytest.raises(TranslatorError, match=f"up to {need} positions.*use at least {need}"):
-        loop.TrainBatches(variant(prepared, "unused", f"model.max_positions={need - 1}"), Dist(torch.device("cpu")))
+        loop.TrainBatches(
+            variant(prepared, "unused", f"model.max_positions={need - 1}"),
+            Dist(torch.device("cpu")),
+        )
 
 
 def test_max_epochs_keep_last_and_a_skipped_update(prepared, tmp_path, monkeypatch):
@@ -51,14 +58,26 @@ def test_max_epochs_keep_last_and_a_skipped_update(prepared, tmp_path, monkeypat
 
     monkeypatch.setattr(loop, "loss_sums", overflow_on_second_update)
     run_dir = tmp_path / "run"
-    cfg = variant(prepared, run_dir, "train.max_tokens=8192", "train.max_epochs=1", "train.max_updates=1000",
-                  "train.eval_every=2", "train.log_every=1", "train.keep_last=1")
+    cfg = variant(
+        prepared,
+        run_dir,
+        "train.max_tokens=8192",
+        "train.max_epochs=1",
+        "train.max_updates=1000",
+        "train.eval_every=2",
+        "train.log_every=1",
+        "train.keep_last=1",
+    )
     loop.run(cfg, quiet=True)
     last = checkpoint.read(run_dir / "last.pt")["state"]["train"]
     per_epoch = len(loop.TrainBatches(cfg, Dist(torch.device("cpu"))).epoch(0))
     assert (last["step"], last["epoch"], last["batch_index"]) == (per_epoch, 1, 0)
     assert last["skipped_steps"] == 1
-    assert sorted(p.name for p in run_dir.glob("*.pt")) == ["best.pt", "last.pt", f"step-{last['step']}.pt"]
+    assert sorted(p.name for p in run_dir.glob("*.pt")) == [
+        "best.pt",
+        "last.pt",
+        f"step-{last['step']}.pt",
+    ]
     log = (run_dir / "train.log").read_text()
     assert "update 2: non-finite loss (inf)" in log and "(1 skipped so far)" in log
     assert f"stopped at update {last['step']} (max_epochs); 1 updates skipped" in log
@@ -66,20 +85,36 @@ def test_max_epochs_keep_last_and_a_skipped_update(prepared, tmp_path, monkeypat
 
 def test_early_stopping_after_patience_validations_without_gain(prepared, tmp_path):
     run_dir = tmp_path / "run"
-    cfg = variant(prepared, run_dir, "train.lr=0.0", "train.eval_every=1", "train.patience=2",
-                  "train.max_updates=50")
+    cfg = variant(
+        prepared,
+        run_dir,
+        "train.lr=0.0",
+        "train.eval_every=1",
+        "train.patience=2",
+        "train.max_updates=50",
+    )
     loop.run(cfg, quiet=True)
     state = checkpoint.read(run_dir / "last.pt")["state"]["train"]
-    assert state["step"] == 3 and state["bad_evals"] == 2  # update 1 sets the best; 2 and 3 do not beat it
-    assert json.loads((run_dir / "manifest.json").read_text())["sessions"][0]["end_reason"] == "early stopping"
+    assert (
+        state["step"] == 3 and state["bad_evals"] == 2
+    )  # update 1 sets the best; 2 and 3 do not beat it
+    assert (
+        json.loads((run_dir / "manifest.json").read_text())["sessions"][0]["end_reason"]
+        == "early stopping"
+    )
 
 
 def test_time_limit_validates_saves_and_stops(prepared, tmp_path):
     run_dir = tmp_path / "run"
-    loop.run(variant(prepared, run_dir, "train.max_minutes=1e-6", "train.max_updates=50"), quiet=True)
+    loop.run(
+        variant(prepared, run_dir, "train.max_minutes=1e-6", "train.max_updates=50"), quiet=True
+    )
     state = checkpoint.read(run_dir / "last.pt")["state"]["train"]
     assert state["step"] == 1 and state["last_valid_step"] == 1
-    assert json.loads((run_dir / "manifest.json").read_text())["sessions"][0]["end_reason"] == "max_minutes"
+    assert (
+        json.loads((run_dir / "manifest.json").read_text())["sessions"][0]["end_reason"]
+        == "max_minutes"
+    )
 
 
 @pytest.mark.cuda
@@ -87,12 +122,33 @@ def test_time_limit_validates_saves_and_stops(prepared, tmp_path):
 def test_cuda_auto_precision_run_logs_memory_and_resumes(prepared, tmp_path):
     """bf16 (or fp16 with a scaler) on CUDA, then 2 more updates from last.pt with the CUDA RNG restored."""
     run_dir = tmp_path / "run"
-    loop.run(variant(prepared, run_dir, "train.precision=auto", "train.device=cuda", "train.max_updates=4",
-                     "train.log_every=1", "model.gradient_checkpointing=true"), quiet=True)
-    loop.run(variant(prepared, run_dir, "train.precision=auto", "train.device=cuda", "train.max_updates=6",
-                     "train.log_every=1"), quiet=True)
+    loop.run(
+        variant(
+            prepared,
+            run_dir,
+            "train.precision=auto",
+            "train.device=cuda",
+            "train.max_updates=4",
+            "train.log_every=1",
+            "model.gradient_checkpointing=true",
+        ),
+        quiet=True,
+    )
+    loop.run(
+        variant(
+            prepared,
+            run_dir,
+            "train.precision=auto",
+            "train.device=cuda",
+            "train.max_updates=6",
+            "train.log_every=1",
+        ),
+        quiet=True,
+    )
     payload = checkpoint.read(run_dir / "last.pt")
-    assert payload["state"]["train"]["step"] == 6 and payload["state"]["train"]["skipped_steps"] == 0
+    assert (
+        payload["state"]["train"]["step"] == 6 and payload["state"]["train"]["skipped_steps"] == 0
+    )
     assert payload["state"]["train"]["rng"][0]["cuda"]
     log = (run_dir / "train.log").read_text()
     assert "gpu_mem_gb" in log and "precision torch.float32" not in log
@@ -112,7 +168,9 @@ def test_manifest_tells_the_last_saved_update_after_a_failed_save(prepared, tmp_
     monkeypatch.setattr(session, "save_checkpoints", disk_full_on_second_save)
     run_dir = tmp_path / "run"
     with pytest.raises(OSError):
-        loop.run(variant(prepared, run_dir, "train.eval_every=1", "train.max_updates=5"), quiet=True)
+        loop.run(
+            variant(prepared, run_dir, "train.eval_every=1", "train.max_updates=5"), quiet=True
+        )
     (record,) = json.loads((run_dir / "manifest.json").read_text())["sessions"]
     assert (record["last_update"], record["saved_update"], record["end_reason"]) == (2, 1, "error")
     assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 1
@@ -128,12 +186,16 @@ def test_loss_sums_are_the_smoothed_cross_entropy_and_the_plain_nll_over_non_pad
     loss, nll = loop.loss_sums(lambda src, tgt_in, src_mask: logits, batch, eps)
     log_probs = logits.log_softmax(-1)
     expected_loss, expected_nll = 0.0, 0.0
-    for (b, t), target in zip(torch.cartesian_prod(*map(torch.arange, batch.tgt_out.shape)).tolist(),
-                              batch.tgt_out.flatten().tolist()):
+    for (b, t), target in zip(
+        torch.cartesian_prod(*map(torch.arange, batch.tgt_out.shape)).tolist(),
+        batch.tgt_out.flatten().tolist(),
+    ):
         if target == 0:  # PAD
             continue
         expected_nll -= log_probs[b, t, target].item()
-        expected_loss -= (1 - eps) * log_probs[b, t, target].item() + eps * log_probs[b, t].mean().item()
+        expected_loss -= (1 - eps) * log_probs[b, t, target].item() + eps * log_probs[
+            b, t
+        ].mean().item()
     assert (batch.tgt_out != 0).sum() == 6  # targets + EOS; the padding is skipped
     torch.testing.assert_close(nll.item(), expected_nll, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(loss.item(), expected_loss, rtol=1e-5, atol=1e-5)
@@ -144,7 +206,9 @@ def test_best_checkpoint_keeps_the_update_with_the_highest_bleu(prepared, tmp_pa
     from translator.train.validate import Validation
 
     bleus = iter([30.0, 20.0, 25.0])  # the best validation is the first
-    monkeypatch.setattr(session, "validate", lambda *a, **k: Validation(1.0, math.e, next(bleus), 50.0, "sig", []))
+    monkeypatch.setattr(
+        session, "validate", lambda *a, **k: Validation(1.0, math.e, next(bleus), 50.0, "sig", [])
+    )
     run_dir = tmp_path / "run"
     loop.run(variant(prepared, run_dir, "train.eval_every=1", "train.max_updates=3"), quiet=True)
     assert checkpoint.read(run_dir / "best.pt")["state"]["train"]["step"] == 1
@@ -156,9 +220,14 @@ def test_patience_counts_validations_in_a_row_without_gain(prepared, tmp_path, m
     from translator.train.validate import Validation
 
     bleus = iter([10.0, 5.0, 20.0, 15.0, 30.0, 25.0])  # never two validations in a row without gain
-    monkeypatch.setattr(session, "validate", lambda *a, **k: Validation(1.0, math.e, next(bleus), 50.0, "sig", []))
+    monkeypatch.setattr(
+        session, "validate", lambda *a, **k: Validation(1.0, math.e, next(bleus), 50.0, "sig", [])
+    )
     run_dir = tmp_path / "run"
-    loop.run(variant(prepared, run_dir, "train.eval_every=1", "train.patience=2", "train.max_updates=6"), quiet=True)
+    loop.run(
+        variant(prepared, run_dir, "train.eval_every=1", "train.patience=2", "train.max_updates=6"),
+        quiet=True,
+    )
     state = checkpoint.read(run_dir / "last.pt")["state"]["train"]
     assert (state["step"], state["bad_evals"]) == (6, 1)
 
@@ -169,15 +238,21 @@ def test_keep_last_keeps_the_newest_numbered_checkpoints(tmp_path, monkeypatch):
     from translator import config
     from translator.train import state as train_state
 
-    monkeypatch.setattr(train_state.checkpoint, "save", lambda path, *a, **k: Path(path).write_text(Path(path).name))
+    monkeypatch.setattr(
+        train_state.checkpoint, "save", lambda path, *a, **k: Path(path).write_text(Path(path).name)
+    )
     cfg = config.load(None, ["train.keep_last=2"])
     for step in range(7, 13):  # across the 9 -> 10 digit boundary
         train_state.save_checkpoints(tmp_path, None, cfg, None, {}, step, best=step == 9)
     assert sorted(p.name for p in tmp_path.glob("step-*.pt")) == ["step-11.pt", "step-12.pt"]
-    assert (tmp_path / "last.pt").read_text() == "step-12.pt" and (tmp_path / "best.pt").read_text() == "step-9.pt"
+    assert (tmp_path / "last.pt").read_text() == "step-12.pt" and (
+        tmp_path / "best.pt"
+    ).read_text() == "step-9.pt"
 
 
-def test_each_process_has_its_own_dropout_stream_and_the_same_initial_weights(prepared, tmp_path, monkeypatch):
+def test_each_process_has_its_own_dropout_stream_and_the_same_initial_weights(
+    prepared, tmp_path, monkeypatch
+):
     from translator.train import distributed, session
 
     # no process group: DDP is not the point (nor waiting for rank 0: the data is prepared)
@@ -185,7 +260,9 @@ def test_each_process_has_its_own_dropout_stream_and_the_same_initial_weights(pr
     monkeypatch.setattr(distributed, "main_first", lambda d, work, what: work())
     draws, weights = [], []
     for rank in range(2):
-        monkeypatch.setattr(distributed, "init", lambda device, rank=rank: Dist(torch.device("cpu"), rank, 2))
+        monkeypatch.setattr(
+            distributed, "init", lambda device, rank=rank: Dist(torch.device("cpu"), rank, 2)
+        )
         s = session.setup(variant(prepared, tmp_path / "run"), quiet=True)
         s.metrics.close()
         draws.append(torch.rand(16))

@@ -59,10 +59,16 @@ def test_a_single_sentence_out_of_memory_is_skipped_and_counted(monkeypatch):
 
     s = session(sgd=True)
     s.metrics = Lines()
-    inject_oom(monkeypatch, lambda batch: SRC[3] + [EOS_ID] in [row[row != PAD_ID].tolist() for row in batch.src])
+    inject_oom(
+        monkeypatch,
+        lambda batch: SRC[3] + [EOS_ID] in [row[row != PAD_ID].tolist() for row in batch.src],
+    )
     before = {k: v.detach().clone() for k, v in s.model.named_parameters()}
     _, _, _, ok = loop.train_step(s, [BOTH], tokens)
     got = {k: v.detach() - before[k] for k, v in s.model.named_parameters()}
     assert ok and s.state.oom_skipped == 1 and s.state.oom_splits == 3  # 8 -> 4 -> 2 -> 1
     assert_close(got, expected, atol=1e-6, rtol=1e-5)
-    assert "out of memory on a single sentence" in s.metrics.lines[-1] and "skipped (1 skipped so far)" in s.metrics.lines[-1]
+    assert (
+        "out of memory on a single sentence" in s.metrics.lines[-1]
+        and "skipped (1 skipped so far)" in s.metrics.lines[-1]
+    )

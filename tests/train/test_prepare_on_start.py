@@ -20,18 +20,39 @@ from translator.train import loop
 
 def small_config(source: Path, root: Path, *overrides: str) -> config.Config:
     """configs/tiny.yaml shrunk to a two-update run on a small local source, data not yet prepared."""
-    return config.load(REPO / "configs" / "tiny.yaml", [
-        f"data.source={source}", f"data.data_dir={root / 'data'}", "data.splits.valid=valid",
-        "data.vocab_size=200", "model.d_model=32", "model.d_ff=64", "model.n_heads=2", "model.max_positions=128",
-        f"train.run_dir={root / 'run'}", "train.max_updates=2", "train.eval_every=2", "train.warmup_steps=2",
-        "train.max_tokens=512", "train.valid_bleu_sentences=4", "train.precision=fp32", *overrides])
+    return config.load(
+        REPO / "configs" / "tiny.yaml",
+        [
+            f"data.source={source}",
+            f"data.data_dir={root / 'data'}",
+            "data.splits.valid=valid",
+            "data.vocab_size=200",
+            "model.d_model=32",
+            "model.d_ff=64",
+            "model.n_heads=2",
+            "model.max_positions=128",
+            f"train.run_dir={root / 'run'}",
+            "train.max_updates=2",
+            "train.eval_every=2",
+            "train.warmup_steps=2",
+            "train.max_tokens=512",
+            "train.valid_bleu_sentences=4",
+            "train.precision=fp32",
+            *overrides,
+        ],
+    )
 
 
 def _worker(rank: int, cfg: config.Config, port: int, out_dir: str) -> None:
     """One process of `torchrun --nproc_per_node 2 -m translator train`, recording who prepared."""
     torch.set_num_threads(1)
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE="2",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
     real = prepare.run
 
     def counted(*args, **kwargs):
@@ -49,8 +70,9 @@ def _worker(rank: int, cfg: config.Config, port: int, out_dir: str) -> None:
 
 def spawn_two(cfg: config.Config, out_dir: Path, deadline_s: float = 300) -> None:
     """Run both ranks; fail (rather than hang the suite) if they have not finished by the deadline."""
-    context = mp.start_processes(_worker, args=(cfg, free_port(), str(out_dir)), nprocs=2, join=False,
-                                 start_method="spawn")
+    context = mp.start_processes(
+        _worker, args=(cfg, free_port(), str(out_dir)), nprocs=2, join=False, start_method="spawn"
+    )
     deadline = time.time() + deadline_s
     while not context.join(timeout=1):
         if time.time() > deadline:
@@ -74,10 +96,15 @@ def test_a_failing_prepare_on_rank_0_stops_every_rank(tmp_path):
     splits = small_splits()
     del splits["test"]  # rank 0's prepare fails at the missing split
     source = write_text_corpus(tmp_path / "corpus", splits)
-    spawn_two(small_config(source, tmp_path), tmp_path, deadline_s=120)  # far below the barrier's timeout
+    spawn_two(
+        small_config(source, tmp_path), tmp_path, deadline_s=120
+    )  # far below the barrier's timeout
     mine, theirs = (tmp_path / "error0").read_text(), (tmp_path / "error1").read_text()
     assert "test" in mine
-    assert theirs == f"rank 1: rank 0 failed while preparing the data: {mine} (see rank 0's error above)"
+    assert (
+        theirs
+        == f"rank 1: rank 0 failed while preparing the data: {mine} (see rank 0's error above)"
+    )
     assert not (tmp_path / "data" / "multi30k-tiny").exists() and not (tmp_path / "run").exists()
 
 
@@ -86,7 +113,9 @@ def test_data_prepared_with_other_settings_is_refused_and_left_alone(tmp_path):
     prepare.run(small_config(source, tmp_path), quiet=True)
     manifest = tmp_path / "data" / "multi30k-tiny" / "manifest.json"
     made = manifest.stat().st_mtime_ns
-    with pytest.raises(TranslatorError, match=r"data\.vocab_size: 200 there, 300 here.*another data\.name"):
+    with pytest.raises(
+        TranslatorError, match=r"data\.vocab_size: 200 there, 300 here.*another data\.name"
+    ):
         loop.run(small_config(source, tmp_path, "data.vocab_size=300"), quiet=True)
     assert manifest.stat().st_mtime_ns == made and not (tmp_path / "run").exists()
 
@@ -99,4 +128,6 @@ def test_a_directory_that_is_not_prepared_data_is_not_replaced(tmp_path):
     theirs.write_text("mine")
     with pytest.raises(TranslatorError, match="no manifest.json"):
         loop.run(cfg, quiet=True)
-    assert [p.name for p in theirs.parent.iterdir()] == ["notes.txt"] and theirs.read_text() == "mine"
+    assert [p.name for p in theirs.parent.iterdir()] == [
+        "notes.txt"
+    ] and theirs.read_text() == "mine"

@@ -17,8 +17,14 @@ from translator.errors import TranslatorError
 from translator.train import loop
 from translator.train.metrics import Metrics
 
-SETTINGS = ("model.dropout=0.1", "train.max_tokens=512", "train.grad_accum_steps=2", "train.log_every=1",
-            "train.max_updates=6", "train.eval_every=3")
+SETTINGS = (
+    "model.dropout=0.1",
+    "train.max_tokens=512",
+    "train.grad_accum_steps=2",
+    "train.log_every=1",
+    "train.max_updates=6",
+    "train.eval_every=3",
+)
 
 
 def interrupt_at(monkeypatch, step: int, sig: signal.Signals = signal.SIGINT) -> None:
@@ -36,7 +42,9 @@ def interrupt_at(monkeypatch, step: int, sig: signal.Signals = signal.SIGINT) ->
 
 
 def scalars(run_dir, tag: str) -> list[tuple[int, float]]:
-    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
+    events = EventAccumulator(
+        str(run_dir / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0}
+    )
     events.Reload()
     return [(e.step, e.value) for e in events.Scalars(tag)]
 
@@ -63,7 +71,10 @@ def test_interrupt_saves_a_resumable_checkpoint(runs):
     assert stopped["tokenizer"]["sha256"] and stopped["config"]["train"]["max_updates"] == 6
     sessions = json.loads((resumed / "manifest.json").read_text())["sessions"]
     assert [s["end_reason"] for s in sessions] == ["interrupted", "max_updates"]
-    assert [(s["first_update"], s["last_update"], s["saved_update"]) for s in sessions] == [(0, 2, 2), (2, 6, 6)]
+    assert [(s["first_update"], s["last_update"], s["saved_update"]) for s in sessions] == [
+        (0, 2, 2),
+        (2, 6, 6),
+    ]
 
 
 def test_resumed_run_equals_uninterrupted_bit_for_bit(runs):
@@ -79,7 +90,14 @@ def test_resumed_run_equals_uninterrupted_bit_for_bit(runs):
 
 def test_resumed_run_logs_the_same_losses(runs):
     straight, resumed, _ = runs
-    for tag in ("train/loss", "train/ppl", "train/lr", "train/grad_norm", "valid/loss", "valid/bleu"):
+    for tag in (
+        "train/loss",
+        "train/ppl",
+        "train/lr",
+        "train/grad_norm",
+        "valid/loss",
+        "valid/bleu",
+    ):
         assert scalars(straight, tag) == scalars(resumed, tag), tag
     assert [step for step, _ in scalars(resumed, "train/loss")] == [1, 2, 3, 4, 5, 6]
 
@@ -93,7 +111,9 @@ def test_tensorboard_holds_the_issue_s_metrics(runs):
         assert f"train/{name}" in tags["scalars"], name
     for name in ("loss", "ppl", "bleu", "chrf"):
         assert [step for step, _ in scalars(straight, f"valid/{name}")] == [3, 6], name
-    assert "valid/samples/text_summary" in tags["tensors"] and "config/text_summary" in tags["tensors"]
+    assert (
+        "valid/samples/text_summary" in tags["tensors"] and "config/text_summary" in tags["tensors"]
+    )
     sample = events.Tensors("valid/samples/text_summary")[0].tensor_proto.string_val[0].decode()
     assert "**source:** " in sample and "**reference:** " in sample
     assert "_hparams_/experiment" in tags["tensors"] + list(events.summary_metadata)
@@ -104,7 +124,10 @@ def test_tensorboard_holds_the_issue_s_metrics(runs):
 def test_resume_refuses_another_architecture(runs, prepared):
     straight, _, _ = runs
     with pytest.raises(TranslatorError, match=r"architecture differs.*model.d_model: 64 -> 32"):
-        loop.run(variant(prepared, straight, *SETTINGS, "model.d_model=32", "train.max_updates=7"), quiet=True)
+        loop.run(
+            variant(prepared, straight, *SETTINGS, "model.d_model=32", "train.max_updates=7"),
+            quiet=True,
+        )
 
 
 def test_resume_refuses_another_tokenizer(runs, prepared, tmp_path):
@@ -122,28 +145,52 @@ def test_resume_allows_training_only_model_changes(runs, prepared, tmp_path):
     straight, _, _ = runs
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "last.pt").write_bytes((straight / "last.pt").read_bytes())
-    model = loop.run(variant(prepared, tmp_path / "run", *SETTINGS, "model.dropout=0.0",
-                             "model.gradient_checkpointing=true", "train.max_updates=7", "train.eval_every=100"),
-                     quiet=True)
+    model = loop.run(
+        variant(
+            prepared,
+            tmp_path / "run",
+            *SETTINGS,
+            "model.dropout=0.0",
+            "model.gradient_checkpointing=true",
+            "train.max_updates=7",
+            "train.eval_every=100",
+        ),
+        quiet=True,
+    )
     assert checkpoint.read(tmp_path / "run" / "last.pt")["state"]["train"]["step"] == 7
     assert model.cfg.gradient_checkpointing
 
 
 def test_resume_says_when_batch_order_settings_changed(runs, prepared, tmp_path):
     straight, resumed, _ = runs
-    assert "resuming with train." not in (resumed / "train.log").read_text()  # same settings: nothing to say
+    assert (
+        "resuming with train." not in (resumed / "train.log").read_text()
+    )  # same settings: nothing to say
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "last.pt").write_bytes((straight / "last.pt").read_bytes())
-    loop.run(variant(prepared, tmp_path / "run", *SETTINGS, "train.max_tokens=256", "train.max_updates=7",
-                     "train.eval_every=100"), quiet=True)
+    loop.run(
+        variant(
+            prepared,
+            tmp_path / "run",
+            *SETTINGS,
+            "train.max_tokens=256",
+            "train.max_updates=7",
+            "train.eval_every=100",
+        ),
+        quiet=True,
+    )
     log = (tmp_path / "run" / "train.log").read_text()
-    assert "resuming with train.max_tokens 512 -> 256: the rest of this epoch's batches differ" in log
+    assert (
+        "resuming with train.max_tokens 512 -> 256: the rest of this epoch's batches differ" in log
+    )
 
 
 def test_a_corrupt_last_checkpoint_says_how_to_go_on(prepared, tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "last.pt").write_bytes(b"PK\x03\x04 cut short")
-    with pytest.raises(TranslatorError, match="cannot resume: not a readable checkpoint.*copy a step-N.pt over it"):
+    with pytest.raises(
+        TranslatorError, match="cannot resume: not a readable checkpoint.*copy a step-N.pt over it"
+    ):
         loop.run(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)
 
 
@@ -154,18 +201,20 @@ def test_sigterm_saves_and_stops_like_ctrl_c(prepared, tmp_path, monkeypatch):
     assert "stopped at update 2 (interrupted)" in (tmp_path / "run" / "train.log").read_text()
 
 
-
-
 def test_logged_perplexity_is_that_of_the_unsmoothed_loss(runs):
     straight, _, _ = runs
-    nll, ppl, loss = (dict(scalars(straight, f"train/{name}")) for name in ("nll_loss", "ppl", "loss"))
+    nll, ppl, loss = (
+        dict(scalars(straight, f"train/{name}")) for name in ("nll_loss", "ppl", "loss")
+    )
     assert nll.keys() == ppl.keys() == loss.keys() and nll
     for step in nll:
         assert ppl[step] == pytest.approx(math.exp(nll[step]), rel=1e-4)
         assert nll[step] < loss[step]  # label smoothing (0.1) puts the training loss above the NLL
 
 
-def test_resume_with_another_process_count_skips_the_same_share_of_the_epoch(runs, prepared, tmp_path):
+def test_resume_with_another_process_count_skips_the_same_share_of_the_epoch(
+    runs, prepared, tmp_path
+):
     from translator.train import session
 
     _, _, stopped = runs  # 2 updates x 2 batches by 1 process
@@ -183,6 +232,8 @@ def test_resume_with_another_process_count_skips_the_same_share_of_the_epoch(run
 def test_resume_from_weights_only_is_refused_in_one_line(runs, prepared, tmp_path):
     straight, _, _ = runs
     (tmp_path / "run").mkdir()
-    checkpoint.average([straight / "last.pt"], tmp_path / "run" / "last.pt")  # no optimizer state, as average writes
+    checkpoint.average(
+        [straight / "last.pt"], tmp_path / "run" / "last.pt"
+    )  # no optimizer state, as average writes
     with pytest.raises(TranslatorError, match="holds no training state"):
         loop.run(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)

@@ -24,7 +24,9 @@ def test_cosine_ends_at_min_lr_and_passes_the_midpoint():
     cfg = TrainConfig(lr=1e-3, min_lr=1e-5, warmup_steps=10, max_updates=110, schedule="cosine")
     assert learning_rate(10, cfg) == pytest.approx(1e-3)
     assert learning_rate(60, cfg) == pytest.approx((1e-3 + 1e-5) / 2)
-    assert learning_rate(110, cfg) == pytest.approx(1e-5) and learning_rate(500, cfg) == pytest.approx(1e-5)
+    assert learning_rate(110, cfg) == pytest.approx(1e-5) and learning_rate(
+        500, cfg
+    ) == pytest.approx(1e-5)
     lrs = [learning_rate(step, cfg) for step in range(10, 111)]
     assert all(a >= b for a, b in zip(lrs, lrs[1:]))
 

@@ -21,22 +21,47 @@ CPU = torch.device("cpu")
 
 def session(*overrides: str, sgd: bool = False, device: torch.device = CPU) -> Session:
     """A tiny model (vocab 40) with its optimizer; SGD(lr=1) makes the update equal to minus the gradient."""
-    cfg = config.load(None, ["model.vocab_size=40", "model.d_model=32", "model.n_heads=4", "model.d_ff=64",
-                             "model.n_encoder_layers=1", "model.n_decoder_layers=1", "model.dropout=0.0",
-                             "train.precision=fp32", *overrides])
+    cfg = config.load(
+        None,
+        [
+            "model.vocab_size=40",
+            "model.d_model=32",
+            "model.n_heads=4",
+            "model.d_ff=64",
+            "model.n_encoder_layers=1",
+            "model.n_decoder_layers=1",
+            "model.dropout=0.0",
+            "train.precision=fp32",
+            *overrides,
+        ],
+    )
     torch.manual_seed(0)
     model = Transformer(cfg.model).to(device)
-    optimizer = (torch.optim.SGD(model.parameters(), lr=1.0) if sgd else
-                 torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-9))
+    optimizer = (
+        torch.optim.SGD(model.parameters(), lr=1.0)
+        if sgd
+        else torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-9)
+    )
     dtype = amp_dtype(cfg.train.precision, device)
-    return Session(cfg=cfg, model=model, net=model, optimizer=optimizer, scaler=grad_scaler(device, dtype),
-                   tokenizer=None, dist=Dist(device), dtype=dtype, run_dir=Path("unused"))
+    return Session(
+        cfg=cfg,
+        model=model,
+        net=model,
+        optimizer=optimizer,
+        scaler=grad_scaler(device, dtype),
+        tokenizer=None,
+        dist=Dist(device),
+        dtype=dtype,
+        run_dir=Path("unused"),
+    )
 
 
 def sentences(n: int, seed: int) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
-    return [torch.randint(4, 40, (int(torch.randint(2, 12, (1,), generator=g)),), generator=g).tolist()
-            for _ in range(n)]
+    return [
+        torch.randint(4, 40, (int(torch.randint(2, 12, (1,), generator=g)),), generator=g).tolist()
+        for _ in range(n)
+    ]
 
 
 SRC, TGT = sentences(8, 1), sentences(8, 2)
@@ -53,7 +78,9 @@ def update(s: Session, batches) -> tuple[dict[str, torch.Tensor], float, bool]:
 
 
 def total_norm(delta: dict[str, torch.Tensor]) -> float:
-    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(d) for d in delta.values()])))
+    return float(
+        torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(d) for d in delta.values()]))
+    )
 
 
 def assert_close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], **tol) -> None:
@@ -134,7 +161,10 @@ def test_gradient_checkpointing_computes_the_same_update_with_dropout():
 
 def test_precision_choice_on_cpu():
     assert amp_dtype("auto", CPU) is None and amp_dtype("bf16", CPU) == torch.bfloat16
-    assert not grad_scaler(CPU, torch.bfloat16).is_enabled() and grad_scaler(CPU, torch.float16).is_enabled()
+    assert (
+        not grad_scaler(CPU, torch.bfloat16).is_enabled()
+        and grad_scaler(CPU, torch.float16).is_enabled()
+    )
 
 
 @pytest.mark.cuda
@@ -147,8 +177,6 @@ def test_cuda_auto_precision_trains_and_matches_fp32_gradient_norm():
     _, norm, ok = update(s, [BOTH.to(cuda)])
     _, fp32_norm, _ = update(session(device=cuda), [BOTH.to(cuda)])
     assert ok and norm == pytest.approx(fp32_norm, rel=0.05)
-
-
 
 
 class RecordingDDP(torch.nn.Module):

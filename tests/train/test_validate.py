@@ -21,8 +21,13 @@ from translator.translate import translate_lines
 
 
 def test_validation_loss_and_bleu_are_recomputable(prepared):
-    cfg = variant(prepared, "unused", "train.valid_bleu_sentences=16", "train.valid_beam_size=1",
-                  "train.label_smoothing=0.3")
+    cfg = variant(
+        prepared,
+        "unused",
+        "train.valid_bleu_sentences=16",
+        "train.valid_beam_size=1",
+        "train.label_smoothing=0.3",
+    )
     folder = prepared_dir(cfg.data)
     tokenizer = Tokenizer(folder / "spm.model")
     cfg.model.vocab_size = tokenizer.vocab_size
@@ -35,12 +40,15 @@ def test_validation_loss_and_bleu_are_recomputable(prepared):
     src, tgt = TokenArray(folder / "valid.src"), TokenArray(folder / "valid.tgt")
     total, tokens = 0.0, 0
     with torch.no_grad():
-        for start in range(0, len(src), 64):  # other batches than validate's: the sum does not depend on them
+        for start in range(
+            0, len(src), 64
+        ):  # other batches than validate's: the sum does not depend on them
             rows = range(start, min(start + 64, len(src)))
             batch = make_batch([src[i] for i in rows], [tgt[i] for i in rows])
             logits = model(batch.src, batch.tgt_in, batch.src_mask)
-            total += F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID,
-                                     reduction="sum").item()  # no label smoothing, whatever training uses
+            total += F.cross_entropy(
+                logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID, reduction="sum"
+            ).item()  # no label smoothing, whatever training uses
             tokens += batch.n_tgt_tokens
     assert math.isclose(result.loss, total / tokens, rel_tol=1e-4)
     assert math.isclose(result.ppl, math.exp(total / tokens), rel_tol=1e-4)
@@ -52,19 +60,29 @@ def test_validation_loss_and_bleu_are_recomputable(prepared):
         hyps = [h[0][0] for h in translate_lines(model, tokenizer, sources, decode)]
     expected = score(hyps, refs)
     assert (result.bleu, result.chrf) == (expected.bleu, expected.chrf)
-    assert [s[1] for s in result.samples] == hyps[:len(result.samples)]
+    assert [s[1] for s in result.samples] == hyps[: len(result.samples)]
 
 
 def test_validation_decodes_with_valid_beam_size_else_decode_beam_size(prepared, monkeypatch):
     import translator.train.validate as validate_module
 
     beams = []
-    monkeypatch.setattr(validate_module, "translate_lines",
-                        lambda model, tokenizer, lines, decode: beams.append(decode.beam_size) or [[("", 0.0)]] * len(lines))
+    monkeypatch.setattr(
+        validate_module,
+        "translate_lines",
+        lambda model, tokenizer, lines, decode: (
+            beams.append(decode.beam_size) or [[("", 0.0)]] * len(lines)
+        ),
+    )
     tokenizer = Tokenizer(prepared_dir(prepared.data) / "spm.model")
     for valid_beam in (1, 0):
-        cfg = variant(prepared, "unused", "decode.beam_size=4", f"train.valid_beam_size={valid_beam}",
-                      "train.valid_bleu_sentences=2")
+        cfg = variant(
+            prepared,
+            "unused",
+            "decode.beam_size=4",
+            f"train.valid_beam_size={valid_beam}",
+            "train.valid_bleu_sentences=2",
+        )
         cfg.model.vocab_size = tokenizer.vocab_size
         validate(Transformer(cfg.model), tokenizer, cfg, None)
     assert beams == [1, 4]
@@ -75,8 +93,16 @@ def test_validation_bleu_is_tokenized_for_the_target_language(prepared, monkeypa
     import translator.train.validate as validate_module
 
     hyp, ref = "我喜欢吃苹果。", "我喜欢吃香蕉。"
-    monkeypatch.setattr(validate_module, "translate_lines", lambda model, tokenizer, lines, decode: [[(hyp, 0.0)]] * len(lines))
-    monkeypatch.setattr(validate_module, "read_lines", lambda path: [ref if path.suffix == ".zh" else "I like apples."])
+    monkeypatch.setattr(
+        validate_module,
+        "translate_lines",
+        lambda model, tokenizer, lines, decode: [[(hyp, 0.0)]] * len(lines),
+    )
+    monkeypatch.setattr(
+        validate_module,
+        "read_lines",
+        lambda path: [ref if path.suffix == ".zh" else "I like apples."],
+    )
     cfg = variant(prepared, "unused", "data.tgt_lang=zh", "train.valid_bleu_sentences=1")
     tokenizer = Tokenizer(prepared_dir(cfg.data) / "spm.model")
     cfg.model.vocab_size = tokenizer.vocab_size
@@ -99,11 +125,12 @@ def test_valid_pairs_longer_than_the_positions_are_left_out_of_the_loss(prepared
     total, tokens = 0.0, 0
     with torch.no_grad():
         for start in range(0, len(fit), 50):
-            rows = fit[start:start + 50]
+            rows = fit[start : start + 50]
             batch = make_batch([src[i] for i in rows], [tgt[i] for i in rows])
             logits = model(batch.src, batch.tgt_in, batch.src_mask)
-            total += F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID,
-                                     reduction="sum").item()
+            total += F.cross_entropy(
+                logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID, reduction="sum"
+            ).item()
             tokens += batch.n_tgt_tokens
     assert math.isclose(result.loss, total / tokens, rel_tol=1e-4)
 
@@ -115,11 +142,23 @@ def test_training_says_at_start_up_that_valid_pairs_are_too_long_and_validates_a
     from translator.train import loop
 
     corpus = write_text_corpus(tmp_path / "corpus", small_splits(300))
-    overrides = ["data.max_tokens_per_side=23", "model.max_positions=24", "model.d_model=32", "model.d_ff=64",
-                 "model.n_heads=2", "model.n_encoder_layers=1", "model.n_decoder_layers=1",
-                 f"train.run_dir={tmp_path / 'run'}", "train.max_updates=2", "train.eval_every=2",
-                 "train.warmup_steps=1", "train.max_tokens=256", "train.valid_bleu_sentences=4",
-                 "train.precision=fp32", "train.device=cpu"]
+    overrides = [
+        "data.max_tokens_per_side=23",
+        "model.max_positions=24",
+        "model.d_model=32",
+        "model.d_ff=64",
+        "model.n_heads=2",
+        "model.n_encoder_layers=1",
+        "model.n_decoder_layers=1",
+        f"train.run_dir={tmp_path / 'run'}",
+        "train.max_updates=2",
+        "train.eval_every=2",
+        "train.warmup_steps=1",
+        "train.max_tokens=256",
+        "train.valid_bleu_sentences=4",
+        "train.precision=fp32",
+        "train.device=cpu",
+    ]
     cfg = tiny_config(corpus, tmp_path / "data", *overrides)
     prepare.run(cfg, quiet=True)
     loop.run(cfg, quiet=True)

@@ -46,12 +46,19 @@ def pad(seqs: list[list[int]], prefix: list[int] = (), suffix: list[int] = ()) -
 
 def make_batch(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> Batch:
     src = pad(src_ids, suffix=[EOS_ID])
-    return Batch(src, pad(tgt_ids, prefix=[BOS_ID]), pad(tgt_ids, suffix=[EOS_ID]), padding_mask(src))
+    return Batch(
+        src, pad(tgt_ids, prefix=[BOS_ID]), pad(tgt_ids, suffix=[EOS_ID]), padding_mask(src)
+    )
 
 
 def token_batches(
-    src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: int, epoch: int,
-    rank: int = 0, world_size: int = 1,
+    src_lens: np.ndarray,
+    tgt_lens: np.ndarray,
+    max_tokens: int,
+    seed: int,
+    epoch: int,
+    rank: int = 0,
+    world_size: int = 1,
 ) -> list[np.ndarray]:
     """Index arrays of one epoch's batches for this rank, in training order.
 

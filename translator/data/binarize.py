@@ -24,12 +24,15 @@ CHUNK = 20_000  # pairs per batch: large enough for vectorised work, small enoug
 Advance = Callable[[int], None]
 
 
-def clean_to_scratch(table, src_lang: str, tgt_lang: str, cleaner: Cleaner, scratch: Path,
-                     advance: Advance) -> int:
+def clean_to_scratch(
+    table, src_lang: str, tgt_lang: str, cleaner: Cleaner, scratch: Path, advance: Advance
+) -> int:
     """Write the pairs that pass the text rules to scratch/clean.{src,tgt}; returns their count."""
     count = 0
-    with open(scratch / "clean.src", "w", encoding="utf-8", newline="\n") as out_src, \
-            open(scratch / "clean.tgt", "w", encoding="utf-8", newline="\n") as out_tgt:
+    with (
+        open(scratch / "clean.src", "w", encoding="utf-8", newline="\n") as out_src,
+        open(scratch / "clean.tgt", "w", encoding="utf-8", newline="\n") as out_tgt,
+    ):
         for raw_src, raw_tgt in pair_batches(table, src_lang, tgt_lang, CHUNK):
             src, tgt = cleaner(raw_src, raw_tgt)
             if src:
@@ -40,14 +43,18 @@ def clean_to_scratch(table, src_lang: str, tgt_lang: str, cleaner: Cleaner, scra
     return count
 
 
-def scratch_chunks(scratch: Path, keep: np.ndarray, size: int = CHUNK) -> Iterator[tuple[list[str], list[str]]]:
+def scratch_chunks(
+    scratch: Path, keep: np.ndarray, size: int = CHUNK
+) -> Iterator[tuple[list[str], list[str]]]:
     """The kept (`keep` mask) pairs of the scratch files, `size` lines read at a time."""
-    with open(scratch / "clean.src", encoding="utf-8", newline="\n") as f_src, \
-            open(scratch / "clean.tgt", encoding="utf-8", newline="\n") as f_tgt:
+    with (
+        open(scratch / "clean.src", encoding="utf-8", newline="\n") as f_src,
+        open(scratch / "clean.tgt", encoding="utf-8", newline="\n") as f_tgt,
+    ):
         for start in range(0, len(keep), size):
             src = [line[:-1] for line in itertools.islice(f_src, size)]
             tgt = [line[:-1] for line in itertools.islice(f_tgt, size)]
-            mask = keep[start:start + len(src)]
+            mask = keep[start : start + len(src)]
             if not mask.all():
                 src = list(itertools.compress(src, mask))
                 tgt = list(itertools.compress(tgt, mask))
@@ -64,7 +71,9 @@ def sample_mask(keep: np.ndarray, size: int, seed: int) -> np.ndarray:
     return take
 
 
-def sample_lines(scratch: Path, take: np.ndarray, sides: tuple[str, ...], advance: Advance) -> Iterator[str]:
+def sample_lines(
+    scratch: Path, take: np.ndarray, sides: tuple[str, ...], advance: Advance
+) -> Iterator[str]:
     """Sentences of the sampled pairs, for SentencePiece: each pair gives one line per side in `sides`."""
     for src, tgt in scratch_chunks(scratch, take):
         for side in sides:
@@ -72,14 +81,28 @@ def sample_lines(scratch: Path, take: np.ndarray, sides: tuple[str, ...], advanc
         advance(len(src) * len(sides))
 
 
-def encode_to_ids(scratch: Path, keep: np.ndarray, out: Path, tokenizers: dict[str, Tokenizer],
-                  max_tokens: int, max_ratio: float, drops: Counter, advance: Advance) -> dict[str, int]:
+def encode_to_ids(
+    scratch: Path,
+    keep: np.ndarray,
+    out: Path,
+    tokenizers: dict[str, Tokenizer],
+    max_tokens: int,
+    max_ratio: float,
+    drops: Counter,
+    advance: Advance,
+) -> dict[str, int]:
     """Encode the kept pairs into out/train.{src,tgt}.{ids,offsets}.npy; returns pair and token counts."""
-    writers = {side: IdWriter(out / f"train.{side}", tokenizers[side].vocab_size) for side in ("src", "tgt")}
+    writers = {
+        side: IdWriter(out / f"train.{side}", tokenizers[side].vocab_size)
+        for side in ("src", "tgt")
+    }
     pairs = 0
     for src, tgt in scratch_chunks(scratch, keep):
         ids = {"src": tokenizers["src"].encode(src), "tgt": tokenizers["tgt"].encode(tgt)}
-        lengths = {side: np.fromiter(map(len, rows), dtype=np.int64, count=len(rows)) for side, rows in ids.items()}
+        lengths = {
+            side: np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+            for side, rows in ids.items()
+        }
         fits = length_filter(lengths["src"], lengths["tgt"], max_tokens, max_ratio, drops)
         for side, rows in ids.items():
             writers[side].append(rows if fits.all() else list(itertools.compress(rows, fits)))
@@ -87,4 +110,8 @@ def encode_to_ids(scratch: Path, keep: np.ndarray, out: Path, tokenizers: dict[s
         advance(len(src))
     for writer in writers.values():
         writer.close()
-    return {"pairs": pairs, "src_tokens": writers["src"].tokens, "tgt_tokens": writers["tgt"].tokens}
+    return {
+        "pairs": pairs,
+        "src_tokens": writers["src"].tokens,
+        "tgt_tokens": writers["tgt"].tokens,
+    }

@@ -19,7 +19,13 @@ from translator.config import DataConfig
 
 # rule names as the report shows them, in the order they are applied
 EMPTY, DEBRIS, HELD_OUT, DUPLICATE, TOO_LONG, RATIO = (
-    "empty side", "markup debris", "in valid/test", "duplicate pair", "too long", "length ratio")
+    "empty side",
+    "markup debris",
+    "in valid/test",
+    "duplicate pair",
+    "too long",
+    "length ratio",
+)
 RULES = (EMPTY, DEBRIS, HELD_OUT, DUPLICATE, TOO_LONG, RATIO)
 
 # C0/C1 controls that are not whitespace (CR, VT, FF, \x1c-\x1f and NEL separate words: \s makes them a space)
@@ -69,7 +75,9 @@ class Cleaner:
         self.held_out = {self.normalize(s) for s in held_out} if data.drop_held_out else set()
         self.drops = Counter(dict.fromkeys(RULES, 0))  # every rule shows in the report, zeros too
         self.pairs_in = 0
-        self._digests: list[bytes] = []  # joined per batch: one bytes object per batch, not per pair
+        self._digests: list[
+            bytes
+        ] = []  # joined per batch: one bytes object per batch, not per pair
 
     def normalize(self, text: str) -> str:
         return normalize(text, self.data.nfc, self.data.normalize_spaces)
@@ -98,7 +106,9 @@ class Cleaner:
         keep = np.ones(count, dtype=bool)
         if self.data.dedup and count:
             digests = np.frombuffer(b"".join(self._digests), dtype=np.uint64)
-            _, first = np.unique(digests, return_index=True)  # index of each digest's first occurrence
+            _, first = np.unique(
+                digests, return_index=True
+            )  # index of each digest's first occurrence
             keep[:] = False
             keep[first] = True
             self.drops[DUPLICATE] += count - len(first)
@@ -106,15 +116,18 @@ class Cleaner:
         return keep
 
 
-def length_filter(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, max_ratio: float,
-                  drops: Counter) -> np.ndarray:
+def length_filter(
+    src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, max_ratio: float, drops: Counter
+) -> np.ndarray:
     """(N,) bool: pairs within the token-length limits (0 = no limit); adds the dropped ones to `drops`."""
     too_long = np.zeros(len(src_lens), dtype=bool)
     if max_tokens:
         too_long = (src_lens > max_tokens) | (tgt_lens > max_tokens)
     skewed = np.zeros(len(src_lens), dtype=bool)
     if max_ratio:
-        skewed = np.maximum(src_lens, tgt_lens) > max_ratio * np.maximum(1, np.minimum(src_lens, tgt_lens))
+        skewed = np.maximum(src_lens, tgt_lens) > max_ratio * np.maximum(
+            1, np.minimum(src_lens, tgt_lens)
+        )
         skewed &= ~too_long
     drops[TOO_LONG] += int(too_long.sum())
     drops[RATIO] += int(skewed.sum())

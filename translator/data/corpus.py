@@ -78,20 +78,36 @@ def check_languages(table, src_lang: str, tgt_lang: str, where: str) -> None:
 
     found, schema = languages(table), table.data.schema
     if "translation" in schema.names and {src_lang, tgt_lang} & set(schema.names):
-        raise TranslatorError("records of two shapes: some with a 'translation' field, some flat", where,
-                              "give every record one shape")
+        raise TranslatorError(
+            "records of two shapes: some with a 'translation' field, some flat",
+            where,
+            "give every record one shape",
+        )
     for lang in (src_lang, tgt_lang):
         if lang not in found:
-            raise TranslatorError(f"language {lang!r} not in the data (found: {', '.join(found) or 'none'})",
-                                  where, "set data.src_lang / data.tgt_lang to codes the data has")
-        kind = (schema.field("translation").type.field(lang) if "translation" in schema.names
-                else schema.field(lang)).type
-        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)):
-            raise TranslatorError(f"the {lang!r} values are not all text (Arrow type {kind})", where,
-                                  "give every sentence as a string")
+            raise TranslatorError(
+                f"language {lang!r} not in the data (found: {', '.join(found) or 'none'})",
+                where,
+                "set data.src_lang / data.tgt_lang to codes the data has",
+            )
+        kind = (
+            schema.field("translation").type.field(lang)
+            if "translation" in schema.names
+            else schema.field(lang)
+        ).type
+        if not (
+            pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)
+        ):
+            raise TranslatorError(
+                f"the {lang!r} values are not all text (Arrow type {kind})",
+                where,
+                "give every sentence as a string",
+            )
 
 
-def pair_batches(table, src_lang: str, tgt_lang: str, batch_size: int = 20_000) -> Iterator[tuple[list, list]]:
+def pair_batches(
+    table, src_lang: str, tgt_lang: str, batch_size: int = 20_000
+) -> Iterator[tuple[list, list]]:
     """(sources, targets) lists of up to `batch_size` strings, streamed from the Arrow table."""
     import pyarrow.compute as pc
 
@@ -100,7 +116,9 @@ def pair_batches(table, src_lang: str, tgt_lang: str, batch_size: int = 20_000) 
         sides = []
         for lang in (src_lang, tgt_lang):
             column = pc.struct_field(batch["translation"], lang) if nested else batch[lang]
-            sides.append(pc.fill_null(column, "").to_pylist())  # a missing sentence is an empty side
+            sides.append(
+                pc.fill_null(column, "").to_pylist()
+            )  # a missing sentence is an empty side
         yield sides[0], sides[1]
 
 
@@ -131,10 +149,16 @@ def _load_hub(source: str, split: str, bars: bool):
     except Exception as err:  # noqa: BLE001 - any failure of a hub load gets the same advice
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         if "split" in first.lower() and "unknown" in first.lower():
-            raise TranslatorError(f"hub dataset {repo!r} has no split {split!r}: {first}", source,
-                                  "map ours with --set data.splits.NAME=THEIRS") from None
-        raise TranslatorError(f"cannot load hub dataset {repo!r}: {first}", source,
-                              "a hub source needs internet; offline, give a local path with --data PATH") from None
+            raise TranslatorError(
+                f"hub dataset {repo!r} has no split {split!r}: {first}",
+                source,
+                "map ours with --set data.splits.NAME=THEIRS",
+            ) from None
+        raise TranslatorError(
+            f"cannot load hub dataset {repo!r}: {first}",
+            source,
+            "a hub source needs internet; offline, give a local path with --data PATH",
+        ) from None
     finally:
         datasets.disable_progress_bars()
 
@@ -144,17 +168,26 @@ def _load_local(root: Path, split: str, data: DataConfig, cache_dir: Path | None
     os.environ["HF_HUB_OFFLINE"] = "1"
     datasets = _datasets()
     if not root.is_dir():
-        raise TranslatorError("data source is neither hf:NAME nor a directory", str(root),
-                              "give a directory of {split}.{lang} / .tsv / .jsonl files or hf:NAME[:CONFIG]")
+        raise TranslatorError(
+            "data source is neither hf:NAME nor a directory",
+            str(root),
+            "give a directory of {split}.{lang} / .tsv / .jsonl files or hf:NAME[:CONFIG]",
+        )
     if (root / "dataset_dict.json").is_file():
         saved = datasets.load_from_disk(str(root))
         if split not in saved:
-            raise TranslatorError(f"no split {split!r} (splits: {', '.join(saved)})", str(root),
-                                  "map ours with --set data.splits.NAME=THEIRS")
+            raise TranslatorError(
+                f"no split {split!r} (splits: {', '.join(saved)})",
+                str(root),
+                "map ours with --set data.splits.NAME=THEIRS",
+            )
         return saved[split]
     if (root / "state.json").is_file():
-        raise TranslatorError("a dataset saved without splits", str(root),
-                              "save a DatasetDict({'train': ..., 'valid': ..., 'test': ...}) with save_to_disk")
+        raise TranslatorError(
+            "a dataset saved without splits",
+            str(root),
+            "save a DatasetDict({'train': ..., 'valid': ..., 'test': ...}) with save_to_disk",
+        )
     langs = (data.src_lang, data.tgt_lang)
     kind, files = _split_files(root, split, langs)
     if kind == "text":
@@ -166,21 +199,35 @@ def _load_local(root: Path, split: str, data: DataConfig, cache_dir: Path | None
     texts = [_find(root, f"{split}.{lang}") for lang in langs]
     if any(texts):
         missing = langs[texts.index(None)]
-        raise TranslatorError(f"missing file {split}.{missing}", str(root),
-                              f"languages found for {split}: {', '.join(_langs_of(root, split)) or 'none'}")
-    raise TranslatorError(f"no files for split {split!r} ({split}.{{lang}}, {split}.tsv or {split}.jsonl)", str(root),
-                          f"splits found: {', '.join(_splits_of(root)) or 'none'}; map ours with "
-                          "--set data.splits.NAME=FOUND")
+        raise TranslatorError(
+            f"missing file {split}.{missing}",
+            str(root),
+            f"languages found for {split}: {', '.join(_langs_of(root, split)) or 'none'}",
+        )
+    raise TranslatorError(
+        f"no files for split {split!r} ({split}.{{lang}}, {split}.tsv or {split}.jsonl)",
+        str(root),
+        f"splits found: {', '.join(_splits_of(root)) or 'none'}; map ours with "
+        "--set data.splits.NAME=FOUND",
+    )
 
 
 def _load_text_pair(datasets, paths: list[Path], langs: tuple[str, str], cache_dir: Path | None):
     for path in paths:
         _check_not_empty(path)
-    sides = [lines_dataset(datasets, path, ({lang: lines} for lines in line_blocks(path)), [lang], cache_dir)
-             for path, lang in zip(paths, langs)]
+    sides = [
+        lines_dataset(
+            datasets, path, ({lang: lines} for lines in line_blocks(path)), [lang], cache_dir
+        )
+        for path, lang in zip(paths, langs)
+    ]
     if sides[0].num_rows != sides[1].num_rows:
-        raise TranslatorError(f"line counts differ: {paths[0]} has {sides[0].num_rows} lines, {paths[1]} has "
-                              f"{sides[1].num_rows}", str(paths[0].parent), "the files of a pair must be line-aligned")
+        raise TranslatorError(
+            f"line counts differ: {paths[0]} has {sides[0].num_rows} lines, {paths[1]} has "
+            f"{sides[1].num_rows}",
+            str(paths[0].parent),
+            "the files of a pair must be line-aligned",
+        )
     # side by side: one Arrow table with a column per language, no copy of the text
     return datasets.concatenate_datasets(sides, axis=1)
 
@@ -190,10 +237,15 @@ def _load_tsv(datasets, path: Path, data: DataConfig, cache_dir: Path | None):
     names = [c.strip() for c in data.tsv_columns.split(",") if c.strip()]
     header = _lines(path, 1)[0].split("\t")
     if not names and not {data.src_lang, data.tgt_lang} <= set(header):
-        raise TranslatorError(f"the first row does not name the columns {data.src_lang} and {data.tgt_lang}",
-                              f"{path}:1", "add a header row, or set data.tsv_columns (e.g. en,de) for headerless files")
+        raise TranslatorError(
+            f"the first row does not name the columns {data.src_lang} and {data.tgt_lang}",
+            f"{path}:1",
+            "add a header row, or set data.tsv_columns (e.g. en,de) for headerless files",
+        )
     columns = names or header
-    table = lines_dataset(datasets, path, tsv_rows(path, columns, skip=0 if names else 1), columns, cache_dir)
+    table = lines_dataset(
+        datasets, path, tsv_rows(path, columns, skip=0 if names else 1), columns, cache_dir
+    )
     if not table.num_rows:
         raise TranslatorError("no data rows", str(path), "give at least one sentence pair")
     return table
@@ -203,8 +255,13 @@ def _builder(datasets, kind: str, path: Path, cache_dir: Path | None, **options)
     """One file through a `datasets` packaged builder (json), with errors that name the file."""
     _check_not_empty(path)
     try:
-        table = datasets.load_dataset(kind, data_files=str(path), split="train",
-                                      cache_dir=str(cache_dir) if cache_dir else None, **options)
+        table = datasets.load_dataset(
+            kind,
+            data_files=str(path),
+            split="train",
+            cache_dir=str(cache_dir) if cache_dir else None,
+            **options,
+        )
         if kind == "json":  # Arrow's JSON reader takes bytes as they are: check the UTF-8 here
             table.data.table.validate(full=True)
         return table
@@ -212,14 +269,21 @@ def _builder(datasets, kind: str, path: Path, cache_dir: Path | None, **options)
         if _caused_by(err, UnicodeDecodeError) or "utf" in _messages(err).lower():
             line = first_invalid_utf8_line(path)
             if line:
-                raise TranslatorError("invalid UTF-8", f"{path}:{line}", "re-encode the file as UTF-8") from None
+                raise TranslatorError(
+                    "invalid UTF-8", f"{path}:{line}", "re-encode the file as UTF-8"
+                ) from None
         full = write_failure(err)
         if full is not None:  # the builder's cache ran out of room: not the input's fault
-            raise TranslatorError(f"cannot write the datasets cache: {full.strerror}", str(cache_dir or "~/.cache"),
-                                  "free some space (or point HF_DATASETS_CACHE elsewhere)") from None
+            raise TranslatorError(
+                f"cannot write the datasets cache: {full.strerror}",
+                str(cache_dir or "~/.cache"),
+                "free some space (or point HF_DATASETS_CACHE elsewhere)",
+            ) from None
         cause = err.__cause__ or err.__context__ or err
         message = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
-        raise TranslatorError(f"cannot read {kind} file: {message}", str(path), "check its format") from None
+        raise TranslatorError(
+            f"cannot read {kind} file: {message}", str(path), "check its format"
+        ) from None
 
 
 def _messages(err: BaseException | None) -> str:
@@ -264,11 +328,17 @@ def _lines(path: Path, count: int) -> list[str]:
 
 
 def _find(root: Path, name: str) -> Path | None:
-    return next((root / f"{name}{ext}" for ext in EXTENSIONS if (root / f"{name}{ext}").is_file()), None)
+    return next(
+        (root / f"{name}{ext}" for ext in EXTENSIONS if (root / f"{name}{ext}").is_file()), None
+    )
 
 
 def _visible_files(root: Path) -> list[str]:
-    return sorted(p.name.removesuffix(".gz") for p in root.iterdir() if p.is_file() and not p.name.startswith("."))
+    return sorted(
+        p.name.removesuffix(".gz")
+        for p in root.iterdir()
+        if p.is_file() and not p.name.startswith(".")
+    )
 
 
 def _splits_of(root: Path) -> list[str]:
@@ -276,4 +346,4 @@ def _splits_of(root: Path) -> list[str]:
 
 
 def _langs_of(root: Path, split: str) -> list[str]:
-    return [name[len(split) + 1:] for name in _visible_files(root) if name.startswith(f"{split}.")]
+    return [name[len(split) + 1 :] for name in _visible_files(root) if name.startswith(f"{split}.")]

@@ -21,12 +21,17 @@ def tsv_rows(path: Path, columns: list[str], skip: int) -> Iterator[dict[str, li
     """Column -> values, a block of rows at a time; quotes are text, a row with another field count is refused."""
     number = 0  # lines before this block
     for lines in line_blocks(path):
-        rows = [line.split("\t") if line else [""] * len(columns) for line in lines[skip:]]  # blank: an empty pair
+        rows = [
+            line.split("\t") if line else [""] * len(columns) for line in lines[skip:]
+        ]  # blank: an empty pair
         for i, row in enumerate(rows):
             if len(row) != len(columns):
-                raise TranslatorError(f"{len(row)} tab-separated fields, but {len(columns)} columns are named "
-                                      f"({', '.join(columns)})", f"{path}:{number + skip + i + 1}",
-                                      "give every row one field per column (and no tab inside a sentence)")
+                raise TranslatorError(
+                    f"{len(row)} tab-separated fields, but {len(columns)} columns are named "
+                    f"({', '.join(columns)})",
+                    f"{path}:{number + skip + i + 1}",
+                    "give every row one field per column (and no tab inside a sentence)",
+                )
         number += len(lines)
         skip = 0
         yield {name: [row[j] for row in rows] for j, name in enumerate(columns)}
@@ -49,7 +54,9 @@ def line_blocks(path: Path, block_bytes: int = 1 << 24) -> Iterator[list[str]]:
                     text = block.decode("utf-8")
                 except UnicodeDecodeError as err:
                     line = number + block.count(b"\n", 0, err.start) + 1
-                    raise TranslatorError("invalid UTF-8", f"{path}:{line}", "re-encode the file as UTF-8") from None
+                    raise TranslatorError(
+                        "invalid UTF-8", f"{path}:{line}", "re-encode the file as UTF-8"
+                    ) from None
                 lines = text.split("\n")
                 if text.endswith("\n"):
                     lines.pop()
@@ -60,8 +67,13 @@ def line_blocks(path: Path, block_bytes: int = 1 << 24) -> Iterator[list[str]]:
                 return
 
 
-def lines_dataset(datasets, path: Path, blocks: Iterator[dict[str, list[str]]], columns: list[str],
-                   cache_dir: Path | None):
+def lines_dataset(
+    datasets,
+    path: Path,
+    blocks: Iterator[dict[str, list[str]]],
+    columns: list[str],
+    cache_dir: Path | None,
+):
     """A `datasets.Dataset` of string columns from blocks of values: an Arrow file in `cache_dir`, memory-mapped
     (in memory without a cache_dir)."""
     import pyarrow as pa
@@ -70,7 +82,9 @@ def lines_dataset(datasets, path: Path, blocks: Iterator[dict[str, list[str]]], 
     try:
         if cache_dir is None:
             batches = [pa.record_batch(block, schema=schema) for block in blocks]
-            return datasets.Dataset(datasets.table.InMemoryTable(pa.Table.from_batches(batches, schema)))
+            return datasets.Dataset(
+                datasets.table.InMemoryTable(pa.Table.from_batches(batches, schema))
+            )
         cache_dir.mkdir(parents=True, exist_ok=True)
         fd, arrow = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".arrow", dir=cache_dir)
         with os.fdopen(fd, "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
@@ -81,11 +95,18 @@ def lines_dataset(datasets, path: Path, blocks: Iterator[dict[str, list[str]]], 
         raise
     except OSError as err:
         if write_failure(err) is not None:  # the cache ran out of room: not the input's fault
-            raise TranslatorError(f"cannot write the datasets cache: {err.strerror}", str(cache_dir),
-                                  "free some space (or point data.data_dir elsewhere)") from None
-        raise TranslatorError(f"cannot read file: {err.strerror or err}", str(path), "check the file") from None
+            raise TranslatorError(
+                f"cannot write the datasets cache: {err.strerror}",
+                str(cache_dir),
+                "free some space (or point data.data_dir elsewhere)",
+            ) from None
+        raise TranslatorError(
+            f"cannot read file: {err.strerror or err}", str(path), "check the file"
+        ) from None
     except EOFError:  # a gzip file cut short
-        raise TranslatorError("the file ends early (truncated .gz?)", str(path), "check the file") from None
+        raise TranslatorError(
+            "the file ends early (truncated .gz?)", str(path), "check the file"
+        ) from None
 
 
 def write_failure(err: BaseException | None) -> OSError | None:

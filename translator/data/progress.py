@@ -36,12 +36,25 @@ class StatsColumn(ProgressColumn):
         if not task.fields.get("bar"):
             return Text("")
         # rich's speed needs two samples a moment apart; a step that ends at once has only the mean
-        speed = task.finished_speed or task.speed or (task.completed / task.elapsed if task.elapsed else 0.0)
+        speed = (
+            task.finished_speed
+            or task.speed
+            or (task.completed / task.elapsed if task.elapsed else 0.0)
+        )
         if task.fields.get("unit") == "B":
-            counts, rate = f"{decimal(int(task.completed))}/{decimal(int(task.total or 0))}", f"{decimal(int(speed))}/s"
+            counts, rate = (
+                f"{decimal(int(task.completed))}/{decimal(int(task.total or 0))}",
+                f"{decimal(int(speed))}/s",
+            )
         else:
             counts = f"{task.completed:,.0f}/{task.total:,.0f}"
-            rate = f"{speed / 1e6:.1f}M/s" if speed >= 1e6 else f"{speed / 1e3:.1f}k/s" if speed >= 1e3 else f"{speed:.0f}/s"
+            rate = (
+                f"{speed / 1e6:.1f}M/s"
+                if speed >= 1e6
+                else f"{speed / 1e3:.1f}k/s"
+                if speed >= 1e3
+                else f"{speed:.0f}/s"
+            )
         left = task.time_remaining
         eta = "-:--:--" if left is None else time.strftime("%-H:%M:%S", time.gmtime(left))
         return Text(f"{counts} {rate} eta {eta}", style="progress.data.speed")
@@ -50,8 +63,15 @@ class StatsColumn(ProgressColumn):
 class Step:
     """One line of the display: a bar over `total` items (or bytes, unit "B"), or a spinner while total is None."""
 
-    def __init__(self, progress: Progress, description: str, total: int | None, seconds: dict[str, float],
-                 unit: str = "", done: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        progress: Progress,
+        description: str,
+        total: int | None,
+        seconds: dict[str, float],
+        unit: str = "",
+        done: Callable[[str], None] | None = None,
+    ) -> None:
         self.progress = progress
         self.id = progress.add_task(description, total=total, bar=total is not None, unit=unit)
         self.description, self.seconds, self.started = description, seconds, time.time()
@@ -74,8 +94,12 @@ class Step:
         self.progress.update(self.id, total=done, completed=done)
         self.progress.stop_task(self.id)
         if self.done:
-            stats = StatsColumn().render(task).plain.split(" eta ")[0]  # count and rate; the ETA is past
-            self.done(f"{self.description}: {time.time() - self.started:.1f} s{', ' + stats if stats else ''}")
+            stats = (
+                StatsColumn().render(task).plain.split(" eta ")[0]
+            )  # count and rate; the ETA is past
+            self.done(
+                f"{self.description}: {time.time() - self.started:.1f} s{', ' + stats if stats else ''}"
+            )
             self.done = None  # one line, however many times it is finished
         self.seconds[self.description] = round(time.time() - self.started, 2)
 
@@ -95,9 +119,13 @@ class Bars:
         self.console = Console(stderr=True, quiet=quiet)
         self.live = not quiet and self.console.is_terminal
         self.progress = Progress(
-            SpinnerColumn(), TextColumn("{task.description:<18}"), BarColumn(bar_width=12), TimeElapsedColumn(),
+            SpinnerColumn(),
+            TextColumn("{task.description:<18}"),
+            BarColumn(bar_width=12),
+            TimeElapsedColumn(),
             StatsColumn(table_column=Column(no_wrap=True)),
-            console=self.console, disable=not self.live,
+            console=self.console,
+            disable=not self.live,
         )
 
     def __enter__(self) -> Bars:
@@ -105,7 +133,9 @@ class Bars:
         return self
 
     def __exit__(self, kind, value, traceback) -> None:
-        if kind is not None and not self.console.is_terminal:  # failed: a log holds the error line alone
+        if (
+            kind is not None and not self.console.is_terminal
+        ):  # failed: a log holds the error line alone
             self.console.quiet = True
         self.progress.stop()  # on a terminal the steps stay on screen, the error goes below them
 
@@ -126,7 +156,9 @@ class Bars:
 
     def step(self, description: str, total: int | None = None, unit: str = "") -> Step:
         """A new line: a bar when `total` is known, else a spinner with elapsed time until `update` gives one."""
-        return Step(self.progress, description, total, self.seconds, unit, None if self.live else self.print)
+        return Step(
+            self.progress, description, total, self.seconds, unit, None if self.live else self.print
+        )
 
     def print(self, line: str) -> None:
         """One line as given (brackets are not markup), wrapped only on a terminal."""
@@ -152,7 +184,9 @@ def summary_table(title: str, rows: list[tuple[str, str]]) -> Table:
 
 
 @contextmanager
-def bytes_read(paths: list[Path], report: Callable[[int], None], every_s: float = 0.25) -> Iterator[None]:
+def bytes_read(
+    paths: list[Path], report: Callable[[int], None], every_s: float = 0.25
+) -> Iterator[None]:
     """While a library reads `paths` inside this block, report how many of their bytes it has read.
 
     `datasets` offers no progress hook, but on Linux the read offset of every open file is in

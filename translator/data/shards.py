@@ -43,16 +43,24 @@ class IdWriter:
     def append(self, rows: list[list[int]]) -> None:
         lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
         count = int(lengths.sum())
-        np.fromiter(itertools.chain.from_iterable(rows), dtype=self.dtype, count=count).tofile(self.raw)
+        np.fromiter(itertools.chain.from_iterable(rows), dtype=self.dtype, count=count).tofile(
+            self.raw
+        )
         self.lengths.append(lengths)
         self.tokens += count
 
     def close(self) -> None:
         self.raw.close()
-        raw = np.memmap(self.raw_path, dtype=self.dtype, mode="r") if self.tokens else np.zeros(0, self.dtype)
-        out = np.lib.format.open_memmap(f"{self.prefix}.ids.npy", mode="w+", dtype=self.dtype, shape=(self.tokens,))
+        raw = (
+            np.memmap(self.raw_path, dtype=self.dtype, mode="r")
+            if self.tokens
+            else np.zeros(0, self.dtype)
+        )
+        out = np.lib.format.open_memmap(
+            f"{self.prefix}.ids.npy", mode="w+", dtype=self.dtype, shape=(self.tokens,)
+        )
         for start in range(0, self.tokens, self.CHUNK):
-            out[start:start + self.CHUNK] = raw[start:start + self.CHUNK]
+            out[start : start + self.CHUNK] = raw[start : start + self.CHUNK]
         out.flush()
         del out, raw
         self.raw_path.unlink()
@@ -83,4 +91,4 @@ class TokenArray:
         return len(self.offsets) - 1
 
     def __getitem__(self, i: int) -> list[int]:
-        return self.ids[self.offsets[i]:self.offsets[i + 1]].tolist()
+        return self.ids[self.offsets[i] : self.offsets[i + 1]].tolist()

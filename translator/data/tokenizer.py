@@ -47,7 +47,10 @@ def train_sentencepiece(
         byte_fallback=byte_fallback,
         input_sentence_size=input_sentence_size,
         shuffle_input_sentence=True,
-        pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
         hard_vocab_limit=False,
         num_threads=os.cpu_count() or 1,
     )
@@ -59,9 +62,14 @@ def train_sentencepiece(
                 spm.SentencePieceTrainer.train(**options, minloglevel=0)
     except RuntimeError as err:  # e.g. "Vocabulary size is smaller than required_chars"
         reason = (str(err).strip().splitlines() or ["failed"])[-1]
-        reason = re.sub(r"^INTERNAL: \S+ \[.*?\] ", "", reason)  # the C++ file, line and failed check
-        raise TranslatorError(f"SentencePiece training failed: {reason}", "data.vocab_size",
-                              "check data.vocab_size, data.character_coverage and the training text") from None
+        reason = re.sub(
+            r"^INTERNAL: \S+ \[.*?\] ", "", reason
+        )  # the C++ file, line and failed check
+        raise TranslatorError(
+            f"SentencePiece training failed: {reason}",
+            "data.vocab_size",
+            "check data.vocab_size, data.character_coverage and the training text",
+        ) from None
     path = Path(f"{model_prefix}.model")
     path.write_bytes(model.getvalue())
     return path
@@ -78,7 +86,9 @@ class Tokenizer:
         protos = []
         for path in (Path(model_path), *([Path(target_path)] if target_path else [])):
             if not path.is_file():
-                raise TranslatorError("SentencePiece model not found", str(path), "run `translator prepare` first")
+                raise TranslatorError(
+                    "SentencePiece model not found", str(path), "run `translator prepare` first"
+                )
             protos.append(path.read_bytes())
         self._init(*protos)
 
@@ -130,8 +140,10 @@ class Tokenizer:
 def _processor(proto: bytes) -> spm.SentencePieceProcessor:
     sp = spm.SentencePieceProcessor(model_proto=proto)
     if (sp.pad_id(), sp.bos_id(), sp.eos_id()) != (PAD_ID, BOS_ID, EOS_ID):
-        raise TranslatorError("SentencePiece model has unexpected special-token ids",
-                              fix="train it with `translator prepare`")
+        raise TranslatorError(
+            "SentencePiece model has unexpected special-token ids",
+            fix="train it with `translator prepare`",
+        )
     return sp
 
 

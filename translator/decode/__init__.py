@@ -15,7 +15,9 @@ class Hypothesis:
     score: float  # sum of log-probs (beam: divided by the length penalty)
 
 
-def max_lengths(src_mask: torch.Tensor, max_len_a: float, max_len_b: int, limit: int) -> torch.Tensor:
+def max_lengths(
+    src_mask: torch.Tensor, max_len_a: float, max_len_b: int, limit: int
+) -> torch.Tensor:
     """(B,) longest allowed output per sentence: a * |src| + b tokens (|src| without EOS), capped.
 
     `limit` is the model's own bound (max_positions - 1: BOS takes a position). Computed in float64
@@ -48,7 +50,9 @@ def log_softmax_into(out: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     getting it back (docs/benchmarks/decode.md, stop 8).
     """
     if logits.dtype != out.dtype:
-        logits = out.copy_(logits)  # upcast in place: the kernel reads a whole row before writing it
+        logits = out.copy_(
+            logits
+        )  # upcast in place: the kernel reads a whole row before writing it
     return torch.log_softmax(logits, dim=-1, out=out)
 
 

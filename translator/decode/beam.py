@@ -32,9 +32,19 @@ def length_penalty(length: torch.Tensor | int, alpha: float) -> torch.Tensor | f
 
 
 @torch.inference_mode()
-def beam_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, *, beam_size: int = 4,
-                alpha: float = 0.6, max_len_a: float = 1.2, max_len_b: int = 10, min_len: int = 0,
-                nbest: int = 1, cuda_graphs: bool = True) -> list[list[Hypothesis]]:
+def beam_search(
+    model: Transformer,
+    src: torch.Tensor,
+    src_mask: torch.Tensor,
+    *,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_len_a: float = 1.2,
+    max_len_b: int = 10,
+    min_len: int = 0,
+    nbest: int = 1,
+    cuda_graphs: bool = True,
+) -> list[list[Hypothesis]]:
     """src (B, S), src_mask (B, 1, 1, S) -> per sentence its min(nbest, k) best hypotheses, best first.
 
     A score is the summed log-prob divided by length_penalty(tokens + EOS, alpha). On CUDA, with
@@ -53,7 +63,9 @@ def beam_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, *
     memory = model.encode(src, src_mask)  # (B, S, D)
     fixed_shapes = cuda_graphs and use_cuda_graph(device)  # for CUDA graphs
     cache = model.new_cache(B * k, steps, memory.dtype, device, fixed_shapes=fixed_shapes)
-    next_logits = decoding_step(model, memory, src_mask, cache)  # on CUDA a replayed graph (decode/step.py)
+    next_logits = decoding_step(
+        model, memory, src_mask, cache
+    )  # on CUDA a replayed graph (decode/step.py)
     # BOS + open beams' outputs
     tokens = torch.full((B * k, steps + 1), PAD_ID, dtype=torch.long, device=device)
     tokens[:, 0] = BOS_ID
@@ -69,7 +81,7 @@ def beam_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, *
 
     for step in range(steps):
         # 1. Next-token log-probs of every beam (the newest token goes in: the cache has the rest).
-        logits = next_logits(tokens[:, step:step + 1])  # (B*k, 1, V)
+        logits = next_logits(tokens[:, step : step + 1])  # (B*k, 1, V)
         cache.advance(1)
         # (B*k, V)
         log_probs = ban_tokens_(log_softmax_into(vocab_buffer, logits[:, -1]), step, eos_from)
@@ -86,8 +98,9 @@ def beam_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, *
         ended[..., step + 1] = EOS_ID
         eos_scores = proposals.masked_fill(~is_eos, float("-inf")).amax(dim=2)  # (B, k)
         normalised = eos_scores / length_penalty(step + 1, alpha)
-        finished_scores, finished_tokens = keep_best(finished_scores, finished_tokens,
-                                                     normalised, ended)
+        finished_scores, finished_tokens = keep_best(
+            finished_scores, finished_tokens, normalised, ended
+        )
 
         # 4. The k best other proposals are the open beams: gather their tokens by origin; the cache
         #    reorders its self-attention K/V.
@@ -110,10 +123,15 @@ def beam_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, *
             break
 
     best, rows = finished_scores.tolist(), finished_tokens.tolist()
-    return [[Hypothesis(strip(rows[b][i], EOS_ID), best[b][i]) for i in range(n)
-             # a sentence without any hypothesis still gets one
-             if best[b][i] > float("-inf") or i == 0]
-            for b in range(B)]
+    return [
+        [
+            Hypothesis(strip(rows[b][i], EOS_ID), best[b][i])
+            for i in range(n)
+            # a sentence without any hypothesis still gets one
+            if best[b][i] > float("-inf") or i == 0
+        ]
+        for b in range(B)
+    ]
 
 
 def top_k(x: torch.Tensor, k: int, block: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
@@ -137,8 +155,9 @@ def top_k(x: torch.Tensor, k: int, block: int = 128) -> tuple[torch.Tensor, torc
     return values, best.gather(1, index // block) * block + index % block
 
 
-def keep_best(scores: torch.Tensor, tokens: torch.Tensor, new_scores: torch.Tensor,
-              new_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def keep_best(
+    scores: torch.Tensor, tokens: torch.Tensor, new_scores: torch.Tensor, new_tokens: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The finished buffer, (B, k) scores and (B, k, L) tokens, merged with (B, k') new ones.
 
     -> its k best, best first.

@@ -18,9 +18,16 @@ from translator.model.transformer import Transformer
 
 
 @torch.inference_mode()
-def greedy_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, *,
-                  max_len_a: float = 1.2, max_len_b: int = 10, min_len: int = 0, cuda_graphs: bool = True
-                  ) -> list[Hypothesis]:
+def greedy_search(
+    model: Transformer,
+    src: torch.Tensor,
+    src_mask: torch.Tensor,
+    *,
+    max_len_a: float = 1.2,
+    max_len_b: int = 10,
+    min_len: int = 0,
+    cuda_graphs: bool = True,
+) -> list[Hypothesis]:
     """src (B, S), src_mask (B, 1, 1, S) -> one hypothesis per sentence, scored by its summed log-probs.
 
     Sentence b gets at most max_lens[b] tokens before EOS (at that step only EOS is allowed) and at
@@ -31,10 +38,14 @@ def greedy_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor,
     max_lens = max_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions - 1)  # (B,)
     eos_from = eos_allowed_from(max_lens, min_len)  # (B,)
     steps = int(max_lens.max()) + 1  # the last step can only emit EOS
-    memory = model.encode(src, src_mask)  # (B, S, D); cross-attention K/V are projected from it once
+    memory = model.encode(
+        src, src_mask
+    )  # (B, S, D); cross-attention K/V are projected from it once
     fixed_shapes = cuda_graphs and use_cuda_graph(device)  # for CUDA graphs
     cache = model.new_cache(B, steps, memory.dtype, device, fixed_shapes=fixed_shapes)
-    next_logits = decoding_step(model, memory, src_mask, cache)  # on CUDA a replayed graph (decode/step.py)
+    next_logits = decoding_step(
+        model, memory, src_mask, cache
+    )  # on CUDA a replayed graph (decode/step.py)
     tokens = torch.full((B, steps + 1), PAD_ID, dtype=torch.long, device=device)  # BOS + outputs
     tokens[:, 0] = BOS_ID
     scores = torch.zeros(B, device=device)
@@ -42,7 +53,7 @@ def greedy_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor,
     # see log_softmax_into
     vocab_buffer = torch.empty(B, model.cfg.vocab_size, device=device, dtype=torch.float32)
     for step in range(steps):
-        logits = next_logits(tokens[:, step:step + 1])  # (B, 1, V)
+        logits = next_logits(tokens[:, step : step + 1])  # (B, 1, V)
         cache.advance(1)
         # (B, V) fp32
         log_probs = ban_tokens_(log_softmax_into(vocab_buffer, logits[:, -1]), step, eos_from)
@@ -54,4 +65,6 @@ def greedy_search(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor,
         finished |= token == EOS_ID
         if finished.all():
             break
-    return [Hypothesis(strip(row, EOS_ID), float(s)) for row, s in zip(tokens.tolist(), scores.tolist())]
+    return [
+        Hypothesis(strip(row, EOS_ID), float(s)) for row, s in zip(tokens.tolist(), scores.tolist())
+    ]

@@ -24,8 +24,9 @@ def use_cuda_graph(device: torch.device) -> bool:
     return device.type == "cuda" and not torch.is_autocast_enabled("cuda")
 
 
-def decoding_step(model: Transformer, memory: torch.Tensor, src_mask: torch.Tensor, cache: KVCache
-                  ) -> Callable[[torch.Tensor], torch.Tensor]:
+def decoding_step(
+    model: Transformer, memory: torch.Tensor, src_mask: torch.Tensor, cache: KVCache
+) -> Callable[[torch.Tensor], torch.Tensor]:
     """tokens (N, 1) at the cache's next position -> logits (N, 1, V); the caller advances it.
 
     With a fixed-shape cache on CUDA the step is a CUDA graph: its logits tensor is overwritten by
@@ -39,9 +40,15 @@ def decoding_step(model: Transformer, memory: torch.Tensor, src_mask: torch.Tens
 class CudaGraphStep:
     """model.decode(tokens, memory, src_mask, cache) for one token per row, captured on the first call."""
 
-    def __init__(self, model: Transformer, memory: torch.Tensor, src_mask: torch.Tensor, cache: KVCache) -> None:
-        self.decode = lambda tokens: model.decode(tokens, memory, src_mask, cache)  # the step, eagerly
-        self.tokens: torch.Tensor | None = None  # (N, 1): the graph's input, copied into at each step
+    def __init__(
+        self, model: Transformer, memory: torch.Tensor, src_mask: torch.Tensor, cache: KVCache
+    ) -> None:
+        self.decode = lambda tokens: model.decode(
+            tokens, memory, src_mask, cache
+        )  # the step, eagerly
+        self.tokens: torch.Tensor | None = (
+            None  # (N, 1): the graph's input, copied into at each step
+        )
         self.graph: torch.cuda.CUDAGraph | None = None
         self.logits: torch.Tensor | None = None  # (N, 1, V): the graph's output
         self.eager = False  # capture failed: step without a graph
@@ -51,9 +58,17 @@ class CudaGraphStep:
             try:
                 self._capture(tokens)
             except RuntimeError as error:  # an operation this GPU or PyTorch cannot capture
-                reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-                warnings.warn(f"CUDA graph capture failed ({reason}); this search decodes step by step "
-                              "(--no-cuda-graphs skips the attempt)", RuntimeWarning, stacklevel=2)
+                reason = (
+                    str(error).strip().splitlines()[0]
+                    if str(error).strip()
+                    else type(error).__name__
+                )
+                warnings.warn(
+                    f"CUDA graph capture failed ({reason}); this search decodes step by step "
+                    "(--no-cuda-graphs skips the attempt)",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
                 self.eager = True
         if self.eager:  # the fixed-shape cache, stepped without a graph
             return self.decode(tokens)

@@ -19,13 +19,21 @@ def check_layer(model: Transformer, layer: int) -> int:
     """A decoder layer number (negative counts from the last) -> its index; out of range is a user error."""
     n = model.cfg.n_decoder_layers
     if not -n <= layer < n:
-        raise TranslatorError(f"alignment layer {layer} does not exist: the model has {n} decoder layers",
-                              "--alignment-layer", f"use 0 to {n - 1}, or -1 for the last")
+        raise TranslatorError(
+            f"alignment layer {layer} does not exist: the model has {n} decoder layers",
+            "--alignment-layer",
+            f"use 0 to {n - 1}, or -1 for the last",
+        )
     return layer % n
 
 
-def align(model: Transformer, tokenizer: Tokenizer, src_ids: list[list[int]], tgt_ids: list[list[int]],
-          layer: int = -1) -> list[list[tuple[int, int]]]:
+def align(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    src_ids: list[list[int]],
+    tgt_ids: list[list[int]],
+    layer: int = -1,
+) -> list[list[tuple[int, int]]]:
     """(source word, target word) pairs for each (source, translation) id-list pair (no EOS / BOS).
 
     Cross-attention of decoder `layer`, averaged over heads; words as in `diagnostics.words`.
@@ -34,20 +42,33 @@ def align(model: Transformer, tokenizer: Tokenizer, src_ids: list[list[int]], tg
         return []
     cross = forced_attention(model, src_ids, tgt_ids).maps["cross"][check_layer(model, layer)]
     cross = cross.mean(dim=1)  # (B, T, S): the heads read together
-    return [alignment(cross[b], tokenizer.sp.id_to_piece(src), tokenizer.target_sp.id_to_piece(tgt))
-            for b, (src, tgt) in enumerate(zip(src_ids, tgt_ids))]
+    return [
+        alignment(cross[b], tokenizer.sp.id_to_piece(src), tokenizer.target_sp.id_to_piece(tgt))
+        for b, (src, tgt) in enumerate(zip(src_ids, tgt_ids))
+    ]
 
 
-def align_hypotheses(model: Transformer, tokenizer: Tokenizer, src_ids: list[list[int]],
-                     hyps: list[list[Hypothesis]], layer: int = -1) -> list[list[list[tuple[int, int]]]]:
+def align_hypotheses(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    src_ids: list[list[int]],
+    hyps: list[list[Hypothesis]],
+    layer: int = -1,
+) -> list[list[list[tuple[int, int]]]]:
     """Alignments of every hypothesis of every source (a search's n-best lists), in one forced pass."""
     flat_src = [src for src, found in zip(src_ids, hyps) for _ in found]
-    flat = iter(align(model, tokenizer, flat_src, [h.tokens for found in hyps for h in found], layer))
+    flat = iter(
+        align(model, tokenizer, flat_src, [h.tokens for found in hyps for h in found], layer)
+    )
     return [[next(flat) for _ in found] for found in hyps]
 
 
-def join_alignments(src_parts: list[list[int]], texts: list[str], parts: list[list[tuple[int, int]]],
-                    tokenizer: Tokenizer) -> list[tuple[int, int]]:
+def join_alignments(
+    src_parts: list[list[int]],
+    texts: list[str],
+    parts: list[list[tuple[int, int]]],
+    tokenizer: Tokenizer,
+) -> list[tuple[int, int]]:
     """Alignments of consecutive pieces of one over-long line -> the alignment of the whole line.
 
     `src_parts` are the pieces' source ids (cut from the line's ids in order), `texts` their

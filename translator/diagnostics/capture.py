@@ -15,19 +15,26 @@ from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from translator.model.attention import MultiHeadAttention, attention_weights
 from translator.model.transformer import Transformer
 
-KINDS = ("encoder", "decoder", "cross")  # encoder self-, decoder (causal) self-, decoder cross-attention
+KINDS = (
+    "encoder",
+    "decoder",
+    "cross",
+)  # encoder self-, decoder (causal) self-, decoder cross-attention
 
 
 def attention_modules(model: Transformer) -> dict[str, list[MultiHeadAttention]]:
     """Each kind's attention modules, by layer."""
-    return {"encoder": [layer.self_attn for layer in model.encoder],
-            "decoder": [layer.self_attn for layer in model.decoder],
-            "cross": [layer.cross_attn for layer in model.decoder]}
+    return {
+        "encoder": [layer.self_attn for layer in model.encoder],
+        "decoder": [layer.self_attn for layer in model.decoder],
+        "cross": [layer.cross_attn for layer in model.decoder],
+    }
 
 
 @torch.no_grad()
-def attention_maps(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor
-                   ) -> dict[str, list[torch.Tensor]]:
+def attention_maps(
+    model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor
+) -> dict[str, list[torch.Tensor]]:
     """Teacher-forced pass -> per kind, per layer, the softmax weights (B, H, T, L) in float32.
 
     src (B, S) with src_mask (B, 1, 1, S); tgt_in (B, T) starts with BOS. Encoder maps are
@@ -42,6 +49,7 @@ def attention_maps(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor
             out, weights = attention_weights(q, k, v, mask, is_causal, dropout_p)
             maps[kind].append(weights.float())
             return out
+
         return kernel
 
     def stop(module, args, output):
@@ -72,8 +80,10 @@ class _Done(Exception):
 def qk_scales(model: Transformer) -> dict[str, list[tuple[float, float]]]:
     """Per kind, per layer, the RMS of the Q and of the K projection weights."""
     rms = lambda w: float(w.detach().float().pow(2).mean().sqrt())  # noqa: E731
-    return {kind: [(rms(m.q_proj.weight), rms(m.k_proj.weight)) for m in modules]
-            for kind, modules in attention_modules(model).items()}
+    return {
+        kind: [(rms(m.q_proj.weight), rms(m.k_proj.weight)) for m in modules]
+        for kind, modules in attention_modules(model).items()
+    }
 
 
 @dataclass
@@ -82,13 +92,21 @@ class Forced:
 
     maps: dict[str, list[torch.Tensor]]  # kind -> per layer (B, H, T, L) float32, on the CPU
     src_valid: torch.Tensor  # (B, S) bool: source ids + EOS
-    tgt_valid: torch.Tensor  # (B, T) bool: BOS + target ids; row t is the position that predicts token t
+    tgt_valid: (
+        torch.Tensor
+    )  # (B, T) bool: BOS + target ids; row t is the position that predicts token t
 
 
-def forced_attention(model: Transformer, src_ids: list[list[int]], tgt_ids: list[list[int]]) -> Forced:
+def forced_attention(
+    model: Transformer, src_ids: list[list[int]], tgt_ids: list[list[int]]
+) -> Forced:
     """Pad id lists (no EOS / BOS) as training does, run `attention_maps` on the model's device."""
     device = next(model.parameters()).device
     src = pad(src_ids, suffix=[EOS_ID]).to(device)  # (B, S)
     tgt_in = pad(tgt_ids, prefix=[BOS_ID]).to(device)  # (B, T)
     maps = attention_maps(model, src, padding_mask(src), tgt_in)
-    return Forced({k: [w.cpu() for w in v] for k, v in maps.items()}, (src != PAD_ID).cpu(), (tgt_in != PAD_ID).cpu())
+    return Forced(
+        {k: [w.cpu() for w in v] for k, v in maps.items()},
+        (src != PAD_ID).cpu(),
+        (tgt_in != PAD_ID).cpu(),
+    )

@@ -28,10 +28,23 @@ def grid(n_panels: int) -> tuple[int, int]:
     return math.ceil(n_panels / cols), cols
 
 
-def _draw(ax, weights: torch.Tensor, rows: list[str] | None, cols: list[str] | None, title: str,
-          vmax: float) -> None:
+def _draw(
+    ax,
+    weights: torch.Tensor,
+    rows: list[str] | None,
+    cols: list[str] | None,
+    title: str,
+    vmax: float,
+) -> None:
     """One heatmap panel; token labels only where given (the grid's left column and bottom row)."""
-    ax.imshow(weights.float().numpy(), cmap=CMAP, vmin=0.0, vmax=vmax, aspect="auto", interpolation="nearest")
+    ax.imshow(
+        weights.float().numpy(),
+        cmap=CMAP,
+        vmin=0.0,
+        vmax=vmax,
+        aspect="auto",
+        interpolation="nearest",
+    )
     ax.set_title(title, fontsize=8, pad=2)
     size = 6 if max(weights.shape) <= 40 else 4
     # a panel without labels gets no ticks at all: making tick objects is most of a figure's cost
@@ -40,7 +53,9 @@ def _draw(ax, weights: torch.Tensor, rows: list[str] | None, cols: list[str] | N
     ax.tick_params(length=0, pad=1)
 
 
-def heads_figure(weights: torch.Tensor, rows: list[str], cols: list[str], title: str, dpi: int = 100) -> Figure:
+def heads_figure(
+    weights: torch.Tensor, rows: list[str], cols: list[str], title: str, dpi: int = 100
+) -> Figure:
     """One layer's weights (H, T, L) with query labels `rows` and key labels `cols` -> a figure.
 
     The first panel is the mean over heads, then one panel per head; all share one colour scale
@@ -54,14 +69,28 @@ def heads_figure(weights: torch.Tensor, rows: list[str], cols: list[str], title:
     side, margin = panel_inches(len(rows), len(cols)), label_inches(rows, cols)
     width, height = n_cols * side + margin, n_rows * side + margin + 0.4  # 0.4: the title
     fig = Figure(figsize=(width, height), dpi=dpi)
-    fig.subplots_adjust(left=margin / width, right=1 - 0.1 / width, bottom=margin / height,
-                        top=1 - 0.6 / height, wspace=0.08, hspace=0.25)
+    fig.subplots_adjust(
+        left=margin / width,
+        right=1 - 0.1 / width,
+        bottom=margin / height,
+        top=1 - 0.6 / height,
+        wspace=0.08,
+        hspace=0.25,
+    )
     vmax = max(float(weights.max()), 1e-6)
-    panels = [("mean of heads", weights.mean(dim=0))] + [(f"head {h}", weights[h]) for h in range(H)]
+    panels = [("mean of heads", weights.mean(dim=0))] + [
+        (f"head {h}", weights[h]) for h in range(H)
+    ]
     for i, (name, panel) in enumerate(panels):
         left, bottom = i % n_cols == 0, i + n_cols >= len(panels)  # nothing drawn below it
-        _draw(fig.add_subplot(n_rows, n_cols, i + 1), panel, rows if left else None, cols if bottom else None,
-              name, vmax)
+        _draw(
+            fig.add_subplot(n_rows, n_cols, i + 1),
+            panel,
+            rows if left else None,
+            cols if bottom else None,
+            name,
+            vmax,
+        )
     fig.suptitle(f"{title}  (colour 0 to {vmax:.2f}; rows: queries, columns: keys)", fontsize=9)
     return fig
 
@@ -94,7 +123,9 @@ def save_png(fig: Figure, path: str | Path) -> None:
         fig.savefig(handle, format="png")
 
 
-def tiles_image(panels: list[torch.Tensor], vmax: float | None = None, cell_px: int = 4, gap_px: int = 2) -> torch.Tensor:
+def tiles_image(
+    panels: list[torch.Tensor], vmax: float | None = None, cell_px: int = 4, gap_px: int = 2
+) -> torch.Tensor:
     """Heatmaps (T, L) side by side as one RGB image (3, height, width) uint8, without labels.
 
     The cheap view for training: a labelled figure costs about a second to draw, this a few
@@ -108,8 +139,10 @@ def tiles_image(panels: list[torch.Tensor], vmax: float | None = None, cell_px: 
     canvas = torch.ones(T * cell_px, len(panels) * (L * cell_px + gap_px) - gap_px, 3)
     colours = matplotlib.colormaps[CMAP]
     for i, panel in enumerate(panels):
-        rgb = torch.from_numpy(colours((panel.float() / vmax).clamp(0, 1).numpy())[..., :3]).float()  # (T, L, 3)
+        rgb = torch.from_numpy(
+            colours((panel.float() / vmax).clamp(0, 1).numpy())[..., :3]
+        ).float()  # (T, L, 3)
         rgb = rgb.repeat_interleave(cell_px, 0).repeat_interleave(cell_px, 1)
         left = i * (L * cell_px + gap_px)
-        canvas[:rgb.shape[0], left:left + rgb.shape[1]] = rgb
+        canvas[: rgb.shape[0], left : left + rgb.shape[1]] = rgb
     return (canvas * 255).round().to(torch.uint8).permute(2, 0, 1)  # (3, H, W)

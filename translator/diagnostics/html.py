@@ -22,19 +22,30 @@ AXES = {"encoder": ("src", "src"), "decoder": ("out", "in"), "cross": ("out", "s
 def sentence_data(labels: dict[str, list[str]], maps: dict[str, list[torch.Tensor]]) -> dict:
     """One sentence for the page: `labels` src / in / out (source, decoder inputs, decoder outputs) and
     its maps kind -> per layer (H, T, L), stored as integers in thousandths (a third of the JSON)."""
-    return {"labels": labels,
-            "maps": {kind: [(w.float() * 1000).round().int().tolist() for w in layers]
-                     for kind, layers in maps.items()}}
+    return {
+        "labels": labels,
+        "maps": {
+            kind: [(w.float() * 1000).round().int().tolist() for w in layers]
+            for kind, layers in maps.items()
+        },
+    }
 
 
 def write_page(path: str | Path, title: str, sentences: list[dict]) -> None:
     """Write the page for `sentences` (from `sentence_data`) to `path`, atomically."""
-    data = json.dumps({"title": title, "axes": AXES, "sentences": sentences}, ensure_ascii=False,
-                      separators=(",", ":"))
+    data = json.dumps(
+        {"title": title, "axes": AXES, "sentences": sentences},
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
     # "<" only occurs inside JSON strings, where \u003c means the same: no token (such as "</s>") can
     # end the script element or open a comment in it
     data = data.replace("<", "\\u003c")
-    page = PAGE.replace("__TITLE__", _escape(title)).replace("__DATA__", data).replace("__SCRIPT__", SCRIPT)
+    page = (
+        PAGE.replace("__TITLE__", _escape(title))
+        .replace("__DATA__", data)
+        .replace("__SCRIPT__", SCRIPT)
+    )
     with atomic_write(path) as handle:
         handle.write(page)
 

@@ -16,7 +16,9 @@ import torch
 from translator.config import DiagnosticsConfig
 
 
-def allowed_keys(kind: str, src_valid: torch.Tensor, tgt_valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def allowed_keys(
+    kind: str, src_valid: torch.Tensor, tgt_valid: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Which keys each query may attend (B, 1, T, L) and which query rows are real (B, T).
 
     src_valid (B, S) and tgt_valid (B, T) are True at real tokens. `kind` is encoder, decoder or cross.
@@ -68,14 +70,16 @@ def head_divergence(weights: torch.Tensor, allowed: torch.Tensor) -> torch.Tenso
     H, rows = p.shape[1], use.sum().clamp(min=1)
     out = torch.zeros(H, H)
     for h in range(H):  # one head against all: (B, H, T, L) at a time, never (B, H, H, T, L)
-        mid = (p[:, h:h + 1] + p) / 2
+        mid = (p[:, h : h + 1] + p) / 2
         mid_ent = -torch.special.xlogy(mid, mid).sum(dim=-1)  # masked keys are already 0 in both
-        js = (mid_ent - (ent[:, h:h + 1] + ent) / 2) / math.log(2)  # (B, H, T)
+        js = (mid_ent - (ent[:, h : h + 1] + ent) / 2) / math.log(2)  # (B, H, T)
         out[h] = (js * use).sum(dim=(0, 2)).cpu() / rows.cpu()
     return out.clamp(min=0.0)
 
 
-def duplicate_groups(divergence: torch.Tensor, threshold: float, skip: set[int] = frozenset()) -> list[list[int]]:
+def duplicate_groups(
+    divergence: torch.Tensor, threshold: float, skip: set[int] = frozenset()
+) -> list[list[int]]:
     """Groups (two heads or more) linked by divergence <= threshold, heads in `skip` left out."""
     H = divergence.shape[0]
     group = list(range(H))  # union-find parents
@@ -121,4 +125,6 @@ def layer_stats(weights: torch.Tensor, allowed: torch.Tensor, cfg: DiagnosticsCo
     one_hot = [h for h, v in enumerate(normalised.tolist()) if v <= cfg.one_hot_entropy]
     # heads that attend to nothing in particular are alike trivially: "near-uniform" says it better
     duplicates = duplicate_groups(divergence, cfg.duplicate_divergence, skip=set(uniform))
-    return LayerStats(entropy.tolist(), normalised.tolist(), divergence, uniform, one_hot, duplicates)
+    return LayerStats(
+        entropy.tolist(), normalised.tolist(), divergence, uniform, one_hot, duplicates
+    )

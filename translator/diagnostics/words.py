@@ -41,7 +41,9 @@ def _grouping(ids: list[int], dtype: torch.dtype, mean: bool) -> torch.Tensor:
     return m / m.sum(dim=1, keepdim=True).clamp(min=1) if mean else m
 
 
-def merge_words(weights: torch.Tensor, row_pieces: list[str], col_pieces: list[str]) -> torch.Tensor:
+def merge_words(
+    weights: torch.Tensor, row_pieces: list[str], col_pieces: list[str]
+) -> torch.Tensor:
     """(..., T, L) piece-level weights -> (..., T_words, L_words).
 
     A key word's weight is the sum over its pieces (the attention mass it receives); a query word's
@@ -52,7 +54,9 @@ def merge_words(weights: torch.Tensor, row_pieces: list[str], col_pieces: list[s
     return rows @ weights @ cols.T
 
 
-def alignment(cross: torch.Tensor, src_pieces: list[str], tgt_pieces: list[str]) -> list[tuple[int, int]]:
+def alignment(
+    cross: torch.Tensor, src_pieces: list[str], tgt_pieces: list[str]
+) -> list[tuple[int, int]]:
     """One sentence's cross-attention (T, S) over target and source pieces (no EOS) -> Pharaoh pairs.
 
     Rows are the target pieces (row t: the decoder position that produced piece t), columns the
@@ -62,7 +66,9 @@ def alignment(cross: torch.Tensor, src_pieces: list[str], tgt_pieces: list[str])
     """
     if not src_pieces or not tgt_pieces:
         return []
-    words = merge_words(cross[: len(tgt_pieces), : len(src_pieces)], tgt_pieces, src_pieces)  # (Tw, Sw)
+    words = merge_words(
+        cross[: len(tgt_pieces), : len(src_pieces)], tgt_pieces, src_pieces
+    )  # (Tw, Sw)
     return [(int(s), t) for t, s in enumerate(words.argmax(dim=-1).tolist())]
 
 

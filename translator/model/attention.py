@@ -25,8 +25,14 @@ class MultiHeadAttention(nn.Module):
     written-out `attention` that model/inference.py sets for decoding on CPU.
     """
 
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None,
-                 dropout: float = 0.0, rotary: RotaryEmbedding | None = None) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        dropout: float = 0.0,
+        rotary: RotaryEmbedding | None = None,
+    ) -> None:
         super().__init__()
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads or n_heads
         self.d_head = d_model // n_heads
@@ -37,9 +43,16 @@ class MultiHeadAttention(nn.Module):
         self.dropout, self.rotary = dropout, rotary
         self.kernel: Kernel = sdpa_attention
 
-    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None, *,
-                is_causal: bool = False, positions: Tensor | None = None,
-                cache: LayerCache | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        mask: Tensor | None = None,
+        *,
+        is_causal: bool = False,
+        positions: Tensor | None = None,
+        cache: LayerCache | None = None,
+    ) -> Tensor:
         """x (N, T, D) queries at `positions` (T,); memory (B, S, D) for cross-attention, else None.
 
         N = B * beams: the beams of a sentence share its memory. With a cache, self-attention
@@ -66,8 +79,9 @@ class MultiHeadAttention(nn.Module):
         # (B, L, heads*K) -> (B, heads, L, K)
         return x.view(B, L, heads, self.d_head).transpose(1, 2)
 
-    def _memory_keys_values(self, memory: torch.Tensor, cache: LayerCache | None
-                            ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _memory_keys_values(
+        self, memory: torch.Tensor, cache: LayerCache | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if cache is not None and cache.cross is not None:
             return cache.cross
         k = self._heads(self.k_proj(memory), self.n_kv_heads)  # (B, G, S, K)
@@ -79,8 +93,15 @@ class MultiHeadAttention(nn.Module):
         return k, v
 
 
-def shared_key_attention(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
-                         is_causal: bool, dropout_p: float) -> Tensor:
+def shared_key_attention(
+    kernel: Kernel,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    is_causal: bool,
+    dropout_p: float,
+) -> Tensor:
     """q (B*beams, H, T, K), k and v (B, G, L, K) -> (B*beams, H, T, K): beams share their keys.
 
     The beams' queries are folded into one query axis, so K/V are read once per sentence
@@ -103,26 +124,51 @@ def causal_mask(positions: torch.Tensor, n_keys: int) -> torch.Tensor:
     return torch.arange(n_keys, device=positions.device)[None, :] <= positions[:, None]
 
 
-def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-                   is_causal: bool = False, dropout_p: float = 0.0) -> torch.Tensor:
+def sdpa_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
     """softmax(Q K^T / sqrt(d_k)) V in one fused call (flash / memory-efficient kernels on CUDA).
 
     q (N, H, T, K); k, v (N, G, L, K) -> (N, H, T, K). Every query must have a key to attend to:
     CUDA's memory-efficient kernel returns NaN for a row with none (pytorch#110213). The model's
     masks always leave one (the query itself; a source's EOS).
     """
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
-                                          is_causal=is_causal, enable_gqa=k.shape[1] != q.shape[1])
+    return F.scaled_dot_product_attention(
+        q,
+        k,
+        v,
+        attn_mask=mask,
+        dropout_p=dropout_p,
+        is_causal=is_causal,
+        enable_gqa=k.shape[1] != q.shape[1],
+    )
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-              is_causal: bool = False, dropout_p: float = 0.0) -> torch.Tensor:
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
     """The written-out softmax(Q K^T / sqrt(d_k)) V: `attention_weights`' output alone."""
     return attention_weights(q, k, v, mask, is_causal, dropout_p)[0]
 
 
-def attention_weights(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-                      is_causal: bool = False, dropout_p: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+def attention_weights(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(Q K^T / sqrt(d_k)) V step by step, returning (output, weights).
 
     q (N, H, T, K); k, v (N, G, L, K) -> (N, H, T, K), (N, H, T, L). Masked keys get exactly
@@ -131,7 +177,10 @@ def attention_weights(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
     """
     H, G = q.shape[1], k.shape[1]
     if G != H:  # each group of H/G query heads reads one key/value head
-        k, v = k.repeat_interleave(H // G, dim=1), v.repeat_interleave(H // G, dim=1)  # (N, H, L, K)
+        k, v = (
+            k.repeat_interleave(H // G, dim=1),
+            v.repeat_interleave(H // G, dim=1),
+        )  # (N, H, L, K)
     # (N, H, T, L); scaled first: no fp16 overflow
     scores = (q / math.sqrt(q.shape[-1])) @ k.transpose(-2, -1)
     if is_causal:  # upper-left aligned, as in SDPA

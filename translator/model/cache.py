@@ -28,15 +28,28 @@ import torch
 class KVCache:
     """Per decoder layer: self-attention K/V (N, G, T_max, K), cross-attention K/V (B, G, S, K)."""
 
-    def __init__(self, n_layers: int, rows: int, n_kv_heads: int, max_len: int, d_head: int,
-                 dtype: torch.dtype, device: torch.device | str, *, fixed_shapes: bool = False,
-                 dense_prefix: bool = False) -> None:
+    def __init__(
+        self,
+        n_layers: int,
+        rows: int,
+        n_kv_heads: int,
+        max_len: int,
+        d_head: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        *,
+        fixed_shapes: bool = False,
+        dense_prefix: bool = False,
+    ) -> None:
         if fixed_shapes and dense_prefix:
             raise ValueError("a dense-prefix cache changes shape: no CUDA graph replays it")
         shape = (rows, n_kv_heads, max_len, d_head)
-        self._written = _Written(max_len, fixed_shapes)  # shared with the layers, which never see self
-        self.layers = [LayerCache(self._written, shape, dtype, device, dense_prefix)
-                       for _ in range(n_layers)]
+        self._written = _Written(
+            max_len, fixed_shapes
+        )  # shared with the layers, which never see self
+        self.layers = [
+            LayerCache(self._written, shape, dtype, device, dense_prefix) for _ in range(n_layers)
+        ]
         self.max_len, self.fixed_shapes = max_len, fixed_shapes
         self.position = torch.zeros(1, dtype=torch.long, device=device)  # `length`, on the device
         self._offsets = torch.arange(max_len, device=device)  # (T_max,)
@@ -85,15 +98,22 @@ class _Written:
 class LayerCache:
     """One decoder layer's part of a KVCache: self-attention K/V, cross-attention K/V."""
 
-    def __init__(self, written: _Written, shape: tuple[int, int, int, int], dtype: torch.dtype,
-                 device: torch.device | str, dense_prefix: bool) -> None:
+    def __init__(
+        self,
+        written: _Written,
+        shape: tuple[int, int, int, int],
+        dtype: torch.dtype,
+        device: torch.device | str,
+        dense_prefix: bool,
+    ) -> None:
         self.written_positions = written
         # (B, G, S, K) each, set on first use
         self.cross: tuple[torch.Tensor, torch.Tensor] | None = None
         N, G, _, K = shape
         if dense_prefix:  # two flat buffers each for K and V: a step reads one and writes the other
-            self._buffers = [torch.empty(shape, dtype=dtype, device=device).view(-1)
-                             for _ in range(4)]
+            self._buffers = [
+                torch.empty(shape, dtype=dtype, device=device).view(-1) for _ in range(4)
+            ]
             # (N, G, L, K)
             self.k, self.v = (buffer[:0].view(N, G, 0, K) for buffer in self._buffers[:2])
             self._origin: torch.Tensor | None = None  # a reorder the next update applies
@@ -101,8 +121,9 @@ class LayerCache:
             self._buffers = []
             self.k, self.v = (torch.zeros(shape, dtype=dtype, device=device) for _ in range(2))
 
-    def update(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Write k, v (N, G, T, K) at `positions` (T,) -> the K, V attention reads (N, G, L, K)."""
         if self._buffers:
             return self._append_dense(k, v)
@@ -118,7 +139,7 @@ class LayerCache:
             self._origin = origin if self._origin is None else self._origin.index_select(0, origin)
             return
         for buffer in (self.k, self.v):
-            written = buffer[:, :, :self.written_positions.length]  # (N, G, L, K)
+            written = buffer[:, :, : self.written_positions.length]  # (N, G, L, K)
             written.copy_(written.index_select(0, origin))
 
     def written(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -138,11 +159,16 @@ class LayerCache:
         return self.k, self.v
 
 
-def _extend(old: torch.Tensor, new: torch.Tensor, buffer: torch.Tensor, start: int,
-            origin: torch.Tensor | None) -> torch.Tensor:
+def _extend(
+    old: torch.Tensor,
+    new: torch.Tensor,
+    buffer: torch.Tensor,
+    start: int,
+    origin: torch.Tensor | None,
+) -> torch.Tensor:
     """[old[origin][:, :, :start]; new] written into `buffer` as one dense (N, G, start + T, K) tensor."""
     N, G, T, K = new.shape
-    dense = buffer[:N * G * (start + T) * K].view(N, G, start + T, K)
+    dense = buffer[: N * G * (start + T) * K].view(N, G, start + T, K)
     if origin is None:
         dense[:, :, :start] = old[:, :, :start]
     else:  # one copy both moves and reorders the prefix

@@ -52,8 +52,9 @@ class OneDNNLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., in) -> (..., out)."""
         if torch.is_autocast_enabled("cpu"):
-            raise RuntimeError("a model converted for CPU decoding runs in its own dtype, "
-                               "not under autocast")
+            raise RuntimeError(
+                "a model converted for CPU decoding runs in its own dtype, not under autocast"
+            )
         linear = torch.ops.mkldnn._linear_pointwise
         return linear(x, self.weight, self.bias, self.activation, [], "")
 
@@ -79,7 +80,9 @@ def for_cpu_decoding(model: Transformer) -> str:
 
 def _linears_through_onednn(model: nn.Module) -> None:
     for module in list(model.modules()):
-        if isinstance(module, FeedForward) and isinstance(module.activation, nn.ReLU):  # fused into the product
+        if isinstance(module, FeedForward) and isinstance(
+            module.activation, nn.ReLU
+        ):  # fused into the product
             module.up, module.activation = OneDNNLinear(module.up, "relu"), nn.Identity()
         for name, child in module.named_children():
             if isinstance(child, nn.Linear):

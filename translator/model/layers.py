@@ -32,9 +32,13 @@ class Embeddings(nn.Module):
         super().__init__()
         self.token = token
         self.scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
-        self.learned = nn.Embedding(cfg.max_positions, cfg.d_model) if cfg.positions == "learned" else None
+        self.learned = (
+            nn.Embedding(cfg.max_positions, cfg.d_model) if cfg.positions == "learned" else None
+        )
         if cfg.positions == "sinusoidal":
-            self.register_buffer("table", sinusoids(cfg.max_positions, cfg.d_model), persistent=False)
+            self.register_buffer(
+                "table", sinusoids(cfg.max_positions, cfg.d_model), persistent=False
+            )
         else:
             self.table = None
         self.dropout = nn.Dropout(cfg.dropout)
@@ -73,9 +77,15 @@ class Residual(nn.Module):
 
     def __init__(self, d_model: int, dropout: float, pre_norm: bool) -> None:
         super().__init__()
-        self.norm, self.dropout, self.pre_norm = nn.LayerNorm(d_model), nn.Dropout(dropout), pre_norm
+        self.norm, self.dropout, self.pre_norm = (
+            nn.LayerNorm(d_model),
+            nn.Dropout(dropout),
+            pre_norm,
+        )
 
-    def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
         if self.pre_norm:
             return x + self.dropout(sublayer(self.norm(x)))
         return self.norm(x + self.dropout(sublayer(x)))
@@ -93,13 +103,15 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         pre = cfg.norm == "pre"
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads,
-                                            cfg.attention_dropout, _rotary(cfg))
+        self.self_attn = MultiHeadAttention(
+            cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.attention_dropout, _rotary(cfg)
+        )
         self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
         self.attn_block, self.ff_block = (Residual(cfg.d_model, cfg.dropout, pre) for _ in range(2))
 
-    def forward(self, x: torch.Tensor, src_mask: torch.Tensor, positions: torch.Tensor
-                ) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, src_mask: torch.Tensor, positions: torch.Tensor
+    ) -> torch.Tensor:
         """x (B, S, D) at `positions` (S,), src_mask (B, 1, 1, S) -> (B, S, D)."""
         x = self.attn_block(x, lambda h: self.self_attn(h, mask=src_mask, positions=positions))
         return self.ff_block(x, self.ff)
@@ -111,21 +123,35 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         pre = cfg.norm == "pre"
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads,
-                                            cfg.attention_dropout, _rotary(cfg))
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.attention_dropout)
+        self.self_attn = MultiHeadAttention(
+            cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.attention_dropout, _rotary(cfg)
+        )
+        self.cross_attn = MultiHeadAttention(
+            cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.attention_dropout
+        )
         self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
         self.self_block, self.cross_block, self.ff_block = (
-            Residual(cfg.d_model, cfg.dropout, pre) for _ in range(3))
+            Residual(cfg.d_model, cfg.dropout, pre) for _ in range(3)
+        )
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
-                tgt_mask: torch.Tensor | None, positions: torch.Tensor,
-                cache: LayerCache | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor,
+        tgt_mask: torch.Tensor | None,
+        positions: torch.Tensor,
+        cache: LayerCache | None = None,
+    ) -> torch.Tensor:
         """x (N, T, D) at `positions` (T,), memory (B, S, D), src_mask (B, 1, 1, S) -> (N, T, D).
 
         tgt_mask (T, L) from `causal_mask` with a cache; None: causal over x itself (is_causal).
         """
-        x = self.self_block(x, lambda h: self.self_attn(
-            h, mask=tgt_mask, is_causal=tgt_mask is None, positions=positions, cache=cache))
+        x = self.self_block(
+            x,
+            lambda h: self.self_attn(
+                h, mask=tgt_mask, is_causal=tgt_mask is None, positions=positions, cache=cache
+            ),
+        )
         x = self.cross_block(x, lambda h: self.cross_attn(h, memory, src_mask, cache=cache))
         return self.ff_block(x, self.ff)

@@ -28,8 +28,11 @@ class Transformer(nn.Module):
         self.cfg = cfg
         joint = cfg.src_vocab_size == 0  # one vocabulary for both sides
         tgt_token = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        src_token = tgt_token if cfg.tie_embeddings and joint else nn.Embedding(
-            cfg.vocab_size if joint else cfg.src_vocab_size, cfg.d_model)
+        src_token = (
+            tgt_token
+            if cfg.tie_embeddings and joint
+            else nn.Embedding(cfg.vocab_size if joint else cfg.src_vocab_size, cfg.d_model)
+        )
         self.src_embed, self.tgt_embed = Embeddings(src_token, cfg), Embeddings(tgt_token, cfg)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
@@ -71,8 +74,13 @@ class Transformer(nn.Module):
                 x = layer(x, src_mask, positions)
         return self.encoder_norm(x)
 
-    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
-               cache: KVCache | None = None) -> torch.Tensor:
+    def decode(
+        self,
+        tgt: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
         """tgt (N, T) ids -> logits (N, T, V); N is B or B * beams (beams share memory rows).
 
         With a cache, `tgt` holds only the new positions, which start at the cache's length;
@@ -88,27 +96,43 @@ class Transformer(nn.Module):
         for i, layer in enumerate(self.decoder):
             kv = cache.layers[i] if cache is not None else None
             if self.cfg.gradient_checkpointing and self.training:
-                x = checkpoint(layer, x, memory, src_mask, tgt_mask, positions, kv,
-                               use_reentrant=False)
+                x = checkpoint(
+                    layer, x, memory, src_mask, tgt_mask, positions, kv, use_reentrant=False
+                )
             else:
                 x = layer(x, memory, src_mask, tgt_mask, positions, kv)
         return self.out_proj(self.decoder_norm(x))
 
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, src: torch.Tensor, tgt_in: torch.Tensor, src_mask: torch.Tensor
+    ) -> torch.Tensor:
         """Teacher forcing: src (B, S), tgt_in (B, T) -> logits (B, T, V)."""
         return self.decode(tgt_in, self.encode(src, src_mask), src_mask)
 
-    def new_cache(self, rows: int, max_len: int, dtype: torch.dtype, device: torch.device,
-                  fixed_shapes: bool = False) -> KVCache:
+    def new_cache(
+        self,
+        rows: int,
+        max_len: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        fixed_shapes: bool = False,
+    ) -> KVCache:
         """An empty KV cache for `rows` decoder rows and at most `max_len` target positions.
 
         fixed_shapes: the layout CUDA graphs replay; otherwise the one `dense_prefix_cache` names.
         """
         cfg = self.cfg
-        return KVCache(cfg.n_decoder_layers, rows, cfg.n_kv_heads or cfg.n_heads,
-                       min(max_len, cfg.max_positions), cfg.d_model // cfg.n_heads, dtype, device,
-                       fixed_shapes=fixed_shapes,
-                       dense_prefix=self.dense_prefix_cache and not fixed_shapes)
+        return KVCache(
+            cfg.n_decoder_layers,
+            rows,
+            cfg.n_kv_heads or cfg.n_heads,
+            min(max_len, cfg.max_positions),
+            cfg.d_model // cfg.n_heads,
+            dtype,
+            device,
+            fixed_shapes=fixed_shapes,
+            dense_prefix=self.dense_prefix_cache and not fixed_shapes,
+        )
 
 
 def count_parameters(model: nn.Module) -> int:

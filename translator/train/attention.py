@@ -24,7 +24,11 @@ from translator.model.transformer import Transformer
 from translator.prepare import prepared_dir
 from translator.train.metrics import Metrics
 
-NAMES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention", "cross": "cross-attention"}
+NAMES = {
+    "encoder": "encoder self-attention",
+    "decoder": "decoder self-attention",
+    "cross": "cross-attention",
+}
 
 
 class AttentionMonitor:
@@ -51,9 +55,14 @@ class AttentionMonitor:
             for layer, (q, k) in enumerate(layers):
                 ratio = max(q, k) / max(min(q, k), 1e-12)
                 if ratio > self.cfg.qk_scale_ratio:
-                    self._warn(metrics, "qk-scale", kind, layer,
-                               f"Q and K projection weights differ in scale {ratio:.1f}x (RMS {q:.3g} vs {k:.3g}): "
-                               "attention starts near-uniform or near-one-hot; initialise them alike")
+                    self._warn(
+                        metrics,
+                        "qk-scale",
+                        kind,
+                        layer,
+                        f"Q and K projection weights differ in scale {ratio:.1f}x (RMS {q:.3g} vs {k:.3g}): "
+                        "attention starts near-uniform or near-one-hot; initialise them alike",
+                    )
 
     @torch.no_grad()
     def log(self, model: Transformer, step: int, metrics: Metrics) -> float:
@@ -66,15 +75,26 @@ class AttentionMonitor:
         forced = forced_attention(model, self.src_ids, self.tgt_ids)
         model.train(was_training)
         for kind in KINDS:
-            stats = [layer_stats(w, allowed_keys(kind, forced.src_valid, forced.tgt_valid)[0], self.cfg)
-                     for w in forced.maps[kind]]
+            stats = [
+                layer_stats(w, allowed_keys(kind, forced.src_valid, forced.tgt_valid)[0], self.cfg)
+                for w in forced.maps[kind]
+            ]
             for layer, st in enumerate(stats):
-                metrics.scalars(step, {f"layer{layer}/head{h}": v for h, v in enumerate(st.normalised)},
-                                f"attention_entropy/{kind}")
-                metrics.scalars(step, {f"layer{layer}": st.diversity}, f"attention_diversity/{kind}")
+                metrics.scalars(
+                    step,
+                    {f"layer{layer}/head{h}": v for h, v in enumerate(st.normalised)},
+                    f"attention_entropy/{kind}",
+                )
+                metrics.scalars(
+                    step, {f"layer{layer}": st.diversity}, f"attention_diversity/{kind}"
+                )
                 self._flag(metrics, kind, layer, st, step)
             # per layer, the (H, H) divergences side by side, 0 (identical heads) to 1 (disjoint)
-            metrics.image(step, f"attention/{kind}/diversity", tiles_image([st.divergence for st in stats], 1.0, 8))
+            metrics.image(
+                step,
+                f"attention/{kind}/diversity",
+                tiles_image([st.divergence for st in stats], 1.0, 8),
+            )
             self._heatmaps(forced, kind, step, metrics)
         return time.time() - began
 
@@ -89,8 +109,11 @@ class AttentionMonitor:
             rows, cols = self._axes(kind, i)
             for layer in sorted({0, n_layers - 1}):
                 weights = forced.maps[kind][layer][i, :, :rows, :cols]  # (H, rows, cols)
-                metrics.image(step, f"attention/{kind}/layer{layer}/sentence{i}",
-                              tiles_image([weights.mean(dim=0), *weights], cell_px=3))
+                metrics.image(
+                    step,
+                    f"attention/{kind}/layer{layer}/sentence{i}",
+                    tiles_image([weights.mean(dim=0), *weights], cell_px=3),
+                )
 
     def _axes(self, kind: str, i: int) -> tuple[int, int]:
         """Rows and columns of sentence i's map: source + EOS, BOS + target (or target + EOS)."""
@@ -103,27 +126,44 @@ class AttentionMonitor:
         for i in range(min(self.cfg.image_sentences, len(self.src_ids))):
             src = self.tokenizer.sp.id_to_piece(self.src_ids[i]) + ["</s>"]
             tgt = self.tokenizer.target_sp.id_to_piece(self.tgt_ids[i])
-            text.append(f"**sentence {i}** (panels: mean of heads, then head 0, 1, ...; rows are queries)  \n"
-                        f"source (encoder rows and columns, cross columns): `{' '.join(src)}`  \n"
-                        f"decoder inputs (decoder columns): `{' '.join(['<s>', *tgt])}`  \n"
-                        f"decoder outputs (decoder and cross rows): `{' '.join([*tgt, '</s>'])}`")
+            text.append(
+                f"**sentence {i}** (panels: mean of heads, then head 0, 1, ...; rows are queries)  \n"
+                f"source (encoder rows and columns, cross columns): `{' '.join(src)}`  \n"
+                f"decoder inputs (decoder columns): `{' '.join(['<s>', *tgt])}`  \n"
+                f"decoder outputs (decoder and cross rows): `{' '.join([*tgt, '</s>'])}`"
+            )
         if text:
             metrics.text(0, "attention/sentences", "\n\n".join(text))
 
     def _flag(self, metrics: Metrics, kind: str, layer: int, st: LayerStats, step: int) -> None:
         if st.duplicates:
             groups = ", ".join("=".join(map(str, g)) for g in st.duplicates)
-            self._warn(metrics, "duplicate", kind, layer,
-                       f"heads {groups} attend alike at update {step} (Jensen-Shannon <= "
-                       f"{self.cfg.duplicate_divergence}): no diversity; raise dropout or revisit the initialisation")
+            self._warn(
+                metrics,
+                "duplicate",
+                kind,
+                layer,
+                f"heads {groups} attend alike at update {step} (Jensen-Shannon <= "
+                f"{self.cfg.duplicate_divergence}): no diversity; raise dropout or revisit the initialisation",
+            )
         if st.uniform:
-            self._warn(metrics, "uniform", kind, layer,
-                       f"heads {st.uniform} are near-uniform at update {step} (normalised entropy >= "
-                       f"{self.cfg.uniform_entropy}): Q and K have learned no matching")
+            self._warn(
+                metrics,
+                "uniform",
+                kind,
+                layer,
+                f"heads {st.uniform} are near-uniform at update {step} (normalised entropy >= "
+                f"{self.cfg.uniform_entropy}): Q and K have learned no matching",
+            )
         if st.one_hot:
-            self._warn(metrics, "one-hot", kind, layer,
-                       f"heads {st.one_hot} are near-one-hot at update {step} (normalised entropy <= "
-                       f"{self.cfg.one_hot_entropy}): a saturated softmax, whose gradients vanish")
+            self._warn(
+                metrics,
+                "one-hot",
+                kind,
+                layer,
+                f"heads {st.one_hot} are near-one-hot at update {step} (normalised entropy <= "
+                f"{self.cfg.one_hot_entropy}): a saturated softmax, whose gradients vanish",
+            )
 
     def _warn(self, metrics: Metrics, condition: str, kind: str, layer: int, message: str) -> None:
         if (condition, kind, layer) not in self.warned:

@@ -53,8 +53,12 @@ def init(device_name: str) -> Dist:
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     # rank 0 validates alone while the others wait, so allow more than the default 10 minutes
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world_size,
-                            timeout=timedelta(minutes=60))
+    dist.init_process_group(
+        "nccl" if device.type == "cuda" else "gloo",
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(minutes=60),
+    )
     return Dist(device, rank, world_size, local_rank)
 
 
@@ -80,7 +84,9 @@ def main_first(d: Dist, work: Callable[[], object], what: str) -> None:
             try:
                 work()
             except BaseException as err:
-                outcome[0] = str(err) if isinstance(err, TranslatorError) else f"{type(err).__name__}: {err}"
+                outcome[0] = (
+                    str(err) if isinstance(err, TranslatorError) else f"{type(err).__name__}: {err}"
+                )
                 with suppress(Exception):  # raise rank 0's own error, not a failed broadcast's
                     dist.broadcast_object_list(outcome, src=0, group=group)
                 raise
@@ -88,15 +94,20 @@ def main_first(d: Dist, work: Callable[[], object], what: str) -> None:
     finally:
         dist.destroy_process_group(group)
     if outcome[0] is not None:
-        raise TranslatorError(f"rank 0 failed while {what}: {outcome[0]}", f"rank {d.rank}",
-                              "see rank 0's error above")
+        raise TranslatorError(
+            f"rank 0 failed while {what}: {outcome[0]}",
+            f"rank {d.rank}",
+            "see rank 0's error above",
+        )
 
 
 def wrap(model: torch.nn.Module, d: Dist) -> torch.nn.Module:
     """DDP around the model when there are several processes (it also broadcasts rank 0's weights)."""
     if d.world_size == 1:
         return model
-    return DistributedDataParallel(model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
+    return DistributedDataParallel(
+        model, device_ids=[d.device.index] if d.device.type == "cuda" else None
+    )
 
 
 def no_sync(model: torch.nn.Module, sync: bool):

@@ -41,21 +41,31 @@ class TrainBatches:
     def __init__(self, cfg: Config, d: Dist) -> None:
         folder = prepared_dir(cfg.data)
         self.src, self.tgt = TokenArray(folder / "train.src"), TokenArray(folder / "train.tgt")
-        longest = int(max(self.src.lengths.max(initial=0), self.tgt.lengths.max(initial=0))) + 1  # + EOS / BOS
+        longest = (
+            int(max(self.src.lengths.max(initial=0), self.tgt.lengths.max(initial=0))) + 1
+        )  # + EOS / BOS
         if longest > cfg.model.max_positions:  # found now, not at the first long batch
-            raise TranslatorError(f"training sequences take up to {longest} positions, more than "
-                                  f"max_positions={cfg.model.max_positions}", "model.max_positions",
-                                  f"use at least {longest}, or prepare with a smaller data.max_tokens_per_side")
+            raise TranslatorError(
+                f"training sequences take up to {longest} positions, more than "
+                f"max_positions={cfg.model.max_positions}",
+                "model.max_positions",
+                f"use at least {longest}, or prepare with a smaller data.max_tokens_per_side",
+            )
         self.args = (cfg.train.max_tokens, cfg.train.seed)
         self.rank, self.world_size = d.rank, d.world_size
         self.cached: tuple[int, list[np.ndarray]] = (-1, [])
 
     def epoch(self, epoch: int) -> list[np.ndarray]:
         if self.cached[0] != epoch:
-            order = token_batches(self.src.lengths, self.tgt.lengths, *self.args, epoch, self.rank, self.world_size)
+            order = token_batches(
+                self.src.lengths, self.tgt.lengths, *self.args, epoch, self.rank, self.world_size
+            )
             if not order:
-                raise TranslatorError(f"the training split has fewer batches than the {self.world_size} processes",
-                                      "train", "use fewer processes or a smaller train.max_tokens")
+                raise TranslatorError(
+                    f"the training split has fewer batches than the {self.world_size} processes",
+                    "train",
+                    "use fewer processes or a smaller train.max_tokens",
+                )
             self.cached = (epoch, order)
         return self.cached[1]
 
@@ -74,7 +84,9 @@ class TrainBatches:
         return out
 
 
-def loss_sums(net: torch.nn.Module, batch: Batch, label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+def loss_sums(
+    net: torch.nn.Module, batch: Batch, label_smoothing: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Label-smoothed cross-entropy summed over target tokens (padding ignored), and the plain NLL sum.
 
     One log-softmax serves both: smoothed = (1 - eps) * NLL + eps * the mean of -log p over the
@@ -91,7 +103,9 @@ def loss_sums(net: torch.nn.Module, batch: Batch, label_smoothing: float) -> tup
     return (1 - label_smoothing) * nll + label_smoothing * uniform, nll.detach()
 
 
-def train_step(s: Session, batches: list[Batch], total_tokens: float) -> tuple[float, float, float, bool]:
+def train_step(
+    s: Session, batches: list[Batch], total_tokens: float
+) -> tuple[float, float, float, bool]:
     """One update -> (loss sum, NLL sum over all processes, gradient norm, applied?).
 
     The norm is taken on unscaled gradients; an update whose loss or norm is not finite is not
@@ -107,7 +121,9 @@ def train_step(s: Session, batches: list[Batch], total_tokens: float) -> tuple[f
             s.scaler.scale(loss * factor).backward()
         return torch.stack([loss.detach(), nll])
 
-    sums = oom.accumulate(s, batches, backward)  # loss, NLL; read once per update (no GPU sync per batch)
+    sums = oom.accumulate(
+        s, batches, backward
+    )  # loss, NLL; read once per update (no GPU sync per batch)
     loss_total, nll_total = sum_all(s.dist, sums.tolist())  # every process decides alike
     s.scaler.unscale_(s.optimizer)
     params = [p for p in s.model.parameters() if p.grad is not None]
@@ -131,8 +147,12 @@ class StopRequest:
     def __init__(self) -> None:
         self.requested = False
         self.previous = {}
-        if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread
-            self.previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        if (
+            threading.current_thread() is threading.main_thread()
+        ):  # signal handlers live in the main thread
+            self.previous = {
+                sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)
+            }
 
     def _handle(self, signum, frame) -> None:
         if self.requested and signum == signal.SIGINT:
@@ -184,7 +204,9 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
             state.step += 1
             window.tokens += tokens
             log_update(s, loss, nll, tokens, grad_norm, ok, lr, window)
-            interrupted, late = sum_all(s.dist, [float(stop.requested), float(time.time() > deadline)])
+            interrupted, late = sum_all(
+                s.dist, [float(stop.requested), float(time.time() > deadline)]
+            )
             if interrupted or late:
                 reason = "interrupted" if interrupted else "max_minutes"
                 break
@@ -199,9 +221,14 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
             s.metrics.line(f"interrupted: saved {s.run_dir / 'last.pt'} at update {state.step}")
         elif state.last_valid_step != state.step:
             evaluate_and_save(s)
-        s.metrics.line(f"stopped at update {state.step} ({reason}); {state.skipped_steps} updates skipped"
-                       + (f"; out of memory: {state.oom_splits} batches split, {state.oom_skipped} sentences skipped"
-                          if state.oom_splits or state.oom_skipped else ""))
+        s.metrics.line(
+            f"stopped at update {state.step} ({reason}); {state.skipped_steps} updates skipped"
+            + (
+                f"; out of memory: {state.oom_splits} batches split, {state.oom_skipped} sentences skipped"
+                if state.oom_splits or state.oom_skipped
+                else ""
+            )
+        )
     finally:
         stop.restore()
         if manifest:
@@ -219,22 +246,37 @@ def start_logging(s: Session, n_pairs: int) -> None:
             handle.write(dump(cfg))
     s.metrics.advance(state.step, "")
     s.metrics.text(state.step, "config", "```yaml\n" + dump(cfg) + "```")
-    flat = {f"{section}.{key}": value for section in ("model", "train", "decode")
-            for key, value in to_dict(getattr(cfg, section)).items()}
+    flat = {
+        f"{section}.{key}": value
+        for section in ("model", "train", "decode")
+        for key, value in to_dict(getattr(cfg, section)).items()
+    }
     s.metrics.hparams(state.step, flat, ["valid/bleu", "valid/chrf", "valid/loss", "train/loss"])
     on_off = {True: "on", False: "off"}
-    s.metrics.line(f"model: {count_parameters(s.model):,} parameters; {s.dist.world_size} x {s.dist.device}, "
-                   f"precision {s.dtype or torch.float32}, gradient checkpointing "
-                   f"{on_off[cfg.model.gradient_checkpointing]}, compile {on_off[cfg.train.compile]}; "
-                   f"{n_pairs:,} training pairs; starting at update {state.step}")
+    s.metrics.line(
+        f"model: {count_parameters(s.model):,} parameters; {s.dist.world_size} x {s.dist.device}, "
+        f"precision {s.dtype or torch.float32}, gradient checkpointing "
+        f"{on_off[cfg.model.gradient_checkpointing]}, compile {on_off[cfg.train.compile]}; "
+        f"{n_pairs:,} training pairs; starting at update {state.step}"
+    )
     over, total = too_long_pairs(cfg)  # said now, not after eval_every updates
     if over:
-        s.metrics.line(f"valid: {over} of {total} pairs take more than model.max_positions={cfg.model.max_positions} "
-                       "positions; validation leaves them out of its loss (BLEU translates their sources in pieces)")
+        s.metrics.line(
+            f"valid: {over} of {total} pairs take more than model.max_positions={cfg.model.max_positions} "
+            "positions; validation leaves them out of its loss (BLEU translates their sources in pieces)"
+        )
 
 
-def log_update(s: Session, loss: float, nll: float, tokens: float, grad_norm: float, ok: bool, lr: float,
-               window: Throughput) -> None:
+def log_update(
+    s: Session,
+    loss: float,
+    nll: float,
+    tokens: float,
+    grad_norm: float,
+    ok: bool,
+    lr: float,
+    window: Throughput,
+) -> None:
     """Progress bar every update; scalars and a log line every log_every updates; skipped updates reported."""
     state, t = s.state, s.cfg.train
     if ok:
@@ -243,13 +285,23 @@ def log_update(s: Session, loss: float, nll: float, tokens: float, grad_norm: fl
         state.window_tokens += int(tokens)
     else:
         state.skipped_steps += 1
-        s.metrics.line(f"update {state.step}: non-finite loss ({loss:.3g}) or gradient norm ({grad_norm:.3g}); "
-                       f"not applied ({state.skipped_steps} skipped so far)")
-    s.metrics.advance(state.step, f"loss {loss / max(tokens, 1):.3f}  lr {lr:.2e}  {window.rate():,.0f} tok/s")
+        s.metrics.line(
+            f"update {state.step}: non-finite loss ({loss:.3g}) or gradient norm ({grad_norm:.3g}); "
+            f"not applied ({state.skipped_steps} skipped so far)"
+        )
+    s.metrics.advance(
+        state.step, f"loss {loss / max(tokens, 1):.3f}  lr {lr:.2e}  {window.rate():,.0f} tok/s"
+    )
     if state.step % t.log_every:
         return
-    values = {"lr": lr, "grad_norm": grad_norm, "tokens_per_s": window.rate(), "skipped_steps": state.skipped_steps,
-              "oom_splits": state.oom_splits, "oom_skipped": state.oom_skipped}
+    values = {
+        "lr": lr,
+        "grad_norm": grad_norm,
+        "tokens_per_s": window.rate(),
+        "skipped_steps": state.skipped_steps,
+        "oom_splits": state.oom_splits,
+        "oom_skipped": state.oom_skipped,
+    }
     if state.window_tokens:
         values["loss"] = state.window_loss / state.window_tokens
         values["nll_loss"] = state.window_nll / state.window_tokens
@@ -259,8 +311,11 @@ def log_update(s: Session, loss: float, nll: float, tokens: float, grad_norm: fl
     if s.dist.device.type == "cuda":
         values["gpu_mem_gb"] = torch.cuda.max_memory_allocated(s.dist.device) / 2**30
     s.metrics.scalars(state.step, values, "train")
-    s.metrics.line(f"update {state.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in values.items())
-                   + f", epoch {state.epoch}")
+    s.metrics.line(
+        f"update {state.step}: "
+        + ", ".join(f"{k} {v:.4g}" for k, v in values.items())
+        + f", epoch {state.epoch}"
+    )
     state.window_loss = state.window_nll = 0.0
     state.window_tokens = 0
     window.tokens, window.start = 0.0, time.time()

@@ -24,9 +24,12 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 def git_state() -> dict[str, Any]:
     """Commit and dirtiness of the code that runs, or None outside a git checkout."""
+
     def git(*args: str) -> str | None:
         try:
-            done = subprocess.run(["git", *args], cwd=PACKAGE_ROOT, capture_output=True, text=True, timeout=10)
+            done = subprocess.run(
+                ["git", *args], cwd=PACKAGE_ROOT, capture_output=True, text=True, timeout=10
+            )
         except (OSError, subprocess.SubprocessError):
             return None
         return done.stdout.strip() if done.returncode == 0 else None
@@ -49,8 +52,12 @@ def data_checksums(cfg_data) -> dict[str, Any]:
                 while chunk := handle.read(1 << 24):
                     digest.update(chunk)
             files[path.name] = digest.hexdigest()
-    return {"dir": str(folder), "config_hash": prepared.get("config_hash"), "pairs": prepared.get("pairs"),
-            "sha256": files}
+    return {
+        "dir": str(folder),
+        "config_hash": prepared.get("config_hash"),
+        "pairs": prepared.get("pairs"),
+        "sha256": files,
+    }
 
 
 def versions() -> dict[str, str]:
@@ -59,9 +66,15 @@ def versions() -> dict[str, str]:
     import sentencepiece
     import torch
 
-    return {"translator": __version__, "python": platform.python_version(), "torch": torch.__version__,
-            "cuda": str(torch.version.cuda), "numpy": numpy.__version__, "sentencepiece": sentencepiece.__version__,
-            "sacrebleu": sacrebleu.__version__}
+    return {
+        "translator": __version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": str(torch.version.cuda),
+        "numpy": numpy.__version__,
+        "sentencepiece": sentencepiece.__version__,
+        "sacrebleu": sacrebleu.__version__,
+    }
 
 
 class RunManifest:
@@ -72,11 +85,21 @@ class RunManifest:
         self.data = json.loads(self.path.read_text()) if self.path.is_file() else {"sessions": []}
         self.started = time.time()
         self.session = {
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "ended": None, "seconds": 0.0,
-            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "host": platform.node(),
-            "git": git_state(), "versions": versions(), "world_size": world_size,
-            "seeds": {"train": cfg.train.seed, "per_rank": [cfg.train.seed + r for r in range(world_size)]},
-            "data": data_checksums(cfg.data), "first_update": start_step, "last_update": start_step,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "ended": None,
+            "seconds": 0.0,
+            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+            "host": platform.node(),
+            "git": git_state(),
+            "versions": versions(),
+            "world_size": world_size,
+            "seeds": {
+                "train": cfg.train.seed,
+                "per_rank": [cfg.train.seed + r for r in range(world_size)],
+            },
+            "data": data_checksums(cfg.data),
+            "first_update": start_step,
+            "last_update": start_step,
             "end_reason": None,
         }
         self.data["sessions"].append(self.session)
@@ -84,8 +107,13 @@ class RunManifest:
 
     def finish(self, step: int, reason: str, saved_step: int) -> None:
         """last_update: the last update trained; saved_update: the one last.pt holds (less if a save failed)."""
-        self.session.update(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"), seconds=round(time.time() - self.started, 1),
-                            last_update=step, saved_update=saved_step, end_reason=reason)
+        self.session.update(
+            ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            seconds=round(time.time() - self.started, 1),
+            last_update=step,
+            saved_update=saved_step,
+            end_reason=reason,
+        )
         self.write()
 
     def write(self) -> None:

@@ -20,7 +20,9 @@ from torch.utils.tensorboard.summary import hparams
 class Metrics:
     """Scalars and text to TensorBoard, lines to `train.log`, a live progress bar unless quiet."""
 
-    def __init__(self, run_dir: Path, total_updates: int, start: int, quiet: bool, enabled: bool = True) -> None:
+    def __init__(
+        self, run_dir: Path, total_updates: int, start: int, quiet: bool, enabled: bool = True
+    ) -> None:
         self.enabled, self.quiet = enabled, quiet
         # the log first: an unwritable run_dir then fails here, before TensorBoard's writer thread starts
         # (which would print its own traceback beside our one-line error)
@@ -28,9 +30,15 @@ class Metrics:
         self.writer = SummaryWriter(str(run_dir / "tensorboard")) if enabled else None
         self.console = Console()  # stdout
         self.progress = Progress(
-            TextColumn("train"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-            TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-            console=self.console, disable=quiet or not enabled or not self.console.is_terminal,
+            TextColumn("train"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TextColumn("{task.fields[status]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=self.console,
+            disable=quiet or not enabled or not self.console.is_terminal,
         )
         self.task = self.progress.add_task("train", total=total_updates, completed=start, status="")
         self.progress.start()
@@ -58,7 +66,9 @@ class Metrics:
         earlier session's points as orphaned.
         """
         if self.enabled:
-            clean = {k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in flat.items()}
+            clean = {
+                k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in flat.items()
+            }
             for summary in hparams(clean, dict.fromkeys(metric_tags, 0.0)):
                 self.writer.file_writer.add_summary(summary, step)
 

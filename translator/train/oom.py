@@ -26,11 +26,20 @@ def halves(batch: Batch) -> list[Batch]:
         src, tgt_in, tgt_out = batch.src[rows], batch.tgt_in[rows], batch.tgt_out[rows]
         s_len = int((src != PAD_ID).sum(1).max())  # columns past every row's end are padding only
         t_len = int((tgt_out != PAD_ID).sum(1).max())
-        out.append(Batch(src[:, :s_len], tgt_in[:, :t_len], tgt_out[:, :t_len], batch.src_mask[rows, ..., :s_len]))
+        out.append(
+            Batch(
+                src[:, :s_len],
+                tgt_in[:, :t_len],
+                tgt_out[:, :t_len],
+                batch.src_mask[rows, ..., :s_len],
+            )
+        )
     return out
 
 
-def accumulate(s: Session, batches: list[Batch], backward: Callable[[Batch, bool], torch.Tensor]) -> torch.Tensor:
+def accumulate(
+    s: Session, batches: list[Batch], backward: Callable[[Batch, bool], torch.Tensor]
+) -> torch.Tensor:
     """Sum of `backward(batch, last)` (forward + backward, returning (loss, nll)) over the update's batches.
 
     On torch.OutOfMemoryError: gradients cleared, the failing batch halved (or dropped if it is one
@@ -55,12 +64,16 @@ def accumulate(s: Session, batches: list[Batch], backward: Callable[[Batch, bool
             torch.cuda.empty_cache()
         batch, state = pieces[failed], s.state
         if len(batch.src) > 1:
-            pieces[failed:failed + 1] = halves(batch)
+            pieces[failed : failed + 1] = halves(batch)
             state.oom_splits += 1
-            s.metrics.line(f"update {state.step + 1}: out of memory on a batch of {len(batch.src)} sentences; "
-                           f"split in two and the update redone ({state.oom_splits} splits so far)")
+            s.metrics.line(
+                f"update {state.step + 1}: out of memory on a batch of {len(batch.src)} sentences; "
+                f"split in two and the update redone ({state.oom_splits} splits so far)"
+            )
         else:
             del pieces[failed]
             state.oom_skipped += 1
-            s.metrics.line(f"update {state.step + 1}: out of memory on a single sentence of {batch.src.shape[1]} + "
-                           f"{batch.tgt_out.shape[1]} tokens; skipped ({state.oom_skipped} skipped so far)")
+            s.metrics.line(
+                f"update {state.step + 1}: out of memory on a single sentence of {batch.src.shape[1]} + "
+                f"{batch.tgt_out.shape[1]} tokens; skipped ({state.oom_skipped} skipped so far)"
+            )

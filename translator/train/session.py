@@ -38,7 +38,9 @@ class Session:
 
     cfg: Config
     model: Transformer  # the parameters: checkpoints and validation use it directly
-    net: torch.nn.Module  # what training forwards through: the model, or DDP / torch.compile around it
+    net: (
+        torch.nn.Module
+    )  # what training forwards through: the model, or DDP / torch.compile around it
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     tokenizer: Tokenizer
@@ -48,26 +50,37 @@ class Session:
     state: TrainState = field(default_factory=TrainState)
     metrics: Metrics | None = None
     saved_step: int = 0  # the update that run_dir/last.pt holds (a save that failed does not count)
-    monitor: AttentionMonitor | None = None  # attention diagnostics at each validation (rank 0, when enabled)
+    monitor: AttentionMonitor | None = (
+        None  # attention diagnostics at each validation (rank 0, when enabled)
+    )
 
 
 def _set_vocab_sizes(model: ModelConfig, tokenizer: Tokenizer) -> None:
     """Fill vocab_size / src_vocab_size from the tokenizer (0 = automatic), or check the values given."""
-    sizes = {"vocab_size": tokenizer.target_vocab_size, "src_vocab_size": 0 if tokenizer.joint else tokenizer.vocab_size}
+    sizes = {
+        "vocab_size": tokenizer.target_vocab_size,
+        "src_vocab_size": 0 if tokenizer.joint else tokenizer.vocab_size,
+    }
     for name, size in sizes.items():
         given = getattr(model, name)
         if given == 0:
             setattr(model, name, size)
         elif given != size:
             found = f"has {size} pieces" if size else "is joint (one vocabulary)"
-            raise TranslatorError(f"model.{name}={given} but the prepared data's vocabulary {found}",
-                                  f"model.{name}", "set it to 0 (automatic)")
+            raise TranslatorError(
+                f"model.{name}={given} but the prepared data's vocabulary {found}",
+                f"model.{name}",
+                "set it to 0 (automatic)",
+            )
 
 
 def prepared_tokenizer(cfg: Config, d: Dist, quiet: bool) -> Tokenizer:
     """The prepared data's tokenizer; rank 0 prepares the data first when there is none (the others wait)."""
     distributed.main_first(d, lambda: prepare.ensure(cfg, quiet), "preparing the data")
-    vocab, folder = load_manifest(cfg.data)["vocab"], prepared_dir(cfg.data)  # every rank checks the settings
+    vocab, folder = (
+        load_manifest(cfg.data)["vocab"],
+        prepared_dir(cfg.data),
+    )  # every rank checks the settings
     src, tgt = folder / vocab["src"]["file"], folder / vocab["tgt"]["file"]
     return Tokenizer(src) if src == tgt else Tokenizer(src, tgt)
 
@@ -81,7 +94,10 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
     decayed = [p for p in model.parameters() if p.dim() >= 2 and id(p) not in embeddings]
     rest = [p for p in model.parameters() if p.dim() < 2 or id(p) in embeddings]
-    return [{"params": decayed, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    return [
+        {"params": decayed, "weight_decay": weight_decay},
+        {"params": rest, "weight_decay": 0.0},
+    ]
 
 
 def setup(cfg: Config, quiet: bool) -> Session:
@@ -101,10 +117,24 @@ def setup(cfg: Config, quiet: bool) -> Session:
     if t.compile:
         net = torch.compile(net)
     dtype = amp_dtype(t.precision, d.device)
-    optimizer = torch.optim.AdamW(parameter_groups(model, t.weight_decay), lr=t.lr, betas=(t.adam_beta1, t.adam_beta2),
-                                  eps=t.adam_eps, fused=d.device.type == "cuda")
-    s = Session(cfg=cfg, model=model, net=net, optimizer=optimizer, scaler=grad_scaler(d.device, dtype),
-                tokenizer=tokenizer, dist=d, dtype=dtype, run_dir=Path(t.run_dir))
+    optimizer = torch.optim.AdamW(
+        parameter_groups(model, t.weight_decay),
+        lr=t.lr,
+        betas=(t.adam_beta1, t.adam_beta2),
+        eps=t.adam_eps,
+        fused=d.device.type == "cuda",
+    )
+    s = Session(
+        cfg=cfg,
+        model=model,
+        net=net,
+        optimizer=optimizer,
+        scaler=grad_scaler(d.device, dtype),
+        tokenizer=tokenizer,
+        dist=d,
+        dtype=dtype,
+        run_dir=Path(t.run_dir),
+    )
     leftovers = check_run_dir(s.run_dir, model, t.keep_last) if d.main else 0  # before any update
     s.run_dir.mkdir(parents=True, exist_ok=True)
     s.metrics = Metrics(s.run_dir, t.max_updates, 0, quiet, enabled=d.main)
@@ -139,15 +169,25 @@ def resume(s: Session, path: Path) -> None:
     else:  # another process count splits the epoch differently: keep the fraction of it already seen
         state.batch_index = state.batch_index * state.world_size // d.world_size
         seed_all(s.cfg.train.seed + d.rank + state.step)
-        s.metrics.line(f"resuming with {d.world_size} processes instead of {state.world_size}: the same share "
-                       "of the epoch is skipped, but batch order and dropout streams differ (not bit-exact)")
+        s.metrics.line(
+            f"resuming with {d.world_size} processes instead of {state.world_size}: the same share "
+            "of the epoch is skipped, but batch order and dropout streams differ (not bit-exact)"
+        )
     saved_train = payload["config"].get("train", {})
-    order = [k for k in ("max_tokens", "seed") if k in saved_train and saved_train[k] != getattr(s.cfg.train, k)]
+    order = [
+        k
+        for k in ("max_tokens", "seed")
+        if k in saved_train and saved_train[k] != getattr(s.cfg.train, k)
+    ]
     if order:  # the epoch's batches are cut and shuffled by these: the position no longer means the same pairs
-        s.metrics.line("resuming with " + ", ".join(f"train.{k} {saved_train[k]} -> {getattr(s.cfg.train, k)}"
-                                                    for k in order)
-                       + ": the rest of this epoch's batches differ from the uninterrupted run's (not bit-exact)")
-    s.metrics.line(f"resumed from {path} at update {state.step} (epoch {state.epoch}, batch {state.batch_index})")
+        s.metrics.line(
+            "resuming with "
+            + ", ".join(f"train.{k} {saved_train[k]} -> {getattr(s.cfg.train, k)}" for k in order)
+            + ": the rest of this epoch's batches differ from the uninterrupted run's (not bit-exact)"
+        )
+    s.metrics.line(
+        f"resumed from {path} at update {state.step} (epoch {state.epoch}, batch {state.batch_index})"
+    )
 
 
 def save(s: Session, best: bool) -> None:
@@ -156,10 +196,13 @@ def save(s: Session, best: bool) -> None:
     if not s.dist.main:
         return
     s.state.rng, s.state.world_size = rngs, s.dist.world_size
-    payload = {"optimizer": s.optimizer.state_dict(), "scaler": s.scaler.state_dict(),
-               # the schedule is a pure function of the update number: this is all of its state
-               "scheduler": {"schedule": s.cfg.train.schedule, "step": s.state.step},
-               "train": s.state.state_dict()}
+    payload = {
+        "optimizer": s.optimizer.state_dict(),
+        "scaler": s.scaler.state_dict(),
+        # the schedule is a pure function of the update number: this is all of its state
+        "scheduler": {"schedule": s.cfg.train.schedule, "step": s.state.step},
+        "train": s.state.state_dict(),
+    }
     save_checkpoints(s.run_dir, s.model, s.cfg, s.tokenizer, payload, s.state.step, best)
     s.saved_step = s.state.step
 
@@ -171,21 +214,37 @@ def evaluate_and_save(s: Session) -> bool:
     if s.dist.main:
         began = time.time()
         result = validate(s.model, s.tokenizer, s.cfg, s.dtype)
-        if s.monitor is not None:  # its cost is logged: docs/benchmarks.md holds it to 5% of a validation
+        if (
+            s.monitor is not None
+        ):  # its cost is logged: docs/benchmarks.md holds it to 5% of a validation
             validation_s = time.time() - began
             seconds = s.monitor.log(s.model, state.step, s.metrics)
-            s.metrics.line(f"attention diagnostics: {seconds:.2f} s, {100 * seconds / validation_s:.1f}% of the "
-                           f"validation's {validation_s:.1f} s")
+            s.metrics.line(
+                f"attention diagnostics: {seconds:.2f} s, {100 * seconds / validation_s:.1f}% of the "
+                f"validation's {validation_s:.1f} s"
+            )
         improved = result.bleu > state.best_bleu
         state.best_bleu = max(state.best_bleu, result.bleu)
         state.bad_evals = 0 if improved else state.bad_evals + 1
         s.metrics.scalars(state.step, result.scalars(), "valid")
-        s.metrics.text(state.step, "valid/samples", "\n\n".join(
-            f"**source:** {src}  \n**output:** {hyp}  \n**reference:** {ref}" for src, hyp, ref in result.samples))
-        s.metrics.line(f"validation at update {state.step}: loss {result.loss:.3f}, ppl {result.ppl:.2f}, "
-                       f"BLEU {result.bleu:.2f}, chrF {result.chrf:.2f}{' (best)' if improved else ''} "
-                       f"[{result.signature}]"
-                       + (f"; {result.too_long} pairs over model.max_positions not in the loss" if result.too_long else ""))
+        s.metrics.text(
+            state.step,
+            "valid/samples",
+            "\n\n".join(
+                f"**source:** {src}  \n**output:** {hyp}  \n**reference:** {ref}"
+                for src, hyp, ref in result.samples
+            ),
+        )
+        s.metrics.line(
+            f"validation at update {state.step}: loss {result.loss:.3f}, ppl {result.ppl:.2f}, "
+            f"BLEU {result.bleu:.2f}, chrF {result.chrf:.2f}{' (best)' if improved else ''} "
+            f"[{result.signature}]"
+            + (
+                f"; {result.too_long} pairs over model.max_positions not in the loss"
+                if result.too_long
+                else ""
+            )
+        )
         stop = float(bool(t.patience and state.bad_evals >= t.patience))
     state.last_valid_step = state.step
     (stop,) = sum_all(s.dist, [stop])

@@ -50,8 +50,12 @@ def rng_state() -> dict[str, Any]:
     """Python, NumPy, torch CPU and CUDA generator states (tensors, so `weights_only` loads them)."""
     kind, key, pos, has_gauss, cached = np.random.get_state()
     numpy_state = [kind, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, cached]
-    return {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+    return {
+        "python": random.getstate(),
+        "numpy": numpy_state,
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
 
 
 def set_rng_state(rng: dict[str, Any]) -> None:
@@ -69,8 +73,15 @@ def seed_all(seed: int) -> None:
     torch.manual_seed(seed)  # seeds every CUDA device too
 
 
-def save_checkpoints(run_dir: Path, model: torch.nn.Module, cfg: Config, tokenizer: Tokenizer,
-                     payload: dict[str, Any], step: int, best: bool) -> None:
+def save_checkpoints(
+    run_dir: Path,
+    model: torch.nn.Module,
+    cfg: Config,
+    tokenizer: Tokenizer,
+    payload: dict[str, Any],
+    step: int,
+    best: bool,
+) -> None:
     """last.pt always; best.pt when validation improved; step-N.pt with only the newest keep_last kept.
 
     The state is serialized once; the other names are hard links (copies where links fail), each
@@ -98,16 +109,24 @@ def check_run_dir(run_dir: Path, model: torch.nn.Module, keep_last: int) -> int:
         with tempfile.TemporaryFile(dir=run_dir):
             pass
     except OSError as err:
-        raise TranslatorError(f"cannot write to the run directory: {err.strerror or err}", str(run_dir),
-                              "check its permissions, or use another train.run_dir") from None
-    size = 3 * sum(t.numel() * t.element_size() for t in model.state_dict().values()) + 2**20  # + tokenizer, config
+        raise TranslatorError(
+            f"cannot write to the run directory: {err.strerror or err}",
+            str(run_dir),
+            "check its permissions, or use another train.run_dir",
+        ) from None
+    size = (
+        3 * sum(t.numel() * t.element_size() for t in model.state_dict().values()) + 2**20
+    )  # + tokenizer, config
     kept = len(list(run_dir.glob("step-*.pt")))
     need = size * max(1, keep_last + 1 - kept) if keep_last else size
     free = shutil.disk_usage(run_dir).free
     if free < need:
-        raise TranslatorError(f"not enough free space for checkpoints: {need / 2**20:,.0f} MiB needed (about "
-                              f"{size / 2**20:,.0f} MiB each), {free / 2**20:,.0f} MiB free", str(run_dir),
-                              "free some space, lower train.keep_last, or use another train.run_dir")
+        raise TranslatorError(
+            f"not enough free space for checkpoints: {need / 2**20:,.0f} MiB needed (about "
+            f"{size / 2**20:,.0f} MiB each), {free / 2**20:,.0f} MiB free",
+            str(run_dir),
+            "free some space, lower train.keep_last, or use another train.run_dir",
+        )
     leftovers = [p for p in run_dir.glob(".*.tmp") if p.is_file()]
     for path in leftovers:
         path.unlink()
@@ -129,16 +148,28 @@ def read_resumable(path: Path, cfg: Config, tokenizer: Tokenizer) -> dict[str, A
     try:
         payload = checkpoint.read(path)
     except TranslatorError as err:  # e.g. cut short by a full disk
-        raise TranslatorError(f"cannot resume: {err.what}", err.where,
-                              "delete it to start over, or copy a step-N.pt over it to resume from there") from None
+        raise TranslatorError(
+            f"cannot resume: {err.what}",
+            err.where,
+            "delete it to start over, or copy a step-N.pt over it to resume from there",
+        ) from None
     if payload["tokenizer"]["sha256"] != tokenizer.checksum():
-        raise TranslatorError("cannot resume: the checkpoint was trained with a different tokenizer", str(path),
-                              "use a new train.run_dir, or the prepared data the run started with")
+        raise TranslatorError(
+            "cannot resume: the checkpoint was trained with a different tokenizer",
+            str(path),
+            "use a new train.run_dir, or the prepared data the run started with",
+        )
     diff = architecture_changes(payload["config"]["model"], to_dict(cfg.model))
     if diff:
-        raise TranslatorError(f"cannot resume: the architecture differs from the checkpoint's ({diff})", str(path),
-                              "use a new train.run_dir, or the checkpoint's model settings")
+        raise TranslatorError(
+            f"cannot resume: the architecture differs from the checkpoint's ({diff})",
+            str(path),
+            "use a new train.run_dir, or the checkpoint's model settings",
+        )
     if "optimizer" not in payload["state"]:
-        raise TranslatorError("cannot resume: the checkpoint holds no training state", str(path),
-                              "resume from a last.pt or step-N.pt written by `translator train`")
+        raise TranslatorError(
+            "cannot resume: the checkpoint holds no training state",
+            str(path),
+            "resume from a last.pt or step-N.pt written by `translator train`",
+        )
     return payload

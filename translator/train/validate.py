@@ -52,22 +52,35 @@ def too_long_pairs(cfg: Config) -> tuple[int, int]:
 
 
 @torch.no_grad()
-def validate(model: Transformer, tokenizer: Tokenizer, cfg: Config, dtype: torch.dtype | None,
-             n_samples: int = 3) -> Validation:
+def validate(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    cfg: Config,
+    dtype: torch.dtype | None,
+    n_samples: int = 3,
+) -> Validation:
     """Score `model` (left in train mode afterwards) on the prepared valid split."""
     device = next(model.parameters()).device
     model.eval()
     folder = prepared_dir(cfg.data)
     src, tgt = TokenArray(folder / "valid.src"), TokenArray(folder / "valid.tgt")
     loss, tokens = 0.0, 0
-    fits = fitting_pairs(src, tgt, cfg.model.max_positions)  # a longer pair would not fit the position table
-    for rows in token_batches(src.lengths[fits], tgt.lengths[fits], cfg.train.max_tokens, seed=0, epoch=0):
+    fits = fitting_pairs(
+        src, tgt, cfg.model.max_positions
+    )  # a longer pair would not fit the position table
+    for rows in token_batches(
+        src.lengths[fits], tgt.lengths[fits], cfg.train.max_tokens, seed=0, epoch=0
+    ):
         rows = fits[rows]
         batch = make_batch([src[i] for i in rows], [tgt[i] for i in rows]).to(device)
         with autocast(device, dtype):
             logits = model(batch.src, batch.tgt_in, batch.src_mask)  # (B, T, V)
-        loss += F.cross_entropy(logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=PAD_ID,
-                                reduction="sum").item()
+        loss += F.cross_entropy(
+            logits.flatten(0, 1).float(),
+            batch.tgt_out.flatten(),
+            ignore_index=PAD_ID,
+            reduction="sum",
+        ).item()
         tokens += batch.n_tgt_tokens
     sources = read_lines(folder / f"valid.{cfg.data.src_lang}")
     refs = read_lines(folder / f"valid.{cfg.data.tgt_lang}")
@@ -78,5 +91,12 @@ def validate(model: Transformer, tokenizer: Tokenizer, cfg: Config, dtype: torch
     scores = score(hyps, refs[:limit], tgt_lang=cfg.data.tgt_lang)
     model.train()
     mean = loss / tokens if tokens else math.nan  # no pair fits: no loss to report
-    return Validation(mean, math.exp(min(mean, 50.0)), scores.bleu, scores.chrf, scores.bleu_signature,
-                      list(zip(sources, hyps, refs))[:n_samples], len(src) - len(fits))
+    return Validation(
+        mean,
+        math.exp(min(mean, 50.0)),
+        scores.bleu,
+        scores.chrf,
+        scores.bleu_signature,
+        list(zip(sources, hyps, refs))[:n_samples],
+        len(src) - len(fits),
+    )
