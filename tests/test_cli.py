@@ -74,19 +74,19 @@ def test_every_command_help_has_an_example_that_parses(command):
     import click
 
     cmd = registered_commands()[command]
+    # a long example goes on over lines ending in a backslash, as it would in a shell
+    help_text = re.sub(r"\\\n\s*", " ", cmd.help)
     examples = [
-        line.split("Example:", 1)[1] for line in cmd.help.splitlines() if "Example:" in line
+        line.split("Example:", 1)[1] for line in help_text.splitlines() if "Example:" in line
     ]
     assert len(examples) == 1, cmd.help
-    words = shlex.split(
-        examples[0].split("|")[-1]
-    )  # after a pipe: `echo ... | translator translate ...`
+    # after a pipe: `echo ... | translator translate ...`
+    words = shlex.split(examples[0].split("|")[-1])
     assert words[:2] == ["translator", command]
     try:
         cmd.make_context(command, words[2:], resilient_parsing=False)
-    except (
-        click.UsageError
-    ) as err:  # an unknown option, a missing argument, a value of the wrong type
+    except click.UsageError as err:
+        # an unknown option, a missing argument, a value of the wrong type
         pytest.fail(f"{command}'s example does not parse: {err}")
     assert run_cli(command, "--help").stdout.count("Example:") == 1
 

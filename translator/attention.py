@@ -33,16 +33,17 @@ KIND_NAMES = {
 ADVICE = {  # the seed articles' reading of each flag, and what to try
     "near-uniform": "attends to nothing in particular: Q and K have learned no matching (early in "
     "training that is normal; later, check the Q/K initialisation and the learning rate)",
-    "near-one-hot": "a saturated softmax, whose gradients vanish (check the 1/sqrt(d_k) scaling and Q/K "
-    "initialisation scales; a sharp head can also be a legitimate positional head)",
-    "near-duplicate": "heads that attend alike add no view of their own (raise dropout or revisit the "
-    "initialisation; read the heads together before removing any)",
+    "near-one-hot": "a saturated softmax, whose gradients vanish (check the 1/sqrt(d_k) scaling "
+    "and Q/K initialisation scales; a sharp head can also be a legitimate positional head)",
+    "near-duplicate": "heads that attend alike add no view of their own (raise dropout or revisit "
+    "the initialisation; read the heads together before removing any)",
 }
 
 
 @dataclass
 class Pieces:
-    """One sentence's labels: source pieces + </s>, decoder inputs <s> + target, outputs target + </s>."""
+    """One sentence's labels: source pieces + </s>, decoder inputs <s> + target, outputs target +
+    </s>."""
 
     src: list[str]
     dec_in: list[str]
@@ -68,7 +69,8 @@ def run(
     html: Path | None = None,
     words: bool = False,
 ) -> str:
-    """Attention of `sources` (with `targets`, else searched translations) -> the stats table; figures written."""
+    """Attention of `sources` (with `targets`, else searched translations) -> the stats table;
+    figures written."""
     src_ids, tgt_ids = token_ids(model, tokenizer, decode, sources, targets)
     forced = forced_attention(model, src_ids, tgt_ids)
     labels = [
@@ -117,7 +119,8 @@ def token_ids(
     sources: list[str],
     targets: list[str] | None,
 ) -> tuple[list[list[int]], list[list[int]]]:
-    """Source ids and target ids (given, or the search's best), checked against the model's positions."""
+    """Source ids and target ids (given, or the search's best), checked against the model's
+    positions."""
     sources = [s.strip() for s in sources]
     if not sources or not all(sources):
         raise TranslatorError(
@@ -154,9 +157,11 @@ def _fit(ids: list[list[int]], limit: int, where: str) -> list[list[int]]:
 def sentence_maps(
     forced: Forced, b: int, pieces: Pieces, words: bool
 ) -> tuple[Pieces, dict[str, list[torch.Tensor]]]:
-    """Sentence b's maps per kind and layer (H, rows, cols), cut to its real tokens, and their labels.
+    """Sentence b's maps per kind and layer (H, rows, cols), cut to its real tokens, and their
+    labels.
 
-    With `words`, pieces are merged into words (a key word sums its pieces, a query word averages them).
+    With `words`, pieces are merged into words (a key word sums its pieces, a query word averages
+    them).
     """
     maps = {}
     for kind in KINDS:
@@ -185,7 +190,8 @@ def write_figures(out_dir: Path, views: list[tuple[Pieces, dict[str, list[torch.
 
 
 def format_table(stats: dict[str, list[LayerStats]]) -> str:
-    """Per kind, layer and head: mean entropy (nats and normalised) and flags; per layer: diversity, duplicates."""
+    """Per kind, layer and head: mean entropy (nats and normalised) and flags; per layer: diversity,
+    duplicates."""
     lines = ["kind     layer  head  entropy  normalised  flag"]
     seen: set[str] = set()
     for kind, layers in stats.items():
@@ -202,8 +208,8 @@ def format_table(stats: dict[str, list[LayerStats]]) -> str:
                 "=".join(map(str, g)) for g in st.duplicates
             )
             lines.append(
-                f"{kind:<8} {layer:>5}   all  head diversity {st.diversity:.3f} (mean Jensen-Shannon, "
-                f"bits){dups if st.duplicates else ''}"
+                f"{kind:<8} {layer:>5}   all  head diversity {st.diversity:.3f} (mean "
+                f"Jensen-Shannon, bits){dups if st.duplicates else ''}"
             )
             seen.add("near-duplicate" if st.duplicates else "")
     notes = [f"{flag}: {ADVICE[flag]}" for flag in ADVICE if flag in seen]

@@ -3,7 +3,8 @@
 A checkpoint embeds the SentencePiece model bytes, so `translate CKPT` and `eval CKPT` need
 neither the YAML nor the prepared data directory. Saving is atomic (temporary file, then rename,
 after an fsync). Format 2 stores a sha256 of the weights, which `read` verifies: a file damaged
-after it was written is refused by name. Format 1 (no checksum, written before) still loads, unverified.
+after it was written is refused by name. Format 1 (no checksum, written before) still loads,
+unverified.
 """
 
 from __future__ import annotations
@@ -25,14 +26,14 @@ FORMATS = (1, 2)  # what `read` accepts
 
 
 def weights_digest(weights: dict[str, torch.Tensor]) -> str:
-    """sha256 over each tensor's name, dtype, shape and bytes, in order: a byte flipped anywhere changes it."""
+    """sha256 over each tensor's name, dtype, shape and bytes, in order: a byte flipped anywhere
+    changes it."""
     digest = hashlib.sha256()
     for name, tensor in weights.items():
         flat = tensor.detach().cpu().contiguous().reshape(-1)
         digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)};".encode())
-        digest.update(
-            flat.view(torch.uint8).numpy()
-        )  # the raw bytes, bf16 included (numpy has no bf16)
+        # the raw bytes, bf16 included (numpy has no bf16)
+        digest.update(flat.view(torch.uint8).numpy())
     return digest.hexdigest()
 
 
@@ -62,8 +63,8 @@ def save(
 
 
 def read(path: str | Path) -> dict[str, Any]:
-    """The raw checkpoint dictionary, weights verified; a missing, empty, cut-short, foreign or damaged file
-    is refused in one line before anything is built from it."""
+    """The raw checkpoint dictionary, weights verified; a missing, empty, cut-short, foreign or
+    damaged file is refused in one line before anything is built from it."""
     path = Path(path)
     if not path.is_file():
         raise TranslatorError(
@@ -131,7 +132,8 @@ def latest_steps(run_dir: str | Path, count: int) -> list[Path]:
 
 
 def average(paths: list[str | Path], out: str | Path) -> int:
-    """Average the parameters of checkpoints of one architecture into `out` (optimizer state dropped).
+    """Average the parameters of checkpoints of one architecture into `out` (optimizer state
+    dropped).
 
     Sums in float64, so averaging identical checkpoints gives them back bit for bit; integer
     tensors are taken from the first checkpoint; tied weights stay one shared tensor.

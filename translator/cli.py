@@ -46,7 +46,10 @@ DataOpt = Annotated[
     typer.Option(
         "--data",
         metavar="PATH_OR_HF",
-        help="Data source: hf:NAME[:CONFIG], or a directory of {split}.{lang}[.gz] / {split}.tsv / {split}.jsonl files or a save_to_disk dataset.",
+        help=(
+            "Data source: hf:NAME[:CONFIG], or a directory of {split}.{lang}[.gz] / {split}.tsv / "
+            "{split}.jsonl files or a save_to_disk dataset."
+        ),
     ),
 ]
 QuietOpt = Annotated[
@@ -74,7 +77,10 @@ DtypeOpt = Annotated[
     typer.Option(
         "--dtype",
         show_default="checkpoint's decode.dtype: auto",
-        help="auto (bf16 where the GPU or CPU has it natively, fp16 on older GPUs, else fp32), fp32, bf16 or fp16.",
+        help=(
+            "auto (bf16 where the GPU or CPU has it natively, fp16 on older GPUs, else fp32), "
+            "fp32, bf16 or fp16."
+        ),
     ),
 ]
 GraphsOpt = Annotated[
@@ -91,7 +97,8 @@ def _config(path: Path, overrides: list[str] | None, data: str | None):
     from translator import config
 
     cfg = config.load(path, overrides or [])
-    if data:  # a path or hub name taken literally (through --set it would be parsed as YAML: "a #2" is "a")
+    # a path or hub name taken literally (through --set it would be parsed as YAML: "a #2" is "a")
+    if data:
         cfg.data = dataclasses.replace(cfg.data, source=data)
     return cfg
 
@@ -124,11 +131,14 @@ def prepare(
     ] = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Load the corpus, clean it, train SentencePiece and write id arrays to data/<name>/ (a rerun with the same config is a cache hit).
+    """Load the corpus, clean it, train SentencePiece and write id arrays to data/<name>/
+    (a rerun with the same config is a cache hit).
 
-    `train` does this itself when the data is missing; run it alone to prepare on one machine and train on another.
+    `train` does this itself when the data is missing; run it alone to prepare on one machine
+    and train on another.
 
-    Example: translator prepare configs/multi30k.yaml --data ../shared/data/multi30k --set data.splits.valid=valid --set data.splits.test=test2016
+    Example: translator prepare configs/multi30k.yaml --data ../shared/data/multi30k \\
+    --set data.splits.valid=valid --set data.splits.test=test2016
     """
     from translator import prepare as prepare_mod
 
@@ -141,11 +151,14 @@ def train(
 ) -> None:
     """Train a Transformer; checkpoints, log and TensorBoard events go to train.run_dir.
 
-    Prepares the data first (as `translator prepare` does) when data/<name>/ has none; data prepared with other data settings is refused, never replaced.
+    Prepares the data first (as `translator prepare` does) when data/<name>/ has none;
+    data prepared with other data settings is refused, never replaced.
     Resumes exactly from run_dir/last.pt when it exists; Ctrl-C or SIGTERM saves last.pt and exits.
-    Several GPUs (or CPU processes): torchrun --nproc_per_node 4 -m translator train CONFIG (rank 0 prepares, the others wait)
+    Several GPUs (or CPU processes): torchrun --nproc_per_node 4 -m translator train CONFIG
+    (rank 0 prepares, the others wait)
 
-    Example: translator train configs/multi30k.yaml --data ../shared/data/multi30k --set data.splits.valid=valid --set data.splits.test=test2016
+    Example: translator train configs/multi30k.yaml --data ../shared/data/multi30k \\
+    --set data.splits.valid=valid --set data.splits.test=test2016
     """
     from translator.train import loop
 
@@ -210,7 +223,10 @@ def translate(
         typer.Option(
             "--nbest",
             min=1,
-            help="Print up to N best as TSV: line (from 0), text, score; the beam widens to N if narrower.",
+            help=(
+                "Print up to N best as TSV: line (from 0), text, score; "
+                "the beam widens to N if narrower."
+            ),
         ),
     ] = 1,
     max_len_a: Annotated[
@@ -237,23 +253,32 @@ def translate(
         bool,
         typer.Option(
             "--alignments",
-            help="Append a TAB and the source-target word alignment read from cross-attention, as Pharaoh pairs (0-0 1-2 ...).",
+            help=(
+                "Append a TAB and the source-target word alignment read from cross-attention, "
+                "as Pharaoh pairs (0-0 1-2 ...)."
+            ),
         ),
     ] = False,
     alignment_layer: Annotated[
         int,
         typer.Option(
             "--alignment-layer",
-            help="Decoder layer whose cross-attention (mean of heads) gives --alignments; from 0, negative from the last.",
+            help=(
+                "Decoder layer whose cross-attention (mean of heads) gives --alignments; "
+                "from 0, negative from the last."
+            ),
         ),
     ] = -1,
     quiet: QuietOpt = False,
 ) -> None:
     """Translate stdin to stdout: one output line per input line; an empty line gives an empty line.
 
-    Streams: a line typed interactively is answered at once; piped input is batched, with a progress bar on stderr when output goes to a file and stderr to a terminal.
+    Streams: a line typed interactively is answered at once; piped input is batched,
+    with a progress bar on stderr when output goes to a file and stderr to a terminal.
 
-    A line too long for the model is split at sentence ends or word starts, translated in pieces and joined, with a warning (never truncated). Bytes that are not UTF-8 are replaced (U+FFFD), with a warning naming the line.
+    A line too long for the model is split at sentence ends or word starts, translated in pieces
+    and joined, with a warning (never truncated).
+    Bytes that are not UTF-8 are replaced (U+FFFD), with a warning naming the line.
 
     Example: echo "A man rides a bike." | translator translate runs/multi30k/best.pt
     """
@@ -290,7 +315,10 @@ def attention(
         typer.Option(
             "--target",
             "-t",
-            help="A translation to force-decode, one per sentence in order (repeatable); default: the model's own search output.",
+            help=(
+                "A translation to force-decode, one per sentence in order (repeatable); "
+                "default: the model's own search output."
+            ),
         ),
     ] = None,
     out: Annotated[
@@ -298,7 +326,10 @@ def attention(
         typer.Option(
             "--out",
             "-o",
-            help="Directory for PNG heatmaps (sentenceI-KIND-layerL.png) and head divergences (diversity-KIND.png).",
+            help=(
+                "Directory for PNG heatmaps (sentenceI-KIND-layerL.png) "
+                "and head divergences (diversity-KIND.png)."
+            ),
         ),
     ] = None,
     html: Annotated[
@@ -317,9 +348,11 @@ def attention(
 ) -> None:
     """Show a model's attention for a few sentences: per-head entropy table, heatmaps, an HTML page.
 
-    Encoder self-, decoder self- and cross-attention of every layer; flags near-uniform, near-one-hot and near-duplicate heads (thresholds: the checkpoint's diagnostics.* config).
+    Encoder self-, decoder self- and cross-attention of every layer; flags near-uniform,
+    near-one-hot and near-duplicate heads (thresholds: the checkpoint's diagnostics.* config).
 
-    Example: translator attention runs/multi30k/best.pt "A dog runs on the beach." -o attn/ --html attn.html
+    Example: translator attention runs/multi30k/best.pt "A dog runs on the beach." \\
+    -o attn/ --html attn.html
     """
     from translator import attention as attention_mod
     from translator import translate as translate_mod
@@ -394,13 +427,19 @@ def export(
         Optional[str],
         typer.Option(
             "--quantization",
-            help="CTranslate2 weight type: int8, int8_float32, float16, bfloat16... (default: float32).",
+            help=(
+                "CTranslate2 weight type: int8, int8_float32, float16, bfloat16... "
+                "(default: float32)."
+            ),
         ),
     ] = None,
 ) -> None:
-    """Export a checkpoint for deployment: a CTranslate2 model directory with its SentencePiece model(s).
+    """Export a checkpoint for deployment: a CTranslate2 model directory with its SentencePiece
+    model(s).
 
-    Needs the optional ctranslate2 package. Example: translator export runs/multi30k/best.pt -o ct2-multi30k
+    Needs the optional ctranslate2 package.
+
+    Example: translator export runs/multi30k/best.pt -o ct2-multi30k
     """
     from translator import export as export_mod
 
@@ -415,13 +454,18 @@ def import_hf(
     directory: Annotated[
         Path,
         typer.Argument(
-            help="A MarianMT model saved in Hugging Face format (config.json, weights, source.spm, target.spm, vocab.json), e.g. an OPUS-MT download.",
+            help=(
+                "A MarianMT model saved in Hugging Face format "
+                "(config.json, weights, source.spm, target.spm, vocab.json), "
+                "e.g. an OPUS-MT download."
+            ),
             show_default=False,
         ),
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Checkpoint to write.")],
 ) -> None:
-    """Import an OPUS-MT (MarianMT) model as a checkpoint for translate, eval, attention and fine-tuning (train.init_from).
+    """Import an OPUS-MT (MarianMT) model as a checkpoint for translate, eval, attention and
+    fine-tuning (train.init_from).
 
     Example: translator import-hf opus-mt-en-de -o runs/opus-en-de.pt
     """
@@ -435,9 +479,8 @@ def import_hf(
 
 
 def _terminate(signum, frame) -> None:
-    raise SystemExit(
-        128 + signum
-    )  # unwinds like Ctrl-C: temporary files and directories are removed
+    # unwinds like Ctrl-C: temporary files and directories are removed
+    raise SystemExit(128 + signum)
 
 
 def main() -> None:
@@ -451,9 +494,8 @@ def main() -> None:
         typer.echo(f"error: {err}", err=True)
         sys.exit(1)
     except OSError as err:  # click already turns a closed pipe (EPIPE) into a quiet exit
-        where = (
-            f"{os.fsdecode(err.filename)}: " if err.filename else ""
-        )  # a bytes name too (TensorBoard)
+        # a bytes name too (TensorBoard)
+        where = f"{os.fsdecode(err.filename)}: " if err.filename else ""
         typer.echo(
             f"error: {where}{err.strerror or err} (check the path, its permissions and free space)",
             err=True,

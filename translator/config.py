@@ -28,7 +28,8 @@ def _check_range(
     high: float | None = None,
     high_open: bool = False,
 ) -> None:
-    """Each field in `names` (space-separated) must be a finite number >= low and <= high (< high if high_open)."""
+    """Each field in `names` (space-separated) must be a finite number >= low and <= high (< high if
+    high_open)."""
     for name in names.split():
         value = getattr(obj, name)
         if (
@@ -54,7 +55,8 @@ class DataConfig:
     name: str = "multi30k"
     """Name of the prepared data set: it lands in `{data_dir}/{name}/`."""
     source: str = "hf:bentrevett/multi30k"
-    """`hf:NAME[:CONFIG]` (hub), or a directory of `{split}.{lang}[.gz]`, `{split}.tsv`, `{split}.jsonl` files or a `save_to_disk` dataset."""
+    """`hf:NAME[:CONFIG]` (hub), or a directory of `{split}.{lang}[.gz]`, `{split}.tsv`,
+    `{split}.jsonl` files or a `save_to_disk` dataset."""
     data_dir: str = "data"
     """Root directory for prepared data."""
     src_lang: str = "en"
@@ -68,15 +70,18 @@ class DataConfig:
     max_train_pairs: int = 0
     """Use only the first N training pairs (0 = all); handy for quick experiments."""
     tsv_columns: str = ""
-    """Column names of headerless TSV files in file order, comma-separated (e.g. `de,en`); empty = a header row names them."""
+    """Column names of headerless TSV files in file order, comma-separated (e.g. `de,en`); empty = a
+    header row names them."""
     nfc: bool = True
     """Cleaning: Unicode NFC normalisation of every sentence."""
     normalize_spaces: bool = True
-    """Cleaning: remove control characters; turn each whitespace run (TAB, NO-BREAK SPACE...) into one space; trim."""
+    """Cleaning: remove control characters; turn each whitespace run (TAB, NO-BREAK SPACE...) into
+    one space; trim."""
     drop_empty: bool = True
     """Cleaning: drop training pairs with an empty side."""
     drop_debris: bool = True
-    """Cleaning: drop training pairs with a side that has no letter or digit (markup debris such as `@@`)."""
+    """Cleaning: drop training pairs with a side that has no letter or digit (markup debris such as
+    `@@`)."""
     max_tokens_per_side: int = 250
     """Cleaning: drop training pairs with a side longer than this many subword tokens (0 = off)."""
     max_length_ratio: float = 3.0
@@ -123,9 +128,11 @@ class DataConfig:
 @dataclass(kw_only=True)
 class ModelConfig:
     vocab_size: int = 0
-    """Target (or joint) vocabulary size; 0 = take it from the prepared data's SentencePiece model."""
+    """Target (or joint) vocabulary size; 0 = take it from the prepared data's SentencePiece
+    model."""
     src_vocab_size: int = 0
-    """Source vocabulary size when the vocabularies are separate; 0 = joint (the source uses vocab_size's)."""
+    """Source vocabulary size when the vocabularies are separate; 0 = joint (the source uses
+    vocab_size's)."""
     d_model: int = 512
     """Width of embeddings and residual stream."""
     n_heads: int = 8
@@ -139,17 +146,20 @@ class ModelConfig:
     d_ff: int = 2048
     """Hidden width of the position-wise feed-forward network."""
     dropout: float = 0.1
-    """Dropout on embeddings and sublayer outputs (the FFN's hidden layer has `activation_dropout`)."""
+    """Dropout on embeddings and sublayer outputs (the FFN's hidden layer has
+    `activation_dropout`)."""
     attention_dropout: float = 0.0
     """Dropout on attention weights."""
     activation_dropout: float = 0.0
-    """Dropout on the feed-forward hidden layer (after the activation), apart from `dropout` (fairseq's)."""
+    """Dropout on the feed-forward hidden layer (after the activation), apart from `dropout`
+    (fairseq's)."""
     positions: Literal["sinusoidal", "learned", "rope"] = "sinusoidal"
     """Position scheme: added sinusoids, learned embeddings, or rotary (self-attention only)."""
     activation: Literal["relu", "gelu", "silu"] = "relu"
     """Feed-forward activation: ReLU (the paper), GELU, or SiLU/swish (Marian's OPUS-MT models)."""
     output_bias: bool = False
-    """A learned bias on the output logits (Marian's final_logits_bias; imported models have one)."""
+    """A learned bias on the output logits (Marian's final_logits_bias; imported models have
+    one)."""
     norm: Literal["pre", "post"] = "pre"
     """LayerNorm placement: pre-LN (with a final norm) or post-LN (as in the original paper)."""
     max_positions: int = 1024
@@ -157,7 +167,8 @@ class ModelConfig:
     scale_embeddings: bool = True
     """Multiply embeddings by sqrt(d_model)."""
     tie_embeddings: bool = True
-    """Share target embeddings and the output projection, and with a joint vocabulary the source embeddings too."""
+    """Share target embeddings and the output projection, and with a joint vocabulary the source
+    embeddings too."""
     gradient_checkpointing: bool = False
     """Recompute each layer's activations in the backward pass to save memory."""
 
@@ -190,7 +201,8 @@ TRAINING_ONLY = ("dropout", "attention_dropout", "activation_dropout", "gradient
 
 
 def architecture_changes(before: dict[str, Any], after: dict[str, Any]) -> str:
-    """Model sections (as dicts) compared outside TRAINING_ONLY -> `model.k: a -> b, ...`, empty if alike."""
+    """Model sections (as dicts) compared outside TRAINING_ONLY -> `model.k: a -> b, ...`, empty if
+    alike."""
     changed = sorted(
         k for k in {*before, *after} - set(TRAINING_ONLY) if before.get(k) != after.get(k)
     )
@@ -206,7 +218,8 @@ class TrainConfig:
     device: str = "auto"
     """`auto` (CUDA when present), `cpu`, `cuda` or `cuda:N`."""
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
-    """Autocast dtype: auto = bf16 on CUDA that supports it, fp16 on older CUDA; on CPU bf16 where it is native (AVX512-BF16, AMX, Arm BF16), else fp32."""
+    """Autocast dtype: auto = bf16 on CUDA that supports it, fp16 on older CUDA; on CPU bf16 where
+    it is native (AVX512-BF16, AMX, Arm BF16), else fp32."""
     max_tokens: int = 4096
     """Tokens per batch and side, padding included."""
     grad_accum_steps: int = 1
@@ -216,9 +229,11 @@ class TrainConfig:
     max_epochs: int = 0
     """Stop after this many epochs (0 = no limit)."""
     max_minutes: float = 0.0
-    """Stop (validating and saving) after this many minutes of training in this session (0 = no limit)."""
+    """Stop (validating and saving) after this many minutes of training in this session (0 = no
+    limit)."""
     compile: bool = False
-    """Run the training forward/backward through `torch.compile` (validation and decoding stay eager)."""
+    """Run the training forward/backward through `torch.compile` (validation and decoding stay
+    eager)."""
     lr: float = 7e-4
     """Peak learning rate."""
     warmup_steps: int = 4000
@@ -234,7 +249,8 @@ class TrainConfig:
     adam_eps: float = 1e-9
     """AdamW epsilon."""
     weight_decay: float = 0.0
-    """AdamW decoupled weight decay, on linear layers' matrices only (not LayerNorm, biases, embeddings)."""
+    """AdamW decoupled weight decay, on linear layers' matrices only (not LayerNorm, biases,
+    embeddings)."""
     label_smoothing: float = 0.1
     """Label smoothing of the cross-entropy loss."""
     clip_grad_norm: float = 0.0
@@ -273,17 +289,21 @@ class DecodeConfig:
     length_penalty: float = 0.6
     """GNMT length-penalty exponent alpha (0 = none)."""
     max_len_a: float = 1.2
-    """Maximum output length is max_len_a * source_length + max_len_b tokens (EOS not counted), capped by max_positions - 1."""
+    """Maximum output length is max_len_a * source_length + max_len_b tokens (EOS not counted),
+    capped by max_positions - 1."""
     max_len_b: int = 10
     """See max_len_a."""
     min_len: int = 0
-    """Minimum output length in tokens before EOS is allowed (the maximum length wins if smaller)."""
+    """Minimum output length in tokens before EOS is allowed (the maximum length wins if
+    smaller)."""
     batch_tokens: int = 4096
     """Source tokens per decoding batch, padding included (sentences are sorted by length first)."""
     device: str = "auto"
-    """Inference device for `translate`/`eval` (their --device overrides): `auto` (CUDA when present), `cpu`, `cuda` or `cuda:N`."""
+    """Inference device for `translate`/`eval` (their --device overrides): `auto` (CUDA when
+    present), `cpu`, `cuda` or `cuda:N`."""
     dtype: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
-    """Inference dtype (--dtype overrides): auto = bf16 on CUDA that supports it, fp16 on older CUDA; on CPU bf16 where it is native (AVX512-BF16, AMX, Arm BF16), else fp32."""
+    """Inference dtype (--dtype overrides): auto = bf16 on CUDA that supports it, fp16 on older
+    CUDA; on CPU bf16 where it is native (AVX512-BF16, AMX, Arm BF16), else fp32."""
     cuda_graphs: bool = True
     """On CUDA, replay each decoding step as one CUDA graph over a fixed-shape KV cache
     (--no-cuda-graphs turns it off). No effect on CPU or under autocast."""
@@ -291,9 +311,8 @@ class DecodeConfig:
     def __post_init__(self) -> None:
         _check_range("decode", self, "beam_size batch_tokens", 1)
         _check_range("decode", self, "max_len_a max_len_b min_len", 0)
-        _check_range(
-            "decode", self, "length_penalty", -math.inf
-        )  # finite: negative favours short outputs
+        # finite: negative favours short outputs
+        _check_range("decode", self, "length_penalty", -math.inf)
         if self.max_len_a == 0 and self.max_len_b == 0:
             raise TranslatorError(
                 "max_len_a=0 and max_len_b=0 allow no output",
@@ -305,19 +324,26 @@ class DecodeConfig:
 @dataclass(kw_only=True)
 class DiagnosticsConfig:
     enabled: bool = True
-    """Attention diagnostics at each validation: TensorBoard entropy, head diversity and heatmaps, and log warnings."""
+    """Attention diagnostics at each validation: TensorBoard entropy, head diversity and heatmaps,
+    and log warnings."""
     sentences: int = 8
-    """Valid sentences (the first N, teacher-forced with their references) whose attention the statistics average."""
+    """Valid sentences (the first N, teacher-forced with their references) whose attention the
+    statistics average."""
     image_sentences: int = 2
-    """How many of them get heatmap images in TensorBoard (first and last layer of each attention kind; 0 = none)."""
+    """How many of them get heatmap images in TensorBoard (first and last layer of each attention
+    kind; 0 = none)."""
     uniform_entropy: float = 0.95
-    """A head whose mean attention entropy, divided by log(number of keys), is at least this is flagged near-uniform."""
+    """A head whose mean attention entropy, divided by log(number of keys), is at least this is
+    flagged near-uniform."""
     one_hot_entropy: float = 0.05
-    """A head whose mean normalised entropy is at most this is flagged near-one-hot (a saturated softmax)."""
+    """A head whose mean normalised entropy is at most this is flagged near-one-hot (a saturated
+    softmax)."""
     duplicate_divergence: float = 0.02
-    """Two heads whose mean Jensen-Shannon divergence (bits, 0-1) is at most this are flagged near-duplicates."""
+    """Two heads whose mean Jensen-Shannon divergence (bits, 0-1) is at most this are flagged
+    near-duplicates."""
     qk_scale_ratio: float = 2.0
-    """Warn at start-up when a layer's Q and K projection weights differ in RMS by more than this factor."""
+    """Warn at start-up when a layer's Q and K projection weights differ in RMS by more than this
+    factor."""
 
     def __post_init__(self) -> None:
         _check_range("diagnostics", self, "sentences image_sentences", 0)
@@ -345,11 +371,13 @@ class Config:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     """Search settings for validation, eval and translate."""
     diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
-    """Attention diagnostics: thresholds for `translator attention` and for training's checks, and their off switch."""
+    """Attention diagnostics: thresholds for `translator attention` and for training's checks, and
+    their off switch."""
 
 
 def load(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a YAML config (or the defaults when `path` is None) and apply `key.sub=value` overrides."""
+    """Read a YAML config (or the defaults when `path` is None) and apply `key.sub=value`
+    overrides."""
     raw: dict[str, Any] = {}
     where = "defaults"
     if path is not None:

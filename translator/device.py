@@ -1,4 +1,5 @@
-"""Device and dtype names -> torch objects, for inference (`--device`, `--dtype`) and training alike.
+"""Device and dtype names -> torch objects, for inference (`--device`, `--dtype`) and training
+alike.
 
 `auto` precision is bf16 where the hardware computes it natively and fp32 elsewhere: on a CPU
 without native bf16, oneDNN emulates it and it is slower than fp32; with it (x86 AVX512-BF16 or
@@ -40,7 +41,8 @@ def resolve_device(name: str) -> torch.device:
 
 
 def resolve_dtype(name: str, device: torch.device, cpu_bf16: bool | None = None) -> torch.dtype:
-    """`auto` -> bf16 on CUDA that supports it (else fp16); on CPU bf16 where it is native, else fp32.
+    """`auto` -> bf16 on CUDA that supports it (else fp16); on CPU bf16 where it is native, else
+    fp32.
 
     `cpu_bf16` says whether the CPU has native bf16; None asks `cpu_native_bf16()`.
     """
@@ -63,10 +65,8 @@ def cpu_native_bf16() -> bool:
     Not `torch.ops.mkldnn._is_mkldnn_bf16_supported()`: it is true on any AVX-512 CPU, where
     oneDNN runs bf16 by conversion, which is no faster than fp32.
     """
-    for probe in (
-        "_is_avx512_bf16_supported",
-        "_is_amx_tile_supported",
-    ):  # x86, via PyTorch's cpuinfo
+    # x86, via PyTorch's cpuinfo
+    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
         check = getattr(torch.cpu, probe, None)
         if check is not None and check():
             return True
@@ -87,7 +87,8 @@ def _linux_cpu_features() -> set[str]:
 
 
 def describe(device: torch.device, dtype: torch.dtype, asked: str) -> str:
-    """What was chosen and why, for the log: e.g. `cpu, bf16 (auto: this CPU has native bf16; --dtype fp32 for fp32)`."""
+    """What was chosen and why, for the log:
+    e.g. `cpu, bf16 (auto: this CPU has native bf16; --dtype fp32 for fp32)`."""
     name = DTYPE_NAMES.get(dtype, str(dtype))
     if asked != "auto":
         return f"{device}, {name}"

@@ -67,7 +67,8 @@ def score(
 
 
 def bleu_metric(tgt_lang: str) -> sacrebleu.BLEU:
-    """sacreBLEU's BLEU for a target language code (`zh`, `ja-JP`, `kor`...; region and script ignored)."""
+    """sacreBLEU's BLEU for a target language code (`zh`, `ja-JP`, `kor`...; region and script
+    ignored)."""
     lang = re.split(r"[-_]", tgt_lang.strip().lower())[0]
     lang = LANGUAGE_ALIASES.get(lang, lang)
     try:
@@ -94,7 +95,8 @@ def run(
     cuda_graphs: bool | None = None,
     quiet: bool = False,
 ) -> Scores:
-    """The `eval` command: decode a prepared split (or --src/--ref files), write the hypotheses, and score them.
+    """The `eval` command: decode a prepared split (or --src/--ref files), write the hypotheses, and
+    score them.
 
     Hypotheses go to `hyp_file`, by default `<source file name>.hyp` beside the checkpoint. BLEU
     is tokenized for the checkpoint's target language (data.tgt_lang).

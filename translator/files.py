@@ -16,7 +16,8 @@ from translator.errors import TranslatorError
 def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator:
     """Open a temporary file beside `path`; rename it over `path` only if the block succeeds.
 
-    A path that cannot be written fails here, before the block runs (eval opens its output before decoding).
+    A path that cannot be written fails here, before the block runs (eval opens its output before
+    decoding).
     """
     path = Path(path)
     if path.is_dir():
@@ -34,9 +35,8 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
         with open(tmp, mode, encoding=None if "b" in mode else encoding) as handle:
             yield handle
             handle.flush()
-            os.fsync(
-                handle.fileno()
-            )  # on disk before the rename: a crash leaves the old file or the whole new one
+            # on disk before the rename: a crash leaves the old file or the whole new one
+            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

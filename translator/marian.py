@@ -1,4 +1,5 @@
-"""Import a MarianMT model in Hugging Face format (every OPUS-MT release) as a translator checkpoint.
+"""Import a MarianMT model in Hugging Face format (every OPUS-MT release) as a translator
+checkpoint.
 
 An OPUS-MT directory holds `config.json`, the weights (`model.safetensors` or `pytorch_model.bin`),
 `source.spm`, `target.spm` and `vocab.json`, which maps pieces to the model's ids (one table for
@@ -37,9 +38,8 @@ def import_marian(directory: str | Path, out: str | Path) -> Config:
     vocab = _read_json(directory / "vocab.json")
     weights = _read_weights(directory)
     src_proto = reorder_pieces(_read_bytes(directory / "source.spm"), [])
-    tgt_proto = reorder_pieces(
-        _read_bytes(directory / "target.spm"), list(vocab)
-    )  # every piece it can emit
+    # every piece it can emit
+    tgt_proto = reorder_pieces(_read_bytes(directory / "target.spm"), list(vocab))
     tokenizer = Tokenizer.from_proto(src_proto, tgt_proto)
 
     cfg = Config()
@@ -93,9 +93,10 @@ def model_config(hf: dict[str, Any], tokenizer: Tokenizer, where: str) -> ModelC
 
 
 def reorder_pieces(proto: bytes, extra: list[str]) -> bytes:
-    """A SentencePiece model with <pad>, <unk>, <s>, </s> at our ids 0-3, its other pieces after them
-    in their order (so their scores, hence segmentation, are unchanged), then `extra` pieces it lacks,
-    scored below every piece so that encoding never picks them and decoding can still spell them."""
+    """A SentencePiece model with <pad>, <unk>, <s>, </s> at our ids 0-3, its other pieces after
+    them in their order (so their scores, hence segmentation, are unchanged), then `extra` pieces it
+    lacks, scored below every piece so that encoding never picks them and decoding can still spell
+    them."""
     from sentencepiece import sentencepiece_model_pb2 as pb
 
     model = pb.ModelProto.FromString(proto)
@@ -138,7 +139,8 @@ def our_weights(
     hf: dict[str, Any],
     tokenizer: Tokenizer,
 ) -> dict[str, torch.Tensor]:
-    """Marian's state dict renamed to ours, embedding rows gathered by piece, residual dims permuted."""
+    """Marian's state dict renamed to ours, embedding rows gathered by piece, residual dims
+    permuted."""
     w = {k.removeprefix("model."): v.float() for k, v in hf_weights.items()}
     shared = w.get("shared.weight", w.get("decoder.embed_tokens.weight"))
     pad_id = hf.get("pad_token_id", len(vocab) - 1)

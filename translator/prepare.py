@@ -1,4 +1,5 @@
-"""`translator prepare`: corpus -> cleaning -> SentencePiece -> memory-mapped id arrays in data/<name>/.
+"""`translator prepare`: corpus -> cleaning -> SentencePiece -> memory-mapped id arrays in
+data/<name>/.
 
 The training split streams through in bounded memory (see data/binarize.py), so a WMT-sized corpus
 fits a small machine. The directory is written under a temporary name and renamed when complete:
@@ -46,14 +47,14 @@ def vocab_files(data: DataConfig) -> dict[str, str]:
 
 
 def source_fingerprint(data: DataConfig) -> list:
-    """Name, size and mtime of a local source's files, so edited data is prepared again (hub: none)."""
+    """Name, size and mtime of a local source's files, so edited data is prepared again (hub:
+    none)."""
     root = Path(data.source)
     if is_hub(data.source) or not root.is_dir():
         return []
     files = [p for p in root.iterdir() if p.is_file()]
-    files += [
-        p for d in root.iterdir() if d.is_dir() for p in d.iterdir() if p.is_file()
-    ]  # save_to_disk splits
+    # save_to_disk splits
+    files += [p for d in root.iterdir() if d.is_dir() for p in d.iterdir() if p.is_file()]
     return sorted([str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns] for p in files)
 
 
@@ -108,9 +109,8 @@ def _prepare(data: DataConfig, tmp: Path, bars: Bars) -> dict:
     """All the work, inside the temporary directory; returns the manifest."""
     scratch = tmp / ".scratch"
     scratch.mkdir()
-    cache = (
-        None if is_hub(data.source) else scratch / "datasets"
-    )  # local sources: Arrow copy, deleted at the end
+    # local sources: Arrow copy, deleted at the end
+    cache = None if is_hub(data.source) else scratch / "datasets"
     tables = {}
     for split in SPLITS:
         if is_hub(data.source) and not bars.quiet:  # the hub's own download bars, then ours again
@@ -190,7 +190,8 @@ def _train_tokenizers(
 def _train_tokenizer(
     name: str, sides: tuple[str, ...], data: DataConfig, scratch: Path, keep, tmp: Path, bars: Bars
 ) -> Tokenizer:
-    """Train `name` on the `sides` of a seeded sample of at most data.input_sentence_size kept sentences."""
+    """Train `name` on the `sides` of a seeded sample of at most data.input_sentence_size kept
+    sentences."""
     take = sample_mask(keep, data.input_sentence_size // len(sides), SEED)
     reading = bars.step(f"spm sample {name}", int(take.sum()) * len(sides))
     training = []
@@ -229,7 +230,8 @@ def _write_eval_split(
     cleaner: clean.Cleaner,
     data: DataConfig,
 ) -> dict[str, int]:
-    """Ids of the normalised text, and the raw text as given (sources to decode, sacreBLEU references)."""
+    """Ids of the normalised text, and the raw text as given (sources to decode, sacreBLEU
+    references)."""
     counts = {"pairs": len(src)}
     for side, lang, texts in (("src", data.src_lang, src), ("tgt", data.tgt_lang, tgt)):
         ids = tokenizers[side].encode([cleaner.normalize(t) for t in texts])
@@ -306,7 +308,8 @@ def _drops(drops: Counter) -> str:
 
 
 def summary_rows(manifest: dict) -> list[tuple[str, str]]:
-    """What the final table shows: pairs in, dropped per rule, pairs out, tokens, vocabulary, time."""
+    """What the final table shows: pairs in, dropped per rule, pairs out, tokens, vocabulary,
+    time."""
     pairs, tokens, vocab = manifest["pairs"], manifest["tokens"], manifest["vocab"]
     rows = [("source", manifest["source"]), ("train pairs in", f"{manifest['pairs_in']:,}")]
     rows += [(f"  dropped: {rule}", f"{n:,}") for rule, n in manifest["dropped"].items()]
@@ -328,7 +331,8 @@ def summary_rows(manifest: dict) -> list[tuple[str, str]]:
 
 
 def ensure(cfg: Config, quiet: bool = False) -> dict:
-    """The manifest of `cfg.data`'s prepared directory, which is prepared first when missing (`train`).
+    """The manifest of `cfg.data`'s prepared directory, which is prepared first when missing
+    (`train`).
 
     Data present is never prepared over: with other settings it is refused (load_manifest), and a
     directory without a manifest is not ours to replace.
@@ -346,7 +350,8 @@ def ensure(cfg: Config, quiet: bool = False) -> dict:
 
 
 def load_manifest(data: DataConfig) -> dict:
-    """The prepare manifest of `data`, which training reads; refused if prepared with other settings.
+    """The prepare manifest of `data`, which training reads; refused if prepared with other
+    settings.
 
     Where the data came from (source, split names) may differ: `prepare --data PATH` need not be
     repeated for `train`. Anything else (vocabulary, cleaning, max_train_pairs...) must match, or

@@ -98,9 +98,8 @@ def read_chunks(
         fd = stream.fileno()
     except (OSError, AttributeError, ValueError):
         fd = None
-    if (
-        fd is None
-    ):  # no real file descriptor (e.g. a test runner's stream); "\n" ends a line, as below
+    # no real file descriptor (e.g. a test runner's stream); "\n" ends a line, as below
+    if fd is None:
         text = stream.read()
         lines = [line.rstrip("\r") for line in text.split("\n")]
         if not text or text.endswith("\n"):
@@ -126,14 +125,15 @@ def read_chunks(
 
 
 def _decode_line(raw: bytes, number: int, warn: Callable[[str], None] | None) -> str:
-    """One input line's bytes -> text without a trailing CR; bytes that are not UTF-8 become U+FFFD, with a warning."""
+    """One input line's bytes -> text without a trailing CR; bytes that are not UTF-8 become U+FFFD,
+    with a warning."""
     try:
         return raw.decode("utf-8").rstrip("\r")
     except UnicodeDecodeError as err:
         if warn is not None:
             warn(
-                f"line {number}: invalid UTF-8 at byte {err.start}; undecodable bytes replaced with U+FFFD "
-                "(re-encode the input as UTF-8)"
+                f"line {number}: invalid UTF-8 at byte {err.start}; undecodable bytes replaced "
+                "with U+FFFD (re-encode the input as UTF-8)"
             )
         return raw.decode("utf-8", errors="replace").rstrip("\r")
 
@@ -155,8 +155,8 @@ def translate_chunks(
 ) -> int:
     """Translate chunks of lines, writing each chunk as soon as it is done; returns the line count.
 
-    With nbest > 1 each input line gives up to nbest TSV rows `line<TAB>text<TAB>score` (line from 0):
-    one for an empty or over-long line, fewer when the search finds fewer distinct hypotheses.
+    With nbest > 1 each input line gives up to nbest TSV rows `line<TAB>text<TAB>score` (line from
+    0): one for an empty or over-long line, fewer when the search finds fewer distinct hypotheses.
     With `alignment_layer`, each line (or row) ends in a TAB and its Pharaoh word alignment.
     `progress(done, total)` counts sentences over all chunks; total is what has been read so far.
     """
@@ -204,7 +204,8 @@ def _tail(translation: tuple) -> str:
 
 
 def show_progress(quiet: bool, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> bool:
-    """A bar only for bulk work watched on a terminal: input and output redirected, stderr a terminal.
+    """A bar only for bulk work watched on a terminal: input and output redirected, stderr a
+    terminal.
 
     Interactive input, or output on the same screen, would interleave with a live bar.
     """
@@ -213,7 +214,8 @@ def show_progress(quiet: bool, stdin: TextIO, stdout: TextIO, stderr: TextIO) ->
 
 @contextmanager
 def sentence_progress(label: str, quiet: bool) -> Iterator[Callable[[int, int], None]]:
-    """A rich bar on stderr over decoded sentences (count, rate, ETA) -> its `progress(done, total)`.
+    """A rich bar on stderr over decoded sentences (count, rate, ETA)
+    -> its `progress(done, total)`.
 
     Invisible when quiet, and when stderr is not a terminal (a log gets no bar). stdout is left
     alone (not routed above the bar): it may carry the translations.

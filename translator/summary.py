@@ -11,10 +11,10 @@ from translator.model.transformer import Transformer, count_parameters
 
 
 def describe(source: str, overrides: list[str]) -> str:
-    """A short text: the model section, the vocabulary, the KV-cache size and the parameter count."""
-    if Path(source).suffix in (".pt", ".pth") or zipfile.is_zipfile(
-        source
-    ):  # torch.save writes a zip
+    """A short text: the model section, the vocabulary, the KV-cache size and the parameter
+    count."""
+    # torch.save writes a zip
+    if Path(source).suffix in (".pt", ".pth") or zipfile.is_zipfile(source):
         if overrides:
             raise TranslatorError(
                 "--set changes a YAML config, not a checkpoint",
@@ -25,9 +25,8 @@ def describe(source: str, overrides: list[str]) -> str:
     else:
         cfg = config.load(source, overrides)
     m = cfg.model
-    if (
-        m.vocab_size == 0
-    ):  # not trained yet: the SentencePiece vocabularies the data config asks for
+    # not trained yet: the SentencePiece vocabularies the data config asks for
+    if m.vocab_size == 0:
         m.vocab_size = cfg.data.vocab_size
         m.src_vocab_size = 0 if cfg.data.joint_vocab else cfg.data.vocab_size
     import torch
@@ -38,12 +37,16 @@ def describe(source: str, overrides: list[str]) -> str:
     kv, d_head = m.n_kv_heads or m.n_heads, m.d_model // m.n_heads
     cache_per_token = 2 * m.n_decoder_layers * kv * d_head  # K and V, every decoder layer
     attention = {m.n_heads: "MHA", 1: "MQA"}.get(kv, "GQA")
+    vocabulary = (
+        m.vocab_size if m.src_vocab_size == 0 else f"{m.src_vocab_size} src / {m.vocab_size} tgt"
+    )
     lines = [
-        f"Transformer ({m.norm}-LN, {m.positions} positions, {'tied' if m.tie_embeddings else 'untied'} embeddings)",
-        f"  encoder {m.n_encoder_layers} x, decoder {m.n_decoder_layers} x layers; d_model {m.d_model}, "
-        f"d_ff {m.d_ff}, heads {m.n_heads} ({attention}: kv heads {kv}, d_head {d_head})",
-        f"  vocabulary {m.vocab_size if m.src_vocab_size == 0 else f'{m.src_vocab_size} src / {m.vocab_size} tgt'}, "
-        f"max positions {m.max_positions}, dropout {m.dropout}",
+        f"Transformer ({m.norm}-LN, {m.positions} positions, "
+        f"{'tied' if m.tie_embeddings else 'untied'} embeddings)",
+        f"  encoder {m.n_encoder_layers} x, decoder {m.n_decoder_layers} x layers; "
+        f"d_model {m.d_model}, d_ff {m.d_ff}, heads {m.n_heads} "
+        f"({attention}: kv heads {kv}, d_head {d_head})",
+        f"  vocabulary {vocabulary}, max positions {m.max_positions}, dropout {m.dropout}",
         f"  decoder KV cache: {cache_per_token:,} values per target token and hypothesis",
         f"  parameters: {n_params:,} ({n_params / 1e6:.2f}M)",
     ]

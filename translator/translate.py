@@ -52,7 +52,8 @@ UNSPACED = (
 def load(
     ckpt: str | Path, device: str | None = None, dtype: str | None = None
 ) -> tuple[Transformer, Config, Tokenizer]:
-    """A checkpoint's model (eval mode) on `device` in `dtype`; None takes the checkpoint's decode.* values."""
+    """A checkpoint's model (eval mode) on `device` in `dtype`; None takes the checkpoint's decode.*
+    values."""
     model, cfg, tokenizer = checkpoint.load(ckpt, "cpu")
     torch_device = resolve_device(device or cfg.decode.device)
     model.to(torch_device, resolve_dtype(dtype or cfg.decode.dtype, torch_device))
@@ -62,7 +63,8 @@ def load(
 
 
 def with_overrides(decode: DecodeConfig, **values) -> DecodeConfig:
-    """`decode` with the values that are not None put in (command-line flags), checked again by DecodeConfig."""
+    """`decode` with the values that are not None put in (command-line flags), checked again by
+    DecodeConfig."""
     return dataclasses.replace(decode, **{k: v for k, v in values.items() if v is not None})
 
 
@@ -99,7 +101,8 @@ def search(
 
 
 def length_batches(lengths: list[int], batch_tokens: int) -> Iterator[list[int]]:
-    """Indices sorted by length (longest first, so memory peaks at once), cut so rows * (longest + EOS) <= batch_tokens."""
+    """Indices sorted by length (longest first, so memory peaks at once),
+    cut so rows * (longest + EOS) <= batch_tokens."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     batch: list[int] = []
     for i in order:
@@ -112,7 +115,8 @@ def length_batches(lengths: list[int], batch_tokens: int) -> Iterator[list[int]]
 
 
 def split_long(ids: list[int], limit: int, pieces: list[str]) -> list[list[int]]:
-    """Cut `ids` (with SentencePiece `pieces`) into runs of <= limit, preferring sentence ends, then word starts."""
+    """Cut `ids` (with SentencePiece `pieces`) into runs of <= limit, preferring sentence ends, then
+    word starts."""
     out = []
     while len(ids) > limit:
         cut = max(range(1, limit + 1), key=lambda i, p=pieces: _cut_rank(p, i))
@@ -224,16 +228,16 @@ def _with_alignments(
     hyps: list[list[Hypothesis]],
     aligned: list[list[list[tuple[int, int]]]],
 ) -> list[tuple[str, float, str]]:
-    """One line's (text, score) list and its pieces' sources, hypotheses and alignments -> (text, score, alignment)."""
+    """One line's (text, score) list and its pieces' sources, hypotheses and alignments -> (text,
+    score, alignment)."""
     if not src_parts:  # an empty line
         return [(text, score, "") for text, score in translations]
     if len(src_parts) == 1:
         return [
             (text, score, pharaoh(pairs)) for (text, score), pairs in zip(translations, aligned[0])
         ]
-    texts = tokenizer.decode(
-        [found[0].tokens for found in hyps]
-    )  # over-long: the best of each piece, joined
+    # over-long: the best of each piece, joined
+    texts = tokenizer.decode([found[0].tokens for found in hyps])
     joined = join_alignments(src_parts, texts, [pairs[0] for pairs in aligned], tokenizer)
     return [(*translations[0], pharaoh(joined))]
 
@@ -247,14 +251,14 @@ def _detokenize(
     if len(pieces_hyps) == 1:
         texts = tokenizer.decode([h.tokens for h in pieces_hyps[0]])
         return [(text, h.score) for text, h in zip(texts, pieces_hyps[0])]
-    texts = tokenizer.decode(
-        [hyps[0].tokens for hyps in pieces_hyps]
-    )  # over-long: join the best of each
+    # over-long: join the best of each
+    texts = tokenizer.decode([hyps[0].tokens for hyps in pieces_hyps])
     return [(join_pieces(texts), sum(hyps[0].score for hyps in pieces_hyps))]
 
 
 def _unk_count(pieces_hyps: list[list[Hypothesis]]) -> int:
-    """<unk> tokens in what `_detokenize` makes text of (all hypotheses of a line, the best of each piece)."""
+    """<unk> tokens in what `_detokenize` makes text of (all hypotheses of a line, the best of each
+    piece)."""
     shown = pieces_hyps[0] if len(pieces_hyps) == 1 else [hyps[0] for hyps in pieces_hyps]
     return sum(h.tokens.count(UNK_ID) for h in shown)
 
@@ -266,9 +270,9 @@ def unk_message(counts: dict[int, int], shown: int = 10) -> str:
         f" and {len(lines) - shown} more" if len(lines) > shown else ""
     )
     return (
-        f"{total} <unk> token{'s' if total != 1 else ''} (characters outside the vocabulary) dropped from the "
-        f"output of line{'s' if len(lines) != 1 else ''} {where}; a model prepared with data.byte_fallback: true "
-        "spells such characters in bytes instead"
+        f"{total} <unk> token{'s' if total != 1 else ''} (characters outside the vocabulary) "
+        f"dropped from the output of line{'s' if len(lines) != 1 else ''} {where}; "
+        "a model prepared with data.byte_fallback: true spells such characters in bytes instead"
     )
 
 

@@ -85,7 +85,8 @@ def token_batches(
 
 
 def cut_points(width: np.ndarray, max_tokens: int) -> list[int]:
-    """Where greedy batching cuts rows of non-decreasing `width`: (rows so far + 1) * width <= max_tokens.
+    """Where greedy batching cuts rows of non-decreasing `width`:
+    (rows so far + 1) * width <= max_tokens.
 
     Row j fits in a batch starting at s iff (j - s + 1) * width[j] <= max_tokens, i.e.
     j + 1 - max_tokens // width[j] <= s; that left side rises strictly with j, so each batch's end

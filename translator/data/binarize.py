@@ -62,7 +62,8 @@ def scratch_chunks(
 
 
 def sample_mask(keep: np.ndarray, size: int, seed: int) -> np.ndarray:
-    """(N,) bool: a seeded random choice of at most `size` of the kept rows (all of them when size is 0)."""
+    """(N,) bool: a seeded random choice of at most `size` of the kept rows (all of them when size
+    is 0)."""
     kept = np.flatnonzero(keep)
     if not size or size >= len(kept):
         return keep.copy()
@@ -74,7 +75,8 @@ def sample_mask(keep: np.ndarray, size: int, seed: int) -> np.ndarray:
 def sample_lines(
     scratch: Path, take: np.ndarray, sides: tuple[str, ...], advance: Advance
 ) -> Iterator[str]:
-    """Sentences of the sampled pairs, for SentencePiece: each pair gives one line per side in `sides`."""
+    """Sentences of the sampled pairs, for SentencePiece: each pair gives one line per side in
+    `sides`."""
     for src, tgt in scratch_chunks(scratch, take):
         for side in sides:
             yield from src if side == "src" else tgt
@@ -91,7 +93,8 @@ def encode_to_ids(
     drops: Counter,
     advance: Advance,
 ) -> dict[str, int]:
-    """Encode the kept pairs into out/train.{src,tgt}.{ids,offsets}.npy; returns pair and token counts."""
+    """Encode the kept pairs into out/train.{src,tgt}.{ids,offsets}.npy; returns pair and token
+    counts."""
     writers = {
         side: IdWriter(out / f"train.{side}", tokenizers[side].vocab_size)
         for side in ("src", "tgt")

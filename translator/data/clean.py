@@ -1,4 +1,5 @@
-"""Cleaning rules for training pairs, applied batch by batch; every dropped pair is counted under its rule.
+"""Cleaning rules for training pairs, applied batch by batch; every dropped pair is counted under
+its rule.
 
 Text rules (`Cleaner`) run while the corpus streams in; duplicates are found afterwards from 8-byte
 digests (`Cleaner.first_occurrences`), and length rules need token counts, so they run on the
@@ -28,7 +29,8 @@ EMPTY, DEBRIS, HELD_OUT, DUPLICATE, TOO_LONG, RATIO = (
 )
 RULES = (EMPTY, DEBRIS, HELD_OUT, DUPLICATE, TOO_LONG, RATIO)
 
-# C0/C1 controls that are not whitespace (CR, VT, FF, \x1c-\x1f and NEL separate words: \s makes them a space)
+# C0/C1 controls that are not whitespace (CR, VT, FF, \x1c-\x1f and NEL separate words: \s makes
+# them a space)
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\u200b\ufeff]")
 _SPACE = re.compile(r"\s+")  # Python's \s: TAB, NO-BREAK SPACE and every other Unicode space
 _ALNUM = re.compile(r"[^\W_]")  # a letter or digit in any script (str.isalnum)
@@ -36,9 +38,11 @@ _MARKUP = re.compile(r"<[^<>]*>|&#?\w+;")  # an HTML/XML tag or entity
 
 
 def normalize(text: str, nfc: bool = True, spaces: bool = True) -> str:
-    """Control characters removed; each whitespace run (CR and the like too) one space; trimmed; then NFC.
+    """Control characters removed; each whitespace run (CR and the like too) one space; trimmed;
+    then NFC.
 
-    Never a newline; a whitespace-like control becomes a space, so `foo\\rbar` is two words, not one.
+    Never a newline; a whitespace-like control becomes a space, so `foo\\rbar` is two words, not
+    one.
 
     NFC comes last: removing a control character can bring a letter and a combining mark together.
     """
@@ -53,7 +57,8 @@ def normalize(text: str, nfc: bool = True, spaces: bool = True) -> str:
 
 
 def is_debris(text: str) -> bool:
-    """A non-empty side that is only markup: no letter or digit once tags and entities are gone (`@@`, `<br/>`).
+    """A non-empty side that is only markup: no letter or digit once tags and entities are gone
+    (`@@`, `<br/>`).
 
     An empty side is the empty rule's business, so that each rule can be switched off alone.
     """
@@ -68,16 +73,16 @@ def pair_digest(src: str, tgt: str) -> bytes:
 
 
 class Cleaner:
-    """Normalises and filters training pairs batch by batch; `drops` counts each dropped pair by rule."""
+    """Normalises and filters training pairs batch by batch; `drops` counts each dropped pair by
+    rule."""
 
     def __init__(self, data: DataConfig, held_out: Iterable[str] = ()) -> None:
         self.data = data
         self.held_out = {self.normalize(s) for s in held_out} if data.drop_held_out else set()
         self.drops = Counter(dict.fromkeys(RULES, 0))  # every rule shows in the report, zeros too
         self.pairs_in = 0
-        self._digests: list[
-            bytes
-        ] = []  # joined per batch: one bytes object per batch, not per pair
+        # joined per batch: one bytes object per batch, not per pair
+        self._digests: list[bytes] = []
 
     def normalize(self, text: str) -> str:
         return normalize(text, self.data.nfc, self.data.normalize_spaces)
@@ -106,9 +111,8 @@ class Cleaner:
         keep = np.ones(count, dtype=bool)
         if self.data.dedup and count:
             digests = np.frombuffer(b"".join(self._digests), dtype=np.uint64)
-            _, first = np.unique(
-                digests, return_index=True
-            )  # index of each digest's first occurrence
+            # index of each digest's first occurrence
+            _, first = np.unique(digests, return_index=True)
             keep[:] = False
             keep[first] = True
             self.drops[DUPLICATE] += count - len(first)
@@ -119,7 +123,8 @@ class Cleaner:
 def length_filter(
     src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, max_ratio: float, drops: Counter
 ) -> np.ndarray:
-    """(N,) bool: pairs within the token-length limits (0 = no limit); adds the dropped ones to `drops`."""
+    """(N,) bool: pairs within the token-length limits (0 = no limit); adds the dropped ones to
+    `drops`."""
     too_long = np.zeros(len(src_lens), dtype=bool)
     if max_tokens:
         too_long = (src_lens > max_tokens) | (tgt_lens > max_tokens)

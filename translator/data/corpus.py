@@ -3,11 +3,14 @@
 `data.source` is one of
   hf:NAME[:CONFIG]                 a hub dataset (e.g. hf:wmt/wmt14:de-en, hf:bentrevett/multi30k)
   DIR with {split}.{lang}[.gz]     line-aligned plain text, one file per language
-  DIR with {split}.tsv[.gz]        one pair per line; a header row or data.tsv_columns names the columns
-  DIR with {split}.jsonl / .json   records `translation: {en: .., de: ..}` (the hub's WMT schema) or flat `en`, `de`
+  DIR with {split}.tsv[.gz]        one pair per line; a header row or data.tsv_columns names
+                                   the columns
+  DIR with {split}.jsonl / .json   records `translation: {en: .., de: ..}` (the hub's WMT
+                                   schema) or flat `en`, `de`
   DIR written by save_to_disk      a DatasetDict
-Each becomes an Arrow-backed, memory-mapped `datasets.Dataset`; `pair_batches` streams it in batches.
-Text and TSV lines are split on "\\n" only (data/lines.py); JSON goes through `datasets`' builder.
+Each becomes an Arrow-backed, memory-mapped `datasets.Dataset`; `pair_batches` streams it in
+batches. Text and TSV lines are split on "\\n" only (data/lines.py); JSON goes through `datasets`'
+builder.
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ def load_split(data: DataConfig, split: str, cache_dir: Path | None = None, hub_
 
 
 def source_files(data: DataConfig, split: str) -> list[Path]:
-    """The local files that `load_split` reads for our split `split`; [] for hub and save_to_disk sources."""
+    """The local files that `load_split` reads for our split `split`; [] for hub and save_to_disk
+    sources."""
     root = Path(data.source)
     if is_hub(data.source) or not root.is_dir() or (root / "dataset_dict.json").is_file():
         return []
@@ -53,7 +57,8 @@ def source_files(data: DataConfig, split: str) -> list[Path]:
 
 
 def _split_files(root: Path, split: str, langs: tuple[str, str]) -> tuple[str | None, list[Path]]:
-    """Which local format holds `split` (their name) and its files: text pair, TSV or JSON lines; (None, []) if none."""
+    """Which local format holds `split` (their name) and its files: text pair, TSV or JSON lines;
+    (None, []) if none."""
     texts = [_find(root, f"{split}.{lang}") for lang in langs]
     if all(texts):
         return "text", texts
@@ -116,9 +121,8 @@ def pair_batches(
         sides = []
         for lang in (src_lang, tgt_lang):
             column = pc.struct_field(batch["translation"], lang) if nested else batch[lang]
-            sides.append(
-                pc.fill_null(column, "").to_pylist()
-            )  # a missing sentence is an empty side
+            # a missing sentence is an empty side
+            sides.append(pc.fill_null(column, "").to_pylist())
         yield sides[0], sides[1]
 
 

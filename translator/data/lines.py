@@ -18,12 +18,12 @@ from translator.errors import TranslatorError
 
 
 def tsv_rows(path: Path, columns: list[str], skip: int) -> Iterator[dict[str, list[str]]]:
-    """Column -> values, a block of rows at a time; quotes are text, a row with another field count is refused."""
+    """Column -> values, a block of rows at a time; quotes are text, a row with another field count
+    is refused."""
     number = 0  # lines before this block
     for lines in line_blocks(path):
-        rows = [
-            line.split("\t") if line else [""] * len(columns) for line in lines[skip:]
-        ]  # blank: an empty pair
+        # blank: an empty pair
+        rows = [line.split("\t") if line else [""] * len(columns) for line in lines[skip:]]
         for i, row in enumerate(rows):
             if len(row) != len(columns):
                 raise TranslatorError(
@@ -74,8 +74,8 @@ def lines_dataset(
     columns: list[str],
     cache_dir: Path | None,
 ):
-    """A `datasets.Dataset` of string columns from blocks of values: an Arrow file in `cache_dir`, memory-mapped
-    (in memory without a cache_dir)."""
+    """A `datasets.Dataset` of string columns from blocks of values: an Arrow file in `cache_dir`,
+    memory-mapped (in memory without a cache_dir)."""
     import pyarrow as pa
 
     schema = pa.schema([(name, pa.string()) for name in columns])

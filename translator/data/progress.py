@@ -1,4 +1,5 @@
-"""Progress bars (count, rate, ETA) and the final table for long data jobs, on stderr; silent when quiet.
+"""Progress bars (count, rate, ETA) and the final table for long data jobs, on stderr; silent when
+quiet.
 
 Off a terminal (a log file, a pipe, a batch job) there is nothing live to redraw: each finished step
 and each summary row is one plain line instead, never wrapped at the console's width.
@@ -61,7 +62,8 @@ class StatsColumn(ProgressColumn):
 
 
 class Step:
-    """One line of the display: a bar over `total` items (or bytes, unit "B"), or a spinner while total is None."""
+    """One line of the display: a bar over `total` items (or bytes, unit "B"), or a spinner while
+    total is None."""
 
     def __init__(
         self,
@@ -94,11 +96,11 @@ class Step:
         self.progress.update(self.id, total=done, completed=done)
         self.progress.stop_task(self.id)
         if self.done:
-            stats = (
-                StatsColumn().render(task).plain.split(" eta ")[0]
-            )  # count and rate; the ETA is past
+            # count and rate; the ETA is past
+            stats = StatsColumn().render(task).plain.split(" eta ")[0]
             self.done(
-                f"{self.description}: {time.time() - self.started:.1f} s{', ' + stats if stats else ''}"
+                f"{self.description}: "
+                f"{time.time() - self.started:.1f} s{', ' + stats if stats else ''}"
             )
             self.done = None  # one line, however many times it is finished
         self.seconds[self.description] = round(time.time() - self.started, 2)
@@ -133,15 +135,15 @@ class Bars:
         return self
 
     def __exit__(self, kind, value, traceback) -> None:
-        if (
-            kind is not None and not self.console.is_terminal
-        ):  # failed: a log holds the error line alone
+        # failed: a log holds the error line alone
+        if kind is not None and not self.console.is_terminal:
             self.console.quiet = True
         self.progress.stop()  # on a terminal the steps stay on screen, the error goes below them
 
     @contextmanager
     def paused(self) -> Iterator[None]:
-        """Take the display off the screen while a library draws its own bars, then bring it back below them.
+        """Take the display off the screen while a library draws its own bars, then bring it back
+        below them.
 
         Off a terminal there is no live display to take away (and stopping would print it).
         """
@@ -155,7 +157,8 @@ class Bars:
             self.progress.start()
 
     def step(self, description: str, total: int | None = None, unit: str = "") -> Step:
-        """A new line: a bar when `total` is known, else a spinner with elapsed time until `update` gives one."""
+        """A new line: a bar when `total` is known, else a spinner with elapsed time until `update`
+        gives one."""
         return Step(
             self.progress, description, total, self.seconds, unit, None if self.live else self.print
         )

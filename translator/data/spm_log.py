@@ -14,10 +14,11 @@ from contextlib import contextmanager
 class TrainingLog:
     """SentencePiece's training log, line by line -> progress(done, total).
 
-    Unigram prunes its seed pieces down to the vocabulary size over EM rounds (`EM sub_iter=.. size=N`):
-    done = pieces pruned so far. BPE merges up to the vocabulary size (`Merged: .. merges=N`): done = merges.
-    An EM round's time and the pieces it prunes both scale with the current size, so the rate is steady
-    enough for an ETA. Until the seed pieces are known there is no total (a spinner).
+    Unigram prunes its seed pieces down to the vocabulary size over EM rounds (`EM sub_iter=..
+    size=N`): done = pieces pruned so far. BPE merges up to the vocabulary size (`Merged: ..
+    merges=N`): done = merges. An EM round's time and the pieces it prunes both scale with the
+    current size, so the rate is steady enough for an ETA. Until the seed pieces are known there is
+    no total (a spinner).
     """
 
     def __init__(self, vocab_size: int, progress: Callable[[int, int], None]) -> None:
@@ -39,7 +40,8 @@ class TrainingLog:
 
 @contextmanager
 def stderr_lines(on_line: Callable[[str], None]) -> Iterator[None]:
-    """Inside the block, what C/C++ code writes to file descriptor 2 goes to `on_line`, line by line.
+    """Inside the block, what C/C++ code writes to file descriptor 2 goes to `on_line`, line by
+    line.
 
     Python's own writes (our progress display) keep going where they went: when sys.stderr is
     file descriptor 2, it is pointed at a copy of it for the duration.

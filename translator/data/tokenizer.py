@@ -62,9 +62,8 @@ def train_sentencepiece(
                 spm.SentencePieceTrainer.train(**options, minloglevel=0)
     except RuntimeError as err:  # e.g. "Vocabulary size is smaller than required_chars"
         reason = (str(err).strip().splitlines() or ["failed"])[-1]
-        reason = re.sub(
-            r"^INTERNAL: \S+ \[.*?\] ", "", reason
-        )  # the C++ file, line and failed check
+        # the C++ file, line and failed check
+        reason = re.sub(r"^INTERNAL: \S+ \[.*?\] ", "", reason)
         raise TranslatorError(
             f"SentencePiece training failed: {reason}",
             "data.vocab_size",
@@ -125,7 +124,8 @@ class Tokenizer:
         return self.target_sp.get_piece_size()
 
     def checksum(self) -> str:
-        """sha256 of the model; with separate vocabularies, of the source model's bytes then the target's."""
+        """sha256 of the model; with separate vocabularies, of the source model's bytes then the
+        target's."""
         return hashlib.sha256(self._proto + (self._target_proto or b"")).hexdigest()
 
     def encode(self, texts: list[str]) -> list[list[int]]:

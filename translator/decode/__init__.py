@@ -42,7 +42,8 @@ def strip(row: list[int], eos_id: int) -> list[int]:
 
 
 def log_softmax_into(out: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-    """torch.log_softmax(logits, -1, dtype=torch.float32) for logits (N, V), written into `out` (N, V) fp32.
+    """torch.log_softmax(logits, -1, dtype=torch.float32) for logits (N, V), written into
+    `out` (N, V) fp32.
 
     A search calls this at every step with the same `out`, allocated before its loop. A fresh
     (N, V) fp32 tensor per step (two for bf16 logits: the upcast, then the result) is big enough
@@ -50,9 +51,8 @@ def log_softmax_into(out: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     getting it back (docs/benchmarks/decode.md, stop 8).
     """
     if logits.dtype != out.dtype:
-        logits = out.copy_(
-            logits
-        )  # upcast in place: the kernel reads a whole row before writing it
+        # upcast in place: the kernel reads a whole row before writing it
+        logits = out.copy_(logits)
     return torch.log_softmax(logits, dim=-1, out=out)
 
 

@@ -45,7 +45,8 @@ def beam_search(
     nbest: int = 1,
     cuda_graphs: bool = True,
 ) -> list[list[Hypothesis]]:
-    """src (B, S), src_mask (B, 1, 1, S) -> per sentence its min(nbest, k) best hypotheses, best first.
+    """src (B, S), src_mask (B, 1, 1, S) -> per sentence its min(nbest, k) best hypotheses, best
+    first.
 
     A score is the summed log-prob divided by length_penalty(tokens + EOS, alpha). On CUDA, with
     `cuda_graphs`, the decoder steps are one replayed CUDA graph each (decode/step.py).
@@ -63,9 +64,8 @@ def beam_search(
     memory = model.encode(src, src_mask)  # (B, S, D)
     fixed_shapes = cuda_graphs and use_cuda_graph(device)  # for CUDA graphs
     cache = model.new_cache(B * k, steps, memory.dtype, device, fixed_shapes=fixed_shapes)
-    next_logits = decoding_step(
-        model, memory, src_mask, cache
-    )  # on CUDA a replayed graph (decode/step.py)
+    # on CUDA a replayed graph (decode/step.py)
+    next_logits = decoding_step(model, memory, src_mask, cache)
     # BOS + open beams' outputs
     tokens = torch.full((B * k, steps + 1), PAD_ID, dtype=torch.long, device=device)
     tokens[:, 0] = BOS_ID

@@ -28,7 +28,8 @@ def greedy_search(
     min_len: int = 0,
     cuda_graphs: bool = True,
 ) -> list[Hypothesis]:
-    """src (B, S), src_mask (B, 1, 1, S) -> one hypothesis per sentence, scored by its summed log-probs.
+    """src (B, S), src_mask (B, 1, 1, S) -> one hypothesis per sentence, scored by its summed
+    log-probs.
 
     Sentence b gets at most max_lens[b] tokens before EOS (at that step only EOS is allowed) and at
     least min_len (unless the limit is smaller). The loop stops once every sentence has ended.
@@ -38,14 +39,12 @@ def greedy_search(
     max_lens = max_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions - 1)  # (B,)
     eos_from = eos_allowed_from(max_lens, min_len)  # (B,)
     steps = int(max_lens.max()) + 1  # the last step can only emit EOS
-    memory = model.encode(
-        src, src_mask
-    )  # (B, S, D); cross-attention K/V are projected from it once
+    # (B, S, D); cross-attention K/V are projected from it once
+    memory = model.encode(src, src_mask)
     fixed_shapes = cuda_graphs and use_cuda_graph(device)  # for CUDA graphs
     cache = model.new_cache(B, steps, memory.dtype, device, fixed_shapes=fixed_shapes)
-    next_logits = decoding_step(
-        model, memory, src_mask, cache
-    )  # on CUDA a replayed graph (decode/step.py)
+    # on CUDA a replayed graph (decode/step.py)
+    next_logits = decoding_step(model, memory, src_mask, cache)
     tokens = torch.full((B, steps + 1), PAD_ID, dtype=torch.long, device=device)  # BOS + outputs
     tokens[:, 0] = BOS_ID
     scores = torch.zeros(B, device=device)

@@ -1,4 +1,5 @@
-"""A search's decoding step: model.decode of one new token per row, replayed as a CUDA graph on GPUs.
+"""A search's decoding step: model.decode of one new token per row, replayed as a CUDA graph on
+GPUs.
 
 On a GPU a beam-search step of a base-size model is a few hundred small kernels (layer norms,
 projections, attention over a few hundred rows), each done in microseconds: the host launching
@@ -20,7 +21,8 @@ from translator.model.transformer import Transformer
 
 
 def use_cuda_graph(device: torch.device) -> bool:
-    """Graphs on CUDA, and not under autocast (its cache of cast weights must not outlive a capture)."""
+    """Graphs on CUDA, and not under autocast (its cache of cast weights must not outlive a
+    capture)."""
     return device.type == "cuda" and not torch.is_autocast_enabled("cuda")
 
 
@@ -38,14 +40,14 @@ def decoding_step(
 
 
 class CudaGraphStep:
-    """model.decode(tokens, memory, src_mask, cache) for one token per row, captured on the first call."""
+    """model.decode(tokens, memory, src_mask, cache) for one token per row, captured on the first
+    call."""
 
     def __init__(
         self, model: Transformer, memory: torch.Tensor, src_mask: torch.Tensor, cache: KVCache
     ) -> None:
-        self.decode = lambda tokens: model.decode(
-            tokens, memory, src_mask, cache
-        )  # the step, eagerly
+        # the step, eagerly
+        self.decode = lambda tokens: model.decode(tokens, memory, src_mask, cache)
         self.tokens: torch.Tensor | None = (
             None  # (N, 1): the graph's input, copied into at each step
         )

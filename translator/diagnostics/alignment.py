@@ -16,7 +16,8 @@ from translator.model.transformer import Transformer
 
 
 def check_layer(model: Transformer, layer: int) -> int:
-    """A decoder layer number (negative counts from the last) -> its index; out of range is a user error."""
+    """A decoder layer number (negative counts from the last) -> its index; out of range is a user
+    error."""
     n = model.cfg.n_decoder_layers
     if not -n <= layer < n:
         raise TranslatorError(
@@ -55,7 +56,8 @@ def align_hypotheses(
     hyps: list[list[Hypothesis]],
     layer: int = -1,
 ) -> list[list[list[tuple[int, int]]]]:
-    """Alignments of every hypothesis of every source (a search's n-best lists), in one forced pass."""
+    """Alignments of every hypothesis of every source (a search's n-best lists), in one forced
+    pass."""
     flat_src = [src for src, found in zip(src_ids, hyps) for _ in found]
     flat = iter(
         align(model, tokenizer, flat_src, [h.tokens for found in hyps for h in found], layer)

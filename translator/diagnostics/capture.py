@@ -15,11 +15,8 @@ from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from translator.model.attention import MultiHeadAttention, attention_weights
 from translator.model.transformer import Transformer
 
-KINDS = (
-    "encoder",
-    "decoder",
-    "cross",
-)  # encoder self-, decoder (causal) self-, decoder cross-attention
+# encoder self-, decoder (causal) self-, decoder cross-attention
+KINDS = ("encoder", "decoder", "cross")
 
 
 def attention_modules(model: Transformer) -> dict[str, list[MultiHeadAttention]]:
@@ -92,9 +89,8 @@ class Forced:
 
     maps: dict[str, list[torch.Tensor]]  # kind -> per layer (B, H, T, L) float32, on the CPU
     src_valid: torch.Tensor  # (B, S) bool: source ids + EOS
-    tgt_valid: (
-        torch.Tensor
-    )  # (B, T) bool: BOS + target ids; row t is the position that predicts token t
+    # (B, T) bool: BOS + target ids; row t is the position that predicts token t
+    tgt_valid: torch.Tensor
 
 
 def forced_attention(

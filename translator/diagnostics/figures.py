@@ -18,7 +18,8 @@ CMAP = "viridis"
 
 
 def panel_inches(rows: int, cols: int) -> float:
-    """Side of one square panel: room for one token label per row and column, at least 2.5 inches."""
+    """Side of one square panel: room for one token label per row and column, at least 2.5
+    inches."""
     return max(2.5, 0.16 * max(rows, cols) + 1.2)
 
 
@@ -96,12 +97,14 @@ def heads_figure(
 
 
 def label_inches(rows: list[str], cols: list[str]) -> float:
-    """Room for the longest token label (about 0.06 inch a character at 6 points), at least half an inch."""
+    """Room for the longest token label (about 0.06 inch a character at 6 points), at least half an
+    inch."""
     return max(0.5, 0.06 * max(map(len, [*rows, *cols, ""])) + 0.2)
 
 
 def diversity_figure(divergences: list[torch.Tensor], title: str, dpi: int = 100) -> Figure:
-    """Per layer, the (H, H) mean Jensen-Shannon divergence between heads (0 = identical maps, 1 = disjoint)."""
+    """Per layer, the (H, H) mean Jensen-Shannon divergence between heads
+    (0 = identical maps, 1 = disjoint)."""
     n_rows, n_cols = grid(len(divergences))
     fig = Figure(figsize=(n_cols * 3.0, n_rows * 3.0), dpi=dpi)
     for i, div in enumerate(divergences):
@@ -139,9 +142,8 @@ def tiles_image(
     canvas = torch.ones(T * cell_px, len(panels) * (L * cell_px + gap_px) - gap_px, 3)
     colours = matplotlib.colormaps[CMAP]
     for i, panel in enumerate(panels):
-        rgb = torch.from_numpy(
-            colours((panel.float() / vmax).clamp(0, 1).numpy())[..., :3]
-        ).float()  # (T, L, 3)
+        # (T, L, 3)
+        rgb = torch.from_numpy(colours((panel.float() / vmax).clamp(0, 1).numpy())[..., :3]).float()
         rgb = rgb.repeat_interleave(cell_px, 0).repeat_interleave(cell_px, 1)
         left = i * (L * cell_px + gap_px)
         canvas[: rgb.shape[0], left : left + rgb.shape[1]] = rgb

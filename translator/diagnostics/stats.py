@@ -1,4 +1,5 @@
-"""What attention maps say about a layer's heads: entropy, pairwise divergence, duplicates, collapse.
+"""What attention maps say about a layer's heads: entropy, pairwise divergence, duplicates,
+collapse.
 
 Pure functions of weights (B, H, T, L) and of which keys each query row may attend (bool, True =
 may attend). Rows that are padding, and rows with fewer than two keys (the first decoder position
@@ -21,7 +22,8 @@ def allowed_keys(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Which keys each query may attend (B, 1, T, L) and which query rows are real (B, T).
 
-    src_valid (B, S) and tgt_valid (B, T) are True at real tokens. `kind` is encoder, decoder or cross.
+    src_valid (B, S) and tgt_valid (B, T) are True at real tokens. `kind` is encoder, decoder or
+    cross.
     """
     if kind == "encoder":
         rows, keys = src_valid, src_valid[:, None, None, :]  # (B, S), (B, 1, 1, S)
@@ -50,7 +52,8 @@ def _informative_rows(allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 
 
 def head_entropy(weights: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean row entropy per head (H,) in nats, and mean of entropy / log(row's key count) (H,) in [0, 1]."""
+    """Mean row entropy per head (H,) in nats, and mean of entropy / log(row's key count) (H,) in
+    [0, 1]."""
     use, n_keys = _informative_rows(allowed)  # (B, 1, T)
     ent = row_entropy(weights, allowed)  # (B, H, T)
     norm = ent / n_keys.clamp(min=2).float().log()
@@ -60,7 +63,8 @@ def head_entropy(weights: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Te
 
 
 def head_divergence(weights: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-    """(H, H) mean Jensen-Shannon divergence in bits (0 = the same map, 1 = disjoint) between heads' rows.
+    """(H, H) mean Jensen-Shannon divergence in bits (0 = the same map, 1 = disjoint) between heads'
+    rows.
 
     JS(P, Q) = H((P + Q) / 2) - (H(P) + H(Q)) / 2, with the heads' row entropies computed once.
     """
@@ -118,7 +122,8 @@ class LayerStats:
 
 
 def layer_stats(weights: torch.Tensor, allowed: torch.Tensor, cfg: DiagnosticsConfig) -> LayerStats:
-    """Entropy, divergence and flags of one layer's weights (B, H, T, L) with `allowed` (B, 1, T, L)."""
+    """Entropy, divergence and flags of one layer's weights (B, H, T, L) with
+    `allowed` (B, 1, T, L)."""
     entropy, normalised = head_entropy(weights, allowed)
     divergence = head_divergence(weights, allowed)
     uniform = [h for h, v in enumerate(normalised.tolist()) if v >= cfg.uniform_entropy]

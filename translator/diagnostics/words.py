@@ -57,7 +57,8 @@ def merge_words(
 def alignment(
     cross: torch.Tensor, src_pieces: list[str], tgt_pieces: list[str]
 ) -> list[tuple[int, int]]:
-    """One sentence's cross-attention (T, S) over target and source pieces (no EOS) -> Pharaoh pairs.
+    """One sentence's cross-attention (T, S) over target and source pieces (no EOS) -> Pharaoh
+    pairs.
 
     Rows are the target pieces (row t: the decoder position that produced piece t), columns the
     source pieces. Each target word gets the source word receiving most attention mass from its
@@ -66,9 +67,8 @@ def alignment(
     """
     if not src_pieces or not tgt_pieces:
         return []
-    words = merge_words(
-        cross[: len(tgt_pieces), : len(src_pieces)], tgt_pieces, src_pieces
-    )  # (Tw, Sw)
+    # (Tw, Sw)
+    words = merge_words(cross[: len(tgt_pieces), : len(src_pieces)], tgt_pieces, src_pieces)
     return [(int(s), t) for t, s in enumerate(words.argmax(dim=-1).tolist())]
 
 

@@ -177,10 +177,8 @@ def attention_weights(
     """
     H, G = q.shape[1], k.shape[1]
     if G != H:  # each group of H/G query heads reads one key/value head
-        k, v = (
-            k.repeat_interleave(H // G, dim=1),
-            v.repeat_interleave(H // G, dim=1),
-        )  # (N, H, L, K)
+        # (N, G, L, K) -> (N, H, L, K)
+        k, v = k.repeat_interleave(H // G, dim=1), v.repeat_interleave(H // G, dim=1)
     # (N, H, T, L); scaled first: no fp16 overflow
     scores = (q / math.sqrt(q.shape[-1])) @ k.transpose(-2, -1)
     if is_causal:  # upper-left aligned, as in SDPA

@@ -44,9 +44,8 @@ class KVCache:
         if fixed_shapes and dense_prefix:
             raise ValueError("a dense-prefix cache changes shape: no CUDA graph replays it")
         shape = (rows, n_kv_heads, max_len, d_head)
-        self._written = _Written(
-            max_len, fixed_shapes
-        )  # shared with the layers, which never see self
+        # shared with the layers, which never see self
+        self._written = _Written(max_len, fixed_shapes)
         self.layers = [
             LayerCache(self._written, shape, dtype, device, dense_prefix) for _ in range(n_layers)
         ]
@@ -166,7 +165,8 @@ def _extend(
     start: int,
     origin: torch.Tensor | None,
 ) -> torch.Tensor:
-    """[old[origin][:, :, :start]; new] written into `buffer` as one dense (N, G, start + T, K) tensor."""
+    """[old[origin][:, :, :start]; new] written into `buffer` as one dense (N, G, start + T, K)
+    tensor."""
     N, G, T, K = new.shape
     dense = buffer[: N * G * (start + T) * K].view(N, G, start + T, K)
     if origin is None:

@@ -80,9 +80,8 @@ def for_cpu_decoding(model: Transformer) -> str:
 
 def _linears_through_onednn(model: nn.Module) -> None:
     for module in list(model.modules()):
-        if isinstance(module, FeedForward) and isinstance(
-            module.activation, nn.ReLU
-        ):  # fused into the product
+        # fused into the product
+        if isinstance(module, FeedForward) and isinstance(module.activation, nn.ReLU):
             module.up, module.activation = OneDNNLinear(module.up, "relu"), nn.Identity()
         for name, child in module.named_children():
             if isinstance(child, nn.Linear):

@@ -1,4 +1,5 @@
-"""Embeddings with positions, the feed-forward block, and encoder/decoder layers (Vaswani et al. Fig. 1)."""
+"""Embeddings with positions, the feed-forward block, and encoder/decoder layers
+(Vaswani et al. Fig. 1)."""
 
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
 
 
 class FeedForward(nn.Module):
-    """Position-wise FFN: Linear(D, F) -> activation (ReLU, GELU or SiLU) -> dropout -> Linear(F, D)."""
+    """Position-wise FFN: Linear(D, F) -> activation (ReLU, GELU or SiLU) -> dropout ->
+    Linear(F, D)."""
 
     def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str = "relu") -> None:
         super().__init__()
@@ -147,11 +149,9 @@ class DecoderLayer(nn.Module):
 
         tgt_mask (T, L) from `causal_mask` with a cache; None: causal over x itself (is_causal).
         """
-        x = self.self_block(
-            x,
-            lambda h: self.self_attn(
-                h, mask=tgt_mask, is_causal=tgt_mask is None, positions=positions, cache=cache
-            ),
-        )
+        causal = tgt_mask is None
+        # Fig. 1: self-attention, cross-attention, feed-forward, each in a residual block
+        x = self.self_block(x, lambda h: self.self_attn(
+            h, mask=tgt_mask, is_causal=causal, positions=positions, cache=cache))  # fmt: skip
         x = self.cross_block(x, lambda h: self.cross_attn(h, memory, src_mask, cache=cache))
         return self.ff_block(x, self.ff)

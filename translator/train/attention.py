@@ -32,7 +32,8 @@ NAMES = {
 
 
 class AttentionMonitor:
-    """Holds the fixed sentences and which warnings were given; `check_scales` once, `log` per validation."""
+    """Holds the fixed sentences and which warnings were given; `check_scales` once, `log` per
+    validation."""
 
     def __init__(self, cfg: Config, tokenizer: Tokenizer) -> None:
         self.cfg, self.tokenizer = cfg.diagnostics, tokenizer
@@ -50,7 +51,8 @@ class AttentionMonitor:
         self.warned: set[tuple[str, str, int]] = set()  # (condition, kind, layer)
 
     def check_scales(self, model: Transformer, metrics: Metrics) -> None:
-        """Warn where a layer's Q and K projection weights differ in RMS by more than qk_scale_ratio."""
+        """Warn where a layer's Q and K projection weights differ in RMS by more than
+        qk_scale_ratio."""
         for kind, layers in qk_scales(model).items():
             for layer, (q, k) in enumerate(layers):
                 ratio = max(q, k) / max(min(q, k), 1e-12)
@@ -60,13 +62,15 @@ class AttentionMonitor:
                         "qk-scale",
                         kind,
                         layer,
-                        f"Q and K projection weights differ in scale {ratio:.1f}x (RMS {q:.3g} vs {k:.3g}): "
-                        "attention starts near-uniform or near-one-hot; initialise them alike",
+                        f"Q and K projection weights differ in scale {ratio:.1f}x (RMS {q:.3g} vs "
+                        f"{k:.3g}): attention starts near-uniform or near-one-hot; initialise them "
+                        "alike",
                     )
 
     @torch.no_grad()
     def log(self, model: Transformer, step: int, metrics: Metrics) -> float:
-        """Entropy and diversity scalars, figures and warnings for `step`; returns the seconds it took."""
+        """Entropy and diversity scalars, figures and warnings for `step`; returns the seconds it
+        took."""
         began = time.time()
         if not self.src_ids:
             return 0.0
@@ -99,7 +103,8 @@ class AttentionMonitor:
         return time.time() - began
 
     def _heatmaps(self, forced: Forced, kind: str, step: int, metrics: Metrics) -> None:
-        """First and last layer of `kind` for the first image_sentences sentences: the mean of heads, then each.
+        """First and last layer of `kind` for the first image_sentences sentences:
+        the mean of heads, then each.
 
         Unlabelled images (tokens are in the `attention/sentences` text): labelled matplotlib
         figures cost about a second each, far over the 5% of a validation these may take.
@@ -127,7 +132,8 @@ class AttentionMonitor:
             src = self.tokenizer.sp.id_to_piece(self.src_ids[i]) + ["</s>"]
             tgt = self.tokenizer.target_sp.id_to_piece(self.tgt_ids[i])
             text.append(
-                f"**sentence {i}** (panels: mean of heads, then head 0, 1, ...; rows are queries)  \n"
+                f"**sentence {i}** "
+                "(panels: mean of heads, then head 0, 1, ...; rows are queries)  \n"
                 f"source (encoder rows and columns, cross columns): `{' '.join(src)}`  \n"
                 f"decoder inputs (decoder columns): `{' '.join(['<s>', *tgt])}`  \n"
                 f"decoder outputs (decoder and cross rows): `{' '.join([*tgt, '</s>'])}`"
@@ -144,7 +150,8 @@ class AttentionMonitor:
                 kind,
                 layer,
                 f"heads {groups} attend alike at update {step} (Jensen-Shannon <= "
-                f"{self.cfg.duplicate_divergence}): no diversity; raise dropout or revisit the initialisation",
+                f"{self.cfg.duplicate_divergence}): no diversity; raise dropout or revisit the "
+                "initialisation",
             )
         if st.uniform:
             self._warn(

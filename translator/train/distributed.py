@@ -1,4 +1,5 @@
-"""Data-parallel training: join the process group torchrun describes, wrap the model, reduce numbers.
+"""Data-parallel training: join the process group torchrun describes, wrap the model, reduce
+numbers.
 
 `torchrun --nproc_per_node N -m translator train CFG` sets RANK, WORLD_SIZE and LOCAL_RANK; each
 process then trains on every N-th batch (data.batching.token_batches) and DDP averages gradients.
@@ -21,9 +22,10 @@ from torch.nn.parallel import DistributedDataParallel
 from translator.device import resolve_device
 from translator.errors import TranslatorError
 
-# How long the other processes wait for rank 0's `main_first` work (preparing the data): a prepare at
-# WMT14 en-de scale takes minutes (docs/benchmarks/prepare.md); this leaves room for corpora ten times
-# that on a slow disk. A rank 0 that fails says so at once (see main_first), so this bounds only a hang.
+# How long the other processes wait for rank 0's `main_first` work (preparing the data): a prepare
+# at WMT14 en-de scale takes minutes (docs/benchmarks/prepare.md); this leaves room for corpora ten
+# times that on a slow disk. A rank 0 that fails says so at once (see main_first), so this bounds
+# only a hang.
 MAIN_FIRST_TIMEOUT = timedelta(hours=6)
 
 
@@ -68,7 +70,8 @@ def close(d: Dist) -> None:
 
 
 def main_first(d: Dist, work: Callable[[], object], what: str) -> None:
-    """Run `work` on rank 0 alone while the other processes wait (one writer, e.g. of the prepared data).
+    """Run `work` on rank 0 alone while the other processes wait (one writer, e.g. of the prepared
+    data).
 
     Rank 0 then tells the others how it went, over a gloo group of its own (CPU, whatever the
     training backend, with a timeout for long work): when it failed, every process raises, rather
@@ -102,7 +105,8 @@ def main_first(d: Dist, work: Callable[[], object], what: str) -> None:
 
 
 def wrap(model: torch.nn.Module, d: Dist) -> torch.nn.Module:
-    """DDP around the model when there are several processes (it also broadcasts rank 0's weights)."""
+    """DDP around the model when there are several processes (it also broadcasts rank 0's
+    weights)."""
     if d.world_size == 1:
         return model
     return DistributedDataParallel(

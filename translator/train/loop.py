@@ -41,9 +41,8 @@ class TrainBatches:
     def __init__(self, cfg: Config, d: Dist) -> None:
         folder = prepared_dir(cfg.data)
         self.src, self.tgt = TokenArray(folder / "train.src"), TokenArray(folder / "train.tgt")
-        longest = (
-            int(max(self.src.lengths.max(initial=0), self.tgt.lengths.max(initial=0))) + 1
-        )  # + EOS / BOS
+        # + EOS / BOS
+        longest = int(max(self.src.lengths.max(initial=0), self.tgt.lengths.max(initial=0))) + 1
         if longest > cfg.model.max_positions:  # found now, not at the first long batch
             raise TranslatorError(
                 f"training sequences take up to {longest} positions, more than "
@@ -87,7 +86,8 @@ class TrainBatches:
 def loss_sums(
     net: torch.nn.Module, batch: Batch, label_smoothing: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Label-smoothed cross-entropy summed over target tokens (padding ignored), and the plain NLL sum.
+    """Label-smoothed cross-entropy summed over target tokens (padding ignored), and the plain NLL
+    sum.
 
     One log-softmax serves both: smoothed = (1 - eps) * NLL + eps * the mean of -log p over the
     vocabulary, which is F.cross_entropy's label smoothing; perplexity comes from the NLL.
@@ -121,9 +121,8 @@ def train_step(
             s.scaler.scale(loss * factor).backward()
         return torch.stack([loss.detach(), nll])
 
-    sums = oom.accumulate(
-        s, batches, backward
-    )  # loss, NLL; read once per update (no GPU sync per batch)
+    # loss, NLL; read once per update (no GPU sync per batch)
+    sums = oom.accumulate(s, batches, backward)
     loss_total, nll_total = sum_all(s.dist, sums.tolist())  # every process decides alike
     s.scaler.unscale_(s.optimizer)
     params = [p for p in s.model.parameters() if p.grad is not None]
@@ -147,9 +146,8 @@ class StopRequest:
     def __init__(self) -> None:
         self.requested = False
         self.previous = {}
-        if (
-            threading.current_thread() is threading.main_thread()
-        ):  # signal handlers live in the main thread
+        # signal handlers live in the main thread
+        if threading.current_thread() is threading.main_thread():
             self.previous = {
                 sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)
             }
@@ -176,7 +174,8 @@ class Throughput:
 
 
 def run(cfg: Config, quiet: bool = False) -> Transformer:
-    """Train until max_updates, max_epochs, max_minutes or early stopping; resume from run_dir/last.pt.
+    """Train until max_updates, max_epochs, max_minutes or early stopping; resume from
+    run_dir/last.pt.
 
     Returns the trained model; checkpoints, config.yaml, train.log, manifest.json and TensorBoard
     events are in train.run_dir (written by rank 0 only).
@@ -224,7 +223,8 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
         s.metrics.line(
             f"stopped at update {state.step} ({reason}); {state.skipped_steps} updates skipped"
             + (
-                f"; out of memory: {state.oom_splits} batches split, {state.oom_skipped} sentences skipped"
+                f"; out of memory: {state.oom_splits} batches split, {state.oom_skipped} sentences "
+                "skipped"
                 if state.oom_splits or state.oom_skipped
                 else ""
             )
@@ -262,8 +262,9 @@ def start_logging(s: Session, n_pairs: int) -> None:
     over, total = too_long_pairs(cfg)  # said now, not after eval_every updates
     if over:
         s.metrics.line(
-            f"valid: {over} of {total} pairs take more than model.max_positions={cfg.model.max_positions} "
-            "positions; validation leaves them out of its loss (BLEU translates their sources in pieces)"
+            f"valid: {over} of {total} pairs take more than "
+            f"model.max_positions={cfg.model.max_positions} positions; validation leaves them out "
+            "of its loss (BLEU translates their sources in pieces)"
         )
 
 
@@ -277,7 +278,8 @@ def log_update(
     lr: float,
     window: Throughput,
 ) -> None:
-    """Progress bar every update; scalars and a log line every log_every updates; skipped updates reported."""
+    """Progress bar every update; scalars and a log line every log_every updates; skipped updates
+    reported."""
     state, t = s.state, s.cfg.train
     if ok:
         state.window_loss += loss
@@ -286,8 +288,8 @@ def log_update(
     else:
         state.skipped_steps += 1
         s.metrics.line(
-            f"update {state.step}: non-finite loss ({loss:.3g}) or gradient norm ({grad_norm:.3g}); "
-            f"not applied ({state.skipped_steps} skipped so far)"
+            f"update {state.step}: non-finite loss ({loss:.3g}) or gradient norm "
+            f"({grad_norm:.3g}); not applied ({state.skipped_steps} skipped so far)"
         )
     s.metrics.advance(
         state.step, f"loss {loss / max(tokens, 1):.3f}  lr {lr:.2e}  {window.rate():,.0f} tok/s"

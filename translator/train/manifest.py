@@ -1,4 +1,5 @@
-"""`run_dir/manifest.json`: what a run was made from (code, data, seeds, versions) and its wall-clock.
+"""`run_dir/manifest.json`: what a run was made from (code, data, seeds, versions) and its
+wall-clock.
 
 Each session (the first start and every resume) appends an entry; the file is rewritten
 atomically at the start and at the end of a session.
@@ -40,7 +41,8 @@ def git_state() -> dict[str, Any]:
 
 
 def data_checksums(cfg_data) -> dict[str, Any]:
-    """The prepared files' sha256 as recorded by prepare (re-hashing ~1 GB at WMT scale costs seconds)."""
+    """The prepared files' sha256 as recorded by prepare (re-hashing ~1 GB at WMT scale costs
+    seconds)."""
     folder = prepared_dir(cfg_data)
     prepared = load_manifest(cfg_data)
     files = prepared.get("files")
@@ -106,7 +108,8 @@ class RunManifest:
         self.write()
 
     def finish(self, step: int, reason: str, saved_step: int) -> None:
-        """last_update: the last update trained; saved_update: the one last.pt holds (less if a save failed)."""
+        """last_update: the last update trained; saved_update: the one last.pt holds (less if a save
+        failed)."""
         self.session.update(
             ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             seconds=round(time.time() - self.started, 1),

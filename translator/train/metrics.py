@@ -1,4 +1,5 @@
-"""Where training numbers go: TensorBoard, a log file, and a progress bar. Only importer of tensorboard.
+"""Where training numbers go: TensorBoard, a log file, and a progress bar. Only importer of
+tensorboard.
 
 Events go to `run_dir/tensorboard/` (`tensorboard --logdir runs` shows every run); on ranks
 other than 0 every method is a no-op. Off a terminal (a log file, a pipe, a batch job) the console
@@ -24,8 +25,8 @@ class Metrics:
         self, run_dir: Path, total_updates: int, start: int, quiet: bool, enabled: bool = True
     ) -> None:
         self.enabled, self.quiet = enabled, quiet
-        # the log first: an unwritable run_dir then fails here, before TensorBoard's writer thread starts
-        # (which would print its own traceback beside our one-line error)
+        # the log first: an unwritable run_dir then fails here, before TensorBoard's writer thread
+        # starts (which would print its own traceback beside our one-line error)
         self.log_file = open(run_dir / "train.log", "a", encoding="utf-8") if enabled else None
         self.writer = SummaryWriter(str(run_dir / "tensorboard")) if enabled else None
         self.console = Console()  # stdout
@@ -59,11 +60,12 @@ class Metrics:
             self.writer.add_text(tag, body, step)
 
     def hparams(self, step: int, flat: dict[str, object], metric_tags: list[str]) -> None:
-        """Hyperparameters for TensorBoard's HParams tab, tied to scalar tags logged during training.
+        """Hyperparameters for TensorBoard's HParams tab, tied to scalar tags logged during
+        training.
 
-        Written at the start (not with `add_hparams` at the end), so an interrupted run has them too,
-        and at the current update: an event older than the latest would make TensorBoard drop the
-        earlier session's points as orphaned.
+        Written at the start (not with `add_hparams` at the end), so an interrupted run has them
+        too, and at the current update: an event older than the latest would make TensorBoard drop
+        the earlier session's points as orphaned.
         """
         if self.enabled:
             clean = {

@@ -40,7 +40,8 @@ def halves(batch: Batch) -> list[Batch]:
 def accumulate(
     s: Session, batches: list[Batch], backward: Callable[[Batch, bool], torch.Tensor]
 ) -> torch.Tensor:
-    """Sum of `backward(batch, last)` (forward + backward, returning (loss, nll)) over the update's batches.
+    """Sum of `backward(batch, last)` (forward + backward, returning (loss, nll)) over the update's
+    batches.
 
     On torch.OutOfMemoryError: gradients cleared, the failing batch halved (or dropped if it is one
     sentence), everything redone. With several processes an OOM is raised: the others would wait
@@ -74,6 +75,7 @@ def accumulate(
             del pieces[failed]
             state.oom_skipped += 1
             s.metrics.line(
-                f"update {state.step + 1}: out of memory on a single sentence of {batch.src.shape[1]} + "
-                f"{batch.tgt_out.shape[1]} tokens; skipped ({state.oom_skipped} skipped so far)"
+                f"update {state.step + 1}: out of memory on a single sentence of "
+                f"{batch.src.shape[1]} + {batch.tgt_out.shape[1]} tokens; skipped "
+                f"({state.oom_skipped} skipped so far)"
             )

@@ -22,7 +22,8 @@ def amp_dtype(precision: str, device: torch.device) -> torch.dtype | None:
 
 
 def grad_scaler(device: torch.device, dtype: torch.dtype | None) -> torch.amp.GradScaler:
-    """A loss scaler that is active only for fp16 (bf16 has fp32's exponent range and needs none)."""
+    """A loss scaler that is active only for fp16 (bf16 has fp32's exponent range and needs
+    none)."""
     return torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
 
 

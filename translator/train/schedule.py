@@ -10,8 +10,8 @@ from translator.config import TrainConfig
 def learning_rate(step: int, cfg: TrainConfig) -> float:
     """Linear warm-up to `cfg.lr` over `warmup_steps`, then inverse-sqrt or cosine decay.
 
-    inverse_sqrt: lr * sqrt(warmup / step) after warm-up (Vaswani et al., with the peak set directly).
-    cosine: from lr down to min_lr at max_updates.
+    inverse_sqrt: lr * sqrt(warmup / step) after warm-up (Vaswani et al., with the peak set
+    directly). cosine: from lr down to min_lr at max_updates.
     """
     step = max(step, 1)
     warmup = max(cfg.warmup_steps, 1)

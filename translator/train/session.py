@@ -38,9 +38,8 @@ class Session:
 
     cfg: Config
     model: Transformer  # the parameters: checkpoints and validation use it directly
-    net: (
-        torch.nn.Module
-    )  # what training forwards through: the model, or DDP / torch.compile around it
+    # what training forwards through: the model, or DDP / torch.compile around it
+    net: torch.nn.Module
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     tokenizer: Tokenizer
@@ -56,7 +55,8 @@ class Session:
 
 
 def _set_vocab_sizes(model: ModelConfig, tokenizer: Tokenizer) -> None:
-    """Fill vocab_size / src_vocab_size from the tokenizer (0 = automatic), or check the values given."""
+    """Fill vocab_size / src_vocab_size from the tokenizer (0 = automatic), or check the values
+    given."""
     sizes = {
         "vocab_size": tokenizer.target_vocab_size,
         "src_vocab_size": 0 if tokenizer.joint else tokenizer.vocab_size,
@@ -75,12 +75,14 @@ def _set_vocab_sizes(model: ModelConfig, tokenizer: Tokenizer) -> None:
 
 
 def prepared_tokenizer(cfg: Config, d: Dist, quiet: bool) -> Tokenizer:
-    """The prepared data's tokenizer; rank 0 prepares the data first when there is none (the others wait)."""
+    """The prepared data's tokenizer; rank 0 prepares the data first when there is none (the others
+    wait)."""
     distributed.main_first(d, lambda: prepare.ensure(cfg, quiet), "preparing the data")
+    # every rank checks the settings
     vocab, folder = (
         load_manifest(cfg.data)["vocab"],
         prepared_dir(cfg.data),
-    )  # every rank checks the settings
+    )
     src, tgt = folder / vocab["src"]["file"], folder / vocab["tgt"]["file"]
     return Tokenizer(src) if src == tgt else Tokenizer(src, tgt)
 
@@ -166,7 +168,8 @@ def resume(s: Session, path: Path) -> None:
     s.saved_step = state.step
     if state.world_size == d.world_size:
         set_rng_state(state.rng[d.rank])
-    else:  # another process count splits the epoch differently: keep the fraction of it already seen
+    else:
+        # another process count splits the epoch differently: keep the fraction of it already seen
         state.batch_index = state.batch_index * state.world_size // d.world_size
         seed_all(s.cfg.train.seed + d.rank + state.step)
         s.metrics.line(
@@ -179,19 +182,23 @@ def resume(s: Session, path: Path) -> None:
         for k in ("max_tokens", "seed")
         if k in saved_train and saved_train[k] != getattr(s.cfg.train, k)
     ]
-    if order:  # the epoch's batches are cut and shuffled by these: the position no longer means the same pairs
+    # the epoch's batches are cut and shuffled by these: the position no longer means the same pairs
+    if order:
         s.metrics.line(
             "resuming with "
             + ", ".join(f"train.{k} {saved_train[k]} -> {getattr(s.cfg.train, k)}" for k in order)
-            + ": the rest of this epoch's batches differ from the uninterrupted run's (not bit-exact)"
+            + ": the rest of this epoch's batches differ from the uninterrupted run's "
+            "(not bit-exact)"
         )
     s.metrics.line(
-        f"resumed from {path} at update {state.step} (epoch {state.epoch}, batch {state.batch_index})"
+        f"resumed from {path} at update {state.step} "
+        f"(epoch {state.epoch}, batch {state.batch_index})"
     )
 
 
 def save(s: Session, best: bool) -> None:
-    """Checkpoint from rank 0, with every process's RNG states (a collective: all processes call it)."""
+    """Checkpoint from rank 0, with every process's RNG states (a collective: all processes call
+    it)."""
     rngs = gather(s.dist, rng_state())
     if not s.dist.main:
         return
@@ -208,20 +215,20 @@ def save(s: Session, best: bool) -> None:
 
 
 def evaluate_and_save(s: Session) -> bool:
-    """Validate on rank 0, log, checkpoint; returns True (on every process) when early stopping says stop."""
+    """Validate on rank 0, log, checkpoint; returns True (on every process) when early stopping says
+    stop."""
     state, t, stop = s.state, s.cfg.train, 0.0
     improved = False
     if s.dist.main:
         began = time.time()
         result = validate(s.model, s.tokenizer, s.cfg, s.dtype)
-        if (
-            s.monitor is not None
-        ):  # its cost is logged: docs/benchmarks.md holds it to 5% of a validation
+        # its cost is logged: docs/benchmarks.md holds it to 5% of a validation
+        if s.monitor is not None:
             validation_s = time.time() - began
             seconds = s.monitor.log(s.model, state.step, s.metrics)
             s.metrics.line(
-                f"attention diagnostics: {seconds:.2f} s, {100 * seconds / validation_s:.1f}% of the "
-                f"validation's {validation_s:.1f} s"
+                f"attention diagnostics: {seconds:.2f} s, {100 * seconds / validation_s:.1f}% of "
+                f"the validation's {validation_s:.1f} s"
             )
         improved = result.bleu > state.best_bleu
         state.best_bleu = max(state.best_bleu, result.bleu)

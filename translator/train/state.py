@@ -1,4 +1,5 @@
-"""What an exact resume needs: counters, data position, RNG states; checkpoint save and resume checks."""
+"""What an exact resume needs: counters, data position, RNG states; checkpoint save and resume
+checks."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from translator.errors import TranslatorError
 
 @dataclass
 class TrainState:
-    """Counters and positions that, with model, optimizer and scaler, determine the rest of a run."""
+    """Counters and positions that, with model, optimizer and scaler, determine the rest of a
+    run."""
 
     step: int = 0  # updates done (skipped ones included: their batches were consumed)
     epoch: int = 0
@@ -47,7 +49,8 @@ class TrainState:
 
 
 def rng_state() -> dict[str, Any]:
-    """Python, NumPy, torch CPU and CUDA generator states (tensors, so `weights_only` loads them)."""
+    """Python, NumPy, torch CPU and CUDA generator states (tensors, so `weights_only` loads
+    them)."""
     kind, key, pos, has_gauss, cached = np.random.get_state()
     numpy_state = [kind, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, cached]
     return {
@@ -82,7 +85,8 @@ def save_checkpoints(
     step: int,
     best: bool,
 ) -> None:
-    """last.pt always; best.pt when validation improved; step-N.pt with only the newest keep_last kept.
+    """last.pt always; best.pt when validation improved; step-N.pt with only the newest keep_last
+    kept.
 
     The state is serialized once; the other names are hard links (copies where links fail), each
     put in place by an atomic rename.
@@ -114,9 +118,8 @@ def check_run_dir(run_dir: Path, model: torch.nn.Module, keep_last: int) -> int:
             str(run_dir),
             "check its permissions, or use another train.run_dir",
         ) from None
-    size = (
-        3 * sum(t.numel() * t.element_size() for t in model.state_dict().values()) + 2**20
-    )  # + tokenizer, config
+    # + tokenizer, config
+    size = 3 * sum(t.numel() * t.element_size() for t in model.state_dict().values()) + 2**20
     kept = len(list(run_dir.glob("step-*.pt")))
     need = size * max(1, keep_last + 1 - kept) if keep_last else size
     free = shutil.disk_usage(run_dir).free

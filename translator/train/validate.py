@@ -33,7 +33,8 @@ class Validation:
     chrf: float
     signature: str  # sacreBLEU's, so the number can be reproduced
     samples: list[tuple[str, str, str]]  # (source, hypothesis, reference), the first few sentences
-    too_long: int = 0  # pairs left out of the loss: longer than the model's positions (BLEU splits their sources)
+    # pairs left out of the loss: longer than the model's positions (BLEU splits their sources)
+    too_long: int = 0
 
     def scalars(self) -> dict[str, float]:
         return {"loss": self.loss, "ppl": self.ppl, "bleu": self.bleu, "chrf": self.chrf}
@@ -45,7 +46,8 @@ def fitting_pairs(src: TokenArray, tgt: TokenArray, max_positions: int) -> np.nd
 
 
 def too_long_pairs(cfg: Config) -> tuple[int, int]:
-    """(pairs longer than model.max_positions, all pairs) of the prepared valid split: known before training."""
+    """(pairs longer than model.max_positions, all pairs) of the prepared valid split: known before
+    training."""
     folder = prepared_dir(cfg.data)
     src, tgt = TokenArray(folder / "valid.src"), TokenArray(folder / "valid.tgt")
     return len(src) - len(fitting_pairs(src, tgt, cfg.model.max_positions)), len(src)
@@ -65,9 +67,8 @@ def validate(
     folder = prepared_dir(cfg.data)
     src, tgt = TokenArray(folder / "valid.src"), TokenArray(folder / "valid.tgt")
     loss, tokens = 0.0, 0
-    fits = fitting_pairs(
-        src, tgt, cfg.model.max_positions
-    )  # a longer pair would not fit the position table
+    # a longer pair would not fit the position table
+    fits = fitting_pairs(src, tgt, cfg.model.max_positions)
     for rows in token_batches(
         src.lengths[fits], tgt.lengths[fits], cfg.train.max_tokens, seed=0, epoch=0
     ):
