@@ -1,4 +1,5 @@
-"""Shared fixtures: the real Multi30k files from ../shared/data, a tiny config, a prepared 2k-pair slice."""
+"""Shared fixtures: the real Multi30k files from ../shared/data, a tiny config, a prepared 2k-pair
+slice."""
 
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def tiny_overrides(data_dir: Path, run_dir: Path) -> list[str]:
 def multi30k() -> Path:
     if not (MULTI30K / "train.en").is_file():
         pytest.fail(
-            f"the shared Multi30k files are missing: expected {MULTI30K}/train.en (see README.md: the tests read ../shared/data beside the checkout)"
+            f"the shared Multi30k files are missing: expected {MULTI30K}/train.en (see README.md: "
+            "the tests read ../shared/data beside the checkout)"
         )
     return MULTI30K
 
@@ -86,7 +88,8 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def tiny(prepared, tmp_path_factory):
-    """A random 2+2-layer, d_model 32 model with the prepared tokenizer, saved as a checkpoint (translate, stream)."""
+    """A random 2+2-layer, d_model 32 model with the prepared tokenizer, saved as a checkpoint
+    (translate, stream)."""
     import copy
     from types import SimpleNamespace
 

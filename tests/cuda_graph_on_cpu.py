@@ -1,4 +1,5 @@
-"""CUDA's stream and graph API played on CPU, for tests (and bench/launches.py) on machines without a GPU.
+"""CUDA's stream and graph API played on CPU, for tests (and bench/launches.py) on machines without
+a GPU.
 
 A CUDA graph replays the kernels one capture launched, on the same memory. Any value the host read
 during capture (a position turned into a Python int, say) stays baked in, and a host read inside
@@ -49,7 +50,8 @@ class _Stream:
 
 
 def install(setattr: Callable[[object, str, object], None]) -> None:
-    """Replace torch.cuda's stream and graph API with the CPU stand-ins, through `setattr` (e.g. monkeypatch.setattr)."""
+    """Replace torch.cuda's stream and graph API with the CPU stand-ins, through `setattr` (e.g.
+    monkeypatch.setattr)."""
     setattr(torch.cuda, "Stream", _Stream)
     setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
     setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())

@@ -70,7 +70,8 @@ def test_help_is_instant_and_lists_every_command():
     ],
 )
 def test_every_command_help_has_an_example_that_parses(command):
-    """The example in each command's help names that command and only arguments and options it has."""
+    """The example in each command's help names that command and only arguments and options it
+    has."""
     import click
 
     cmd = registered_commands()[command]
@@ -269,9 +270,8 @@ def test_an_oserror_is_one_line_naming_its_file(monkeypatch, capsys, filename):
         raise PermissionError(13, "Permission denied", filename)
 
     monkeypatch.setattr(cli, "app", fail)
-    monkeypatch.setattr(
-        cli.signal, "signal", lambda *a: None
-    )  # leave pytest's own SIGTERM handling alone
+    # leave pytest's own SIGTERM handling alone
+    monkeypatch.setattr(cli.signal, "signal", lambda *a: None)
     with pytest.raises(SystemExit) as exited:
         cli.main()
     err = capsys.readouterr().err

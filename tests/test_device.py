@@ -1,4 +1,5 @@
-"""Device and dtype names; `auto` precision follows the CPU's native bf16 (injected, both answers)."""
+"""Device and dtype names; `auto` precision follows the CPU's native bf16 (injected, both
+answers)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,8 @@ def test_device_and_dtype_names():
     assert device.resolve_device("cpu").type == "cpu"
     assert device.resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     assert device.resolve_dtype("bf16", CPU) == torch.bfloat16
-    assert (
-        device.resolve_dtype("fp32", CPU, cpu_bf16=True) == torch.float32
-    )  # fp32 stays a flag away
+    # fp32 stays a flag away
+    assert device.resolve_dtype("fp32", CPU, cpu_bf16=True) == torch.float32
     assert device.resolve_dtype("fp16", CPU) == torch.float16
     with pytest.raises(TranslatorError, match="dtype"):
         device.resolve_dtype("half", CPU)
@@ -38,9 +38,8 @@ def test_auto_is_bf16_exactly_where_the_cpu_has_it(native, expected, monkeypatch
     assert device.resolve_dtype("auto", CPU, cpu_bf16=native) == expected
     monkeypatch.setattr(device, "cpu_native_bf16", lambda: native)  # what load and training ask
     assert device.resolve_dtype("auto", CPU) == expected
-    assert amp_dtype("auto", CPU) == (
-        None if expected == torch.float32 else expected
-    )  # train.precision: auto
+    # train.precision: auto
+    assert amp_dtype("auto", CPU) == (None if expected == torch.float32 else expected)
     assert amp_dtype("fp32", CPU) is None
 
 
@@ -74,7 +73,8 @@ def test_the_log_says_what_auto_picked(asked, dtype, expected):
 
 
 def test_load_and_the_translate_log_follow_the_cpu(tiny, monkeypatch):
-    """`--dtype auto` loads the model in bf16 on a CPU with native bf16, fp32 on one without, and says so."""
+    """`--dtype auto` loads the model in bf16 on a CPU with native bf16, fp32 on one without, and
+    says so."""
     from typer.testing import CliRunner
 
     from translator import cli, stream, translate

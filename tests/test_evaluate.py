@@ -1,4 +1,5 @@
-"""sacreBLEU/chrF scoring, the eval run on a split or on --src/--ref files, and checkpoint averaging."""
+"""sacreBLEU/chrF scoring, the eval run on a split or on --src/--ref files, and checkpoint
+averaging."""
 
 from __future__ import annotations
 
@@ -25,17 +26,15 @@ def save_tiny(
     tgt_lang: str | None = None,
     **state,
 ) -> Path:
-    """A random 2+2-layer, d_model 32 checkpoint with the prepared tokenizer and data config (tgt_lang put in)."""
+    """A random 2+2-layer, d_model 32 checkpoint with the prepared tokenizer and data config
+    (tgt_lang put in)."""
     cfg = copy.deepcopy(prepared)
     cfg.data.tgt_lang = tgt_lang or cfg.data.tgt_lang
     tokenizer = Tokenizer(Path(cfg.data.data_dir) / cfg.data.name / "spm.model")
     cfg.model.vocab_size, cfg.model.d_model, cfg.model.d_ff = tokenizer.vocab_size, 32, 64
     cfg.model.max_positions = max_positions or cfg.model.max_positions
-    cfg.decode.beam_size, cfg.decode.max_len_a, cfg.decode.max_len_b = (
-        1,
-        0.5,
-        4,
-    )  # short outputs: fast
+    # short outputs: fast
+    cfg.decode.beam_size, cfg.decode.max_len_a, cfg.decode.max_len_b = (1, 0.5, 4)
     cfg.decode.device, cfg.decode.dtype = "cpu", "fp32"
     torch.manual_seed(seed)
     checkpoint.save(path, Transformer(cfg.model), cfg, tokenizer, state)
@@ -67,9 +66,8 @@ def test_chinese_targets_are_scored_with_the_chinese_tokenizer(lang):
     scores = evaluate.score([ZH_HYP], [ZH_REF], tgt_lang=lang)
     assert scores.bleu == pytest.approx(43.47, abs=0.01) and "tok:zh" in scores.bleu_signature
     assert evaluate.score([ZH_HYP], [ZH_REF]).bleu == 0.0  # no language: 13a, as before
-    assert scores.chrf == pytest.approx(
-        evaluate.score([ZH_HYP], [ZH_REF]).chrf
-    )  # chrF is language-free
+    # chrF is language-free
+    assert scores.chrf == pytest.approx(evaluate.score([ZH_HYP], [ZH_REF]).chrf)
 
 
 @pytest.mark.parametrize(
@@ -82,15 +80,13 @@ def test_chinese_targets_are_scored_with_the_chinese_tokenizer(lang):
 def test_japanese_and_korean_targets_use_sacrebleus_mecab_tokenizers(lang, tokenizer, hyp, ref):
     """Needs the [cjk] extra (sacrebleu[ja,ko]), which the dev install includes."""
     scores = evaluate.score([hyp], [ref], tgt_lang=lang)
-    direct = sacrebleu.BLEU(tokenize=tokenizer).corpus_score(
-        [hyp], [[ref]]
-    )  # the tokenizer named outright
+    # the tokenizer named outright
+    direct = sacrebleu.BLEU(tokenize=tokenizer).corpus_score([hyp], [[ref]])
     assert (
         scores.bleu == pytest.approx(direct.score) and f"tok:{tokenizer}" in scores.bleu_signature
     )
-    assert (
-        scores.bleu > evaluate.score([hyp], [ref]).bleu
-    )  # whitespace tokens would match fewer n-grams
+    # whitespace tokens would match fewer n-grams
+    assert scores.bleu > evaluate.score([hyp], [ref]).bleu
 
 
 def test_a_missing_mecab_tokenizer_is_a_one_line_error_before_decoding(
@@ -156,13 +152,13 @@ def test_eval_on_files_writes_hypotheses_and_scores(prepared, tmp_path, capsys, 
         rescored.lc_tok_bleu,
     )
     err = capsys.readouterr().err
-    assert (
-        "eval: cpu, fp32\n" in err and "hypotheses written to" in err
-    )  # the checkpoint asks for cpu, fp32
+    # the checkpoint asks for cpu, fp32
+    assert "eval: cpu, fp32\n" in err and "hypotheses written to" in err
 
 
 def test_scores_take_hypotheses_first_and_references_second():
-    """BLEU's brevity penalty and chrF's recall weighting are asymmetric: swapped arguments would show."""
+    """BLEU's brevity penalty and chrF's recall weighting are asymmetric: swapped arguments would
+    show."""
     short, full = ["Ein Mann ."], ["Ein Mann fährt mit dem Fahrrad die Straße entlang ."]
     assert evaluate.score(short, full).bleu < evaluate.score(full, short).bleu
     assert evaluate.score(short, full).chrf < evaluate.score(full, short).chrf
@@ -217,11 +213,8 @@ def test_eval_input_errors(prepared, tmp_path):
     src.write_text(""), ref.write_text("")
     with pytest.raises(TranslatorError, match="nothing to score"):
         evaluate.run(ckpt, src_file=src, ref_file=ref, quiet=True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "ref.de",
-        "src.en",
-        "tiny.pt",
-    ]  # nothing written
+    # nothing written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ref.de", "src.en", "tiny.pt"]
 
 
 @pytest.mark.parametrize("where", ["a directory", "under a file"])
@@ -274,10 +267,8 @@ def test_average_of_two_is_their_mean(prepared, tmp_path):
 
 def test_average_accepts_checkpoints_that_differ_only_in_training_settings(prepared, tmp_path):
     resumed = copy.deepcopy(prepared)
-    resumed.model.dropout, resumed.model.gradient_checkpointing = (
-        0.3,
-        True,
-    )  # as a resume may change them
+    # as a resume may change them
+    resumed.model.dropout, resumed.model.gradient_checkpointing = (0.3, True)
     a, b = (
         save_tiny(prepared, tmp_path / "a.pt", seed=1),
         save_tiny(resumed, tmp_path / "b.pt", seed=2),
@@ -316,7 +307,8 @@ def test_average_refuses_checkpoints_of_another_tokenizer(prepared, tmp_path):
 
 
 def test_eval_flags_reach_the_run(monkeypatch):
-    """Every `translator eval` flag lands in its own keyword of evaluate.run (none swapped, none dropped)."""
+    """Every `translator eval` flag lands in its own keyword of evaluate.run (none swapped, none
+    dropped)."""
     from typer.testing import CliRunner
 
     from translator import cli
@@ -413,7 +405,8 @@ def test_eval_quiet_draws_no_bar_even_on_a_terminal(prepared, tmp_path, capsys, 
 
 
 def test_a_checkpoint_gives_back_its_config(prepared, tmp_path):
-    """The decode.* and model.* values saved with the weights are the ones loading returns (not the defaults)."""
+    """The decode.* and model.* values saved with the weights are the ones loading returns (not the
+    defaults)."""
     ckpt = save_tiny(prepared, tmp_path / "tiny.pt")
     for _, cfg, _ in (checkpoint.load(ckpt), translate.load(ckpt)):
         assert (

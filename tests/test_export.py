@@ -1,4 +1,5 @@
-"""CTranslate2 export: the exported model computes what ours computes (scores and greedy output, fp32)."""
+"""CTranslate2 export: the exported model computes what ours computes (scores and greedy output,
+fp32)."""
 
 from __future__ import annotations
 
@@ -43,9 +44,8 @@ def saved_model(prepared, tmp_path: Path, **model_changes) -> tuple[Path, Transf
     cfg.decode = dataclasses.replace(cfg.decode, beam_size=1, device="cpu", dtype="fp32")
     torch.manual_seed(0)
     model = Transformer(cfg.model).eval()
-    with (
-        torch.no_grad()
-    ):  # LayerNorm gains/biases away from 1/0, so a swapped or missing norm shows
+    # LayerNorm gains/biases away from 1/0, so a swapped or missing norm shows
+    with torch.no_grad():
         for name, param in model.named_parameters():
             if "norm" in name or name == "out_proj.bias":
                 param.add_(0.3 * torch.randn_like(param))
@@ -74,11 +74,8 @@ def our_log_probs(model: Transformer, src_ids: list[int], tgt_ids: list[int]) ->
             "scale_embeddings": False,
         },
         {"n_kv_heads": 2},
-        {
-            "activation": "silu",
-            "output_bias": True,
-            "norm": "post",
-        },  # what an imported OPUS-MT model uses
+        # what an imported OPUS-MT model uses
+        {"activation": "silu", "output_bias": True, "norm": "post"},
         {"activation": "gelu"},
     ],
     ids=["pre-sinusoidal-tied", "post-learned-untied", "gqa", "marian-like", "gelu"],
@@ -92,7 +89,8 @@ def test_exported_model_scores_and_translates_like_ours(prepared, tmp_path, chan
     sp = tokenizer.sp
     sources = [[*sp.id_to_piece(ids), "</s>"] for ids in src_ids]
 
-    # Scores of a given target: the per-token log-probs agree (an independent implementation of the math).
+    # Scores of a given target: the per-token log-probs agree (an independent implementation of the
+    # math).
     targets = tokenizer.encode(
         ["Ein Mann spielt Gitarre.", "Zwei Hunde.", "Ein Kind.", "Leute gehen."]
     )
@@ -132,6 +130,7 @@ def test_cli_export_writes_a_loadable_model_and_refuses_an_unknown_format(prepar
 
     path, _, _ = saved_model(prepared, tmp_path)
     repo = Path(__file__).resolve().parents[1]
+
     def run(*args):
         return subprocess.run(
             [sys.executable, "-m", "translator", "export", str(path), *args],
@@ -140,6 +139,7 @@ def test_cli_export_writes_a_loadable_model_and_refuses_an_unknown_format(prepar
             cwd=repo,
             timeout=300,
         )
+
     bad = run("--format", "onnx", "-o", str(tmp_path / "x"))
     assert (
         bad.returncode == 1

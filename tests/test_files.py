@@ -1,4 +1,5 @@
-"""Atomic writes: a finished block replaces the target, a failed one leaves the old target and no debris."""
+"""Atomic writes: a finished block replaces the target, a failed one leaves the old target and no
+debris."""
 
 from __future__ import annotations
 

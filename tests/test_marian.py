@@ -1,4 +1,5 @@
-"""import-hf: a MarianMT model (OPUS-MT layout) becomes a checkpoint computing what Hugging Face computes.
+"""import-hf: a MarianMT model (OPUS-MT layout) becomes a checkpoint computing what Hugging Face
+computes.
 
 The Marian model is built here, offline: two SentencePiece models trained on Multi30k lines, a
 shared vocab.json, random weights with LayerNorms and the logits bias moved off their defaults.
@@ -38,7 +39,8 @@ TARGETS = ["Ein Mann spielt Gitarre.", "Zwei Hunde.", "Ein Kind.", "Leute gehen.
 
 
 def spm_model(lines: list[str]) -> bytes:
-    """A unigram model with SentencePiece's default ids (unk 0, s 1, /s 2, no pad), as OPUS-MT ships."""
+    """A unigram model with SentencePiece's default ids (unk 0, s 1, /s 2, no pad), as OPUS-MT
+    ships."""
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(lines),
@@ -53,7 +55,8 @@ def spm_model(lines: list[str]) -> bytes:
 
 @pytest.fixture(scope="module")
 def opus(multi30k, tmp_path_factory):
-    """An OPUS-MT style directory with a random MarianMT model; returns (dir, HF model, HF tokenizer)."""
+    """An OPUS-MT style directory with a random MarianMT model; returns (dir, HF model, HF
+    tokenizer)."""
     root = tmp_path_factory.mktemp("opus")
     en = (multi30k / "train.en").read_text(encoding="utf-8").splitlines()[:600]
     de = (multi30k / "train.de").read_text(encoding="utf-8").splitlines()[:600]
@@ -154,9 +157,8 @@ def test_imported_model_generates_what_hugging_face_generates(opus, tmp_path, be
     ours = [hyps[0][0] for hyps in translate.translate_lines(model, tokenizer, SOURCES, decode)]
     theirs = []
     for source, ids in zip(SOURCES, tokenizer.encode(SOURCES)):
-        limit = int(
-            decode.max_len_a * len(ids) + decode.max_len_b
-        )  # our a*|src|+b tokens, then EOS
+        # our a*|src|+b tokens, then EOS
+        limit = int(decode.max_len_a * len(ids) + decode.max_len_b)
         inputs = hf_tok([source], return_tensors="pt")
         out = hf_model.generate(
             **inputs,

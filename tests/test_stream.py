@@ -1,4 +1,5 @@
-"""The translate command's streams: chunks of stdin, one line out per line in, flushed; the progress bar; its flags."""
+"""The translate command's streams: chunks of stdin, one line out per line in, flushed; the progress
+bar; its flags."""
 
 from __future__ import annotations
 
@@ -150,7 +151,8 @@ def test_run_numbers_over_long_lines_across_chunks(tiny, capsys):
 
 
 def test_run_progress_counts_sentences_over_all_chunks(tiny):
-    """done never decreases and ends at what was read: empty lines aside, long lines' pieces apart."""
+    """done never decreases and ends at what was read: empty lines aside, long lines' pieces
+    apart."""
     long_line = " ".join(SENTENCES * 2)
     ids = tiny.tokenizer.encode([long_line])[0]
     pieces = len(translate.split_long(ids, 39, tiny.tokenizer.sp.id_to_piece(ids)))
@@ -200,9 +202,8 @@ def test_read_chunks_yields_what_is_there_without_waiting_for_more():
         with os.fdopen(read_fd, "r") as reader:
             chunks = stream.read_chunks(reader, max_lines=3)
             os.write(write_fd, b"first\n")
-            assert next(chunks) == [
-                "first"
-            ]  # the writer is still open: an interactive user gets an answer
+            # the writer is still open: an interactive user gets an answer
+            assert next(chunks) == ["first"]
             os.write(write_fd, b"a\nb\n\nc\nd")
             assert next(chunks) == ["a", "b", ""]  # bulk input is batched, max_lines at a time
             assert next(chunks) == ["c"]
@@ -223,12 +224,8 @@ def test_read_chunks_replaces_bytes_that_are_not_utf8_and_names_the_line():
         lines = [
             line for chunk in stream.read_chunks(reader, warn=warnings.append) for line in chunk
         ]
-    assert lines == [
-        "caf\u00e9",
-        "caf\ufffd",
-        "ok",
-        "\ufffd",
-    ]  # one line per input line, none dropped
+    # one line per input line, none dropped
+    assert lines == ["caf\u00e9", "caf\ufffd", "ok", "\ufffd"]
     assert [w.split(":")[0] for w in warnings] == ["line 2", "line 4"]
     assert "invalid UTF-8 at byte 3" in warnings[0]
 
@@ -310,9 +307,8 @@ def test_translate_streams_through_a_pipe(tiny):
         ready, _, _ = select.select([proc.stdout], [], [], 120)
         assert ready, "no answer within 120 s while stdin stayed open"
         first = proc.stdout.readline()
-        assert (
-            first.endswith("\n") and proc.poll() is None
-        )  # answered; still waiting for more input
+        # answered; still waiting for more input
+        assert first.endswith("\n") and proc.poll() is None
         proc.stdin.write("\n" + SENTENCES[0] + "\n")
         proc.stdin.close()
         rest = proc.stdout.read().split("\n")

@@ -1,4 +1,5 @@
-"""Lines in, lines out: order, empty lines, over-long lines and their joins, batching, <unk> counts, loading."""
+"""Lines in, lines out: order, empty lines, over-long lines and their joins, batching, <unk> counts,
+loading."""
 
 from __future__ import annotations
 
@@ -16,9 +17,8 @@ from translator.errors import TranslatorError
 
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_output_order_is_input_order(tiny, beam_size):
-    decode = dataclasses.replace(
-        tiny.cfg.decode, beam_size=beam_size, batch_tokens=40
-    )  # several batches
+    # several batches
+    decode = dataclasses.replace(tiny.cfg.decode, beam_size=beam_size, batch_tokens=40)
     batched = translate.translate_lines(tiny.model, tiny.tokenizer, SENTENCES, decode)
     alone = [
         translate.translate_lines(tiny.model, tiny.tokenizer, [line], decode)[0]
@@ -82,9 +82,8 @@ def test_split_long_cuts_at_sentence_ends_then_word_starts(tiny):
     assert [i for part in parts for i in part] == ids and all(0 < len(p) <= 12 for p in parts)
     texts = tiny.tokenizer.decode(parts)
     assert texts[:3] == ["Two dogs play in the snow."] * 3  # whole sentences where they fit
-    assert all(
-        tiny.tokenizer.sp.id_to_piece(p[0]).startswith("\u2581") for p in parts
-    )  # no word is cut
+    # no word is cut
+    assert all(tiny.tokenizer.sp.id_to_piece(p[0]).startswith("\u2581") for p in parts)
     assert translate.split_long(list(range(30)), 7, ["x"] * 30) == [
         list(range(i, min(i + 7, 30))) for i in range(0, 30, 7)
     ]
@@ -158,9 +157,8 @@ def test_an_over_long_lines_score_is_the_sum_of_its_pieces(tiny):
             tiny.model, tiny.tokenizer, [long_line], decode, nbest=nbest
         )
         expected = sum(hyps[0].score for hyps in translate.search(tiny.model, parts, decode))
-        assert len(out[0]) == 1 and out[0][0][1] == pytest.approx(
-            expected, abs=1e-4
-        )  # one joined hypothesis
+        # one joined hypothesis
+        assert len(out[0]) == 1 and out[0][0][1] == pytest.approx(expected, abs=1e-4)
 
 
 def test_only_lines_over_the_limit_are_split(tiny):
@@ -190,30 +188,25 @@ def test_load_takes_the_device_flag_over_the_checkpoints(tiny, monkeypatch):
     )
     translate.load(tiny.path)
     translate.load(tiny.path, "cuda:1", "fp32")
-    assert seen == [
-        "cpu",
-        "cuda:1",
-    ]  # None falls back to the checkpoint's decode.device; a flag wins
+    # None falls back to the checkpoint's decode.device; a flag wins
+    assert seen == ["cpu", "cuda:1"]
 
 
 @pytest.mark.parametrize(
     "texts, joined",
     [
-        (
-            ["我喜欢吃苹果。", "他喜欢香蕉。"],
-            "我喜欢吃苹果。他喜欢香蕉。",
-        ),  # Chinese: no space between sentences
+        # Chinese: no space between sentences
+        (["我喜欢吃苹果。", "他喜欢香蕉。"], "我喜欢吃苹果。他喜欢香蕉。"),
         (["私は猫が好きです。", "犬も好きです。"], "私は猫が好きです。犬も好きです。"),  # Japanese
         (["我用iPhone", "拍照。"], "我用iPhone拍照。"),  # a Latin word inside Chinese text
+        # Korean spaces words
         (
             ["나는 사과를 좋아한다.", "그는 바나나를 좋아한다."],
             "나는 사과를 좋아한다. 그는 바나나를 좋아한다.",
-        ),  # Korean spaces words
+        ),
         (["Ein Hund.", "Zwei Katzen."], "Ein Hund. Zwei Katzen."),
-        (
-            ["Ein Hund.", "", "Katzen."],
-            "Ein Hund.  Katzen.",
-        ),  # an empty piece keeps its place, as before
+        # an empty piece keeps its place, as before
+        (["Ein Hund.", "", "Katzen."], "Ein Hund.  Katzen."),
     ],
 )
 def test_pieces_are_joined_the_way_their_script_is_written(texts, joined):
@@ -225,15 +218,15 @@ def test_a_split_line_translated_into_chinese_is_rejoined_without_spaces(tiny, m
     ids = tiny.tokenizer.encode([long_line])[0]
     n = len(translate.split_long(ids, 39, tiny.tokenizer.sp.id_to_piece(ids)))
     chinese = [f"第{i}句。" for i in range(n)]
-    monkeypatch.setattr(
-        tiny.tokenizer, "decode", lambda rows: chinese[: len(rows)]
-    )  # a target side in Chinese
+    # a target side in Chinese
+    monkeypatch.setattr(tiny.tokenizer, "decode", lambda rows: chinese[: len(rows)])
     out = translate.translate_lines(tiny.model, tiny.tokenizer, [long_line], tiny.cfg.decode)
     assert n > 1 and out[0][0][0] == "".join(chinese)
 
 
 def fake_search(outputs: dict[int, list[int]]):
-    """A search that answers a source whose first id is k with the tokens outputs[k] (else one ordinary token)."""
+    """A search that answers a source whose first id is k with the tokens outputs[k] (else one
+    ordinary token)."""
 
     def search(model, src_ids, decode, nbest=1):
         return [[Hypothesis(outputs.get(ids[0], [UNK_ID + 100]), -1.0)] * nbest for ids in src_ids]
@@ -263,9 +256,8 @@ def test_unk_tokens_are_counted_in_a_warning_not_dropped_unseen(tiny, monkeypatc
         )
         and "data.byte_fallback: true" in warnings[0]
     )
-    assert (
-        "<unk>" not in out[0][0][0] and "\u2047" not in out[0][0][0]
-    )  # the text itself stays clean
+    # the text itself stays clean
+    assert "<unk>" not in out[0][0][0] and "\u2047" not in out[0][0][0]
     warnings.clear()
     translate.translate_lines(
         tiny.model, tiny.tokenizer, lines[1:2], tiny.cfg.decode, warn=warnings.append

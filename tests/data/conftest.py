@@ -1,4 +1,5 @@
-"""Small corpora written into tmp_path, and a tiny data config that prepares them in about a second."""
+"""Small corpora written into tmp_path, and a tiny data config that prepares them in about a
+second."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ def small_splits(train: int = 300) -> dict[str, tuple[list[str], list[str]]]:
 
 
 def tiny_config(source: Path | str, data_dir: Path, *overrides: str) -> config.Config:
-    """A data config that trains a 200-piece SentencePiece model: seconds for a few hundred pairs."""
+    """A data config that trains a 200-piece SentencePiece model: seconds for a few hundred
+    pairs."""
     return config.load(
         None,
         [

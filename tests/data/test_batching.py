@@ -1,4 +1,5 @@
-"""Token batches: bounded by max_tokens with padding, deterministic, every pair once, disjoint across ranks."""
+"""Token batches: bounded by max_tokens with padding, deterministic, every pair once, disjoint
+across ranks."""
 
 from __future__ import annotations
 

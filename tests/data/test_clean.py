@@ -56,9 +56,8 @@ TEXT = st.text(
 
 def reference(text: str) -> str:
     """The rule written plainly (no fast path)."""
-    spaced = "".join(
-        " " if ch.isspace() else ch for ch in text
-    )  # CR, FF, \x1c-\x1f, NEL, U+2028 included
+    # CR, FF, \x1c-\x1f, NEL, U+2028 included
+    spaced = "".join(" " if ch.isspace() else ch for ch in text)
     kept = "".join(
         ch for ch in spaced if unicodedata.category(ch) != "Cc" and ch not in "\u200b\ufeff"
     )
@@ -85,12 +84,10 @@ def test_normalize_examples():
     assert normalize(" a\tb\xa0\xa0c\u3000 ") == "a b c"  # TAB, NO-BREAK SPACE, ideographic space
     assert normalize("zero\u200bwidth\x07bell") == "zerowidthbell"
     assert normalize("Cafe\u0301", nfc=False) == "Cafe\u0301"
-    assert (
-        normalize("Z\x07\u0301") == "\u0179"
-    )  # the control character went, then the mark composed
-    assert (
-        normalize("foo\rbar\x0cbaz\x85qux\x1fend") == "foo bar baz qux end"
-    )  # not glued into one word
+    # the control character went, then the mark composed
+    assert normalize("Z\x07\u0301") == "\u0179"
+    # not glued into one word
+    assert normalize("foo\rbar\x0cbaz\x85qux\x1fend") == "foo bar baz qux end"
 
 
 def test_debris_is_a_side_without_letters_or_digits():
@@ -174,9 +171,8 @@ def test_length_rules_count_and_zero_means_off():
 
 
 def test_held_out_sentences_are_normalised_like_the_training_text():
-    cleaner = Cleaner(
-        config.load(None, []).data, ["Zwei\xa0Hunde  spielen."]
-    )  # as a raw test file may have it
+    # as a raw test file may have it
+    cleaner = Cleaner(config.load(None, []).data, ["Zwei\xa0Hunde  spielen."])
     src, _ = cleaner(["Two dogs play.", "A cat."], ["Zwei Hunde spielen.", "Eine Katze."])
     assert src == ["A cat."] and cleaner.drops[HELD_OUT] == 1
 
@@ -199,7 +195,8 @@ def test_normalisation_switches_reach_the_cleaner(nfc, spaces):
     st.sampled_from([0.0, 1.5, 3.0]),
 )
 def test_length_filter_is_the_per_pair_rule_on_either_side(pairs, max_tokens, max_ratio):
-    """A side longer than max_tokens (not equal) drops the pair, whichever side it is; the rules are symmetric."""
+    """A side longer than max_tokens (not equal) drops the pair, whichever side it is; the rules are
+    symmetric."""
     src, tgt = (np.array([p[i] for p in pairs], dtype=np.int64) for i in (0, 1))
     drops = Counter()
     keep = length_filter(src, tgt, max_tokens, max_ratio, drops)
@@ -215,9 +212,8 @@ def test_length_filter_is_the_per_pair_rule_on_either_side(pairs, max_tokens, ma
 
 def test_a_duplicate_is_the_whole_pair_not_one_side():
     cleaner = Cleaner(config.load(None, []).data)
-    src, _ = cleaner(
-        ["a", "a", "b", "c", "a"], ["1", "2", "2", "2", "1"]
-    )  # same source or same target alone
+    # same source or same target alone
+    src, _ = cleaner(["a", "a", "b", "c", "a"], ["1", "2", "2", "2", "1"])
     assert cleaner.first_occurrences(len(src)).tolist() == [True, True, True, True, False]
     assert cleaner.drops[DUPLICATE] == 1
 

@@ -1,4 +1,5 @@
-"""Every source format reaches the same pairs through `datasets`; bad input gives one clear error."""
+"""Every source format reaches the same pairs through `datasets`; bad input gives one clear
+error."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def pairs(data, split="train", cache=None):
 
 
 def write_all_formats(root):
-    """The same pairs in every local format the loader accepts; returns {format: (directory, overrides)}."""
+    """The same pairs in every local format the loader accepts; returns {format: (directory,
+    overrides)}."""
     write_text_corpus(root / "text", {"train": (EN, DE)})
     (root / "gz").mkdir()
     for lang, lines in (("en", EN), ("de", DE)):
@@ -161,7 +163,8 @@ def test_records_that_are_not_text_or_of_mixed_shape_are_refused(tmp_path, recor
 
 @pytest.mark.parametrize("name", ["text", "wmt"])
 def test_a_full_cache_disk_is_not_blamed_on_the_input(tmp_path, monkeypatch, name):
-    """Text lines are written to the Arrow cache by us, JSON records by `datasets`' builder: both say so."""
+    """Text lines are written to the Arrow cache by us, JSON records by `datasets`' builder: both
+    say so."""
     import errno
     import tempfile
 
@@ -225,7 +228,8 @@ def test_invalid_utf8_names_file_and_line(tmp_path, name):
     lines = {
         "train.de": b"eins\nzwei\ndrei \xff kaputt\nvier\n",
         "train.tsv": b"en\tde\na\teins\nb\tzwei \xff\nc\tdrei\n",
-        "train.jsonl": b'{"en": "a", "de": "eins"}\n{"en": "b", "de": "zwei"}\n{"en": "c", "de": "\xff"}\n',
+        "train.jsonl": b'{"en": "a", "de": "eins"}\n{"en": "b", "de": "zwei"}\n'
+        b'{"en": "c", "de": "\xff"}\n',
     }
     root = write_text_corpus(
         tmp_path / "src", {"train": (["a", "b", "c", "d"], ["1", "2", "3", "4"])}
@@ -267,7 +271,8 @@ def test_hub_split_that_does_not_exist_is_named(tmp_path, monkeypatch):
 
 
 def test_a_lone_cr_inside_a_line_does_not_shift_the_pairs(tmp_path):
-    """Issue 16's example: universal newlines made 4 lines of each file and paired (two, B one), (b, two)..."""
+    """Issue 16's example: universal newlines made 4 lines of each file and paired (two, B one), (b,
+    two)..."""
     root = tmp_path / "src"
     root.mkdir()
     (root / "train.en").write_bytes(b"a one\rtwo\nb\nc\n")
@@ -332,9 +337,8 @@ def test_a_tsv_row_with_a_missing_field_is_named(tmp_path):
         TranslatorError, match=r"train.tsv:4: 1 tab-separated fields, but 2 columns"
     ):
         pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")
-    (root / "train.tsv").write_text(
-        "en\tde\na\teins\n\n"
-    )  # a blank line is an empty pair, as in text files
+    # a blank line is an empty pair, as in text files
+    (root / "train.tsv").write_text("en\tde\na\teins\n\n")
     assert pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache") == (
         ["a", ""],
         ["eins", ""],

@@ -1,4 +1,5 @@
-"""`prepare` end to end on small corpora: the output contract, drop counts, cache, atomicity, CLI errors."""
+"""`prepare` end to end on small corpora: the output contract, drop counts, cache, atomicity, CLI
+errors."""
 
 from __future__ import annotations
 
@@ -81,9 +82,8 @@ def test_prepared_directory_contract_and_drop_counts(tmp_path):
         assert (out / f"{split}.en").read_text(encoding="utf-8").splitlines() == en
         assert (out / f"{split}.de").read_text(encoding="utf-8").splitlines() == de
         ids = TokenArray(out / f"{split}.tgt")
-        known = [
-            i for i in range(len(ids)) if UNK_ID not in ids[i]
-        ]  # a 200-piece vocabulary misses some letters
+        # a 200-piece vocabulary misses some letters
+        known = [i for i in range(len(ids)) if UNK_ID not in ids[i]]
         assert len(known) > len(ids) // 2
         assert tokenizer.decode([ids[i] for i in known]) == [normalize(de[i]) for i in known]
 
@@ -137,9 +137,8 @@ def test_training_refuses_data_prepared_with_other_settings(tmp_path, corpus):
     cfg = tiny_config(corpus, tmp_path / "data")
     run(cfg)
     moved = tiny_config(tmp_path / "elsewhere", tmp_path / "data", "data.splits.test=test2016")
-    assert (
-        prepare.load_manifest(moved.data)["vocab_size"] == cfg.data.vocab_size
-    )  # where it came from may differ
+    # where it came from may differ
+    assert prepare.load_manifest(moved.data)["vocab_size"] == cfg.data.vocab_size
     other = tiny_config(
         corpus,
         tmp_path / "data",
@@ -182,9 +181,8 @@ def test_failure_leaves_nothing_and_keeps_the_previous_result(tmp_path, corpus):
     ):
         run(tiny_config(debris, tmp_path / "data"))
     assert (out / "manifest.json").read_text() == before
-    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == [
-        "small"
-    ]  # no temporary directory left
+    # no temporary directory left
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["small"]
     with pytest.raises(TranslatorError):
         run(tiny_config(debris, tmp_path / "fresh"))
     assert not (tmp_path / "fresh" / "small").exists() and not list((tmp_path / "fresh").iterdir())
@@ -306,14 +304,14 @@ def test_edited_source_files_are_prepared_again(tmp_path, corpus):
 
 def test_eval_split_ids_are_of_the_normalised_text_and_the_text_stays_raw(tmp_path):
     splits = small_splits()
-    raw = "Two\u200bdogs\ufeff play\x85in  the snow."  # characters SentencePiece's own normalisation keeps
+    # characters SentencePiece's own normalisation keeps
+    raw = "Two\u200bdogs\ufeff play\x85in  the snow."
     splits["valid"][0][0] = raw
     out = run(tiny_config(write_text_corpus(tmp_path / "corpus", splits), tmp_path / "data"))
     tokenizer = Tokenizer(out / "spm.model")
     assert TokenArray(out / "valid.src")[0] == tokenizer.encode([normalize(raw)])[0]
-    assert (out / "valid.en").read_text(encoding="utf-8").split("\n")[
-        0
-    ] == raw  # sacreBLEU sees the raw text
+    # sacreBLEU sees the raw text
+    assert (out / "valid.en").read_text(encoding="utf-8").split("\n")[0] == raw
 
 
 @pytest.mark.parametrize("joint", [True, False])
@@ -351,6 +349,5 @@ def test_a_cr_inside_a_valid_sentence_keeps_sources_and_references_aligned(tmp_p
     assert sources == splits["valid"][0] and refs == splits["valid"][1]
     assert len(TokenArray(out / "valid.src")) == len(TokenArray(out / "valid.tgt")) == 40
     tokenizer = Tokenizer(out / "spm.model")
-    assert (
-        TokenArray(out / "valid.src")[0] == tokenizer.encode(["A dog runs."])[0]
-    )  # the CR is a space, not glue
+    # the CR is a space, not glue
+    assert TokenArray(out / "valid.src")[0] == tokenizer.encode(["A dog runs."])[0]

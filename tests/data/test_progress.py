@@ -134,7 +134,8 @@ def test_a_hub_download_draws_the_hubs_own_bars_between_ours(tmp_path, monkeypat
 
 
 def test_stderr_lines_keeps_draining_when_the_reader_fails():
-    """A log bigger than a pipe holds, with a line handler that raises: the writer must not block."""
+    """A log bigger than a pipe holds, with a line handler that raises: the writer must not
+    block."""
     lines: list[str] = []
 
     def handler(line: str) -> None:
@@ -160,8 +161,7 @@ def test_a_step_that_ends_at_once_shows_its_mean_rate_not_zero():
     progress = Progress(StatsColumn(), get_time=lambda: now[0], disable=True)
     task = progress.add_task("clean", total=5000, bar=True)
     now[0] += 2.0
-    progress.update(
-        task, completed=5000
-    )  # one update: rich has no two samples to take a speed from
+    # one update: rich has no two samples to take a speed from
+    progress.update(task, completed=5000)
     progress.stop_task(task)
     assert str(StatsColumn().render(progress.tasks[task])) == "5,000/5,000 2.5k/s eta 0:00:00"

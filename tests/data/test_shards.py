@@ -1,4 +1,5 @@
-"""Flat id arrays: written in chunks == written at once, read back row by row, smallest dtype that fits."""
+"""Flat id arrays: written in chunks == written at once, read back row by row, smallest dtype that
+fits."""
 
 from __future__ import annotations
 

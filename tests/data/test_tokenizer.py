@@ -1,4 +1,5 @@
-"""SentencePiece with byte fallback: a character the training text never had comes back out whole."""
+"""SentencePiece with byte fallback: a character the training text never had comes back out
+whole."""
 
 from __future__ import annotations
 

@@ -17,7 +17,8 @@ VOCAB = 40
 
 @pytest.fixture
 def make_model():
-    """make_model(**ModelConfig changes) -> a random 2+2-layer, d_model 32 Transformer in eval mode."""
+    """make_model(**ModelConfig changes) -> a random 2+2-layer, d_model 32 Transformer in eval
+    mode."""
 
     def build(**changes) -> Transformer:
         fields = dict(

@@ -33,7 +33,8 @@ def exact_limit(max_len_a: float, max_len_b: int, n: int) -> int:
 
 
 def _next_log_probs(model, prefixes, memory, src_mask, step, max_len, min_len) -> torch.Tensor:
-    """Uncached: the whole prefix goes through the decoder. -> (len(prefixes), V) with the search's bans."""
+    """Uncached: the whole prefix goes through the decoder. -> (len(prefixes), V) with the search's
+    bans."""
     logits = model.decode(torch.tensor(prefixes), memory, src_mask)  # (N, t, V)
     lp = torch.log_softmax(logits[:, -1].float(), dim=-1)
     lp[:, [PAD_ID, BOS_ID]] = NEG_INF
@@ -70,39 +71,38 @@ def reference_greedy(model, src, src_mask, max_len_a=1.2, max_len_b=10, min_len=
 def reference_beam(
     model, src, src_mask, beam_size=4, alpha=0.6, max_len_a=1.2, max_len_b=10, min_len=0, nbest=None
 ):
-    """Per sentence its best `nbest` (default all) finished hypotheses, best first, as (tokens, score).
+    """Per sentence its best `nbest` (default all) finished hypotheses, best first, as (tokens,
+    score).
 
     The algorithm in plain lists: each open beam proposes its k best tokens; an EOS proposal is
     finished, for good; the k best other proposals stay open. No early stop: it runs until no
     beam is open, so it also checks that the search stops only when nothing better can come.
     """
-    return [
-        reference_beam_search(
-            lambda prefixes, step, b=b, memory=model.encode(src[b : b + 1], src_mask[b : b + 1]), max_len=_limit(model, src_mask[b], max_len_a, max_len_b): (
-                _next_log_probs(
-                    model, prefixes, memory, src_mask[b : b + 1], step, max_len, min_len
-                )
-            ),
-            _limit(model, src_mask[b], max_len_a, max_len_b),
-            beam_size,
-            alpha,
-        )[:nbest]
-        for b in range(src.shape[0])
-    ]
+    out = []
+    for b in range(src.shape[0]):
+        mask = src_mask[b : b + 1]
+        memory = model.encode(src[b : b + 1], mask)
+        max_len = _limit(model, mask[0], max_len_a, max_len_b)
+
+        def next_log_probs(prefixes, step, memory=memory, mask=mask, max_len=max_len):
+            return _next_log_probs(model, prefixes, memory, mask, step, max_len, min_len)
+
+        out.append(reference_beam_search(next_log_probs, max_len, beam_size, alpha)[:nbest])
+    return out
 
 
 def reference_beam_search(
     next_log_probs, max_len: int, k: int, alpha: float
 ) -> list[tuple[list[int], float]]:
-    """next_log_probs(prefixes with BOS, step) -> (len(prefixes), V) -> every finished hypothesis, best first."""
+    """next_log_probs(prefixes with BOS, step) -> (len(prefixes), V) -> every finished hypothesis,
+    best first."""
     open_beams, finished = [([], 0.0)], []  # (tokens, summed log-prob)
     for step in range(max_len + 1):
         rows = next_log_probs([[BOS_ID, *tokens] for tokens, _ in open_beams], step).tolist()
         proposals = []
         for (tokens, score), row in zip(open_beams, rows):
-            best = sorted((v for v in range(len(row)) if row[v] > NEG_INF), key=lambda v: -row[v])[
-                :k
-            ]
+            allowed = [v for v in range(len(row)) if row[v] > NEG_INF]
+            best = sorted(allowed, key=lambda v: -row[v])[:k]
             proposals += [(tokens + [v], score + row[v]) for v in best]
         finished += [
             (tokens[:-1], score / length_penalty(len(tokens), alpha))
@@ -156,9 +156,8 @@ def test_beam_of_one_is_greedy(make_model, src_batch, alpha, max_len_a, max_len_
         hyps[0] for hyps in beam_search(model, src, src_mask, beam_size=1, alpha=alpha, **limits)
     ]
     # One beam has no rival to rank, so the length penalty only rescales its final score.
-    penalty = [
-        length_penalty(torch.tensor(len(h.tokens) + 1), alpha).item() for h in greedy
-    ]  # + EOS
+    # + EOS
+    penalty = [length_penalty(torch.tensor(len(h.tokens) + 1), alpha).item() for h in greedy]
     assert_same(beam, [(h.tokens, h.score / lp) for h, lp in zip(greedy, penalty)])
 
 
@@ -208,9 +207,8 @@ def test_length_limit_is_exact_for_decimal_a_and_capped_without_overflow():
         for b in (0, 5, 10):
             expected = [max(1, min(exact_limit(a, b, i), 1023)) for i in range(301)]
             assert max_lengths(src_mask, a, b, 1023).tolist() == expected, (a, b)
-    assert (
-        max_lengths(src_mask, 1e30, 0, 1023).tolist() == [1] + [1023] * 300
-    )  # n = 0: b = 0, at least 1
+    # n = 0: b = 0, at least 1
+    assert max_lengths(src_mask, 1e30, 0, 1023).tolist() == [1] + [1023] * 300
     assert max_lengths(src_mask, 0.0, 10**20, 1023).tolist() == [1023] * 301
 
 
@@ -235,8 +233,9 @@ def test_log_softmax_into_is_fp32_log_softmax_bit_for_bit(dtype):
 
 @pytest.mark.parametrize("V,k", [(32000, 4), (1280, 10), (384, 3), (1000, 4), (256, 5), (40, 2)])
 def test_top_k_is_torch_topk(V, k):
-    """The block top-k each beam's proposals come from, against the plain torch.topk: same values and indices as x.topk without ties; with ties (bf16-rounded), the same values
-    at indices that hold them. V = 1000 (not a multiple of the block) and 256 (2 blocks < k) take x.topk."""
+    """The block top-k each beam's proposals come from, against the plain torch.topk: same values
+    and indices as x.topk without ties; with ties (bf16-rounded), the same values at indices that
+    hold them. V = 1000 (not a multiple of the block) and 256 (2 blocks < k) take x.topk."""
     generator = torch.Generator().manual_seed(V + k)
     for _ in range(20):
         x = torch.randn(16, V, generator=generator) * 5
@@ -256,7 +255,8 @@ def test_top_k_is_torch_topk(V, k):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_cuda_half_precision_search(make_model, src_batch, dtype):
-    """On CUDA in bf16/fp16: runs, respects limits, beam 1 == greedy, and mostly agrees with fp32 CPU."""
+    """On CUDA in bf16/fp16: runs, respects limits, beam 1 == greedy, and mostly agrees with fp32
+    CPU."""
     model = make_model()
     src, src_mask = src_batch
     cpu = greedy_search(model, src, src_mask)
@@ -341,9 +341,8 @@ def test_cuda_graph_replays_compute_the_eager_steps(make_model, src_batch, dtype
     graphed = _searches(model, src, src_mask)
     assert captured and all(s.graph is not None for s in captured)  # the graph path ran
     monkeypatch.setattr(step.CudaGraphStep, "__call__", lambda self, tokens: self.decode(tokens))
-    tolerance = (
-        1e-5 if dtype == torch.float32 else 1e-3
-    )  # cuBLAS may pick other algorithms under capture
+    # cuBLAS may pick other algorithms under capture
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-3
     _assert_same_searches(_searches(model, src, src_mask), graphed, tolerance)
     if dtype == torch.float32:  # the dense cache, no graph
         _assert_same_searches(_searches(model, src, src_mask, cuda_graphs=False), graphed, 1e-4)

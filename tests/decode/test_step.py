@@ -1,4 +1,5 @@
-"""The CUDA-graph decoding step, with CUDA's graph API played on CPU (tests/cuda_graph_on_cpu.py)."""
+"""The CUDA-graph decoding step, with CUDA's graph API played on CPU
+(tests/cuda_graph_on_cpu.py)."""
 
 from __future__ import annotations
 
@@ -35,22 +36,22 @@ def recorded_graphs(monkeypatch):
 def test_replayed_steps_decode_what_eager_steps_decode(
     make_model, src_batch, changes, kernels, recorded_graphs
 ):
-    """kernels "plain": the model as a GPU runs it (SDPA, nn.Linear); "cpu": converted for CPU decoding."""
+    """kernels "plain": the model as a GPU runs it (SDPA, nn.Linear); "cpu": converted for CPU
+    decoding."""
     model, (src, src_mask) = make_model(**changes), src_batch
     if kernels == "cpu":
         for_cpu_decoding(model)
-    want = _searches(
-        model, src, src_mask, cuda_graphs=False
-    )  # model.decode at every step, no graph
+    # model.decode at every step, no graph
+    want = _searches(model, src, src_mask, cuda_graphs=False)
     got = _searches(model, src, src_mask)
-    assert len(recorded_graphs) == 2 and all(
-        s.graph.ops for s in recorded_graphs
-    )  # both searches replayed
+    # both searches replayed
+    assert len(recorded_graphs) == 2 and all(s.graph.ops for s in recorded_graphs)
     _assert_same_searches(got, want, 1e-5)
 
 
 class _HostReadingModel:
-    """The model, except that its step reads the cache's position back on the host, as no CUDA graph may."""
+    """The model, except that its step reads the cache's position back on the host, as no CUDA graph
+    may."""
 
     def __init__(self, model) -> None:
         self.model, self.cfg = model, model.cfg

@@ -85,9 +85,8 @@ def test_eos_ends_each_sentence_and_the_search(toy):
         [C, C],
         [C, C],
     ]
-    assert (
-        scorer.calls <= 4
-    )  # far below the limit (1.2 * 29 + 10); 1e-6 side paths may take a step more
+    # far below the limit (1.2 * 29 + 10); 1e-6 side paths may take a step more
+    assert scorer.calls <= 4
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
@@ -142,10 +141,8 @@ def test_min_len_delays_eos_but_never_past_the_limit(toy, beam_size):
 
 
 def test_beams_without_a_real_hypothesis_are_dropped_at_once(toy):
-    only_two = {
-        (): {A: 0.5, EOS_ID: 0.5},
-        (A,): {EOS_ID: 1.0},
-    }  # every other token has probability 0
+    # every other token has probability 0
+    only_two = {(): {A: 0.5, EOS_ID: 0.5}, (A,): {EOS_ID: 1.0}}
     src, src_mask = source([30])
     scorer = toy(only_two, floor=0.0)
     hyps = beam_search(scorer, src, src_mask, beam_size=6, nbest=6, alpha=0.0)[0]
@@ -157,15 +154,15 @@ def test_beams_without_a_real_hypothesis_are_dropped_at_once(toy):
 
 
 def test_beams_at_minus_infinity_end_even_where_the_model_would_go_on(toy):
-    """Only A A EOS has probability; elsewhere the toy keeps offering C, which an empty beam must not chase."""
+    """Only A A EOS has probability; elsewhere the toy keeps offering C, which an empty beam must
+    not chase."""
     one_path = {(): {A: 1.0}, (A,): {A: 1.0}, (A, A): {EOS_ID: 1.0}}
     src, src_mask = source([30])
     scorer = toy(one_path, default={C: 1.0}, floor=0.0)
     hyps = beam_search(scorer, src, src_mask, beam_size=4, nbest=4, alpha=0.0)[0]
     assert [h.tokens for h in hyps] == [[A, A]]
-    assert (
-        scorer.calls == 3
-    )  # the search ends with the one real hypothesis, not at the length limit
+    # the search ends with the one real hypothesis, not at the length limit
+    assert scorer.calls == 3
 
 
 def test_a_finished_hypothesis_is_kept_when_open_beams_outscore_it(toy):
@@ -181,10 +178,8 @@ def test_a_finished_hypothesis_is_kept_when_open_beams_outscore_it(toy):
         (A, D): uniform,
     }
     src, src_mask = source([3])
-    for alpha, dropped in (
-        (0.0, -3.10),
-        (0.6, -2.43),
-    ):  # what the search returned when B was dropped
+    # what the search returned when B was dropped
+    for alpha, dropped in ((0.0, -3.10), (0.6, -2.43)):
         hyps = beam_search(
             toy(table, vocab=18, floor=0.0),
             src,
@@ -202,7 +197,8 @@ def test_a_finished_hypothesis_is_kept_when_open_beams_outscore_it(toy):
 
 
 def _random_table(seed: int, depth: int) -> dict[tuple[int, ...], dict[int, float]]:
-    """Every prefix over tokens 4-6 up to `depth` gets a random distribution over 1-4 of EOS, 4, 5, 6."""
+    """Every prefix over tokens 4-6 up to `depth` gets a random distribution over 1-4 of EOS, 4, 5,
+    6."""
     rng = random.Random(seed)
     table, prefixes = {}, [()]
     for _ in range(depth):
@@ -217,7 +213,8 @@ def _random_table(seed: int, depth: int) -> dict[tuple[int, ...], dict[int, floa
 
 
 def _exhaustive(table, max_len: int, alpha: float) -> list[tuple[list[int], float]]:
-    """Every output of probability > 0 within max_len tokens, with its normalised score, best first."""
+    """Every output of probability > 0 within max_len tokens, with its normalised score, best
+    first."""
     out = []
 
     def walk(prefix: list[int], log_p: float) -> None:
@@ -232,7 +229,8 @@ def _exhaustive(table, max_len: int, alpha: float) -> list[tuple[list[int], floa
 
 
 def _table_log_probs(table, vocab: int, max_len: int):
-    """next_log_probs for reference_beam_search: the table's distributions, only EOS at the limit."""
+    """next_log_probs for reference_beam_search: the table's distributions, only EOS at the
+    limit."""
 
     def next_log_probs(prefixes, step):
         rows = torch.full((len(prefixes), vocab), float("-inf"))
@@ -245,9 +243,10 @@ def _table_log_probs(table, vocab: int, max_len: int):
     return next_log_probs
 
 
+# a class
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)  # a class
+)
 @given(
     seed=st.integers(0, 10**6),
     k=st.sampled_from([1, 2, 3]),

@@ -1,4 +1,5 @@
-"""A tiny model trained in seconds to copy its input, with a real SentencePiece model of 16 words."""
+"""A tiny model trained in seconds to copy its input, with a real SentencePiece model of 16
+words."""
 
 from __future__ import annotations
 
@@ -52,9 +53,8 @@ def cross_entropy_now(model: Transformer, ids: list[list[int]]) -> float:
 def copy_model(tmp_path_factory):
     """1+1 layers, d_model 32, 300 Adam updates of 16 sentences: copies, with a clear diagonal."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(
-        1
-    )  # session fixtures run before the per-test one-thread fixture (see tests/conftest.py)
+    # session fixtures run before the per-test one-thread fixture (see tests/conftest.py)
+    torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("copy")
     spm_path = train_sentencepiece(sentences(2000, seed=0), root / "spm", vocab_size=40)
     tokenizer = Tokenizer(spm_path)

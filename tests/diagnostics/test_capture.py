@@ -10,10 +10,8 @@ from translator.diagnostics.capture import KINDS, attention_maps, forced_attenti
 from translator.model.transformer import Transformer
 
 VOCAB = 40
-SRC_LENGTHS, TGT_LENGTHS = (
-    [12, 9, 3],
-    [11, 10, 2],
-)  # > 8 queries: the fused SDPA path, not the decoding one
+# > 8 queries: the fused SDPA path, not the decoding one
+SRC_LENGTHS, TGT_LENGTHS = ([12, 9, 3], [11, 10, 2])
 
 
 def _model(**changes) -> Transformer:
@@ -35,7 +33,8 @@ def _ids(lengths):
 
 
 def _sdpa_run(model, src, src_mask, tgt_in):
-    """A plain forward, recording each attention module's V projection and its merged heads (before out_proj)."""
+    """A plain forward, recording each attention module's V projection and its merged heads (before
+    out_proj)."""
     seen, handles = [], []
     modules = [
         (k, m)
@@ -112,9 +111,8 @@ def test_masked_keys_get_exactly_zero_weight():
             assert (w[b, ..., : s + 1] > 0).all()
         for w in forced.maps["decoder"]:
             T = w.shape[-1]
-            assert (
-                w[b].masked_select(~torch.ones(T, T, dtype=torch.bool).tril()) == 0
-            ).all()  # the future
+            # the future
+            assert (w[b].masked_select(~torch.ones(T, T, dtype=torch.bool).tril()) == 0).all()
     for kind in KINDS:  # every real row is a distribution
         for w in forced.maps[kind]:
             sums = w.sum(-1)

@@ -58,9 +58,8 @@ def test_translate_alignments_with_batches_beams_and_nbest(
 
 
 def test_over_long_lines_join_their_alignments(copy_model):
-    short = copy.copy(
-        copy_model.model
-    )  # the same weights, told it has 6 positions: lines of > 5 pieces split
+    # the same weights, told it has 6 positions: lines of > 5 pieces split
+    short = copy.copy(copy_model.model)
     short.cfg = dataclasses.replace(short.cfg, max_positions=6)
     lines = sentences(6, seed=3, lengths=(8, 9))
     out = translate.translate_lines(

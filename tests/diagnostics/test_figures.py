@@ -16,7 +16,8 @@ def test_heads_png_has_the_expected_size_and_content(tmp_path):
     save_png(heads_figure(weights, rows, cols, "test", dpi=50), tmp_path / "heads.png")
     image = Image.open(tmp_path / "heads.png")
     image.load()
-    # panels 2.5 in (few tokens), label margin 0.06 * 4 chars + 0.2 = 0.5 in (the minimum), title 0.4 in
+    # panels 2.5 in (few tokens), label margin 0.06 * 4 chars + 0.2 = 0.5 in (the minimum), title
+    # 0.4 in
     assert image.format == "PNG" and image.size == (
         int((2 * 2.5 + 0.5) * 50),
         int((2 * 2.5 + 0.5 + 0.4) * 50),
@@ -47,10 +48,8 @@ def test_diversity_figure_has_a_panel_per_layer(tmp_path):
     save_png(
         diversity_figure([torch.rand(4, 4) for _ in range(3)], "cross", dpi=40), tmp_path / "d.png"
     )
-    assert Image.open(tmp_path / "d.png").size == (
-        2 * 3 * 40,
-        2 * 3 * 40,
-    )  # 3 layers: a 2 x 2 grid of 3 in
+    # 3 layers: a 2 x 2 grid of 3 in
+    assert Image.open(tmp_path / "d.png").size == (2 * 3 * 40, 2 * 3 * 40)
 
 
 def test_tiles_image_puts_panels_side_by_side_on_one_scale():
@@ -62,13 +61,7 @@ def test_tiles_image_puts_panels_side_by_side_on_one_scale():
     pixel = lambda y, x: tuple(image[:, y, x].tolist())  # noqa: E731
     assert pixel(0, 0) == (253, 231, 37)  # weight 1: viridis' top
     assert pixel(0, 3) == (68, 1, 84)  # weight 0: viridis' bottom
-    assert pixel(0, 6) == (255, 255, 255) and pixel(0, 10) == (
-        255,
-        255,
-        255,
-    )  # a's slot beyond a, the gap
-    assert pixel(0, 11 + 3) == (253, 231, 37) and pixel(4, 11) == (
-        255,
-        255,
-        255,
-    )  # b's 1, and below b
+    # a's slot beyond a, the gap
+    assert pixel(0, 6) == (255, 255, 255) and pixel(0, 10) == (255, 255, 255)
+    # b's 1, and below b
+    assert pixel(0, 11 + 3) == (253, 231, 37) and pixel(4, 11) == (255, 255, 255)

@@ -1,7 +1,8 @@
-"""The attention page in a real headless browser: loads offline without errors, heads switch, hover highlights.
+"""The attention page in a real headless browser: loads offline without errors, heads switch, hover
+highlights.
 
-Needs selenium (dev extra) and Debian's chromium + chromium-driver (`make install` adds them where it
-can run apt as root); skips, saying which is missing, where no browser starts.
+Needs selenium (dev extra) and Debian's chromium + chromium-driver (`make install` adds them where
+it can run apt as root); skips, saying which is missing, where no browser starts.
 """
 
 from __future__ import annotations
@@ -72,9 +73,8 @@ def test_page_is_self_contained(page):
     assert "http://" not in text and "https://" not in text  # nothing to fetch, no CDN
     assert "<script src" not in text and "<link" not in text and "@import" not in text
     assert "default-src 'none'" in text  # and the browser is told to fetch nothing
-    assert (
-        "</s>" not in text.split('id="data"')[1].split("</script>")[0]
-    )  # a token cannot end the script
+    # a token cannot end the script
+    assert "</s>" not in text.split('id="data"')[1].split("</script>")[0]
 
 
 def _select(driver, element_id: str, value: str) -> None:
@@ -92,9 +92,8 @@ def _colours(driver) -> list[str]:
 def test_page_loads_without_console_errors(browser, page):
     browser.get(page.as_uri())
     assert browser.title == "attention: <test> & co"
-    assert (
-        len(browser.find_elements("css selector", "#panels .panel")) == H + 1
-    )  # all heads: the mean, then each
+    # all heads: the mean, then each
+    assert len(browser.find_elements("css selector", "#panels .panel")) == H + 1
     assert len(browser.find_elements("css selector", "#panels .cell")) == (H + 1) * 9
     errors = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
     assert not errors, errors
@@ -132,9 +131,8 @@ def test_hovering_a_token_highlights_its_row_and_column(browser, page):
         ("2", "1"),
     }
     assert len(lit) == 5 * (H + 1)  # in every panel
-    _select(
-        browser, "kind", "cross"
-    )  # rows are target tokens, columns source tokens: only the column
+    # rows are target tokens, columns source tokens: only the column
+    _select(browser, "kind", "cross")
     ActionChains(browser).move_to_element(
         browser.find_elements("css selector", ".collab")[2]
     ).perform()

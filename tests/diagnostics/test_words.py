@@ -13,11 +13,8 @@ def test_words_start_at_the_space_mark_and_specials_stand_alone():
     pieces = ["<s>", f"{W}Ein", f"{W}Hund", "e", f"{W}läuft", ".", "</s>"]
     assert word_ids(pieces) == [0, 1, 2, 2, 3, 3, 4]
     assert word_labels(pieces) == ["<s>", "Ein", "Hunde", "läuft.", "</s>"]
-    assert word_ids(["un", f"{W}do", "ne"]) == [
-        0,
-        1,
-        1,
-    ]  # a first piece without the mark is still a word
+    # a first piece without the mark is still a word
+    assert word_ids(["un", f"{W}do", "ne"]) == [0, 1, 1]
 
 
 def test_merge_sums_key_pieces_and_averages_query_pieces():
@@ -26,9 +23,8 @@ def test_merge_sums_key_pieces_and_averages_query_pieces():
     merged = merge_words(weights, rows, cols)
     expected = torch.tensor([[(0.1 + 0.5) / 2, (0.9 + 0.5) / 2], [1.0, 0.0]])
     torch.testing.assert_close(merged, expected)
-    torch.testing.assert_close(
-        merge_words(weights[None, None], rows, cols)[0, 0], expected
-    )  # leading dims kept
+    # leading dims kept
+    torch.testing.assert_close(merge_words(weights[None, None], rows, cols)[0, 0], expected)
 
 
 def test_alignment_picks_the_source_word_with_most_mass():

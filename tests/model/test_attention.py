@@ -118,9 +118,8 @@ def test_beams_folded_into_queries_equal_memory_repeated_per_beam(n_kv_heads, on
         torch.randn(B * k, 4, 32, device=device, dtype=dtype),
         torch.randn(B, 5, 32, device=device, dtype=dtype),
     )
-    mask = (torch.arange(5)[None, :] < torch.tensor([5, 2])[:, None])[:, None, None, :].to(
-        device
-    )  # (B, 1, 1, S)
+    # (B, 1, 1, S)
+    mask = (torch.arange(5)[None, :] < torch.tensor([5, 2])[:, None])[:, None, None, :].to(device)
     folded = module(x, memory, mask)
     repeated = module(x, memory.repeat_interleave(k, 0), mask.repeat_interleave(k, 0))
     torch.testing.assert_close(folded, repeated, atol=tol, rtol=tol)
@@ -143,9 +142,10 @@ def _check_masked_rows(dtype, device):
     assert not slow.isnan().any()
     assert (slow[1] == 0).all()  # no key to read: a zero output, not NaN
     assert (weights[1] == 0).all() and (weights[0, ..., 3:] == 0).all()  # exactly zero, no leak
+    # weights rounded to bf16/fp16
     torch.testing.assert_close(
         weights[0].float().sum(-1), torch.ones(4, 3, device=device), atol=1e-2, rtol=0
-    )  # weights rounded to bf16/fp16
+    )
     # A masked key's value cannot move the output, however large: its weight is exactly zero.
     v_big = v.clone()
     v_big[0, :, 3:] = 1e4
@@ -205,7 +205,8 @@ def test_rotary_scores_depend_only_on_relative_position():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_low_precision_weights_are_the_fp32_softmax_rounded(dtype):
-    """attention_weights runs softmax in the input dtype, relying on PyTorch to compute it in fp32."""
+    """attention_weights runs softmax in the input dtype, relying on PyTorch to compute it in
+    fp32."""
     generator = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(4, 8, T, 64, generator=generator).to(dtype) for T in (3, 40, 40))
     mask = torch.rand(4, 1, 3, 40, generator=generator) > 0.3

@@ -28,7 +28,8 @@ LAYOUTS = [
 
 
 def _cache(model, rows, max_len, layout, dtype=torch.float32, device="cpu"):
-    """A cache of the given layout: slots (the plain one), fixed shapes (CUDA graphs), dense prefixes (CPU)."""
+    """A cache of the given layout: slots (the plain one), fixed shapes (CUDA graphs), dense
+    prefixes (CPU)."""
     model.dense_prefix_cache = layout == "dense"
     return model.new_cache(
         rows, max_len, dtype, torch.device(device), fixed_shapes=layout == "fixed"
@@ -99,10 +100,8 @@ def test_beams_share_memory_and_reorder_the_self_attention_cache(
                 history, memory.repeat_interleave(k, 0), src_mask.repeat_interleave(k, 0)
             )
             torch.testing.assert_close(logits, full[:, -1], atol=1e-5, rtol=1e-5)
-            if t in (
-                2,
-                3,
-            ):  # beam search: each sentence's beams swap; beam 0 of sentence 1 is cloned
+            # beam search: each sentence's beams swap; beam 0 of sentence 1 is cloned
+            if t in (2, 3):
                 rows = torch.tensor([1, 0, 2, 2, 5, 4])
                 cache.reorder(rows)
                 history = history.index_select(0, rows)

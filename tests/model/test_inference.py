@@ -1,4 +1,5 @@
-"""The conversion for CPU decoding computes the plain model's functions; the plain model honours autocast."""
+"""The conversion for CPU decoding computes the plain model's functions; the plain model honours
+autocast."""
 
 from __future__ import annotations
 
@@ -26,9 +27,8 @@ def test_onednn_linear_is_x_w_plus_b_in_float64(dtype, bias, shape, activation):
         pytest.skip("no bf16 oneDNN on this CPU")
     torch.manual_seed(0)
     linear = nn.Linear(16, 24, bias=bias).to(dtype)
-    x = (
-        torch.randn(16, 5).t() if shape == "transposed" else torch.randn(shape)
-    )  # (5, 16) non-contiguous
+    # (5, 16) non-contiguous
+    x = torch.randn(16, 5).t() if shape == "transposed" else torch.randn(shape)
     x = x.to(dtype)
     with torch.inference_mode():
         got = OneDNNLinear(linear, activation)(x)

@@ -18,7 +18,8 @@ def _loss(model, src, tgt, pad=0):
 
 
 def _pairs(n, vocab, device="cpu"):
-    """n random (src, tgt) pairs, right-padded with 0; tgt starts with BOS (2), ends with EOS (3)."""
+    """n random (src, tgt) pairs, right-padded with 0; tgt starts with BOS (2), ends with EOS
+    (3)."""
     src, tgt = torch.zeros(n, 9, dtype=torch.long), torch.zeros(n, 10, dtype=torch.long)
     for i in range(n):
         length = 4 + i % 5
@@ -38,7 +39,8 @@ def _loss_and_grads(model, src, tgt, seed):
 
 
 def _count_forward_calls(layer: torch.nn.Module) -> list[int]:
-    """Wrap layer.forward to log each run (forward hooks do not fire on checkpoint recomputation)."""
+    """Wrap layer.forward to log each run (forward hooks do not fire on checkpoint
+    recomputation)."""
     calls, forward = [], layer.forward
 
     def counted(*args):

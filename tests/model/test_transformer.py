@@ -161,7 +161,8 @@ def test_info_of_an_untrained_config_counts_the_vocabulary_it_will_get(joint):
 
 
 def test_ffn_hidden_dropout_is_activation_dropout_not_dropout():
-    """fairseq's split: model.dropout leaves the FFN's hidden layer alone; activation_dropout drops there."""
+    """fairseq's split: model.dropout leaves the FFN's hidden layer alone; activation_dropout drops
+    there."""
     from tests.model.conftest import tiny_config
 
     model = Transformer(tiny_config(dropout=0.5, activation_dropout=0.0)).train()

@@ -1,5 +1,5 @@
-"""Reliability helpers: 300 Multi30k pairs prepared once (a 200-piece vocabulary, 40 valid pairs) and a
-very small model, so that a whole training run takes about a second."""
+"""Reliability helpers: 300 Multi30k pairs prepared once (a 200-piece vocabulary, 40 valid pairs)
+and a very small model, so that a whole training run takes about a second."""
 
 from __future__ import annotations
 

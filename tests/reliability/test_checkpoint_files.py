@@ -1,4 +1,5 @@
-"""Damaged checkpoints are refused in one line before a model is built; the weights carry a checksum."""
+"""Damaged checkpoints are refused in one line before a model is built; the weights carry a
+checksum."""
 
 from __future__ import annotations
 
@@ -65,21 +66,18 @@ def test_a_changed_weight_is_caught_by_the_checksum(checkpoint_file, tmp_path, n
 
 def test_a_flipped_byte_in_the_weights_is_refused(checkpoint_file, tmp_path, no_model_built):
     data = bytearray(checkpoint_file.read_bytes())
-    with zipfile.ZipFile(
-        checkpoint_file
-    ) as archive:  # torch.save stores tensors uncompressed, one entry each
+    # torch.save stores tensors uncompressed, one entry each
+    with zipfile.ZipFile(checkpoint_file) as archive:
         entry = max(
             (i for i in archive.infolist() if "/data/" in i.filename), key=lambda i: i.file_size
         )
-    start = (
-        entry.header_offset + 30 + len(entry.filename.encode()) + len(entry.extra)
-    )  # after the local header
+    # after the local header
+    start = entry.header_offset + 30 + len(entry.filename.encode()) + len(entry.extra)
     start += entry.file_size // 2
     data[start] ^= 0x10
     (tmp_path / "flipped.pt").write_bytes(bytes(data))
-    assert "do not match the checkpoint's checksum" in refused(
-        tmp_path / "flipped.pt"
-    )  # torch checks no CRC
+    # torch checks no CRC
+    assert "do not match the checkpoint's checksum" in refused(tmp_path / "flipped.pt")
 
 
 def test_the_checksum_is_of_the_saved_weights_and_old_format_1_files_still_load(

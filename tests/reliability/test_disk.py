@@ -31,9 +31,8 @@ def test_too_little_free_space_for_a_checkpoint_is_refused_before_training(
         TranslatorError, match=r"not enough free space for checkpoints: .* MiB needed .* MiB free"
     ):
         loop.run(small(small_data, tmp_path / "run"), quiet=True)
-    assert not list(
-        (tmp_path / "run").iterdir()
-    )  # not a log line, not a checkpoint: nothing was trained
+    # not a log line, not a checkpoint: nothing was trained
+    assert not list((tmp_path / "run").iterdir())
 
 
 @pytest.mark.parametrize(
@@ -42,8 +41,9 @@ def test_too_little_free_space_for_a_checkpoint_is_refused_before_training(
 def test_the_space_needed_is_that_of_the_checkpoints_still_to_come(
     tmp_path, monkeypatch, keep_last, existing, checkpoints
 ):
-    """keep_last numbered checkpoints stay and one more is written before the oldest goes; those already
-    there take no new space. One checkpoint: weights and AdamW's two moments (12 MiB here), plus 1 MiB."""
+    """keep_last numbered checkpoints stay and one more is written before the oldest goes; those
+    already there take no new space. One checkpoint: weights and AdamW's two moments (12 MiB here),
+    plus 1 MiB."""
     for step in range(existing):
         (tmp_path / f"step-{step}.pt").write_bytes(b"x")
     monkeypatch.setattr(state.shutil, "disk_usage", lambda path: Usage(0, 0, 0))
@@ -88,11 +88,8 @@ def test_a_disk_that_fills_during_a_save_leaves_the_last_complete_checkpoint(
         cli.main()
     err = capsys.readouterr().err
     assert exit_code.value.code == 1 and err.count("\n") == 1 and "No space left on device" in err
-    assert sorted(p.name for p in run_dir.glob("*.pt")) == [
-        "best.pt",
-        "last.pt",
-        "step-2.pt",
-    ]  # no step-4.pt, not even cut
+    # no step-4.pt, not even cut
+    assert sorted(p.name for p in run_dir.glob("*.pt")) == ["best.pt", "last.pt", "step-2.pt"]
     assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 2
     assert not list(run_dir.glob(".*.tmp"))
     session = json.loads((run_dir / "manifest.json").read_text())["sessions"][-1]

@@ -3,7 +3,8 @@ training resumed ten times in a row ends with the weights of an uninterrupted ru
 
 Runs are forked from the test process (torch already imported), so a start costs milliseconds, not
 an interpreter. A child killed "inside a checkpoint write" has torch.save write a random share of
-the checkpoint's bytes and then SIGKILL itself; the other kills come from the parent at a random time.
+the checkpoint's bytes and then SIGKILL itself; the other kills come from the parent at a random
+time.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def wait(pid: int) -> int:
 
 
 def train(cfg, die_in_save: int = 0, share: float = 0.0) -> None:
-    """loop.run; with die_in_save=N, the N-th checkpoint write of this run stops after `share` of its bytes."""
+    """loop.run; with die_in_save=N, the N-th checkpoint write of this run stops after `share` of
+    its bytes."""
     if die_in_save:
         real, calls = torch.save, []
 
@@ -119,6 +121,5 @@ def test_ten_kills_in_a_row_then_the_same_weights_as_an_uninterrupted_run(small_
             )
     assert not list(killed.glob(".*.tmp")), seed  # the last start removed what the kills left
     sessions = json.loads((killed / "manifest.json").read_text())["sessions"]
-    assert any(s["first_update"] > 0 for s in sessions), (
-        seed
-    )  # at least one run resumed a saved one
+    # at least one run resumed a saved one
+    assert any(s["first_update"] > 0 for s in sessions), seed

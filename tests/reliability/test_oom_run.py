@@ -1,4 +1,5 @@
-"""A whole training run with out-of-memory injected on every big batch: it goes on, and counts it."""
+"""A whole training run with out-of-memory injected on every big batch: it goes on, and counts
+it."""
 
 from __future__ import annotations
 

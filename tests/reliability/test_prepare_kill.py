@@ -1,4 +1,5 @@
-"""`prepare` killed at random moments never leaves a prepared directory that `train` would take as complete."""
+"""`prepare` killed at random moments never leaves a prepared directory that `train` would take as
+complete."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from translator.files import read_lines
 
 
 def assert_absent_or_complete(cfg: config.Config, note: str) -> bool:
-    """The prepared directory is missing, or it has every file its manifest lists, with that content."""
+    """The prepared directory is missing, or it has every file its manifest lists, with that
+    content."""
     folder = prepare.prepared_dir(cfg.data)
     if not folder.exists():
         return False
@@ -45,9 +47,8 @@ def test_prepare_killed_at_random_moments(tmp_path):
     assert wait(fork(lambda: prepare.run(cfg, quiet=True))) == 0
     duration = time.time() - started
     assert assert_absent_or_complete(cfg, f"seed {seed}")
-    for attempt in range(
-        4
-    ):  # two with no prepared directory, then two replacing a complete one (--force)
+    # two with no prepared directory, then two replacing a complete one (--force)
+    for attempt in range(4):
         note = f"seed {seed}, attempt {attempt}"
         if attempt < 2:
             shutil.rmtree(tmp_path / "data")

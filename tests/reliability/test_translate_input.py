@@ -1,8 +1,9 @@
-"""`translate` on any input: never a crash, one output line per input line, in order, blank gives blank.
+"""`translate` on any input: never a crash, one output line per input line, in order, blank gives
+blank.
 
-Decoding one sentence per batch (batch_tokens=1) makes each line's output exactly what translating it
-alone gives, so order can be checked against that reference while the lines are still length-sorted
-and restored.
+Decoding one sentence per batch (batch_tokens=1) makes each line's output exactly what translating
+it alone gives, so order can be checked against that reference while the lines are still
+length-sorted and restored.
 """
 
 from __future__ import annotations
@@ -15,20 +16,19 @@ from hypothesis import strategies as st
 
 from translator import checkpoint, stream, translate
 
-ANY_CHAR = st.characters(
-    blacklist_categories=("Cs",), blacklist_characters="\n"
-)  # "\n" ends a line
+# "\n" ends a line
+ANY_CHAR = st.characters(blacklist_categories=("Cs",), blacklist_characters="\n")
 LINES = st.one_of(
     st.text(ANY_CHAR, max_size=30),  # random Unicode: CR, controls, combining marks, other scripts
     st.text(st.sampled_from(" \t\r\x0b\x0c\x1c\x1f\x85\xa0\u2028\u3000"), max_size=6),  # blank
-    st.text(
-        st.sampled_from("\x00\x01\x07\x1b\x7f\x9f\u200b\ufeff"), min_size=1, max_size=6
-    ),  # controls only
+    # controls only
+    st.text(st.sampled_from("\x00\x01\x07\x1b\x7f\x9f\u200b\ufeff"), min_size=1, max_size=6),
+    # longer than the model's positions: split and joined
     st.builds(
         lambda word, n: " ".join([word] * n),
         st.sampled_from(["dog", "Hund.", "ü\r", "日本"]),
         st.integers(60, 150),
-    ),  # longer than the model's positions: split and joined
+    ),
     st.builds(
         lambda a, b: f"{a}\r{b}", st.text(ANY_CHAR, max_size=10), st.text(ANY_CHAR, max_size=10)
     ),

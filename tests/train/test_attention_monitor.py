@@ -1,4 +1,5 @@
-"""Training's attention diagnostics: TensorBoard entropy, diversity and images; warnings once per condition and layer."""
+"""Training's attention diagnostics: TensorBoard entropy, diversity and images; warnings once per
+condition and layer."""
 
 from __future__ import annotations
 
@@ -60,9 +61,8 @@ def test_training_logs_attention_to_tensorboard_and_its_cost(prepared, tmp_path)
     assert (
         panel * (n_heads + 1) == image.width + 2 and (panel - 2) % 3 == 0 and image.height % 3 == 0
     )
-    assert (
-        "attention/sentences/text_summary" in events.Tags()["tensors"]
-    )  # the images' tokens, as text
+    # the images' tokens, as text
+    assert "attention/sentences/text_summary" in events.Tags()["tensors"]
     log = (tmp_path / "run" / "train.log").read_text()
     assert "attention diagnostics: " in log and "% of the validation's" in log
 

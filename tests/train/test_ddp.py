@@ -1,4 +1,5 @@
-"""Data parallel on CPU: 2 gloo processes stay identical and compute the gradient of both their batches."""
+"""Data parallel on CPU: 2 gloo processes stay identical and compute the gradient of both their
+batches."""
 
 from __future__ import annotations
 

@@ -28,9 +28,8 @@ def test_data_position_resumes_mid_epoch_and_rolls_into_the_next(prepared):
     again = loop.TrainBatches(cfg, Dist(torch.device("cpu"))).take(saved, 4)
     for a, b in zip(straight, again):
         assert torch.equal(a.src, b.src) and torch.equal(a.tgt_out, b.tgt_out)
-    assert [b.tolist() for b in data.epoch(1)] != [
-        b.tolist() for b in data.epoch(0)
-    ]  # shuffled anew
+    # shuffled anew
+    assert [b.tolist() for b in data.epoch(1)] != [b.tolist() for b in data.epoch(0)]
 
 
 def test_positions_too_few_for_the_training_data_are_refused_before_training(prepared):
@@ -95,9 +94,8 @@ def test_early_stopping_after_patience_validations_without_gain(prepared, tmp_pa
     )
     loop.run(cfg, quiet=True)
     state = checkpoint.read(run_dir / "last.pt")["state"]["train"]
-    assert (
-        state["step"] == 3 and state["bad_evals"] == 2
-    )  # update 1 sets the best; 2 and 3 do not beat it
+    # update 1 sets the best; 2 and 3 do not beat it
+    assert state["step"] == 3 and state["bad_evals"] == 2
     assert (
         json.loads((run_dir / "manifest.json").read_text())["sessions"][0]["end_reason"]
         == "early stopping"
@@ -120,7 +118,8 @@ def test_time_limit_validates_saves_and_stops(prepared, tmp_path):
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_auto_precision_run_logs_memory_and_resumes(prepared, tmp_path):
-    """bf16 (or fp16 with a scaler) on CUDA, then 2 more updates from last.pt with the CUDA RNG restored."""
+    """bf16 (or fp16 with a scaler) on CUDA, then 2 more updates from last.pt with the CUDA RNG
+    restored."""
     run_dir = tmp_path / "run"
     loop.run(
         variant(

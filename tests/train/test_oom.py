@@ -1,4 +1,5 @@
-"""An update whose batch runs out of memory is split by sentences and redone (injected OOM on CPU)."""
+"""An update whose batch runs out of memory is split by sentences and redone (injected OOM on
+CPU)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ class Lines:
 
 
 def inject_oom(monkeypatch, too_big, pollute: bool = True) -> list[int]:
-    """loss_sums raises torch.OutOfMemoryError for a batch where too_big(batch) (after, when `pollute`, adding
-    that batch's gradient once, as a backward pass that fails half-way would); returns the rows of each OOM."""
+    """loss_sums raises torch.OutOfMemoryError for a batch where too_big(batch) (after, when
+    `pollute`, adding that batch's gradient once, as a backward pass that fails half-way would);
+    returns the rows of each OOM."""
     real, seen = loop.loss_sums, []
 
     def loss_sums(net, batch, label_smoothing):

@@ -1,4 +1,5 @@
-"""`train` prepares missing data itself; under DDP (2 gloo processes on CPU) rank 0 alone prepares."""
+"""`train` prepares missing data itself; under DDP (2 gloo processes on CPU) rank 0 alone
+prepares."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from translator.train import loop
 
 
 def small_config(source: Path, root: Path, *overrides: str) -> config.Config:
-    """configs/tiny.yaml shrunk to a two-update run on a small local source, data not yet prepared."""
+    """configs/tiny.yaml shrunk to a two-update run on a small local source, data not yet
+    prepared."""
     return config.load(
         REPO / "configs" / "tiny.yaml",
         [
@@ -69,7 +71,8 @@ def _worker(rank: int, cfg: config.Config, port: int, out_dir: str) -> None:
 
 
 def spawn_two(cfg: config.Config, out_dir: Path, deadline_s: float = 300) -> None:
-    """Run both ranks; fail (rather than hang the suite) if they have not finished by the deadline."""
+    """Run both ranks; fail (rather than hang the suite) if they have not finished by the
+    deadline."""
     context = mp.start_processes(
         _worker, args=(cfg, free_port(), str(out_dir)), nprocs=2, join=False, start_method="spawn"
     )
@@ -96,9 +99,8 @@ def test_a_failing_prepare_on_rank_0_stops_every_rank(tmp_path):
     splits = small_splits()
     del splits["test"]  # rank 0's prepare fails at the missing split
     source = write_text_corpus(tmp_path / "corpus", splits)
-    spawn_two(
-        small_config(source, tmp_path), tmp_path, deadline_s=120
-    )  # far below the barrier's timeout
+    # far below the barrier's timeout
+    spawn_two(small_config(source, tmp_path), tmp_path, deadline_s=120)
     mine, theirs = (tmp_path / "error0").read_text(), (tmp_path / "error1").read_text()
     assert "test" in mine
     assert (

@@ -1,4 +1,5 @@
-"""Exact resume: stopped by SIGINT at update 2 and resumed == uninterrupted, bit for bit, dropout on."""
+"""Exact resume: stopped by SIGINT at update 2 and resumed == uninterrupted, bit for bit, dropout
+on."""
 
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ def scalars(run_dir, tag: str) -> list[tuple[int, float]]:
 
 @pytest.fixture(scope="module")
 def runs(prepared, tmp_path_factory):
-    """An uninterrupted run and one interrupted at update 2 and then resumed, in their own run dirs."""
+    """An uninterrupted run and one interrupted at update 2 and then resumed, in their own run
+    dirs."""
     root = tmp_path_factory.mktemp("resume")
     loop.run(variant(prepared, root / "straight", *SETTINGS), quiet=True)
     with pytest.MonkeyPatch.context() as monkeypatch:
@@ -163,9 +165,8 @@ def test_resume_allows_training_only_model_changes(runs, prepared, tmp_path):
 
 def test_resume_says_when_batch_order_settings_changed(runs, prepared, tmp_path):
     straight, resumed, _ = runs
-    assert (
-        "resuming with train." not in (resumed / "train.log").read_text()
-    )  # same settings: nothing to say
+    # same settings: nothing to say
+    assert "resuming with train." not in (resumed / "train.log").read_text()
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "last.pt").write_bytes((straight / "last.pt").read_bytes())
     loop.run(
@@ -232,8 +233,7 @@ def test_resume_with_another_process_count_skips_the_same_share_of_the_epoch(
 def test_resume_from_weights_only_is_refused_in_one_line(runs, prepared, tmp_path):
     straight, _, _ = runs
     (tmp_path / "run").mkdir()
-    checkpoint.average(
-        [straight / "last.pt"], tmp_path / "run" / "last.pt"
-    )  # no optimizer state, as average writes
+    # no optimizer state, as average writes
+    checkpoint.average([straight / "last.pt"], tmp_path / "run" / "last.pt")
     with pytest.raises(TranslatorError, match="holds no training state"):
         loop.run(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)

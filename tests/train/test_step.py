@@ -1,4 +1,5 @@
-"""One update in isolation: accumulation, clipping, non-finite skips, loss scaling, checkpointing, padding."""
+"""One update in isolation: accumulation, clipping, non-finite skips, loss scaling, checkpointing,
+padding."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ CPU = torch.device("cpu")
 
 
 def session(*overrides: str, sgd: bool = False, device: torch.device = CPU) -> Session:
-    """A tiny model (vocab 40) with its optimizer; SGD(lr=1) makes the update equal to minus the gradient."""
+    """A tiny model (vocab 40) with its optimizer; SGD(lr=1) makes the update equal to minus the
+    gradient."""
     cfg = config.load(
         None,
         [
@@ -180,7 +182,8 @@ def test_cuda_auto_precision_trains_and_matches_fp32_gradient_norm():
 
 
 class RecordingDDP(torch.nn.Module):
-    """Stands in for DDP: records, per forward, whether it ran inside no_sync (gradient all-reduce skipped)."""
+    """Stands in for DDP: records, per forward, whether it ran inside no_sync (gradient all-reduce
+    skipped)."""
 
     def __init__(self, model):
         super().__init__()
@@ -207,8 +210,8 @@ def test_accumulation_all_reduces_on_the_last_batch_only():
 
 
 def test_weight_decay_shrinks_linear_matrices_only():
-    """With zero gradients an AdamW step is pure decay: linear weights shrink by lr*wd, while LayerNorm
-    gains, biases and (tied) embeddings stay as they are."""
+    """With zero gradients an AdamW step is pure decay: linear weights shrink by lr*wd, while
+    LayerNorm gains, biases and (tied) embeddings stay as they are."""
     from translator.model.transformer import Transformer
     from translator.train.session import parameter_groups
 

@@ -1,4 +1,5 @@
-"""Validation computes what it says: the plain (unsmoothed) per-token loss and BLEU of the hypotheses."""
+"""Validation computes what it says: the plain (unsmoothed) per-token loss and BLEU of the
+hypotheses."""
 
 from __future__ import annotations
 
@@ -40,15 +41,15 @@ def test_validation_loss_and_bleu_are_recomputable(prepared):
     src, tgt = TokenArray(folder / "valid.src"), TokenArray(folder / "valid.tgt")
     total, tokens = 0.0, 0
     with torch.no_grad():
-        for start in range(
-            0, len(src), 64
-        ):  # other batches than validate's: the sum does not depend on them
+        # other batches than validate's: the sum does not depend on them
+        for start in range(0, len(src), 64):
             rows = range(start, min(start + 64, len(src)))
             batch = make_batch([src[i] for i in rows], [tgt[i] for i in rows])
             logits = model(batch.src, batch.tgt_in, batch.src_mask)
+            # no label smoothing, whatever training uses
             total += F.cross_entropy(
                 logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID, reduction="sum"
-            ).item()  # no label smoothing, whatever training uses
+            ).item()
             tokens += batch.n_tgt_tokens
     assert math.isclose(result.loss, total / tokens, rel_tol=1e-4)
     assert math.isclose(result.ppl, math.exp(total / tokens), rel_tol=1e-4)
@@ -89,7 +90,8 @@ def test_validation_decodes_with_valid_beam_size_else_decode_beam_size(prepared,
 
 
 def test_validation_bleu_is_tokenized_for_the_target_language(prepared, monkeypatch):
-    """A Chinese target gets sacreBLEU's zh tokenizer: 13a would see one token per sentence and score 0."""
+    """A Chinese target gets sacreBLEU's zh tokenizer: 13a would see one token per sentence and
+    score 0."""
     import translator.train.validate as validate_module
 
     hyp, ref = "我喜欢吃苹果。", "我喜欢吃香蕉。"
@@ -136,7 +138,8 @@ def test_valid_pairs_longer_than_the_positions_are_left_out_of_the_loss(prepared
 
 
 def test_training_says_at_start_up_that_valid_pairs_are_too_long_and_validates_anyway(tmp_path):
-    """Issue 16's case: training pairs cut to fit max_positions, longer valid pairs crashed the first validation."""
+    """Issue 16's case: training pairs cut to fit max_positions, longer valid pairs crashed the
+    first validation."""
     from tests.data.conftest import small_splits, tiny_config, write_text_corpus
     from translator import prepare
     from translator.train import loop
