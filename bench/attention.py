@@ -46,27 +46,29 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model, cfg, tokenizer = checkpoint.load(args.ckpt)
-    cfg.diagnostics = (
-        DiagnosticsConfig()
-    )  # what a run gets by default, whatever the checkpoint was trained with
+    # what a run gets by default, whatever the checkpoint was trained with
+    cfg.diagnostics = DiagnosticsConfig()
     monitor = AttentionMonitor(cfg, tokenizer)
     d_cfg = cfg.diagnostics
+    bleu = " ".join(map(str, args.bleu_sentences or []))
     lines = [
         "# Attention diagnostics during training: cost per validation",
         "",
         f"`python -m bench.attention {args.ckpt} --repeats {args.repeats} --threads {args.threads}"
-        f"{' --bleu-sentences ' + ' '.join(map(str, args.bleu_sentences)) if args.bleu_sentences else ''}`, "
-        f"{datetime.date.today()}, {platform.machine()} CPU, {torch.get_num_threads()} thread, fp32, wall-clock "
-        "seconds (other jobs shared the cores: both columns slow alike).",
+        f"{' --bleu-sentences ' + bleu if bleu else ''}`, "
+        f"{datetime.date.today()}, {platform.machine()} CPU, {torch.get_num_threads()} thread, "
+        "fp32, wall-clock seconds (other jobs shared the cores: both columns slow alike).",
         "",
-        f"Model: {cfg.model.n_encoder_layers}+{cfg.model.n_decoder_layers} layers, d_model {cfg.model.d_model}, "
-        f"{cfg.model.n_heads} heads. Validation: loss over the valid split, then BLEU of the first N sentences "
-        f"decoded (beam {cfg.train.valid_beam_size or cfg.decode.beam_size}). Diagnostics (default settings): "
-        f"{d_cfg.sentences} sentences teacher-forced, entropy and divergence of every head, heatmap images of "
-        f"{d_cfg.image_sentences} (first and last layer of each kind), a divergence image per kind; one "
-        "untimed call first (it imports matplotlib once per run).",
+        f"Model: {cfg.model.n_encoder_layers}+{cfg.model.n_decoder_layers} layers, d_model "
+        f"{cfg.model.d_model}, {cfg.model.n_heads} heads. Validation: loss over the valid split, "
+        "then BLEU of the first N sentences decoded "
+        f"(beam {cfg.train.valid_beam_size or cfg.decode.beam_size}). Diagnostics (default "
+        f"settings): {d_cfg.sentences} sentences teacher-forced, entropy and divergence of every "
+        f"head, heatmap images of {d_cfg.image_sentences} (first and last layer of each kind), "
+        "a divergence image per kind; one untimed call first (it imports matplotlib once per run).",
         "",
-        "| BLEU sentences N | validation, median s | diagnostics, median s | ratio | runs: validation / diagnostics (s) |",
+        "| BLEU sentences N | validation, median s | diagnostics, median s | ratio "
+        "| runs: validation / diagnostics (s) |",
         "| ---: | ---: | ---: | ---: | --- |",
     ]
     with tempfile.TemporaryDirectory() as tmp:

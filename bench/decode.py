@@ -1,6 +1,7 @@
 """Beam-search speed: our KV-cached search against Hugging Face `generate` on a same-size MarianMT.
 
-    .venv/bin/python -m bench.decode                      # CPU fp32 + bf16; CUDA fp16/bf16 (with and without CUDA graphs) when present
+    # CPU fp32 + bf16; CUDA fp16/bf16 (with and without CUDA graphs) when present
+    .venv/bin/python -m bench.decode
     .venv/bin/python -m bench.decode --sentences 64 --cpu-dtypes bfloat16 --systems ours
 
 The setting CTranslate2 publishes: beam 4, batch 32, newstest2014 en->de sources, length
@@ -71,7 +72,8 @@ def build(
 ) -> torch.nn.Module:
     """A randomly initialised base model, ours or Hugging Face MarianMT, in eval mode.
 
-    Ours on CPU gets the conversion `translate.load` applies (model/inference.py) unless not `cpu_kernels`.
+    Ours on CPU gets the conversion `translate.load` applies (model/inference.py) unless not
+    `cpu_kernels`.
     """
     torch.manual_seed(0)
     if system.startswith("ours"):
@@ -170,9 +172,10 @@ def worker(spec: dict, batches: list[dict]) -> dict:
     device, dtype = torch.device(spec["device"]), getattr(torch, spec["dtype"])
     model = build(spec["system"], device, dtype)
     params = sum(p.numel() for p in model.parameters())
+    # warm-up
     decode_batch(
         spec["system"], model, {"src": batches[-1]["src"][:8], "length": 8}, spec["beam"], device
-    )  # warm-up
+    )
     rss_before = _current_rss_mib()
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -264,8 +267,8 @@ def table(results: list[dict]) -> str:
     """Markdown rows with the speed-up of ours over HF at the same device and dtype."""
     ratios = speedups(results)
     lines = [
-        "| system | device | dtype | target tokens/s | speed-up vs HF | seconds | tokens | peak memory (MiB) "
-        "| CPU: RSS before timing (MiB) | parameters |",
+        "| system | device | dtype | target tokens/s | speed-up vs HF | seconds | tokens "
+        "| peak memory (MiB) | CPU: RSS before timing (MiB) | parameters |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
@@ -273,8 +276,9 @@ def table(results: list[dict]) -> str:
         name = SYSTEM_NAMES[r["system"]]
         lines.append(
             f"| {name} | {r['device']} | {r['dtype']} | {r['tokens_per_s']:.0f} | "
-            f"{f'{ratio:.2f}x' if ratio else '-'} | {r['seconds']} | {r['tokens']} | {r['peak_mib']} | "
-            f"{r['rss_after_warmup_mib'] if r['device'] == 'cpu' else '-'} | {r['params'] / 1e6:.1f}M |"
+            f"{f'{ratio:.2f}x' if ratio else '-'} | {r['seconds']} | {r['tokens']} | "
+            f"{r['peak_mib']} | {r['rss_after_warmup_mib'] if r['device'] == 'cpu' else '-'} | "
+            f"{r['params'] / 1e6:.1f}M |"
         )
     return "\n".join(lines)
 
@@ -321,13 +325,13 @@ def main() -> None:
         + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "")
     )
     print(
-        f"{datetime.datetime.now():%Y-%m-%d %H:%M}; {machine}; {args.sentences} sentences, batch {args.batch_size}, "
-        f"beam {args.beam}; best of {args.repeats}; forced lengths L per batch: {[b['length'] for b in batches]}\n"
+        f"{datetime.datetime.now():%Y-%m-%d %H:%M}; {machine}; {args.sentences} sentences, batch "
+        f"{args.batch_size}, beam {args.beam}; best of {args.repeats}; forced lengths L per batch: "
+        f"{[b['length'] for b in batches]}\n"
     )
     print(table(results))
-    per_pass = [
-        speedups(runs) for runs in passes
-    ]  # the machine's speed drifts: show each pass's own ratio
+    # the machine's speed drifts: show each pass's own ratio
+    per_pass = [speedups(runs) for runs in passes]
     for key in per_pass[0]:
         system, device, dtype = key
         print(

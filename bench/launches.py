@@ -1,6 +1,7 @@
 """Host-launched operations per beam-search step on the path CUDA takes, counted on CPU.
 
-    .venv/bin/python -m bench.launches          # ours eager, ours with CUDA graphs, HF generate (needs `make bench-install`)
+    # ours eager, ours with CUDA graphs, HF generate (needs `make bench-install`)
+    .venv/bin/python -m bench.launches
 
 On a GPU a decoding step of the base model (32 sentences x beam 4, one new token per row) is a few
 hundred kernels of microseconds each, so the host launching them bounds the step. The count needs
@@ -74,7 +75,8 @@ def _launches(ops: collections.Counter) -> int:
 
 
 def count(config: str, length: int) -> dict:
-    """One configuration in this process: operations dispatched to decode one batch to `length` tokens."""
+    """One configuration in this process: operations dispatched to decode one batch to `length`
+    tokens."""
     import bench.decode as bench_decode
 
     graphs = []
@@ -120,7 +122,8 @@ def main() -> None:
         print(json.dumps(count(args.worker[0], int(args.worker[1]))))
         return
     print(
-        "| per beam-4 decoding step, 32 sentences | host launches | host syncs | kernels inside one graph launch |"
+        "| per beam-4 decoding step, 32 sentences | host launches | host syncs "
+        "| kernels inside one graph launch |"
     )
     print("|---|---:|---:|---:|")
     for config in args.configs.split(","):

@@ -1,4 +1,5 @@
-"""Peak training memory and step time of the base Transformer, with and without gradient checkpointing.
+"""Peak training memory and step time of the base Transformer, with and without gradient
+checkpointing.
 
     .venv/bin/python -m bench.model                 # CUDA when present, else a small CPU run
     .venv/bin/python -m bench.model --device cpu --batch-size 8 --length 32 --steps 3
@@ -55,7 +56,8 @@ def train_step(
 
 
 def cpu_memory(model: Transformer, batch, device: torch.device) -> tuple[int, int]:
-    """(activation bytes, peak bytes above the pre-step level) from the profiler's allocation log."""
+    """(activation bytes, peak bytes above the pre-step level) from the profiler's allocation
+    log."""
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         with torch.profiler.record_function("forward"):
             loss = forward_loss(model, batch, device)
@@ -87,7 +89,8 @@ def cuda_memory(model: Transformer, batch, device: torch.device) -> tuple[int, i
 
 
 def build(checkpointing: bool, args, device: torch.device):
-    """(model, optimizer, batch) after warm-up steps; the same seed, weights and batch for both variants."""
+    """(model, optimizer, batch) after warm-up steps; the same seed, weights and batch for both
+    variants."""
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=args.vocab, gradient_checkpointing=checkpointing)
     model = Transformer(cfg).to(device).train()
@@ -122,9 +125,8 @@ def compare(args, device: torch.device) -> list[dict[str, float]]:
     for model, optimizer, batch in variants:
         optimizer.zero_grad(set_to_none=False)
         activations, peak = measure(model, batch, device)
-        static = (
-            sum(p.numel() * p.element_size() for p in model.parameters()) * 4
-        )  # weights, grads, 2 Adam moments
+        # weights, grads, 2 Adam moments
+        static = sum(p.numel() * p.element_size() for p in model.parameters()) * 4
         results.append(
             {
                 "activations": activations / MIB,
@@ -175,32 +177,36 @@ def report(args, device: torch.device, plain: dict, ckpt: dict) -> str:
             f"Model: base (d_model 512, 6+6 layers, d_ff 2048, 8 heads, vocab {args.vocab}, tied), "
             f"{plain['params'] / 1e6:.1f}M parameters  ",
             f"Batch: {args.batch_size} sentences x {args.length} tokens per side; AdamW; "
-            f"step time is the median of {args.steps} steps per variant (alternating) after {args.warmup} warm-up  ",
+            f"step time is the median of {args.steps} steps per variant (alternating) after "
+            f"{args.warmup} warm-up  ",
             f"Memory: {method}; tensor bytes, MiB",
             "",
-            "| checkpointing | activations | peak above weights+grads+Adam | peak total | step (s) |",
+            "| checkpointing | activations | peak above weights+grads+Adam | peak total "
+            "| step (s) |",
             "|---|---:|---:|---:|---:|",
             *rows,
             "",
-            f"Checkpointing cuts activation memory by {cut:.0%} and the step's peak above the static "
-            f"state by {peak_cut:.0%}, for {slower:+.0%} step time: it {meets} the target "
+            f"Checkpointing cuts activation memory by {cut:.0%} and the step's peak above the "
+            f"static state by {peak_cut:.0%}, for {slower:+.0%} step time: it {meets} the target "
             "(>= 50% less activation memory for <= 35% more time).",
             "",
-            "Activations = tensor bytes the forward pass and loss leave alive for the backward pass. "
-            "With checkpointing only each layer's input survives the forward pass; the logits and the "
-            "loss (outside the layers) are kept either way, so their share grows with the vocabulary.",
+            "Activations = tensor bytes the forward pass and loss leave alive for the backward "
+            "pass. With checkpointing only each layer's input survives the forward pass; the "
+            "logits and the loss (outside the layers) are kept either way, so their share grows "
+            "with the vocabulary.",
             "",
             "The step's peak comes in the backward pass. At small batches it is set by the (V, D) "
-            "gradient temporaries of the tied embedding matrix (output-projection gradient, embedding "
-            "backward, their sum: about 3 x V x D x 4 bytes, read from the same profiler log), which "
-            "checkpointing cannot reduce; the larger the batch, the more the activations dominate it.",
+            "gradient temporaries of the tied embedding matrix (output-projection gradient, "
+            "embedding backward, their sum: about 3 x V x D x 4 bytes, read from the same profiler "
+            "log), which checkpointing cannot reduce; the larger the batch, the more the "
+            "activations dominate it.",
             "",
         ]
     )
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--vocab", type=int, default=32000)
     parser.add_argument("--batch-size", type=int, default=0, help="default: 64 on CUDA, 8 on CPU")

@@ -1,6 +1,7 @@
-"""`translator prepare` at WMT scale: wall-clock, peak memory, cache hit, and time to the first training step.
+"""`translator prepare` at WMT scale: wall-clock, peak memory, cache hit, and time to the first
+training step.
 
-    .venv/bin/python -m bench.prepare                       # 4.5M pairs, results to docs/benchmarks/prepare.md
+    .venv/bin/python -m bench.prepare        # 4.5M pairs, results to docs/benchmarks/prepare.md
     .venv/bin/python -m bench.prepare --pairs 300000 --no-write   # a quick look
 
 The corpus is Multi30k's training data repeated until it has --pairs pairs; every copy after the
@@ -59,7 +60,8 @@ loop.run(config.load(sys.argv[1], sys.argv[2:]), quiet=True)
 
 
 def make_corpus(root: Path, pairs: int) -> None:
-    """train.{en,de}: Multi30k's training pairs repeated, copy k > 0 with ` k` appended to both sides."""
+    """train.{en,de}: Multi30k's training pairs repeated, copy k > 0 with ` k` appended to both
+    sides."""
     root.mkdir(parents=True, exist_ok=True)
     for split, name in (("valid", "valid"), ("test", "test2016")):
         for lang in ("en", "de"):
@@ -85,15 +87,12 @@ def timed(command: list[str]) -> tuple[float, int, str]:
     seconds = time.time() - started
     if done.returncode:
         sys.exit(f"failed ({done.returncode}): {' '.join(command)}\n{done.stderr[-3000:]}")
-    return (
-        seconds,
-        resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
-        done.stdout,
-    )  # KiB on Linux
+    # KiB on Linux
+    return (seconds, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024, done.stdout)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=4_500_000)
     parser.add_argument("--work", type=Path, default=Path("/tmp/translator-bench-prepare"))
     parser.add_argument("--config", default="configs/base.yaml")
@@ -149,25 +148,33 @@ def write_results(
         "",
         f"Date: {datetime.date.today()}. Machine: {platform.machine()}, {os.cpu_count()} cores, "
         f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, Python "
-        f"{platform.python_version()}; the 2 cores were shared with other jobs, so the numbers are indicative.",
+        f"{platform.python_version()}; the 2 cores were shared with other jobs, so the numbers are "
+        "indicative.",
         "",
-        f"Command: `.venv/bin/python -m bench.prepare --pairs {args.pairs}` (data section of {args.config}: "
-        f"{data['spm_model_type']} SentencePiece, vocab_size {data['vocab_size']:,}, joint_vocab {data['joint_vocab']}, "
-        f"input_sentence_size {data['input_sentence_size']:,}; extra settings: {' '.join(args.set) or 'none'}).",
+        f"Command: `.venv/bin/python -m bench.prepare --pairs {args.pairs}` (data section of "
+        f"{args.config}: {data['spm_model_type']} SentencePiece, "
+        f"vocab_size {data['vocab_size']:,}, joint_vocab {data['joint_vocab']}, "
+        f"input_sentence_size {data['input_sentence_size']:,}; extra settings: "
+        f"{' '.join(args.set) or 'none'}).",
         "",
-        "Corpus: Multi30k's 29,000 training pairs repeated, copy k > 0 with ` k` appended to both sides; valid and "
-        "test from Multi30k (valid, test2016).",
+        "Corpus: Multi30k's 29,000 training pairs repeated, copy k > 0 with ` k` appended to both "
+        "sides; valid and test from Multi30k (valid, test2016).",
         "",
         "| measure | result | target |",
         "| --- | --- | --- |",
         f"| prepare wall-clock | {seconds:.0f} s | <= 600 s ({pass_fail(seconds <= 600)}) |",
-        f"| prepare peak memory (max RSS) | {peak / 2**30:.2f} GiB | <= 4 GiB ({pass_fail(peak <= 4 * 2**30)}) |",
-        f"| rerun, same config (cache hit, whole CLI) | {hit:.2f} s | < 2 s ({pass_fail(hit < 2)}) |",
-        f"| training: first update starts, after process start | {first[0]:.1f} s | <= 10 s ({pass_fail(first[0] <= 10)}) |",
-        f"| training: first update done | {first[1]:.1f} s | (one fp32 CPU update of the small model) |",
+        f"| prepare peak memory (max RSS) | {peak / 2**30:.2f} GiB | <= 4 GiB "
+        f"({pass_fail(peak <= 4 * 2**30)}) |",
+        f"| rerun, same config (cache hit, whole CLI) | {hit:.2f} s | < 2 s ({pass_fail(hit < 2)}) "
+        "|",
+        f"| training: first update starts, after process start | {first[0]:.1f} s | <= 10 s "
+        f"({pass_fail(first[0] <= 10)}) |",
+        f"| training: first update done | {first[1]:.1f} s | (one fp32 CPU update of the small "
+        "model) |",
         "",
-        f"Pairs in {manifest['pairs_in']:,}; dropped: {dropped}; out {manifest['pairs']['train']:,}. "
-        f"Train tokens src/tgt {manifest['tokens']['train']['src']:,} / {manifest['tokens']['train']['tgt']:,} "
+        f"Pairs in {manifest['pairs_in']:,}; dropped: {dropped}; out "
+        f"{manifest['pairs']['train']:,}. Train tokens src/tgt "
+        f"{manifest['tokens']['train']['src']:,} / {manifest['tokens']['train']['tgt']:,} "
         f"({manifest['vocab']['src']['id_dtype']}).",
         "",
         "Steps of the prepare run (wall-clock seconds, from the manifest's step_seconds):",
@@ -176,8 +183,9 @@ def write_results(
         "| --- | --- |",
         *[f"| {step} | {sec:.1f} |" for step, sec in manifest.get("step_seconds", {}).items()],
         "",
-        "The first-step run uses a 2+2-layer d_model 256 model (train.max_tokens 4096, no accumulation) on the "
-        "prepared data, so it measures start-up: imports, opening the memory-mapped ids, length-bucketed batching "
+        "The first-step run uses a 2+2-layer d_model 256 model (train.max_tokens 4096, no "
+        "accumulation) on the prepared data, so it measures start-up: imports, opening the "
+        "memory-mapped ids, length-bucketed batching "
         "of all pairs, model set-up, then one update.",
         "",
     ]

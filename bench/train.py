@@ -1,6 +1,7 @@
-"""Training throughput (target tokens per second) and peak memory of the tiny, multi30k and base configs.
+"""Training throughput (target tokens per second) and peak memory of the tiny, multi30k and base
+configs.
 
-    .venv/bin/python -m bench.train                    # CUDA (bf16) when present, else a short CPU run
+    .venv/bin/python -m bench.train        # CUDA (bf16) when present, else a short CPU run
     .venv/bin/python -m bench.train --configs tiny --updates 5 --threads 1
 
 Each config runs in its own process: real token batches from prepared data (Multi30k for tiny and
@@ -61,9 +62,8 @@ CONFIGS = {
     "base": WMT,
 }
 CPU_MAX_TOKENS = {"tiny": 4096, "multi30k": 4096, "base": 1024}
-MODEL_VOCAB = {
-    "base": 32000
-}  # base's real vocabulary; ids of the smaller bench tokenizer fit in it
+# base's real vocabulary; ids of the smaller bench tokenizer fit in it
+MODEL_VOCAB = {"base": 32000}
 # dense bf16 tensor-core peaks (no sparsity), FLOP/s, by a substring of torch.cuda.get_device_name()
 PEAK_BF16 = {
     "H200": 989e12,
@@ -160,7 +160,8 @@ def bench_config(name: str, device: torch.device, args) -> dict:
 
 
 def bench_cfg(name: str, device: torch.device, max_tokens: int) -> Config:
-    """The config file with bench data (under data/, names starting bench-) and a CPU-sized batch."""
+    """The config file with bench data (under data/, names starting bench-) and a CPU-sized
+    batch."""
     on_cuda = device.type == "cuda"
     max_tokens = max_tokens or (0 if on_cuda else CPU_MAX_TOKENS[name])
     overrides = [*CONFIGS[name], "data.data_dir=data", f"train.device={device}"]
@@ -205,8 +206,8 @@ def report(args, device: torch.device, results: list[dict]) -> str:
     machine = (
         torch.cuda.get_device_name(device)
         if on_cuda
-        else f"CPU ({platform.machine()}), torch threads: {args.threads}; the 2-core machine was shared "
-        "with other jobs, so the numbers are indicative"
+        else f"CPU ({platform.machine()}), torch threads: {args.threads}; "
+        "the 2-core machine was shared with other jobs, so the numbers are indicative"
     )
     memory = "peak allocated (MiB)" if on_cuda else "peak RSS (MiB) | RSS before the model (MiB)"
     lines = [
@@ -215,17 +216,20 @@ def report(args, device: torch.device, results: list[dict]) -> str:
         "Command: `" + " ".join([".venv/bin/python -m bench.train", *args.argv]) + "`  ",
         f"Date: {when}  ",
         f"Machine: {machine}; torch {torch.__version__}  ",
-        f"Each config: {args.warmup} warm-up + {args.updates} timed updates of the `translator train` step "
-        "on real batches (Multi30k; for base the WMT newstest2013 text, model vocabulary 32000)",
+        f"Each config: {args.warmup} warm-up + {args.updates} timed updates of the "
+        "`translator train` step on real batches (Multi30k; for base the WMT newstest2013 text, "
+        "model vocabulary 32000)",
         "",
-        f"| config | parameters | precision | max_tokens x accum | tgt tokens/s | {memory} | TFLOP/s | MFU |",
+        f"| config | parameters | precision | max_tokens x accum | tgt tokens/s | {memory} | "
+        "TFLOP/s | MFU |",
         "|---|---:|---|---:|---:|---:|" + "---:|" * (2 if on_cuda else 3),
     ]
     for r in results:
         mem = f"{r['peak_mib']:.0f}" + ("" if on_cuda else f" | {r['rss_before_mib']:.0f}")
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a"
         lines.append(
-            f"| {r['config']} | {r['params'] / 1e6:.1f}M | {r['precision'].replace('torch.', '')} | "
+            f"| {r['config']} | {r['params'] / 1e6:.1f}M "
+            f"| {r['precision'].replace('torch.', '')} | "
             f"{r['max_tokens']} x {r['accum']} | {r['tgt_tokens_per_s']:,.0f} | {mem} | "
             f"{r['tflops']:.3f} | {mfu} |"
         )
@@ -234,7 +238,7 @@ def report(args, device: torch.device, results: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument(
