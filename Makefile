@@ -40,6 +40,7 @@ cuda-check: $(STAMP)  ## on a machine with a CUDA GPU: the CUDA tests, then the 
 
 lint: $(STAMP)
 	$(BIN)/ruff check translator tests bench
+	$(BIN)/ruff format --check translator tests bench
 
 # The main job end to end: train (which prepares the data first) -> eval -> translate with $(CONFIG).
 # DATA=../shared/data/multi30k uses local files (train, valid, test2016); without it, the hub copy.
