@@ -21,6 +21,7 @@ from pathlib import Path
 from translator import checkpoint
 from translator.config import Config, DecodeConfig
 from translator.data.batching import pad, padding_mask
+from translator.data.join import join_pieces
 from translator.data.tokenizer import EOS_ID, UNK_ID, Tokenizer
 from translator.decode import Hypothesis
 from translator.decode.beam import beam_search
@@ -33,20 +34,6 @@ from translator.model.inference import for_cpu_decoding
 from translator.model.transformer import Transformer
 
 SENTENCE_END = (".", "!", "?", ";", ":")
-
-# Scripts written without spaces between words or sentences: Han, kana, CJK punctuation and
-# full-width forms (code point ranges). Hangul is not among them: Korean puts spaces between words.
-UNSPACED = (
-    (0x2E80, 0x2FDF),
-    (0x3000, 0x312F),
-    (0x31A0, 0x31FF),
-    (0x3400, 0x4DBF),
-    (0x4E00, 0x9FFF),
-    (0xF900, 0xFAFF),
-    (0xFE30, 0xFE4F),
-    (0xFF00, 0xFF9F),
-    (0x20000, 0x3FFFF),
-)
 
 
 def load(
@@ -274,17 +261,3 @@ def unk_message(counts: dict[int, int], shown: int = 10) -> str:
         f"dropped from the output of line{'s' if len(lines) != 1 else ''} {where}; "
         "a model prepared with data.byte_fallback: true spells such characters in bytes instead"
     )
-
-
-def join_pieces(texts: list[str]) -> str:
-    """The translations of an over-long line's pieces as one line: a space between two pieces, none
-    where the text on either side is in a script written without spaces."""
-    out = texts[0]
-    for text in texts[1:]:
-        out += "" if out and text and (_unspaced(out[-1]) or _unspaced(text[0])) else " "
-        out += text
-    return out
-
-
-def _unspaced(char: str) -> bool:
-    return any(low <= ord(char) <= high for low, high in UNSPACED)

@@ -7,8 +7,10 @@ import dataclasses
 
 import pytest
 
+from tests.data.test_join import word_index_in_line
 from tests.diagnostics.conftest import sentences
 from translator import translate
+from translator.data.join import join_pieces
 from translator.diagnostics.alignment import align
 from translator.errors import TranslatorError
 
@@ -72,6 +74,34 @@ def test_over_long_lines_join_their_alignments(copy_model):
         assert max(s for s, _ in pairs) < len(line.split())
         diagonal, total = diagonal + sum(s == t for s, t in pairs), total + len(pairs)
     assert diagonal >= 0.9 * total  # the later pieces' words are counted after the earlier pieces'
+
+
+def test_over_long_lines_into_an_unspaced_script_count_the_joined_words(copy_model, monkeypatch):
+    """Pieces translated into a script written without spaces are joined without one, so a piece's
+    last word and the next piece's first are one word of the line: the alignment's target indices
+    are the line's words, as counted independently on its characters."""
+    short = copy.copy(copy_model.model)
+    short.cfg = dataclasses.replace(short.cfg, max_positions=6)
+    decode, decoded = copy_model.tokenizer.decode, []
+
+    def decode_as_cjk(rows):
+        # the same words in CJK ideographs, so each piece keeps its word count
+        texts = ["".join(c if c == " " else chr(0x4E00 + ord(c)) for c in t) for t in decode(rows)]
+        decoded.append(texts)
+        return texts
+
+    monkeypatch.setattr(copy_model.tokenizer, "decode", decode_as_cjk)
+    lines = sentences(6, seed=3, lengths=(8, 9))
+    out = translate.translate_lines(
+        short, copy_model.tokenizer, lines, copy_model.cfg.decode, alignment_layer=-1
+    )
+    glued = 0
+    for [(text, _, pharaoh)] in out:
+        texts = next(t for t in decoded if len(t) > 1 and join_pieces(t) == text)
+        expected = [i for piece in word_index_in_line(texts) for i in piece]
+        assert [int(p.split("-")[1]) for p in pharaoh.split()] == expected
+        glued += len(text.split()) < sum(len(t.split()) for t in texts)
+    assert glued == len(lines)  # every line had a join without a space
 
 
 def test_a_missing_layer_is_a_user_error(copy_model):

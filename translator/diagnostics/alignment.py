@@ -7,6 +7,7 @@ step to follow it), at the cost of one teacher-forced pass.
 
 from __future__ import annotations
 
+from translator.data.join import first_words
 from translator.data.tokenizer import Tokenizer
 from translator.decode import Hypothesis
 from translator.diagnostics.capture import forced_attention
@@ -74,13 +75,13 @@ def join_alignments(
     """Alignments of consecutive pieces of one over-long line -> the alignment of the whole line.
 
     `src_parts` are the pieces' source ids (cut from the line's ids in order), `texts` their
-    translations as joined with spaces. A source cut inside a word continues that word.
+    translations, which `join_pieces` joins into the line. A source cut inside a word continues
+    that word; so does a target joined without a space (Chinese, Japanese).
     """
     starts = word_ids(tokenizer.sp.id_to_piece([i for part in src_parts for i in part]))
-    out, src_offset, tgt_offset = [], 0, 0
-    for part, text, pairs in zip(src_parts, texts, parts):
+    out, src_offset = [], 0
+    for part, tgt_offset, pairs in zip(src_parts, first_words(texts), parts):
         first_word = starts[src_offset] if part else 0
         out += [(s + first_word, t + tgt_offset) for s, t in pairs]
         src_offset += len(part)
-        tgt_offset += len(text.split())
     return out
