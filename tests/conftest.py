@@ -63,7 +63,7 @@ def prepared(multi30k, tmp_path_factory) -> config.Config:
 
 @pytest.fixture(scope="session")
 def opus(multi30k, tmp_path_factory):
-    """An OPUS-MT style directory with a random MarianMT model; returns (dir, HF model, HF tokenizer)."""
+    """An OPUS-MT style directory with a random MarianMT model -> (dir, HF model, HF tokenizer)."""
     transformers = pytest.importorskip(
         "transformers", reason="the bench extra (transformers) is not installed"
     )

@@ -16,7 +16,7 @@ import torch
 
 
 def spm_model(lines: list[str]) -> bytes:
-    """A unigram model with SentencePiece's default ids (unk 0, s 1, /s 2, no pad), as OPUS-MT ships."""
+    """A unigram model with SentencePiece's default ids (unk 0, s 1, /s 2, no pad), as OPUS-MT's."""
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(lines),

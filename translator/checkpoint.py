@@ -77,8 +77,8 @@ def read(path: str | Path) -> dict[str, Any]:
 
 
 def read_tokenizer(path: str | Path) -> tuple[Tokenizer, dict[str, Any]]:
-    """A checkpoint's tokenizer and config dict, its weights left unread (memory-mapped, unverified):
-    what `prepare` needs of train.init_from, cheap even for a large checkpoint."""
+    """A checkpoint's tokenizer and config dict, its weights left unread (memory-mapped,
+    unverified): what `prepare` needs of train.init_from, cheap even for a large checkpoint."""
     payload = _open(path, mmap=True)
     saved = payload["tokenizer"]
     return Tokenizer.from_proto(saved["proto"], saved.get("target_proto")), payload["config"]

@@ -142,7 +142,7 @@ def train(
     """Train a Transformer; checkpoints, log and TensorBoard events go to train.run_dir.
 
     Prepares the data first (as `translator prepare` does) when data/<name>/ has none; data prepared with other data settings is refused, never replaced.
-    Fine-tune with --set train.init_from=CKPT: its weights, architecture and SentencePiece model(s), a fresh optimizer.
+    Fine-tune with --set train.init_from=CKPT: its weights, architecture and SentencePiece model(s).
     Resumes exactly from run_dir/last.pt when it exists; Ctrl-C or SIGTERM saves last.pt and exits.
     Several GPUs (or CPU processes): torchrun --nproc_per_node 4 -m translator train CONFIG (rank 0 prepares, the others wait)
 

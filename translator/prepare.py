@@ -66,8 +66,8 @@ def source_fingerprint(data: DataConfig) -> list:
 
 def shaping_settings(data: DataConfig, vocab_from: str | None = None) -> dict:
     """The data settings that shape the prepared files (not where they are written); `vocab_from`:
-    the sha256 of the checkpoint tokenizer that encodes them, which replaces SentencePiece's settings.
-    """
+    the sha256 of the checkpoint tokenizer that encodes them, which replaces SentencePiece's
+    settings."""
     moot = ("data_dir", "name", *(SPM_SETTINGS if vocab_from else ()))
     settings = {k: v for k, v in to_dict(data).items() if k not in moot}
     # only when set: data prepared before this setting existed keeps its hash
@@ -221,7 +221,7 @@ def _train_tokenizers(
 
 
 def _copy_tokenizers(vocab: Tokenizer, data: DataConfig, tmp: Path) -> dict[str, Tokenizer]:
-    """Side -> tokenizer, from a checkpoint's SentencePiece model(s), written where trained ones go."""
+    """Side -> tokenizer from a checkpoint's SentencePiece model(s), put where trained ones go."""
     files = vocab_files(data)
     protos = {"src": vocab.proto(), "tgt": vocab.target_proto() or vocab.proto()}
     for side, proto in protos.items():

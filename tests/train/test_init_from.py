@@ -41,7 +41,7 @@ def corpus(tmp_path_factory) -> Path:
 
 
 def fine_tune(corpus: Path, tmp: Path, init_from: Path | str, *overrides: str) -> config.Config:
-    """SMALL's run (its model section disagrees with the imported one) on `corpus`, from init_from."""
+    """SMALL's run (its model section disagrees with the imported one) on `corpus`, from a ckpt."""
     return config.load(
         None,
         [

@@ -22,7 +22,8 @@ from translator.errors import TranslatorError
 @dataclass
 class Start:
     """How a run starts: the weights to load (None: random, or resumed later), the tokenizer the
-    prepared data must have been encoded with (None: SentencePiece trained by prepare), log lines."""
+    prepared data must have been encoded with (None: SentencePiece trained by prepare), log
+    lines."""
 
     weights: dict[str, Any] | None = None
     vocab_from: str | None = None
@@ -30,7 +31,7 @@ class Start:
 
 
 def plan(cfg: Config, last: Path) -> Start:
-    """Resolve train.init_from against run_dir/last.pt; adopts the checkpoint's architecture in `cfg`."""
+    """Resolve train.init_from against run_dir/last.pt (the checkpoint's architecture into cfg)."""
     if last.is_file():
         return _resuming(cfg, last)
     if not cfg.train.init_from:
@@ -51,8 +52,15 @@ def plan(cfg: Config, last: Path) -> Start:
 
 
 def _resuming(cfg: Config, last: Path) -> Start:
-    """Resuming: train.init_from as the run started (read from last.pt's config), not as given now."""
-    tokenizer, saved_dict = checkpoint.read_tokenizer(last)
+    """Resuming: train.init_from as the run started (last.pt's config says), not as given now."""
+    try:
+        tokenizer, saved_dict = checkpoint.read_tokenizer(last)
+    except TranslatorError as err:  # as state.read_resumable says it
+        raise TranslatorError(
+            f"cannot resume: {err.what}",
+            err.where,
+            "delete it to start over, or copy a step-N.pt over it to resume from there",
+        ) from None
     started_from = saved_dict.get("train", {}).get("init_from", "")
     notes = []
     if cfg.train.init_from:
