@@ -37,8 +37,13 @@ SPLITS = ("train", "valid", "test")
 FORMAT = 2  # layout of the prepared directory; part of the config hash
 SEED = 1  # SentencePiece sample and training: fixed, so that train.seed does not change the data
 # Settings of SentencePiece training, which a checkpoint's tokenizer (train.init_from) makes moot
-SPM_SETTINGS = ("vocab_size", "spm_model_type", "character_coverage", "byte_fallback")
-SPM_SETTINGS += ("input_sentence_size",)
+SPM_SETTINGS = (
+    "vocab_size",
+    "spm_model_type",
+    "character_coverage",
+    "byte_fallback",
+    "input_sentence_size",
+)
 
 
 def prepared_dir(data: DataConfig) -> Path:

@@ -72,7 +72,7 @@ def _resuming(cfg: Config, last: Path) -> Start:
     if not started_from:  # a run from random weights: the usual resume checks apply
         return Start(notes=notes)
     saved = from_dict(saved_dict, str(last))
-    adopt(cfg, saved.model, tokenizer.joint)  # the architecture the run has had since its start
+    notes += adopt(cfg, saved.model, tokenizer.joint)  # the run's architecture since its start
     return Start(vocab_from=tokenizer.checksum(), notes=notes)
 
 
