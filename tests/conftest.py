@@ -63,6 +63,18 @@ def prepared(multi30k, tmp_path_factory) -> config.Config:
     return cfg
 
 
+@pytest.fixture(scope="session")
+def opus(multi30k, tmp_path_factory):
+    """An OPUS-MT style directory with a random MarianMT model -> (dir, HF model, HF tokenizer)."""
+    transformers = pytest.importorskip(
+        "transformers", reason="the bench extra (transformers) is not installed"
+    )
+    from tests.hf_marian import build_opus
+
+    root = tmp_path_factory.mktemp("opus")
+    return root, *build_opus(root, multi30k, transformers)
+
+
 @pytest.fixture(autouse=True)
 def _seed_and_one_thread():
     """Seeded, and one intra-op thread: tiny models gain nothing from two, and two OpenMP threads

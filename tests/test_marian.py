@@ -1,22 +1,20 @@
 """import-hf: a MarianMT model (OPUS-MT layout) becomes a checkpoint computing what Hugging Face
 computes.
 
-The Marian model is built here, offline: two SentencePiece models trained on Multi30k lines, a
-shared vocab.json, random weights with LayerNorms and the logits bias moved off their defaults.
-Hugging Face's own tokenizer and `generate` are the reference.
+The Marian model is built offline (the `opus` fixture of tests/conftest.py): two SentencePiece
+models trained on Multi30k lines, a shared vocab.json, random weights with LayerNorms and the logits
+bias moved off their defaults. Hugging Face's own tokenizer and `generate` are the reference.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import sentencepiece as spm
 import torch
 
 from translator import checkpoint, marian, translate
@@ -36,75 +34,6 @@ SOURCES = [
     "People are walking down the street.",
 ]
 TARGETS = ["Ein Mann spielt Gitarre.", "Zwei Hunde.", "Ein Kind.", "Leute gehen."]
-
-
-def spm_model(lines: list[str]) -> bytes:
-    """A unigram model with SentencePiece's default ids (unk 0, s 1, /s 2, no pad), as OPUS-MT
-    ships."""
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines),
-        model_writer=model,
-        vocab_size=300,
-        model_type="unigram",
-        minloglevel=2,
-        num_threads=1,
-    )
-    return model.getvalue()
-
-
-@pytest.fixture(scope="module")
-def opus(multi30k, tmp_path_factory):
-    """An OPUS-MT style directory with a random MarianMT model; returns (dir, HF model, HF
-    tokenizer)."""
-    root = tmp_path_factory.mktemp("opus")
-    en = (multi30k / "train.en").read_text(encoding="utf-8").splitlines()[:600]
-    de = (multi30k / "train.de").read_text(encoding="utf-8").splitlines()[:600]
-    protos = {"source.spm": spm_model(en), "target.spm": spm_model(de)}
-    pieces: dict[str, None] = {}
-    for proto in protos.values():
-        sp = spm.SentencePieceProcessor(model_proto=proto)
-        pieces.update((sp.id_to_piece(i), None) for i in range(sp.get_piece_size()))
-    words = [p for p in pieces if p not in ("<unk>", "<s>", "</s>")]
-    vocab = {"</s>": 0, "<unk>": 1, **{p: i + 2 for i, p in enumerate(words)}}
-    vocab["<pad>"] = len(vocab)
-    for name, proto in protos.items():
-        (root / name).write_bytes(proto)
-    (root / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
-    config = transformers.MarianConfig(
-        vocab_size=len(vocab),
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        activation_function="swish",
-        scale_embedding=True,
-        max_position_embeddings=128,
-        pad_token_id=vocab["<pad>"],
-        eos_token_id=0,
-        decoder_start_token_id=vocab["<pad>"],
-        forced_eos_token_id=0,
-        dropout=0.1,
-    )
-    torch.manual_seed(0)
-    model = transformers.MarianMTModel(config).eval()
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "layer_norm" in name:
-                param.add_(0.3 * torch.randn_like(param))
-            elif "embed_tokens" in name or "shared" in name:
-                param.mul_(20.0)  # random weights with a clear preference per step: no near-ties
-        model.final_logits_bias.copy_(torch.randn_like(model.final_logits_bias))
-    model.save_pretrained(root)
-    tokenizer = transformers.MarianTokenizer(
-        source_spm=str(root / "source.spm"),
-        target_spm=str(root / "target.spm"),
-        vocab=str(root / "vocab.json"),
-    )
-    return root, model, tokenizer
 
 
 def test_imported_logits_equal_hugging_face(opus, tmp_path):
@@ -191,13 +120,15 @@ def test_cli_import_hf_then_translate(opus, tmp_path):
     root, _, _ = opus
     ckpt = tmp_path / "opus.pt"
     done = subprocess.run(
-        [sys.executable, "-m", "translator", "import-hf", str(root), "-o", str(ckpt)],
+        [sys.executable, "-m", "translator", "import-hf", str(root), "-o", str(ckpt)]
+        + ["--src-lang", "en", "--tgt-lang", "de"],
         capture_output=True,
         text=True,
         cwd=REPO,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
+    assert "(en->de, 2+2 layers" in done.stdout
     out = subprocess.run(
         [sys.executable, "-m", "translator", "translate", str(ckpt), "--device", "cpu", "-q"],
         input="Two dogs run.\n\nA girl.\n",
@@ -229,3 +160,59 @@ def test_cli_import_hf_then_translate(opus, tmp_path):
         and missing.stderr.count("\n") == 1
         and "config.json" in missing.stderr
     )
+
+
+def test_imported_loss_equals_hugging_face(opus, tmp_path):
+    """Teacher-forced NLL over the whole vocabulary, as fine-tuning's loss sees it: ours has no
+    second copy of Marian's <pad> class (BOS holds it), so the softmax is Marian's."""
+    root, hf_model, hf_tok = opus
+    marian.import_marian(root, tmp_path / "opus.pt")
+    model, _, tokenizer = checkpoint.load(tmp_path / "opus.pt")
+    for source, target in zip(SOURCES, TARGETS):
+        batch = hf_tok([source], text_target=[target], return_tensors="pt")
+        with torch.no_grad():
+            theirs = hf_model(input_ids=batch["input_ids"], labels=batch["labels"]).loss
+            src = pad(tokenizer.encode([source]), suffix=[EOS_ID])
+            tgt = tokenizer.target_sp.encode(target)
+            logits = model(src, torch.tensor([[BOS_ID, *tgt]]), padding_mask(src))[0]
+            ours = torch.nn.functional.cross_entropy(logits, torch.tensor([*tgt, EOS_ID]))
+        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-6)  # 2 <pad>s: 1e-5 off
+
+
+def copy_without_languages(root: Path, dest: Path) -> Path:
+    dest.mkdir()
+    for name in ("source.spm", "target.spm", "vocab.json", "model.safetensors", "config.json"):
+        (dest / name).write_bytes((root / name).read_bytes())
+    return dest
+
+
+def test_languages_come_from_tokenizer_config_or_the_flags(opus, tmp_path):
+    root, _, _ = opus
+    saved = json.loads((root / "tokenizer_config.json").read_text())  # written by Hugging Face
+    assert (saved["source_lang"], saved["target_lang"]) == ("en", "de")
+    assert marian.import_marian(root, tmp_path / "a.pt").data.src_lang == "en"
+    _, cfg, _ = checkpoint.load(tmp_path / "a.pt")
+    assert (cfg.data.src_lang, cfg.data.tgt_lang) == ("en", "de")
+    cfg = marian.import_marian(root, tmp_path / "b.pt", src_lang="eng", tgt_lang="deu")
+    assert (cfg.data.src_lang, cfg.data.tgt_lang) == ("eng", "deu")  # the flags win
+    bare = copy_without_languages(root, tmp_path / "bare")
+    cfg = marian.import_marian(bare, tmp_path / "c.pt", src_lang="en", tgt_lang="fr")
+    assert (cfg.data.src_lang, cfg.data.tgt_lang) == ("en", "fr")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({}, "source language is not recorded.*give --src-lang"),
+        ({"src_lang": "en"}, "target language is not recorded.*give --tgt-lang"),
+        ({"src_lang": "e n", "tgt_lang": "de"}, r"--src-lang: 'e n' is not a language code"),
+        ({"src_lang": "de", "tgt_lang": "de"}, "--tgt-lang: source and target language are both"),
+    ],
+)
+def test_missing_or_bad_languages_are_refused(opus, tmp_path, flags, message):
+    root, _, _ = opus
+    bare = copy_without_languages(root, tmp_path / "bare")
+    with pytest.raises(TranslatorError, match=message) as err:
+        marian.import_marian(bare, tmp_path / "x.pt", **flags)
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "x.pt").exists()

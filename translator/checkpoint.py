@@ -65,6 +65,28 @@ def save(
 def read(path: str | Path) -> dict[str, Any]:
     """The raw checkpoint dictionary, weights verified; a missing, empty, cut-short, foreign or
     damaged file is refused in one line before anything is built from it."""
+    payload = _open(path, mmap=False)
+    if payload["format"] >= 2 and weights_digest(payload.get("model", {})) != payload.get(
+        "weights_sha256"
+    ):
+        raise TranslatorError(
+            "the weights do not match the checkpoint's checksum (the file is damaged)",
+            str(path),
+            "use another checkpoint (a step-N.pt or best.pt)",
+        )
+    return payload
+
+
+def read_tokenizer(path: str | Path) -> tuple[Tokenizer, dict[str, Any]]:
+    """A checkpoint's tokenizer and config dict, its weights left unread (memory-mapped,
+    unverified): what `prepare` needs of train.init_from, cheap even for a large checkpoint."""
+    payload = _open(path, mmap=True)
+    saved = payload["tokenizer"]
+    return Tokenizer.from_proto(saved["proto"], saved.get("target_proto")), payload["config"]
+
+
+def _open(path: str | Path, mmap: bool) -> dict[str, Any]:
+    """torch.load of a file that must be a translator checkpoint (format checked, weights not)."""
     path = Path(path)
     if not path.is_file():
         raise TranslatorError(
@@ -75,7 +97,7 @@ def read(path: str | Path) -> dict[str, Any]:
             "empty checkpoint file (0 bytes)", str(path), "use another checkpoint"
         )
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as err:  # torch raises many kinds for a corrupt file
         raise TranslatorError(
             f"not a readable checkpoint ({type(err).__name__}: cut short, damaged or not PyTorch)",
@@ -86,15 +108,7 @@ def read(path: str | Path) -> dict[str, Any]:
         raise TranslatorError(
             "not a translator checkpoint",
             str(path),
-            "give a .pt file written by `translator train`",
-        )
-    if payload["format"] >= 2 and weights_digest(payload.get("model", {})) != payload.get(
-        "weights_sha256"
-    ):
-        raise TranslatorError(
-            "the weights do not match the checkpoint's checksum (the file is damaged)",
-            str(path),
-            "use another checkpoint (a step-N.pt or best.pt)",
+            "give a .pt file written by `translator train` or `translator import-hf`",
         )
     return payload
 

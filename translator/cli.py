@@ -153,6 +153,7 @@ def train(
 
     Prepares the data first (as `translator prepare` does) when data/<name>/ has none;
     data prepared with other data settings is refused, never replaced.
+    Fine-tune with --set train.init_from=CKPT: its weights, architecture and SentencePiece model(s).
     Resumes exactly from run_dir/last.pt when it exists; Ctrl-C or SIGTERM saves last.pt and exits.
     Several GPUs (or CPU processes): torchrun --nproc_per_node 4 -m translator train CONFIG
     (rank 0 prepares, the others wait)
@@ -463,6 +464,22 @@ def import_hf(
         ),
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Checkpoint to write.")],
+    src_lang: Annotated[
+        Optional[str],
+        typer.Option(
+            "--src-lang",
+            show_default="tokenizer_config.json's source_lang",
+            help="Source language code, as the data to fine-tune on spells it (data.src_lang).",
+        ),
+    ] = None,
+    tgt_lang: Annotated[
+        Optional[str],
+        typer.Option(
+            "--tgt-lang",
+            show_default="tokenizer_config.json's target_lang",
+            help="Target language code (data.tgt_lang).",
+        ),
+    ] = None,
 ) -> None:
     """Import an OPUS-MT (MarianMT) model as a checkpoint for translate, eval, attention and
     fine-tuning (train.init_from).
@@ -471,9 +488,10 @@ def import_hf(
     """
     from translator import marian
 
-    cfg = marian.import_marian(directory, out)
+    cfg = marian.import_marian(directory, out, src_lang, tgt_lang)
     typer.echo(
-        f"imported {directory} ({cfg.model.n_encoder_layers}+{cfg.model.n_decoder_layers} layers, "
+        f"imported {directory} ({cfg.data.src_lang}->{cfg.data.tgt_lang}, "
+        f"{cfg.model.n_encoder_layers}+{cfg.model.n_decoder_layers} layers, "
         f"d_model {cfg.model.d_model}) into {out}"
     )
 

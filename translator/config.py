@@ -215,6 +215,12 @@ class TrainConfig:
     """Where checkpoints, logs, TensorBoard events and the resolved config go."""
     seed: int = 1
     """Seed for parameters, dropout and batch order."""
+    init_from: str = ""
+    """Fine-tune: start from this checkpoint's weights (ours, or one from `import-hf`), its
+    architecture (which overrides the model section but for dropout and gradient_checkpointing)
+    and its SentencePiece model(s) (prepare encodes the data with them), with a fresh optimizer,
+    schedule and update counter. Ignored when run_dir/last.pt exists: the run resumes. Empty =
+    random weights."""
     device: str = "auto"
     """`auto` (CUDA when present), `cpu`, `cuda` or `cuda:N`."""
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"

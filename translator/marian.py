@@ -11,28 +11,78 @@ Marian's position table puts all sines before all cosines; ours interleaves them
 of a Transformer commutes with a permutation of the residual stream's dimensions (LayerNorm
 included), so the import permutes those dimensions in every weight instead of adding a position
 layout to the model: the logits come out the same.
+
+Marian has one `<pad>` class, and our BOS row holds it; our PAD row would be a second copy of it in
+the softmax (a loss Hugging Face's would not equal), so it gets a zero row and a logit of PAD_LOGIT.
+
+The language pair comes from `tokenizer_config.json` (OPUS-MT's `source_lang`/`target_lang`) or
+from the caller; it becomes the checkpoint's data.src_lang/tgt_lang, which fine-tuning checks.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from translator import checkpoint
-from translator.config import Config, ModelConfig
+from translator.config import Config, DataConfig, ModelConfig
 from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from translator.errors import TranslatorError
 from translator.model.transformer import Transformer
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "silu", "silu": "silu"}
 SPECIALS = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
+# PAD's logit: exp(-100) is below fp32's smallest normal number relative to any real logit, yet
+# finite, so that label smoothing's mean of -log p over the vocabulary stays finite in fine-tuning
+PAD_LOGIT = -100.0
+LANG_CODE = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")  # what data file suffixes and columns can be
 
 
-def import_marian(directory: str | Path, out: str | Path) -> Config:
-    """Read a MarianMT directory and write an equivalent translator checkpoint to `out`."""
+def languages(directory: Path, src_lang: str | None, tgt_lang: str | None) -> tuple[str, str]:
+    """The language pair: the given codes, else tokenizer_config.json's source_lang/target_lang."""
+    meta_path = directory / "tokenizer_config.json"
+    meta = _read_json(meta_path) if meta_path.is_file() else {}
+    codes = []
+    for flag, given, key in (
+        ("--src-lang", src_lang, "source_lang"),
+        ("--tgt-lang", tgt_lang, "target_lang"),
+    ):
+        code = given if given is not None else meta.get(key)
+        if code is None:
+            raise TranslatorError(
+                f"the model's {key.replace('_lang', '')} language is not recorded "
+                f"(no {key} in tokenizer_config.json)",
+                str(directory),
+                f"give {flag}, e.g. {flag} {'en' if flag == '--src-lang' else 'de'}",
+            )
+        if not isinstance(code, str) or not LANG_CODE.fullmatch(code):
+            raise TranslatorError(
+                f"{code!r} is not a language code",
+                flag if given is not None else f"{meta_path} ({key})",
+                "use a code such as en or de, spelt as the data's file suffixes or columns are",
+            )
+        codes.append(code)
+    if codes[0] == codes[1]:
+        raise TranslatorError(
+            f"source and target language are both {codes[0]!r}",
+            "--tgt-lang" if tgt_lang is not None else str(meta_path),
+            "give two different codes with --src-lang and --tgt-lang",
+        )
+    return codes[0], codes[1]
+
+
+def import_marian(
+    directory: str | Path,
+    out: str | Path,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
+) -> Config:
+    """Read a MarianMT directory and write an equivalent translator checkpoint to `out`; the
+    languages default to the directory's tokenizer_config.json."""
     directory = Path(directory)
     hf = _read_json(directory / "config.json")
     vocab = _read_json(directory / "vocab.json")
@@ -42,9 +92,10 @@ def import_marian(directory: str | Path, out: str | Path) -> Config:
     tgt_proto = reorder_pieces(_read_bytes(directory / "target.spm"), list(vocab))
     tokenizer = Tokenizer.from_proto(src_proto, tgt_proto)
 
-    cfg = Config()
-    cfg.model = model_config(hf, tokenizer, str(directory / "config.json"))
-    cfg.data.joint_vocab = False
+    model_cfg = model_config(hf, tokenizer, str(directory / "config.json"))
+    src_lang, tgt_lang = languages(directory, src_lang, tgt_lang)
+    data = DataConfig(src_lang=src_lang, tgt_lang=tgt_lang, joint_vocab=False)
+    cfg = Config(data=data, model=model_cfg)
     model = Transformer(cfg.model)
     model.load_state_dict(our_weights(weights, cfg.model, vocab, hf, tokenizer))
     checkpoint.save(out, model, cfg, tokenizer, {"imported_from": "marian"})
@@ -156,6 +207,8 @@ def our_weights(
         "tgt_embed.token.weight": w.get("decoder.embed_tokens.weight", shared)[tgt_rows][:, perm],
         "out_proj.bias": bias[tgt_rows],
     }
+    out["tgt_embed.token.weight"][PAD_ID] = 0.0  # see PAD_LOGIT (as input, PAD is never read)
+    out["out_proj.bias"][PAD_ID] = PAD_LOGIT
     out["out_proj.weight"] = out["tgt_embed.token.weight"]  # tied, as in Marian
     for side, n_layers in (("encoder", cfg.n_encoder_layers), ("decoder", cfg.n_decoder_layers)):
         for i in range(n_layers):

@@ -5,6 +5,10 @@ The training split streams through in bounded memory (see data/binarize.py), so 
 fits a small machine. The directory is written under a temporary name and renamed when complete:
 an interrupted or failed prepare leaves nothing that looks finished. A rerun with the same data
 config (and unchanged local files) is a cache hit that touches no data.
+
+With `train.init_from`, the checkpoint's SentencePiece model(s) encode the data instead of new ones
+(fine-tuning keeps the vocabulary its embeddings were trained for); the manifest records their
+checksum as the setting `vocab_from`, so data prepared either way is never taken for the other.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
-from translator import __version__
+from translator import __version__, checkpoint
 from translator.config import Config, DataConfig, dump, to_dict
 from translator.data import clean
 from translator.data.binarize import clean_to_scratch, encode_to_ids, sample_lines, sample_mask
@@ -33,6 +37,14 @@ from translator.files import atomic_dir
 SPLITS = ("train", "valid", "test")
 FORMAT = 2  # layout of the prepared directory; part of the config hash
 SEED = 1  # SentencePiece sample and training: fixed, so that train.seed does not change the data
+# Settings of SentencePiece training, which a checkpoint's tokenizer (train.init_from) makes moot
+SPM_SETTINGS = (
+    "vocab_size",
+    "spm_model_type",
+    "character_coverage",
+    "byte_fallback",
+    "input_sentence_size",
+)
 
 
 def prepared_dir(data: DataConfig) -> Path:
@@ -58,20 +70,38 @@ def source_fingerprint(data: DataConfig) -> list:
     return sorted([str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns] for p in files)
 
 
-def shaping_settings(data: DataConfig) -> dict:
-    """The data settings that shape the prepared files (not where they are written)."""
-    return {k: v for k, v in to_dict(data).items() if k not in ("data_dir", "name")}
+def shaping_settings(data: DataConfig, vocab_from: str | None = None) -> dict:
+    """The data settings that shape the prepared files (not where they are written); `vocab_from`:
+    the sha256 of the checkpoint tokenizer that encodes them, which replaces SentencePiece's
+    settings."""
+    moot = ("data_dir", "name", *(SPM_SETTINGS if vocab_from else ()))
+    settings = {k: v for k, v in to_dict(data).items() if k not in moot}
+    # only when set: data prepared before this setting existed keeps its hash
+    return {**settings, "vocab_from": vocab_from} if vocab_from else settings
 
 
-def config_hash(data: DataConfig) -> str:
+def config_hash(data: DataConfig, vocab_from: str | None = None) -> str:
     """Identifies everything that shapes the prepared files (not where they are written)."""
-    identity = [__version__, FORMAT, shaping_settings(data), source_fingerprint(data)]
+    identity = [__version__, FORMAT, shaping_settings(data, vocab_from), source_fingerprint(data)]
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def up_to_date(data: DataConfig) -> bool:
+def up_to_date(data: DataConfig, vocab_from: str | None = None) -> bool:
     path = prepared_dir(data) / "manifest.json"
-    return path.is_file() and json.loads(path.read_text()).get("config_hash") == config_hash(data)
+    made = json.loads(path.read_text()).get("config_hash") if path.is_file() else None
+    return made == config_hash(data, vocab_from)
+
+
+def checkpoint_vocab(cfg: Config) -> Tokenizer | None:
+    """train.init_from's tokenizer (None without one); sets data.joint_vocab to match it."""
+    if not cfg.train.init_from:
+        return None
+    try:
+        tokenizer, _ = checkpoint.read_tokenizer(cfg.train.init_from)
+    except TranslatorError as err:
+        raise TranslatorError(err.what, f"train.init_from: {err.where}", err.fix) from None
+    cfg.data.joint_vocab = tokenizer.joint
+    return tokenizer
 
 
 def run(
@@ -84,14 +114,18 @@ def run(
     """
     data, out = cfg.data, prepared_dir(cfg.data)
     say = (lambda line: None) if quiet else log
-    if not force and up_to_date(data):
+    vocab = checkpoint_vocab(cfg)
+    vocab_from = vocab.checksum() if vocab else None
+    if not force and up_to_date(data, vocab_from):
         (say or Bars(quiet).print)(
             f"{out} is up to date (same data config); use --force to prepare again"
         )
         return out
     started = time.time()
     with Bars(quiet) as bars, atomic_dir(out) as tmp:
-        manifest = _prepare(data, tmp, bars)
+        manifest = _prepare(data, tmp, bars, vocab)
+        if vocab:
+            manifest["vocab_from"] = {"checkpoint": cfg.train.init_from, "sha256": vocab_from}
         manifest["seconds"] = round(time.time() - started, 1)
         manifest["step_seconds"] = bars.seconds
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -105,8 +139,9 @@ def run(
     return out
 
 
-def _prepare(data: DataConfig, tmp: Path, bars: Bars) -> dict:
-    """All the work, inside the temporary directory; returns the manifest."""
+def _prepare(data: DataConfig, tmp: Path, bars: Bars, vocab: Tokenizer | None) -> dict:
+    """All the work, inside the temporary directory; returns the manifest. `vocab`: a checkpoint's
+    tokenizer to encode with instead of training SentencePiece."""
     scratch = tmp / ".scratch"
     scratch.mkdir()
     # local sources: Arrow copy, deleted at the end
@@ -138,7 +173,10 @@ def _prepare(data: DataConfig, tmp: Path, bars: Bars) -> dict:
             data.source,
             "check the languages, the split mapping and the cleaning rules",
         )
-    tokenizers = _train_tokenizers(data, scratch, keep, tmp, bars)
+    if vocab:
+        tokenizers = _copy_tokenizers(vocab, data, tmp)
+    else:
+        tokenizers = _train_tokenizers(data, scratch, keep, tmp, bars)
     with bars.step("encode train", int(keep.sum())) as step:
         counts = {
             "train": encode_to_ids(
@@ -161,7 +199,7 @@ def _prepare(data: DataConfig, tmp: Path, bars: Bars) -> dict:
     for split, (src, tgt) in held_out.items():
         counts[split] = _write_eval_split(tmp, split, src, tgt, tokenizers, cleaner, data)
     shutil.rmtree(scratch)
-    return _manifest(data, cleaner, counts, tokenizers, tmp)
+    return _manifest(data, cleaner, counts, tokenizers, tmp, vocab.checksum() if vocab else None)
 
 
 def _read_pairs(table, data: DataConfig) -> tuple[list[str], list[str]]:
@@ -185,6 +223,15 @@ def _train_tokenizers(
         side: _train_tokenizer(files[side], (side,), data, scratch, keep, tmp, bars)
         for side in ("src", "tgt")
     }
+
+
+def _copy_tokenizers(vocab: Tokenizer, data: DataConfig, tmp: Path) -> dict[str, Tokenizer]:
+    """Side -> tokenizer from a checkpoint's SentencePiece model(s), put where trained ones go."""
+    files = vocab_files(data)
+    protos = {"src": vocab.proto(), "tgt": vocab.target_proto() or vocab.proto()}
+    for side, proto in protos.items():
+        (tmp / files[side]).write_bytes(proto)
+    return {side: Tokenizer.from_proto(proto) for side, proto in protos.items()}
 
 
 def _train_tokenizer(
@@ -251,6 +298,7 @@ def _manifest(
     counts: dict,
     tokenizers: dict[str, Tokenizer],
     tmp: Path,
+    vocab_from: str | None,
 ) -> dict:
     files = vocab_files(data)
     vocab = {
@@ -264,8 +312,8 @@ def _manifest(
     }
     return {
         "format": FORMAT,
-        "config_hash": config_hash(data),
-        "settings": shaping_settings(data),
+        "config_hash": config_hash(data, vocab_from),
+        "settings": shaping_settings(data, vocab_from),
         "source": data.source,
         "source_spec": {
             "source": data.source,
@@ -283,6 +331,7 @@ def _manifest(
             split: {"src": c["src_tokens"], "tgt": c["tgt_tokens"]} for split, c in counts.items()
         },
         "joint_vocab": data.joint_vocab,
+        "vocab_from": None,  # or the checkpoint whose tokenizer encoded the data (run() fills it)
         "vocab": vocab,
         "vocab_size": tokenizers["tgt"].vocab_size,
         "spm_sha256": tokenizers["tgt"].checksum(),
@@ -291,6 +340,12 @@ def _manifest(
         },
         "versions": _versions(),
     }
+
+
+def _vocab_origin(vocab_from: str | None) -> str:
+    if vocab_from is None:
+        return "a SentencePiece model trained on the data"
+    return f"the SentencePiece model(s) of a checkpoint (tokenizer sha256 {vocab_from[:12]})"
 
 
 def _versions() -> dict[str, str]:
@@ -318,6 +373,8 @@ def summary_rows(manifest: dict) -> list[tuple[str, str]]:
         ("valid / test pairs", f"{pairs['valid']:,} / {pairs['test']:,}"),
         ("train tokens src / tgt", f"{tokens['train']['src']:,} / {tokens['train']['tgt']:,}"),
     ]
+    if manifest.get("vocab_from"):
+        rows.append(("vocabulary from", manifest["vocab_from"]["checkpoint"]))
     if manifest["joint_vocab"]:
         rows.append(
             ("vocabulary (joint)", f"{vocab['src']['size']:,} ({vocab['src']['id_dtype']})")
@@ -330,12 +387,12 @@ def summary_rows(manifest: dict) -> list[tuple[str, str]]:
     return rows
 
 
-def ensure(cfg: Config, quiet: bool = False) -> dict:
+def ensure(cfg: Config, quiet: bool = False, vocab_from: str | None = None) -> dict:
     """The manifest of `cfg.data`'s prepared directory, which is prepared first when missing
     (`train`).
 
     Data present is never prepared over: with other settings it is refused (load_manifest), and a
-    directory without a manifest is not ours to replace.
+    directory without a manifest is not ours to replace. `vocab_from`: see load_manifest.
     """
     folder = prepared_dir(cfg.data)
     if not (folder / "manifest.json").is_file():
@@ -346,16 +403,18 @@ def ensure(cfg: Config, quiet: bool = False) -> dict:
                 "move it away, or set another data.name or data.data_dir",
             )
         run(cfg, quiet=quiet)
-    return load_manifest(cfg.data)
+    return load_manifest(cfg.data, vocab_from)
 
 
-def load_manifest(data: DataConfig) -> dict:
+def load_manifest(data: DataConfig, vocab_from: str | None = None) -> dict:
     """The prepare manifest of `data`, which training reads; refused if prepared with other
     settings.
 
     Where the data came from (source, split names) may differ: `prepare --data PATH` need not be
     repeated for `train`. Anything else (vocabulary, cleaning, max_train_pairs...) must match, or
-    the run would train on other data than its config (and checkpoints) say.
+    the run would train on other data than its config (and checkpoints) say. `vocab_from`: the
+    sha256 of the checkpoint tokenizer the data must be encoded with (train.init_from), None for
+    SentencePiece trained by prepare.
     """
     path = prepared_dir(data) / "manifest.json"
     if not path.is_file():
@@ -366,9 +425,17 @@ def load_manifest(data: DataConfig) -> dict:
             "or share data.data_dir)",
         )
     manifest = json.loads(path.read_text())
-    made, wanted = manifest.get("settings"), shaping_settings(data)
+    made, wanted = manifest.get("settings"), shaping_settings(data, vocab_from)
     if made is None:  # written by an older prepare: nothing to compare
         return manifest
+    if made.get("vocab_from") != vocab_from:
+        raise TranslatorError(
+            f"prepared with {_vocab_origin(made.get('vocab_from'))}, but this run needs "
+            f"{_vocab_origin(vocab_from)}",
+            str(prepared_dir(data)),
+            "to replace it, run `translator prepare` with this config (and the same --set/--data); "
+            "to keep it, set another data.name",
+        )
     changed = sorted(
         k for k in wanted if k not in ("source", "splits") and made.get(k) != wanted[k]
     )

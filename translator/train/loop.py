@@ -183,12 +183,20 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
     s = setup(cfg, quiet)
     t, state = cfg.train, s.state
     data = TrainBatches(cfg, s.dist)
-    manifest = RunManifest(s.run_dir, cfg, s.dist.world_size, state.step) if s.dist.main else None
+    manifest = (
+        RunManifest(s.run_dir, cfg, s.dist.world_size, state.step, s.vocab_from)
+        if s.dist.main
+        else None
+    )
     start_logging(s, len(data.src))
     stop, reason = StopRequest(), "error"
     deadline = time.time() + 60 * t.max_minutes if t.max_minutes else math.inf
     window = Throughput(start=time.time())
     try:
+        if s.fine_tuning:  # the starting point, which the fine-tuned model is to beat
+            s.metrics.line("validating train.init_from's model before any update")
+            evaluate_and_save(s)
+            window.start = time.time()
         while True:
             data.roll(state)
             if state.step >= t.max_updates or (t.max_epochs and state.epoch >= t.max_epochs):

@@ -40,11 +40,11 @@ def git_state() -> dict[str, Any]:
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
-def data_checksums(cfg_data) -> dict[str, Any]:
+def data_checksums(cfg_data, vocab_from: str | None = None) -> dict[str, Any]:
     """The prepared files' sha256 as recorded by prepare (re-hashing ~1 GB at WMT scale costs
     seconds)."""
     folder = prepared_dir(cfg_data)
-    prepared = load_manifest(cfg_data)
+    prepared = load_manifest(cfg_data, vocab_from)
     files = prepared.get("files")
     if files is None:  # prepared by an older version: hash the files now
         files = {}
@@ -82,7 +82,9 @@ def versions() -> dict[str, str]:
 class RunManifest:
     """The manifest of one run directory, with this session appended."""
 
-    def __init__(self, run_dir: Path, cfg, world_size: int, start_step: int) -> None:
+    def __init__(
+        self, run_dir: Path, cfg, world_size: int, start_step: int, vocab_from: str | None = None
+    ) -> None:
         self.path = run_dir / "manifest.json"
         self.data = json.loads(self.path.read_text()) if self.path.is_file() else {"sessions": []}
         self.started = time.time()
@@ -99,7 +101,8 @@ class RunManifest:
                 "train": cfg.train.seed,
                 "per_rank": [cfg.train.seed + r for r in range(world_size)],
             },
-            "data": data_checksums(cfg.data),
+            "data": data_checksums(cfg.data, vocab_from),
+            "init_from": cfg.train.init_from or None,
             "first_update": start_step,
             "last_update": start_step,
             "end_reason": None,

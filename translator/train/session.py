@@ -15,7 +15,7 @@ from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
 from translator.model.transformer import Transformer
 from translator.prepare import load_manifest, prepared_dir
-from translator.train import distributed
+from translator.train import distributed, finetune
 from translator.train.attention import AttentionMonitor
 from translator.train.distributed import Dist, gather, sum_all
 from translator.train.metrics import Metrics
@@ -52,6 +52,8 @@ class Session:
     monitor: AttentionMonitor | None = (
         None  # attention diagnostics at each validation (rank 0, when enabled)
     )
+    fine_tuning: bool = False  # starts from train.init_from's weights (validated before any update)
+    vocab_from: str | None = None  # the checkpoint tokenizer the data were prepared with (sha256)
 
 
 def _set_vocab_sizes(model: ModelConfig, tokenizer: Tokenizer) -> None:
@@ -74,17 +76,41 @@ def _set_vocab_sizes(model: ModelConfig, tokenizer: Tokenizer) -> None:
             )
 
 
-def prepared_tokenizer(cfg: Config, d: Dist, quiet: bool) -> Tokenizer:
+def prepared_tokenizer(cfg: Config, d: Dist, quiet: bool, vocab_from: str | None) -> Tokenizer:
     """The prepared data's tokenizer; rank 0 prepares the data first when there is none (the others
-    wait)."""
-    distributed.main_first(d, lambda: prepare.ensure(cfg, quiet), "preparing the data")
+    wait). `vocab_from`: the sha256 of the checkpoint tokenizer the data must be encoded with."""
+    distributed.main_first(d, lambda: prepare.ensure(cfg, quiet, vocab_from), "preparing the data")
     # every rank checks the settings
     vocab, folder = (
-        load_manifest(cfg.data)["vocab"],
+        load_manifest(cfg.data, vocab_from)["vocab"],
         prepared_dir(cfg.data),
     )
     src, tgt = folder / vocab["src"]["file"], folder / vocab["tgt"]["file"]
-    return Tokenizer(src) if src == tgt else Tokenizer(src, tgt)
+    tokenizer = Tokenizer(src) if src == tgt else Tokenizer(src, tgt)
+    if vocab_from and tokenizer.checksum() != vocab_from:  # files replaced after prepare
+        raise TranslatorError(
+            "the prepared SentencePiece model(s) are not the checkpoint's (train.init_from)",
+            str(folder),
+            "prepare again with --force, or set another data.name",
+        )
+    return tokenizer
+
+
+def initial_model(cfg: Config, d: Dist, start: finetune.Start) -> Transformer:
+    """The seeded model, with train.init_from's weights when the run starts from them."""
+    seed_all(cfg.train.seed)  # the same initial weights on every process
+    model = Transformer(cfg.model)
+    if start.weights is not None:
+        try:
+            model.load_state_dict(start.weights)
+        except RuntimeError as err:  # names and shapes that its own model section does not build
+            first = str(err).splitlines()[1:2] or ["mismatched parameters"]
+            raise TranslatorError(
+                f"its weights do not fit its model settings ({first[0].strip()})",
+                f"train.init_from: {cfg.train.init_from}",
+                "use a checkpoint written by `translator train` or `translator import-hf`",
+            ) from None
+    return model.to(d.device)
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -107,13 +133,13 @@ def setup(cfg: Config, quiet: bool) -> Session:
     run_dir/last.pt exists."""
     t, d = cfg.train, distributed.init(cfg.train.device)
     try:
-        tokenizer = prepared_tokenizer(cfg, d, quiet)
+        start = finetune.plan(cfg, Path(t.run_dir) / "last.pt")
+        tokenizer = prepared_tokenizer(cfg, d, quiet, start.vocab_from)
         _set_vocab_sizes(cfg.model, tokenizer)
+        model = initial_model(cfg, d, start)
     except BaseException:
         distributed.close(d)
         raise
-    seed_all(t.seed)  # the same initial weights on every process
-    model = Transformer(cfg.model).to(d.device)
     seed_all(t.seed + d.rank)  # a different dropout stream per process
     net = distributed.wrap(model, d)
     if t.compile:
@@ -136,12 +162,16 @@ def setup(cfg: Config, quiet: bool) -> Session:
         dist=d,
         dtype=dtype,
         run_dir=Path(t.run_dir),
+        fine_tuning=start.weights is not None,
+        vocab_from=start.vocab_from,
     )
     leftovers = check_run_dir(s.run_dir, model, t.keep_last) if d.main else 0  # before any update
     s.run_dir.mkdir(parents=True, exist_ok=True)
     s.metrics = Metrics(s.run_dir, t.max_updates, 0, quiet, enabled=d.main)
     if leftovers:
         s.metrics.line(f"removed {leftovers} temporary files of saves that were cut short")
+    for line in start.notes:
+        s.metrics.line(line)
     if (s.run_dir / "last.pt").is_file():
         try:
             resume(s, s.run_dir / "last.pt")

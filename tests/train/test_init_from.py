@@ -1,0 +1,277 @@
+"""train.init_from: fine-tuning an imported OPUS-MT model (and one of ours) on a small local corpus.
+
+The imported model's loss before any update comes from Hugging Face's MarianMTModel on the same
+pairs; the tokenizer check encodes with Hugging Face's MarianTokenizer. Runs are small (a 2+2-layer,
+d_model 32 model, a few hundred pairs) and take seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import traceback
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.data.conftest import multi30k_lines, small_splits, write_text_corpus
+from tests.reliability.conftest import SMALL
+from translator import checkpoint, config, marian, prepare
+from translator.config import TRAINING_ONLY
+from translator.data.shards import TokenArray
+from translator.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
+from translator.errors import TranslatorError
+from translator.train import loop
+
+
+@pytest.fixture(scope="module")
+def imported(opus, tmp_path_factory) -> Path:
+    root, _, _ = opus
+    path = tmp_path_factory.mktemp("imported") / "opus.pt"
+    marian.import_marian(root, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return write_text_corpus(tmp_path_factory.mktemp("ft") / "corpus", small_splits(200))
+
+
+def fine_tune(corpus: Path, tmp: Path, init_from: Path | str, *overrides: str) -> config.Config:
+    """SMALL's run (its model section disagrees with the imported one) on `corpus`, from a ckpt."""
+    return config.load(
+        None,
+        [
+            f"data.source={corpus}",
+            f"data.data_dir={tmp / 'data'}",
+            "data.name=ft",
+            "data.splits.valid=valid",
+            "data.vocab_size=200",
+            *SMALL,
+            f"train.run_dir={tmp / 'run'}",
+            f"train.init_from={init_from}",
+            *overrides,
+        ],
+    )
+
+
+def valid_losses(run_dir: Path) -> dict[int, float]:
+    """valid/loss by update, as TensorBoard got it."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    return {e.step: e.value for e in events.Scalars("valid/loss")}
+
+
+def hugging_face_loss(hf_model, hf_tok, sources: list[str], targets: list[str]) -> float:
+    """Cross-entropy per target token (EOS included) of the Marian model, one pair at a time."""
+    total, tokens = 0.0, 0
+    for source, target in zip(sources, targets):
+        batch = hf_tok([source], text_target=[target], return_tensors="pt")
+        with torch.no_grad():
+            loss = hf_model(input_ids=batch["input_ids"], labels=batch["labels"]).loss
+        total += loss.item() * batch["labels"].shape[1]
+        tokens += batch["labels"].shape[1]
+    return total / tokens
+
+
+def test_fine_tuning_an_imported_model(opus, imported, corpus, tmp_path):
+    _, hf_model, hf_tok = opus
+    cfg = fine_tune(corpus, tmp_path, imported, "train.max_updates=2", "train.eval_every=2")
+    loop.run(cfg, quiet=True)
+    run_dir = tmp_path / "run"
+    log = (run_dir / "train.log").read_text()
+    assert f"init_from: starting from the weights of {imported}" in log
+    assert "the architecture and vocabulary are the checkpoint's; overriding the config's" in log
+    assert "model.n_decoder_layers: 1 -> 2" in log and "model.n_heads: 2 -> 4" in log  # SMALL's
+    assert "data.joint_vocab: True -> False" in log
+
+    # before any update, the validation loss is the Marian model's on the same pairs
+    valid = small_splits(200)["valid"]
+    losses = valid_losses(run_dir)
+    assert sorted(losses) == [0, 2]
+    assert losses[0] == pytest.approx(hugging_face_loss(hf_model, hf_tok, *valid), rel=2e-6)
+    assert losses[2] != losses[0]
+
+    # the updates changed every tensor; the architecture stayed the imported one
+    start, end = checkpoint.read(imported), checkpoint.read(run_dir / "last.pt")
+    assert end["state"]["train"]["step"] == 2
+    assert all(not torch.equal(start["model"][k], end["model"][k]) for k in start["model"])
+    model_start, model_end = start["config"]["model"], end["config"]["model"]
+    assert {k: v for k, v in model_end.items() if k not in TRAINING_ONLY} == {
+        k: v for k, v in model_start.items() if k not in TRAINING_ONLY
+    }
+    assert end["tokenizer"]["sha256"] == start["tokenizer"]["sha256"]
+
+    # the data were encoded with the imported SentencePiece models, which encode as Marian's do
+    folder = prepare.prepared_dir(cfg.data)
+    src_spm, tgt_spm = Tokenizer(folder / "spm.src.model"), Tokenizer(folder / "spm.tgt.model")
+    assert src_spm.proto() == start["tokenizer"]["proto"]
+    assert tgt_spm.proto() == start["tokenizer"]["target_proto"]
+    for side, spm, lines in (("src", src_spm, valid[0]), ("tgt", tgt_spm, valid[1])):
+        ids = TokenArray(folder / f"valid.{side}")
+        assert [list(ids[i]) for i in range(3)] == spm.encode(lines[:3])
+    for source, target in zip(*valid):  # pieces of the ids (an unknown character: <unk>)
+        ours = src_spm.sp.id_to_piece(src_spm.encode([source])[0])
+        assert ours == hf_tok.convert_ids_to_tokens(hf_tok(source)["input_ids"])[:-1]
+        ours = tgt_spm.sp.id_to_piece(tgt_spm.encode([target])[0])
+        assert ours == hf_tok.convert_ids_to_tokens(hf_tok(text_target=target)["input_ids"])[:-1]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["settings"]["vocab_from"] == start["tokenizer"]["sha256"]
+    sha = start["tokenizer"]["sha256"]
+    assert manifest["vocab_from"] == {"checkpoint": str(imported), "sha256": sha}
+
+
+def test_prepared_with_or_without_a_checkpoint_vocabulary_is_no_false_cache_hit(
+    imported, corpus, tmp_path
+):
+    with_ckpt = fine_tune(corpus, tmp_path, imported)
+    prepare.run(with_ckpt, quiet=True)
+    sha = checkpoint.read_tokenizer(imported)[0].checksum()
+    assert prepare.up_to_date(with_ckpt.data, sha)
+    without = fine_tune(corpus, tmp_path, "", "data.joint_vocab=false")
+    assert not prepare.up_to_date(without.data)  # same data settings, other vocabulary
+    with pytest.raises(TranslatorError, match="prepared with the SentencePiece model.s. of a chec"):
+        loop.run(without, quiet=True)
+    prepare.run(without, quiet=True)  # prepares again: a SentencePiece model of its own
+    folder = prepare.prepared_dir(without.data)
+    assert Tokenizer(folder / "spm.src.model").checksum() != sha
+    assert not prepare.up_to_date(with_ckpt.data, sha)
+    with pytest.raises(TranslatorError, match="prepared with a SentencePiece model trained on"):
+        loop.run(fine_tune(corpus, tmp_path, imported), quiet=True)
+
+
+def test_fine_tuning_one_of_our_checkpoints(tmp_path):
+    """Train a small model on one corpus, fine-tune it on another: its joint vocabulary and its
+    architecture win over the config's (logged), and its loss is where fine-tuning starts."""
+    base_corpus = write_text_corpus(tmp_path / "a", small_splits(200))
+    base = fine_tune(base_corpus, tmp_path / "base", "", "train.max_updates=2")
+    loop.run(base, quiet=True)
+    ours = tmp_path / "base" / "run" / "last.pt"
+    other = small_splits(0)
+    other["train"] = tuple(multi30k_lines("train", lang, 200, 5000) for lang in ("en", "de"))
+    corpus = write_text_corpus(tmp_path / "b", other)
+    cfg = fine_tune(
+        corpus,
+        tmp_path / "ft",
+        ours,
+        "data.joint_vocab=false",
+        "model.d_model=64",
+        "train.max_updates=2",
+        "train.eval_every=2",
+    )
+    loop.run(cfg, quiet=True)
+    run_dir = tmp_path / "ft" / "run"
+    log = (run_dir / "train.log").read_text()
+    assert "model.d_model: 64 -> 32" in log and "data.joint_vocab: False -> True" in log
+    folder = prepare.prepared_dir(cfg.data)
+    start = checkpoint.read(ours)
+    assert (folder / "spm.model").read_bytes() == start["tokenizer"]["proto"]
+    assert not (folder / "spm.src.model").exists()
+
+    model, _, tokenizer = checkpoint.load(ours)
+    sources, targets = other["valid"]
+    expected = reference_loss(model, tokenizer, sources, targets)
+    assert valid_losses(run_dir)[0] == pytest.approx(expected, rel=2e-6)
+    end = checkpoint.read(run_dir / "last.pt")["model"]
+    assert not torch.equal(end["out_proj.weight"], start["model"]["out_proj.weight"])
+
+
+def reference_loss(model, tokenizer: Tokenizer, sources: list[str], targets: list[str]) -> float:
+    """Cross-entropy per target token, one unpadded pair at a time, from the raw text."""
+    total, tokens = 0.0, 0
+    for source, target in zip(sources, targets):
+        src = torch.tensor([[*tokenizer.encode([source])[0], EOS_ID]])
+        tgt = tokenizer.target_sp.encode(target)
+        with torch.no_grad():
+            logits = model(
+                src, torch.tensor([[BOS_ID, *tgt]]), torch.ones(1, 1, 1, src.shape[1]) > 0
+            )
+        total += torch.nn.functional.cross_entropy(
+            logits[0], torch.tensor([*tgt, EOS_ID]), reduction="sum"
+        ).item()
+        tokens += len(tgt) + 1
+    return total / tokens
+
+
+def fork(work) -> int:
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            torch.set_num_threads(1)
+            work()
+        except BaseException:  # noqa: BLE001 - reported through the exit code and stderr
+            traceback.print_exc()
+            code = 1
+        os._exit(code)
+    return pid
+
+
+def wait(pid: int) -> int:
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def test_resume_after_a_kill_ignores_init_from(imported, corpus, tmp_path):
+    """Killed once it has saved, the run resumes from last.pt even with init_from pointing
+    elsewhere (here at nothing), and ends with the weights of an uninterrupted run."""
+    settings = ("train.max_updates=12", "train.eval_every=4", "train.keep_last=1")
+    straight = fine_tune(corpus, tmp_path / "straight", imported, *settings)
+    loop.run(straight, quiet=True)
+
+    killed = tmp_path / "killed"
+    pid = fork(lambda: loop.run(fine_tune(corpus, killed, imported, *settings), quiet=True))
+    while not (killed / "run" / "last.pt").exists():
+        time.sleep(0.005)
+    os.kill(pid, signal.SIGKILL)
+    assert wait(pid) == -signal.SIGKILL
+    assert checkpoint.read(killed / "run" / "last.pt")["state"]["train"]["step"] < 12
+
+    elsewhere = tmp_path / "missing.pt"
+    cfg = fine_tune(corpus, killed, elsewhere, *settings)
+    loop.run(cfg, quiet=True)
+    log = (killed / "run" / "train.log").read_text()
+    assert f"the run resumes from it, train.init_from ({elsewhere}) is not loaded" in log
+    assert "resumed from" in log
+    a = checkpoint.read(tmp_path / "straight" / "run" / "last.pt")
+    b = checkpoint.read(killed / "run" / "last.pt")
+    assert a["state"]["train"]["step"] == b["state"]["train"]["step"] == 12
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+    assert b["config"]["train"]["init_from"] == str(imported)  # how the run started
+
+
+def test_bad_init_from_is_one_line(imported, corpus, tmp_path):
+    from tests.test_cli import run_cli
+
+    text = tmp_path / "notes.txt"
+    text.write_text("not a checkpoint\n")
+    cases = [
+        (tmp_path / "nope.pt", "train.init_from: .*nope.pt: checkpoint not found"),
+        (text, "train.init_from: .*notes.txt: not a readable checkpoint"),
+    ]
+    for path, message in cases:
+        cfg = fine_tune(corpus, tmp_path, path)
+        with pytest.raises(TranslatorError, match=message):
+            loop.run(cfg, quiet=True)
+    misfit = checkpoint.read(imported)
+    misfit["config"]["model"]["d_ff"] = 128  # its weights have 64
+    torch.save(misfit, tmp_path / "misfit.pt")
+    with pytest.raises(TranslatorError, match="misfit.pt: its weights do not fit .*size mismatch"):
+        loop.run(fine_tune(corpus, tmp_path, tmp_path / "misfit.pt"), quiet=True)
+    reversed_pair = fine_tune(corpus, tmp_path, imported, "data.src_lang=de", "data.tgt_lang=en")
+    with pytest.raises(
+        TranslatorError, match="the checkpoint translates en->de, the data is de->en"
+    ):
+        loop.run(reversed_pair, quiet=True)
+    assert not (tmp_path / "run" / "last.pt").exists()
+
+    sets = [f"train.init_from={tmp_path}/x.pt", f"train.run_dir={tmp_path}/cli"]
+    result = run_cli("train", "configs/tiny.yaml", *[a for s in sets for a in ("--set", s)])
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: train.init_from: ") and "not found" in result.stderr

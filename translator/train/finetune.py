@@ -1,0 +1,118 @@
+"""`train.init_from`: start a run from a checkpoint's weights (fine-tuning), or see that it resumes.
+
+As Hugging Face's `from_pretrained` does, the checkpoint decides the architecture: its model
+section replaces the config's (each field that differs is logged), except the training-only
+settings (dropout, gradient checkpointing), which stay the config's. Its tokenizer encodes the data
+(prepare.py). As fairseq's `--restore-file --reset-optimizer --reset-lr-scheduler` does, optimizer,
+schedule and update counter start fresh. A run directory holding last.pt resumes instead: the
+checkpoint that started the run is then not read at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from translator import checkpoint
+from translator.config import TRAINING_ONLY, Config, ModelConfig, from_dict, to_dict
+from translator.errors import TranslatorError
+
+
+@dataclass
+class Start:
+    """How a run starts: the weights to load (None: random, or resumed later), the tokenizer the
+    prepared data must have been encoded with (None: SentencePiece trained by prepare), log
+    lines."""
+
+    weights: dict[str, Any] | None = None
+    vocab_from: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def plan(cfg: Config, last: Path) -> Start:
+    """Resolve train.init_from against run_dir/last.pt (the checkpoint's architecture into cfg)."""
+    if last.is_file():
+        return _resuming(cfg, last)
+    if not cfg.train.init_from:
+        return Start()
+    where = f"train.init_from: {cfg.train.init_from}"
+    try:
+        payload = checkpoint.read(cfg.train.init_from)  # weights verified: they are used
+    except TranslatorError as err:
+        raise TranslatorError(err.what, f"train.init_from: {err.where}", err.fix) from None
+    saved = from_dict(payload["config"], where)
+    notes = [
+        f"init_from: starting from the weights of {cfg.train.init_from} with a fresh optimizer, "
+        "schedule and update counter (fine-tuning)",
+        *_languages(cfg, saved, where),
+    ]
+    notes += adopt(cfg, saved.model, payload["tokenizer"].get("target_proto") is None)
+    return Start(payload["model"], payload["tokenizer"]["sha256"], notes)
+
+
+def _resuming(cfg: Config, last: Path) -> Start:
+    """Resuming: train.init_from as the run started (last.pt's config says), not as given now."""
+    try:
+        tokenizer, saved_dict = checkpoint.read_tokenizer(last)
+    except TranslatorError as err:  # as state.read_resumable says it
+        raise TranslatorError(
+            f"cannot resume: {err.what}",
+            err.where,
+            "delete it to start over, or copy a step-N.pt over it to resume from there",
+        ) from None
+    started_from = saved_dict.get("train", {}).get("init_from", "")
+    notes = []
+    if cfg.train.init_from:
+        notes.append(
+            f"{last} exists: the run resumes from it, train.init_from ({cfg.train.init_from}) "
+            "is not loaded"
+        )
+    cfg.train.init_from = started_from  # what the run's checkpoints keep saying
+    if not started_from:  # a run from random weights: the usual resume checks apply
+        return Start(notes=notes)
+    saved = from_dict(saved_dict, str(last))
+    notes += adopt(cfg, saved.model, tokenizer.joint)  # the run's architecture since its start
+    return Start(vocab_from=tokenizer.checksum(), notes=notes)
+
+
+def adopt(cfg: Config, saved: ModelConfig, joint: bool) -> list[str]:
+    """cfg.model becomes `saved` but for the training-only fields; data.joint_vocab follows the
+    checkpoint's tokenizer. Returns a log line naming every overridden setting (none if alike)."""
+    ours, theirs = to_dict(cfg.model), to_dict(saved)
+    changed = [
+        f"model.{k}: {ours[k]!r} -> {theirs[k]!r}"
+        for k in theirs
+        if k not in TRAINING_ONLY
+        and ours.get(k) != theirs[k]
+        and not (k.endswith("vocab_size") and ours.get(k) == 0)  # 0 = automatic
+    ]
+    if cfg.data.joint_vocab != joint:
+        changed.append(f"data.joint_vocab: {cfg.data.joint_vocab!r} -> {joint!r}")
+    cfg.model = ModelConfig(**{**theirs, **{k: ours[k] for k in TRAINING_ONLY if k in ours}})
+    cfg.data.joint_vocab = joint
+    if not changed:
+        return []
+    return [
+        "init_from: the architecture and vocabulary are the checkpoint's; overriding the config's "
+        + ", ".join(changed)
+    ]
+
+
+def _languages(cfg: Config, saved: Config, where: str) -> list[str]:
+    """A checkpoint translating the other way round is refused; other language codes than the
+    data's get a log line (they may name the same languages: `eng`, `en`)."""
+    theirs = (saved.data.src_lang, saved.data.tgt_lang)
+    ours = (cfg.data.src_lang, cfg.data.tgt_lang)
+    if theirs == ours:
+        return []
+    if theirs == ours[::-1]:
+        raise TranslatorError(
+            f"the checkpoint translates {theirs[0]}->{theirs[1]}, the data is {ours[0]}->{ours[1]}",
+            where,
+            "fine-tune a checkpoint of this direction, or swap data.src_lang and data.tgt_lang",
+        )
+    return [
+        f"init_from: the checkpoint was made for {theirs[0]}->{theirs[1]}, the data is "
+        f"{ours[0]}->{ours[1]}; go on only if these name the same languages"
+    ]
