@@ -231,7 +231,13 @@ TRAINING_ONLY = ("dropout", "attention_dropout", "activation_dropout", "gradient
 
 
 def architecture_changes(before: dict[str, Any], after: dict[str, Any]) -> str:
-    """Model sections (as dicts) compared outside TRAINING_ONLY -> `model.k: a -> b, ...`, empty if alike."""
+    """Model sections (as dicts) compared outside TRAINING_ONLY -> `model.k: a -> b, ...`, empty if alike.
+
+    A field missing from a dict (a checkpoint older than the field) has its default value: that is
+    the model it was.
+    """
+    defaults = to_dict(ModelConfig())
+    before, after = {**defaults, **before}, {**defaults, **after}
     changed = sorted(
         k for k in {*before, *after} - set(TRAINING_ONLY) if before.get(k) != after.get(k)
     )

@@ -14,7 +14,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from tests.model.conftest import VOCAB, tiny_config
 from tests.model.test_cache import LAYOUTS, _cache, _incremental
-from translator.config import ModelConfig
+from translator.config import ModelConfig, architecture_changes, to_dict
 from translator.errors import TranslatorError
 from translator.model.attention import attention, linear_attention
 from translator.model.relative import RelativePositionBias, relative_buckets
@@ -186,3 +186,27 @@ def test_gradients_reach_every_option_parameter(make_model, src_batch, changes):
 def test_config_refuses_options_that_cannot_work_together(changes, field):
     with pytest.raises(TranslatorError, match=field):
         ModelConfig(**changes)
+
+
+def test_a_checkpoint_older_than_the_options_is_the_default_model():
+    """Resuming or averaging a run saved before these fields existed is no architecture change."""
+    old = to_dict(ModelConfig())
+    for name in ("attention", "attention_window", "relative_buckets", "relative_max_distance"):
+        del old[name]
+    assert architecture_changes(old, to_dict(ModelConfig())) == ""
+    assert architecture_changes(old, to_dict(ModelConfig(attention_window=8))) == (
+        "model.attention_window: 0 -> 8"
+    )
+
+
+@pytest.mark.parametrize("changes", OPTIONS)
+@torch.no_grad()
+def test_cached_decoding_under_autocast_follows_full_decoding(make_model, src_batch, changes):
+    """Validation decodes an fp32 model under bf16 autocast: bf16 K/V and bias, an fp32 cache."""
+    model, (src, src_mask) = make_model(**changes), src_batch
+    tgt = torch.randint(4, VOCAB, (3, 7))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        memory = model.encode(src, src_mask)
+        full = model.decode(tgt, memory, src_mask)
+        cached, _ = _incremental(model, tgt, memory, src_mask, [1] * 7, memory.dtype)
+    torch.testing.assert_close(cached.float(), full.float(), atol=0.1, rtol=0.1)
