@@ -55,14 +55,17 @@ OPTIONS = {  # row name -> model overrides
 }
 
 
-def bench_cfg(option: str, minutes: float, device: str, run_dir: Path) -> config.Config:
+def bench_cfg(
+    option: str, minutes: float, device: str, run_dir: Path, sentences: int = 0, log_every: int = 10
+) -> config.Config:
     overrides = [
         *DATA,
         *OPTIONS[option],
         f"train.run_dir={run_dir}",
         f"train.device={device}",
         f"train.max_minutes={minutes}",
-        "train.log_every=20",  # enough rate points in a short run
+        f"train.valid_bleu_sentences={sentences}",  # the validations choosing best.pt
+        f"train.log_every={log_every}",  # tokens/s comes from these points
         "train.keep_last=0",
         "diagnostics.enabled=false",  # their cost is not the option's
     ]
@@ -75,7 +78,9 @@ def run_option(option: str, args) -> dict:
 
     device = resolve_device(args.device)
     with tempfile.TemporaryDirectory(prefix="bench-attention-") as tmp:
-        cfg = bench_cfg(option, args.minutes, str(device), Path(tmp) / "run")
+        cfg = bench_cfg(
+            option, args.minutes, str(device), Path(tmp) / "run", args.sentences, args.log_every
+        )
         began = time.time()
         loop.run(cfg, quiet=True)
         trained_s = time.time() - began
@@ -198,6 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sentences", type=int, default=0, help="score the first N (0 = all)")
     parser.add_argument("--max-length", type=int, default=4096, help="longest encoder source")
     parser.add_argument("--repeats", type=int, default=3, help="timed encoder passes per length")
+    parser.add_argument("--log-every", type=int, default=10, help="updates between rate points")
     parser.add_argument("--out", default="docs/benchmarks/attention-options.md")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: one option, print JSON
     args = parser.parse_args(argv)
