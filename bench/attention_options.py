@@ -20,6 +20,7 @@ import datetime
 import json
 import platform
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -166,7 +167,7 @@ def report(args, device: torch.device, rows: list[dict], scaling: list[tuple]) -
     memory = "peak allocated MiB" if on_cuda else "peak RSS MiB"
     lines = [
         "Command: `"
-        + " ".join([".venv/bin/python -m bench.attention_options", *args.argv])
+        + shlex.join([".venv/bin/python", "-m", "bench.attention_options", *args.argv])
         + "`  ",
         f"Date: {when}; machine: {machine}, torch {torch.__version__}, {torch.get_num_threads()} "
         f"threads; budget {args.minutes} min of training per option; BLEU on "
