@@ -10,7 +10,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 # Every target that runs the package depends on it, so `make test` or `make demo` sets itself up.
 STAMP  := $(VENV)/.installed
 
-.PHONY: install bench-install test cuda-check lint demo bench bench-model bench-train bench-decode bench-launches bench-prepare tensorboard clean
+.PHONY: install bench-install test cuda-check lint demo bench bench-model bench-train bench-decode bench-launches bench-prepare bench-attention-options tensorboard clean
 
 install: $(STAMP)  ## only the set-up (`rm $(STAMP)` first to redo it)
 
@@ -75,6 +75,9 @@ bench-decode: $(STAMP)  ## with the Hugging Face peer (installed by the stamp)
 
 bench-launches: $(STAMP)  ## host launches per decoding step on the CUDA path, counted on CPU
 	$(BIN)/python -m bench.launches
+
+bench-attention-options: $(STAMP)  ## hours: trains the multi30k recipe 95 min per attention option (MINUTES=, ARGS=)
+	$(BIN)/python -m bench.attention_options $(if $(MINUTES),--minutes $(MINUTES)) $(ARGS)
 
 bench-prepare: $(STAMP)  ## ~7 minutes; builds a 4.5M-pair corpus under /tmp
 	$(BIN)/python -m bench.prepare

@@ -16,7 +16,7 @@ import torch
 
 from translator.config import DecodeConfig, DiagnosticsConfig
 from translator.data.tokenizer import Tokenizer
-from translator.diagnostics.capture import KINDS, Forced, forced_attention
+from translator.diagnostics.capture import Forced, forced_attention
 from translator.diagnostics.figures import diversity_figure, heads_figure, save_png
 from translator.diagnostics.html import sentence_data, write_page
 from translator.diagnostics.stats import LayerStats, allowed_keys, layer_stats
@@ -86,12 +86,12 @@ def run(
             layer_stats(w, allowed_keys(kind, forced.src_valid, forced.tgt_valid)[0], diagnostics)
             for w in forced.maps[kind]
         ]
-        for kind in KINDS
+        for kind in forced.maps
     }
     views = [sentence_maps(forced, b, labels[b], words) for b in range(len(sources))]
     if out_dir is not None:
         write_figures(out_dir, views)
-        for kind in KINDS:  # over all the sentences: which heads attend alike
+        for kind in forced.maps:  # over all the sentences: which heads attend alike
             save_png(
                 diversity_figure([st.divergence for st in stats[kind]], KIND_NAMES[kind]),
                 out_dir / f"diversity-{kind}.png",
@@ -109,7 +109,8 @@ def run(
     header = "\n".join(
         f"{i}: {src}\n   -> {tgt}" for i, (src, tgt) in enumerate(zip(sources, translations))
     )
-    return header + "\n\n" + format_table(stats)
+    missing = "".join(f"\n{why}" for why in forced.without_weights.values())
+    return header + "\n\n" + format_table(stats) + missing
 
 
 def token_ids(
@@ -164,7 +165,7 @@ def sentence_maps(
     them).
     """
     maps = {}
-    for kind in KINDS:
+    for kind in forced.maps:
         rows, cols = pieces.axes(kind)
         maps[kind] = [w[b, :, : len(rows), : len(cols)] for w in forced.maps[kind]]
         if words:

@@ -153,8 +153,24 @@ class ModelConfig:
     activation_dropout: float = 0.0
     """Dropout on the feed-forward hidden layer (after the activation), apart from `dropout`
     (fairseq's)."""
-    positions: Literal["sinusoidal", "learned", "rope"] = "sinusoidal"
-    """Position scheme: added sinusoids, learned embeddings, or rotary (self-attention only)."""
+    positions: Literal["sinusoidal", "learned", "rope", "relative"] = "sinusoidal"
+    """Position scheme: added sinusoids, learned embeddings, rotary (self-attention only), or
+    relative: T5's learned bias on self-attention scores by bucketed distance i - j."""
+    relative_buckets: int = 32
+    """positions=relative: distance buckets per direction's table (T5: 32; the encoder splits them
+    between keys before and after the query); half are exact distances, half log-spaced."""
+    relative_max_distance: int = 128
+    """positions=relative: distances from this on share the last bucket (T5: 128)."""
+    relative_per_layer: bool = False
+    """positions=relative: a bias table per layer, or (False, as T5) one shared by a stack's
+    layers."""
+    attention_window: int = 0
+    """Self-attention sees only keys fewer than N positions away (N - 1 before the query in the
+    decoder, plus N - 1 after it in the encoder), and the decoder's KV cache keeps the last N keys
+    (a sliding window, as Longformer and Mistral use); 0 = full attention."""
+    attention: Literal["softmax", "linear"] = "softmax"
+    """Encoder self-attention: softmax, or linear (experimental: elu+1 feature maps, Katharopoulos
+    et al. 2020; cost linear in source length, no attention weights to look at)."""
     activation: Literal["relu", "gelu", "silu"] = "relu"
     """Feed-forward activation: ReLU (the paper), GELU, or SiLU/swish (Marian's OPUS-MT models)."""
     output_bias: bool = False
@@ -193,6 +209,32 @@ class ModelConfig:
             )
         if self.positions == "rope" and (self.d_model // self.n_heads) % 2:
             raise TranslatorError("rotary positions need an even d_head", "model.positions")
+        _check_range("model", self, "attention_window", 0)
+        _check_range("model", self, "relative_buckets", 4)  # two exact and two log-spaced, at least
+        if self.relative_max_distance <= self.relative_buckets // 2:  # log-spaced buckets need room
+            raise TranslatorError(
+                f"relative_max_distance={self.relative_max_distance} is within the "
+                f"{self.relative_buckets // 2} exact distances of relative_buckets="
+                f"{self.relative_buckets}",
+                "model.relative_max_distance",
+                "use a distance above relative_buckets / 2 (T5: 32 buckets, 128)",
+            )
+        self._check_linear_attention()
+
+    def _check_linear_attention(self) -> None:
+        """Linear attention has no score matrix: nothing to mask by window or to add a bias to."""
+        if self.attention != "linear":
+            return
+        for clash, value in (
+            ("attention_window", self.attention_window),
+            ("positions", self.positions == "relative" and "relative"),
+        ):
+            if value:
+                raise TranslatorError(
+                    f"model.attention=linear has no scores for model.{clash}={value} to act on",
+                    "model.attention",
+                    f"use attention=softmax, or drop model.{clash}",
+                )
 
 
 # Model settings that may differ between sessions of one run (and between checkpoints that are
@@ -202,7 +244,13 @@ TRAINING_ONLY = ("dropout", "attention_dropout", "activation_dropout", "gradient
 
 def architecture_changes(before: dict[str, Any], after: dict[str, Any]) -> str:
     """Model sections (as dicts) compared outside TRAINING_ONLY -> `model.k: a -> b, ...`, empty if
-    alike."""
+    alike.
+
+    A field missing from a dict (a checkpoint older than the field) has its default value: that is
+    the model it was.
+    """
+    defaults = to_dict(ModelConfig())
+    before, after = {**defaults, **before}, {**defaults, **after}
     changed = sorted(
         k for k in {*before, *after} - set(TRAINING_ONLY) if before.get(k) != after.get(k)
     )

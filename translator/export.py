@@ -31,6 +31,15 @@ def unsupported(cfg: ModelConfig) -> list[str]:
         problems.append(
             "model.positions=rope (CTranslate2's encoder-decoder has no rotary positions)"
         )
+    if cfg.positions == "relative":  # CT2 has T5's bias, but not tested against ours: refused
+        problems.append("model.positions=relative (not mapped to CTranslate2's T5 bias here)")
+    if cfg.attention_window:
+        problems.append(
+            f"model.attention_window={cfg.attention_window} "
+            "(CTranslate2's encoder-decoder attends to every position)"
+        )
+    if cfg.attention == "linear":
+        problems.append("model.attention=linear (CTranslate2 has softmax attention only)")
     return problems
 
 

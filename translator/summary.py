@@ -10,6 +10,22 @@ from translator.errors import TranslatorError
 from translator.model.transformer import Transformer, count_parameters
 
 
+def attention_options(m: config.ModelConfig) -> str:
+    """The attention options in words: kernel, window, relative bias."""
+    kinds = (
+        "encoder linear (elu+1 kernel), decoder softmax" if m.attention == "linear" else "softmax"
+    )
+    window = f"sliding window {m.attention_window}" if m.attention_window else "no window"
+    parts = [kinds, window]
+    if m.positions == "relative":
+        tables = "per layer" if m.relative_per_layer else "shared by each stack's layers"
+        parts.append(
+            f"relative bias ({m.relative_buckets} buckets to distance "
+            f"{m.relative_max_distance}, {tables})"
+        )
+    return ", ".join(parts)
+
+
 def describe(source: str, overrides: list[str]) -> str:
     """A short text: the model section, the vocabulary, the KV-cache size and the parameter
     count."""
@@ -47,7 +63,9 @@ def describe(source: str, overrides: list[str]) -> str:
         f"d_model {m.d_model}, d_ff {m.d_ff}, heads {m.n_heads} "
         f"({attention}: kv heads {kv}, d_head {d_head})",
         f"  vocabulary {vocabulary}, max positions {m.max_positions}, dropout {m.dropout}",
-        f"  decoder KV cache: {cache_per_token:,} values per target token and hypothesis",
+        f"  self-attention: {attention_options(m)}",
+        f"  decoder KV cache: {cache_per_token:,} values per target token and hypothesis"
+        + (f", the last {m.attention_window} tokens only" if m.attention_window else ""),
         f"  parameters: {n_params:,} ({n_params / 1e6:.2f}M)",
     ]
     return "\n".join(lines)

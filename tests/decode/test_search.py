@@ -124,7 +124,13 @@ def assert_same(hyps, expected):
 
 @pytest.mark.parametrize(
     "changes",
-    [{}, {"positions": "rope", "n_kv_heads": 2}, {"norm": "post", "positions": "learned"}],
+    [
+        {},
+        {"positions": "rope", "n_kv_heads": 2},
+        {"norm": "post", "positions": "learned"},
+        {"positions": "relative", "attention_window": 3},
+        {"attention": "linear", "attention_window": 0},
+    ],
 )
 def test_greedy_cached_equals_uncached(make_model, src_batch, changes):
     model = make_model(**changes)
@@ -132,7 +138,15 @@ def test_greedy_cached_equals_uncached(make_model, src_batch, changes):
     assert_same(greedy_search(model, src, src_mask), reference_greedy(model, src, src_mask))
 
 
-@pytest.mark.parametrize("changes", [{}, {"positions": "rope", "n_kv_heads": 2}])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"positions": "rope", "n_kv_heads": 2},
+        {"positions": "relative", "attention_window": 3, "relative_per_layer": True},
+        {"attention": "linear"},
+    ],
+)
 @pytest.mark.parametrize("alpha", [0.0, 1.0])
 def test_beam_cached_equals_uncached(make_model, src_batch, changes, alpha):
     model = make_model(**changes)

@@ -31,7 +31,13 @@ def recorded_graphs(monkeypatch):
 
 @pytest.mark.parametrize("kernels", ["plain", "cpu"])
 @pytest.mark.parametrize(
-    "changes", [{}, {"positions": "rope", "n_kv_heads": 2}, {"positions": "learned"}]
+    "changes",
+    [
+        {},
+        {"positions": "rope", "n_kv_heads": 2},
+        {"positions": "learned"},
+        {"positions": "relative", "attention_window": 3},  # a ring cache and a bias, replayed
+    ],
 )
 def test_replayed_steps_decode_what_eager_steps_decode(
     make_model, src_batch, changes, kernels, recorded_graphs

@@ -75,7 +75,15 @@ DEVICES = [
     "dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)], ids=["fp32", "bf16"]
 )
 @pytest.mark.parametrize(
-    "changes", [{}, {"n_kv_heads": 2}, {"positions": "rope"}], ids=["mha", "gqa", "rope"]
+    "changes",
+    [
+        {},
+        {"n_kv_heads": 2},
+        {"positions": "rope"},
+        {"positions": "relative", "relative_per_layer": True},
+        {"attention_window": 3, "positions": "relative"},
+    ],
+    ids=["mha", "gqa", "rope", "relative", "window-relative"],
 )
 def test_weighted_values_reproduce_the_sdpa_output(dtype, tol, changes, device):
     if device == "cuda" and dtype == torch.float32:

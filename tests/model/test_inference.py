@@ -44,7 +44,15 @@ def test_onednn_linear_is_x_w_plus_b_in_float64(dtype, bias, shape, activation):
 @pytest.mark.parametrize(
     "dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 0.1)], ids=["fp32", "bf16"]
 )
-@pytest.mark.parametrize("changes", [{}, {"positions": "rope", "n_kv_heads": 2, "norm": "post"}])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"positions": "rope", "n_kv_heads": 2, "norm": "post"},
+        {"positions": "relative", "attention_window": 3, "attention": "softmax"},
+        {"attention": "linear"},
+    ],
+)
 @torch.inference_mode()
 def test_converted_model_computes_the_plain_models_logits(
     make_model, src_batch, changes, dtype, tol

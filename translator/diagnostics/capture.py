@@ -6,13 +6,13 @@ change inside `translator/model/` needs a change here and nowhere else.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from translator.data.batching import pad, padding_mask
 from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from translator.model.attention import MultiHeadAttention, attention_weights
+from translator.model.attention import MultiHeadAttention, attention_weights, linear_attention
 from translator.model.transformer import Transformer
 
 # encoder self-, decoder (causal) self-, decoder cross-attention
@@ -28,6 +28,16 @@ def attention_modules(model: Transformer) -> dict[str, list[MultiHeadAttention]]
     }
 
 
+def without_weights(model: Transformer) -> dict[str, str]:
+    """Kinds whose attention has no weight matrix to capture -> why, in words for a user."""
+    return {
+        kind: f"{kind} self-attention is linear (model.attention=linear): its kernel never forms "
+        "query-by-key weights, so there are none to show"
+        for kind, modules in attention_modules(model).items()
+        if any(module.kernel is linear_attention for module in modules)
+    }
+
+
 @torch.no_grad()
 def attention_maps(
     model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor
@@ -37,9 +47,12 @@ def attention_maps(
     src (B, S) with src_mask (B, 1, 1, S); tgt_in (B, T) starts with BOS. Encoder maps are
     (B, H, S, S), decoder self-attention (B, H, T, T), cross-attention (B, H, T, S). The weights
     are the model's own: for this pass each module's attention kernel is the written-out
-    `attention_weights` (which a test checks against the fused SDPA path), recording its weights.
+    `attention_weights` (which a test checks against the fused SDPA path), recording its weights
+    under the module's own mask (a sliding window's zeros; relative positions' bias included).
+    A kind in `without_weights` (linear attention) keeps its kernel and has no entry.
     """
-    maps: dict[str, list[torch.Tensor]] = {kind: [] for kind in KINDS}
+    skipped = without_weights(model)
+    maps: dict[str, list[torch.Tensor]] = {kind: [] for kind in KINDS if kind not in skipped}
 
     def recording(kind: str):
         def kernel(q, k, v, mask, is_causal, dropout_p):
@@ -54,6 +67,8 @@ def attention_maps(
 
     kernels = []
     for kind, modules in attention_modules(model).items():
+        if kind not in maps:  # its own kernel stays: the pass still needs its output
+            continue
         for module in modules:  # modules run in layer order: the lists fill layer by layer
             kernels.append((module, module.kernel))
             module.kernel = recording(kind)
@@ -91,6 +106,8 @@ class Forced:
     src_valid: torch.Tensor  # (B, S) bool: source ids + EOS
     # (B, T) bool: BOS + target ids; row t is the position that predicts token t
     tgt_valid: torch.Tensor
+    # kinds absent from `maps` -> why (see `without_weights`)
+    without_weights: dict[str, str] = field(default_factory=dict)
 
 
 def forced_attention(
@@ -105,4 +122,5 @@ def forced_attention(
         {k: [w.cpu() for w in v] for k, v in maps.items()},
         (src != PAD_ID).cpu(),
         (tgt_in != PAD_ID).cpu(),
+        without_weights(model),
     )

@@ -163,6 +163,12 @@ function highlight(row, col) {
 }
 function draw() {
   const s = DATA.sentences[+$("sentence").value], kind = $("kind").value, layers = s.maps[kind];
+  if (!layers) {  // linear attention (model.attention=linear) forms no weights
+    $("panels").textContent =
+      "No weights to show: this model's " + kind + " self-attention is linear.";
+    $("panels").dataset.drawn = kind;
+    return;
+  }
   fill($("layer"), layers.map((_, i) => i), layers.map((_, i) => String(i)));
   const H = layers[0].length;
   const headIds = Array.from({length: H}, (_, h) => h);

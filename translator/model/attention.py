@@ -19,10 +19,11 @@ Kernel = Callable[[Tensor, Tensor, Tensor, Tensor | None, bool, float], Tensor]
 class MultiHeadAttention(nn.Module):
     """softmax(Q K^T / sqrt(d_k)) V over H query heads sharing G key/value heads (Vaswani 3.2).
 
-    forward: project, get keys and values (from the cache when decoding), attend under one bool
-    mask (True = may attend, broadcastable to (N, H, T, L)), merge the heads. `kernel` computes
-    the attention itself and is chosen once: `sdpa_attention` (one fused call), or the
-    written-out `attention` that model/inference.py sets for decoding on CPU.
+    forward: project, get keys and values (from the cache when decoding), attend under one mask
+    (bool, True = may attend, broadcastable to (N, H, T, L); with relative positions the additive
+    float mask model/relative.py makes of it), merge the heads. `kernel` computes the attention
+    itself and is chosen once: `sdpa_attention` (one fused call), the written-out `attention`
+    that model/inference.py sets for decoding on CPU, or `linear_attention` (model.attention).
     """
 
     def __init__(
@@ -32,6 +33,7 @@ class MultiHeadAttention(nn.Module):
         n_kv_heads: int | None = None,
         dropout: float = 0.0,
         rotary: RotaryEmbedding | None = None,
+        kernel: Kernel | None = None,
     ) -> None:
         super().__init__()
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads or n_heads
@@ -41,7 +43,7 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, self.n_kv_heads * self.d_head)
         self.out_proj = nn.Linear(n_heads * self.d_head, d_model)
         self.dropout, self.rotary = dropout, rotary
-        self.kernel: Kernel = sdpa_attention
+        self.kernel: Kernel = kernel or sdpa_attention
 
     def forward(
         self,
@@ -114,14 +116,22 @@ def shared_key_attention(
     return out.view(-1, H, beams, T, K).transpose(1, 2).flatten(0, 1)  # (B*beams, H, T, K)
 
 
-def causal_mask(positions: torch.Tensor, n_keys: int) -> torch.Tensor:
-    """(T, L) bool: the query at absolute position p may attend to the keys at positions 0..p.
+def attention_mask(
+    q_positions: torch.Tensor, k_positions: torch.Tensor, *, causal: bool, window: int = 0
+) -> torch.Tensor:
+    """(T, L) bool: may the query at absolute position i attend to the key at position j?
 
-    The decoder's one self-attention mask with a cache: a chunk of queries after a cached prefix
-    (is_causal would be aligned at the upper left), and a fixed-shape cache's slots not yet
-    written (they lie after every query). Source padding is the caller's (B, 1, 1, S) src_mask.
+    causal: only j <= i. window > 0: only |i - j| < window (a sliding window, Longformer's and
+    Mistral's). Self-attention's one mask builder: a decoder chunk after a cached prefix
+    (is_causal would be aligned at the upper left), a fixed-shape cache's unwritten slots (they
+    lie after every query) and a window cache's stale slots (too far back) are all hidden by it.
+    Source padding is the caller's (B, 1, 1, S) src_mask.
     """
-    return torch.arange(n_keys, device=positions.device)[None, :] <= positions[:, None]
+    offsets = q_positions[:, None] - k_positions[None, :]  # (T, L): i - j
+    allowed = offsets >= 0 if causal else torch.ones_like(offsets, dtype=torch.bool)
+    if window:
+        allowed = allowed & (offsets.abs() < window)
+    return allowed
 
 
 def sdpa_attention(
@@ -184,7 +194,11 @@ def attention_weights(
     if is_causal:  # upper-left aligned, as in SDPA
         causal = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).tril()
         mask = causal if mask is None else mask & causal
-    if mask is not None:
+    if (
+        mask is not None and mask.dtype != torch.bool
+    ):  # additive (relative positions): -inf = hidden
+        scores, mask = scores + mask, mask != float("-inf")
+    elif mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     # PyTorch's softmax computes in fp32 for fp16/bf16 input (CPU and CUDA), then rounds: the same
     # weights as an upcast first, without two extra passes. A fully masked row is NaN here.
@@ -194,6 +208,35 @@ def attention_weights(
     if dropout_p:
         weights = F.dropout(weights, dropout_p)
     return weights @ v, weights
+
+
+def linear_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
+    """phi(Q) (phi(K)^T V) / (phi(Q) sum_j phi(K_j)), phi = elu + 1 (Katharopoulos et al. 2020).
+
+    The softmax's exp(q.k) replaced by the kernel phi(q).phi(k), so the sums over keys can be
+    taken once, before any query: O((T + L) K^2) instead of O(T L K), and no (T, L) weights
+    exist (the diagnostics have none to show; attention dropout has none to drop). q (N, H, T, K);
+    k, v (N, G, L, K) -> (N, H, T, K). mask: a key mask (N, 1, 1, L) only; no causal form here.
+    """
+    if is_causal or (mask is not None and mask.shape[-2] != 1):
+        raise ValueError("linear attention takes a key padding mask (N, 1, 1, L) only")
+    H, G = q.shape[1], k.shape[1]
+    if G != H:  # each group of H/G query heads reads one key/value head
+        k, v = k.repeat_interleave(H // G, dim=1), v.repeat_interleave(H // G, dim=1)
+    q, k = F.elu(q) + 1, F.elu(k) + 1  # phi > 0: every weight positive, as softmax's
+    if mask is not None:  # a masked key adds nothing to either sum
+        k = k * mask.transpose(-2, -1)  # (N, 1, L, 1)
+    kv = k.transpose(-2, -1) @ v  # (N, H, K, K): sum_j phi(k_j) v_j^T
+    normaliser = q @ k.sum(dim=-2)[..., None]  # (N, H, T, 1): phi(q_i) . sum_j phi(k_j)
+    # a row with no key (never in the model: a source has its EOS) gets 0, not 0/0
+    return (q @ kv) / normaliser.clamp_min(torch.finfo(normaliser.dtype).tiny)
 
 
 class RotaryEmbedding(nn.Module):

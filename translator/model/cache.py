@@ -18,6 +18,13 @@ Two layout choices, each made once when the cache is allocated:
   step writes the prefix plus the new positions into a second buffer: one copy, which also
   applies a pending beam reorder (so `reorder` only composes an index). Why and how much:
   docs/benchmarks/decode.md. The slot layout is its tested reference (tests/model/test_cache.py).
+
+With a sliding window (model.attention_window = W < T_max) a layer keeps only W slots, a ring:
+position p lives in slot p % W, so memory stops growing with length. A step attends to the ring
+as it was plus the new positions (the ring is written after it is read, so a chunk of new
+positions never overwrites a key one of its own queries still sees); `key_positions` says which
+position each key holds, and the window mask hides the stale ones. The ring has fixed shapes and
+device-side positions, so CUDA graphs replay it as they do the slots.
 """
 
 from __future__ import annotations
@@ -40,15 +47,24 @@ class KVCache:
         *,
         fixed_shapes: bool = False,
         dense_prefix: bool = False,
+        window: int = 0,
     ) -> None:
         if fixed_shapes and dense_prefix:
             raise ValueError("a dense-prefix cache changes shape: no CUDA graph replays it")
-        shape = (rows, n_kv_heads, max_len, d_head)
         # shared with the layers, which never see self
         self._written = _Written(max_len, fixed_shapes)
-        self.layers = [
-            LayerCache(self._written, shape, dtype, device, dense_prefix) for _ in range(n_layers)
-        ]
+        self.slot_positions: torch.Tensor | None = None  # (W,) a ring's position in each slot
+        if 0 < window < max_len:  # the ring is dense already: no dense-prefix layout
+            # "never written" lies further back than any window reaches
+            self.slot_positions = torch.full((window,), -(2**30), device=device)
+            shape = (rows, n_kv_heads, window, d_head)
+            self.layers = [RingCache(self._written, shape, dtype, device) for _ in range(n_layers)]
+        else:
+            shape = (rows, n_kv_heads, max_len, d_head)
+            self.layers = [
+                LayerCache(self._written, shape, dtype, device, dense_prefix)
+                for _ in range(n_layers)
+            ]
         self.max_len, self.fixed_shapes = max_len, fixed_shapes
         self.position = torch.zeros(1, dtype=torch.long, device=device)  # `length`, on the device
         self._offsets = torch.arange(max_len, device=device)  # (T_max,)
@@ -65,12 +81,22 @@ class KVCache:
             raise ValueError(f"KV cache holds {self.max_len} positions; writing up to {end}")
         return self.position + self._offsets[:T]
 
-    def n_keys(self, T: int) -> int:
-        """Key slots attention reads in a step of T new positions: the written ones, or all."""
-        return self._written.n_keys(T)
+    def key_positions(self, T: int) -> torch.Tensor:
+        """(L,) the absolute position of each key attention reads in a step of T new positions.
+
+        The written slots (all of them with fixed shapes: the causal mask hides the rest), or a
+        ring's slots followed by the T new positions.
+        """
+        if self.slot_positions is not None:
+            return torch.cat([self.slot_positions, self.positions(T)])
+        return self._offsets[: self._written.n_keys(T)]
 
     def advance(self, T: int) -> None:
         """The caller's step wrote T positions."""
+        if self.slot_positions is not None:  # on the device, as the layers' writes were
+            W = self.slot_positions.shape[0]
+            written = self.positions(T)[-W:]
+            self.slot_positions.index_copy_(0, written % W, written)
         self._written.length += T
         self.position += T
 
@@ -156,6 +182,47 @@ class LayerCache:
         self.v = _extend(self.v, v, spare_v, start, origin)
         self._buffers = self._buffers[2:] + self._buffers[:2]
         return self.k, self.v
+
+
+class RingCache:
+    """One decoder layer's part of a sliding-window KVCache: W slots, position p in slot p % W."""
+
+    def __init__(
+        self,
+        written: _Written,
+        shape: tuple[int, int, int, int],
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
+        self.written_positions = written
+        self.cross: tuple[torch.Tensor, torch.Tensor] | None = None  # (B, G, S, K) each
+        # (N, G, W, K); zeros: a hidden slot gets weight 0, and 0 * NaN (garbage) is NaN
+        self.k, self.v = (torch.zeros(shape, dtype=dtype, device=device) for _ in range(2))
+
+    def update(
+        self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """k, v (N, G, T, K) at `positions` (T,) -> [ring; k], [ring; v] (N, G, W + T, K).
+
+        The ring is read before the new positions are stored in it."""
+        k, v = k.to(self.k.dtype), v.to(self.v.dtype)
+        keys, values = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+        W = self.k.shape[2]
+        slots = positions[-W:] % W  # the last W new positions; distinct slots
+        self.k.index_copy_(2, slots, k[:, :, -W:])
+        self.v.index_copy_(2, slots, v[:, :, -W:])
+        return keys, values
+
+    def reorder(self, origin: torch.Tensor) -> None:
+        """Row i continues row origin[i] (N,)."""
+        for buffer in (self.k, self.v):
+            buffer.copy_(buffer.index_select(0, origin))
+
+    def written(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """K, V (N, G, n, K) of the last n = min(length, W) positions, oldest first."""
+        L, W = self.written_positions.length, self.k.shape[2]
+        slots = torch.arange(max(L - W, 0), L, device=self.k.device) % W
+        return self.k.index_select(2, slots), self.v.index_select(2, slots)
 
 
 def _extend(

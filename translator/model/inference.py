@@ -65,7 +65,9 @@ def for_cpu_decoding(model: Transformer) -> str:
     if next(model.parameters()).device.type != "cpu":
         return "no CPU decoding kernels (the model is not on the CPU)"
     model.requires_grad_(False)
-    done = ["decoder attention written out", "dense-prefix KV cache"]
+    # a sliding window's ring cache is dense already (model/cache.py)
+    cache = "window KV cache" if model.cfg.attention_window else "dense-prefix KV cache"
+    done = ["decoder attention written out", cache]
     for layer in model.decoder:
         for attn in (layer.self_attn, layer.cross_attn):
             attn.kernel = attention

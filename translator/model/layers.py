@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from translator.config import ModelConfig
-from translator.model.attention import MultiHeadAttention, RotaryEmbedding
+from translator.model.attention import MultiHeadAttention, RotaryEmbedding, linear_attention
 from translator.model.cache import LayerCache
 
 
@@ -26,7 +26,7 @@ def sinusoids(max_positions: int, d_model: int) -> torch.Tensor:
 class Embeddings(nn.Module):
     """Token embedding (optionally * sqrt(D)) plus absolute positions, then dropout.
 
-    With rotary positions nothing is added here: positions enter through attention.
+    With rotary or relative positions nothing is added here: positions enter through attention.
     """
 
     def __init__(self, token: nn.Embedding, cfg: ModelConfig) -> None:
@@ -100,13 +100,14 @@ def _rotary(cfg: ModelConfig) -> RotaryEmbedding | None:
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention then feed-forward, each in a residual block."""
+    """Self-attention (softmax, or linear: model.attention), then feed-forward, each residual."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         pre = cfg.norm == "pre"
+        kernel = linear_attention if cfg.attention == "linear" else None
         self.self_attn = MultiHeadAttention(
-            cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.attention_dropout, _rotary(cfg)
+            cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.attention_dropout, _rotary(cfg), kernel
         )
         self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
         self.attn_block, self.ff_block = (Residual(cfg.d_model, cfg.dropout, pre) for _ in range(2))
@@ -114,7 +115,11 @@ class EncoderLayer(nn.Module):
     def forward(
         self, x: torch.Tensor, src_mask: torch.Tensor, positions: torch.Tensor
     ) -> torch.Tensor:
-        """x (B, S, D) at `positions` (S,), src_mask (B, 1, 1, S) -> (B, S, D)."""
+        """x (B, S, D) at `positions` (S,), src_mask (B, 1, 1 or S, S) -> (B, S, D).
+
+        src_mask: source padding, with the window when there is one (bool), or with relative
+        positions the layer's additive float mask (B, H, S, S).
+        """
         x = self.attn_block(x, lambda h: self.self_attn(h, mask=src_mask, positions=positions))
         return self.ff_block(x, self.ff)
 
@@ -147,7 +152,8 @@ class DecoderLayer(nn.Module):
     ) -> torch.Tensor:
         """x (N, T, D) at `positions` (T,), memory (B, S, D), src_mask (B, 1, 1, S) -> (N, T, D).
 
-        tgt_mask (T, L) from `causal_mask` with a cache; None: causal over x itself (is_causal).
+        tgt_mask (T, L) from `attention_mask` (or, relative positions, its float form (H, T, L));
+        None: causal over x itself (is_causal).
         """
         causal = tgt_mask is None
         # Fig. 1: self-attention, cross-attention, feed-forward, each in a residual block

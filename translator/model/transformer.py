@@ -9,16 +9,19 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from translator.config import ModelConfig
-from translator.model.attention import MultiHeadAttention, causal_mask
+from translator.model.attention import MultiHeadAttention, attention_mask
 from translator.model.cache import KVCache
 from translator.model.layers import DecoderLayer, Embeddings, EncoderLayer
+from translator.model.relative import RelativePositionBias
 
 
 class Transformer(nn.Module):
     """Vaswani et al. (2017), pre-LN by default (with a final LayerNorm on each stack) or post-LN.
 
     With `tie_embeddings`, target embeddings and the output projection share one (V, D) matrix,
-    and with a joint vocabulary (src_vocab_size 0) the source embeddings share it too.
+    and with a joint vocabulary (src_vocab_size 0) the source embeddings share it too. Each stack
+    builds its self-attention mask once per call (padding or causality, and the sliding window);
+    with relative positions its bias tables turn it into each layer's additive float mask.
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
@@ -38,6 +41,20 @@ class Transformer(nn.Module):
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
         final_norm = nn.LayerNorm if cfg.norm == "pre" else nn.Identity  # post-LN ends normalised
         self.encoder_norm, self.decoder_norm = final_norm(cfg.d_model), final_norm(cfg.d_model)
+        relative = cfg.positions == "relative"
+        self.encoder_bias = (
+            RelativePositionBias(cfg, cfg.n_encoder_layers, bidirectional=True)
+            if relative
+            else None
+        )
+        self.decoder_bias = (
+            RelativePositionBias(cfg, cfg.n_decoder_layers, bidirectional=False)
+            if relative
+            else None
+        )
+        # Training's full target: SDPA's own causal mask (flash kernels on CUDA) unless a window or
+        # a bias needs the mask written out.
+        self.sdpa_causal = cfg.attention_window == 0 and not relative
         self.out_proj = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.output_bias)
         if cfg.tie_embeddings:
             self.out_proj.weight = tgt_token.weight
@@ -65,13 +82,21 @@ class Transformer(nn.Module):
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """src (B, S) ids, src_mask (B, 1, 1, S) -> memory (B, S, D)."""
-        positions = torch.arange(src.shape[1], device=src.device)  # (S,)
+        S, window = src.shape[1], self.cfg.attention_window
+        positions = torch.arange(S, device=src.device)  # (S,)
+        mask = src_mask
+        if window:  # (B, 1, S, S)
+            band = attention_mask(positions, positions, causal=False, window=window)
+            # a padding query a window past the sentence's end would see no key, and a row
+            # without keys is NaN in fused kernels (NaN * weight 0 = NaN downstream): it sees itself
+            mask = src_mask & band | torch.eye(S, dtype=torch.bool, device=src.device)
         x = self.src_embed(src, positions)
-        for layer in self.encoder:
+        masks = _layer_masks(self.encoder_bias, mask, positions, positions, len(self.encoder))
+        for layer, layer_mask in zip(self.encoder, masks):
             if self.cfg.gradient_checkpointing and self.training:
-                x = checkpoint(layer, x, src_mask, positions, use_reentrant=False)
+                x = checkpoint(layer, x, layer_mask, positions, use_reentrant=False)
             else:
-                x = layer(x, src_mask, positions)
+                x = layer(x, layer_mask, positions)
         return self.encoder_norm(x)
 
     def decode(
@@ -87,20 +112,25 @@ class Transformer(nn.Module):
         the caller advances the cache afterwards.
         """
         T = tgt.shape[1]
-        if cache is None:  # the whole target: SDPA's own causal mask
-            positions, tgt_mask = torch.arange(T, device=tgt.device), None
-        else:
-            positions = cache.positions(T)  # (T,), on the device (a CUDA graph reads no host value)
-            tgt_mask = causal_mask(positions, cache.n_keys(T))  # (T, L)
+        if cache is None:  # the whole target
+            positions = key_positions = torch.arange(T, device=tgt.device)
+        else:  # (T,) and (L,), on the device (a CUDA graph reads no host value)
+            positions, key_positions = cache.positions(T), cache.key_positions(T)
+        tgt_mask = None  # None: SDPA's own causal mask over the whole target
+        if cache is not None or not self.sdpa_causal:  # (T, L)
+            tgt_mask = attention_mask(
+                positions, key_positions, causal=True, window=self.cfg.attention_window
+            )
         x = self.tgt_embed(tgt, positions)
-        for i, layer in enumerate(self.decoder):
+        masks = _layer_masks(
+            self.decoder_bias, tgt_mask, positions, key_positions, len(self.decoder)
+        )
+        for i, (layer, mask) in enumerate(zip(self.decoder, masks)):
             kv = cache.layers[i] if cache is not None else None
             if self.cfg.gradient_checkpointing and self.training:
-                x = checkpoint(
-                    layer, x, memory, src_mask, tgt_mask, positions, kv, use_reentrant=False
-                )
+                x = checkpoint(layer, x, memory, src_mask, mask, positions, kv, use_reentrant=False)
             else:
-                x = layer(x, memory, src_mask, tgt_mask, positions, kv)
+                x = layer(x, memory, src_mask, mask, positions, kv)
         return self.out_proj(self.decoder_norm(x))
 
     def forward(
@@ -132,7 +162,21 @@ class Transformer(nn.Module):
             device,
             fixed_shapes=fixed_shapes,
             dense_prefix=self.dense_prefix_cache and not fixed_shapes,
+            window=cfg.attention_window,
         )
+
+
+def _layer_masks(
+    bias: RelativePositionBias | None,
+    mask: torch.Tensor | None,
+    q_positions: torch.Tensor,
+    k_positions: torch.Tensor,
+    n_layers: int,
+) -> list[torch.Tensor | None]:
+    """Each layer's self-attention mask: the stack's bool mask, or its float masks with the bias."""
+    if bias is None:
+        return [mask] * n_layers
+    return bias(mask, q_positions, k_positions)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -17,7 +17,7 @@ import torch
 from translator.config import Config
 from translator.data.shards import TokenArray
 from translator.data.tokenizer import Tokenizer
-from translator.diagnostics.capture import KINDS, Forced, forced_attention, qk_scales
+from translator.diagnostics.capture import Forced, forced_attention, qk_scales
 from translator.diagnostics.figures import tiles_image
 from translator.diagnostics.stats import LayerStats, allowed_keys, layer_stats
 from translator.model.transformer import Transformer
@@ -78,7 +78,7 @@ class AttentionMonitor:
         model.eval()
         forced = forced_attention(model, self.src_ids, self.tgt_ids)
         model.train(was_training)
-        for kind in KINDS:
+        for kind in forced.maps:  # a linear encoder has no weights (capture.without_weights)
             stats = [
                 layer_stats(w, allowed_keys(kind, forced.src_valid, forced.tgt_valid)[0], self.cfg)
                 for w in forced.maps[kind]

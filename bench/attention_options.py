@@ -1,0 +1,237 @@
+"""Attention options on Multi30k en->de (issue 21): what each costs and buys at one training budget.
+
+    .venv/bin/python -m bench.attention_options                  # the recipe's budget: 95 min each
+    .venv/bin/python -m bench.attention_options --minutes 1 --sentences 100 --max-length 1024
+
+For each option (a row), `configs/multi30k.yaml` on the local Multi30k files trains in a fresh
+process for `--minutes` of wall clock (train.max_minutes: the loop validates and saves when it
+runs out), then `translator eval`'s code scores best.pt on valid and test2016 with the recipe's
+beam 4. Reported: BLEU on both, training target tokens/s (the mean of the logged rates after the
+first), decoding sentences/s (the test2016 eval: load excluded, search and detokenisation
+included), and the process's peak memory (CUDA: max allocated; CPU: peak RSS, training and
+decoding together). Then the encoder alone, softmax against linear attention: the time of one
+forward pass of the recipe's encoder over one source of 128 ... `--max-length` tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import resource
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from translator import config, evaluate, prepare
+from translator.device import resolve_device
+from translator.files import atomic_write, read_lines
+from translator.model.transformer import Transformer
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data"
+RECIPE_MINUTES = 95.0  # the README's multi30k run: stopped by train.max_minutes=95
+DATA = [
+    f"data.source={SHARED / 'multi30k'}",
+    "data.splits.valid=valid",
+    "data.splits.test=test2016",
+    "data.data_dir=data",
+    "data.name=bench-multi30k-8000",  # shared with bench/train.py's prepared copy
+]
+OPTIONS = {  # row name -> model overrides
+    "sinusoidal": [],
+    "learned": ["model.positions=learned"],
+    "rope": ["model.positions=rope"],
+    "relative": ["model.positions=relative"],
+    "window 8": ["model.attention_window=8"],
+    "window 16": ["model.attention_window=16"],
+    "linear encoder": ["model.attention=linear"],
+}
+
+
+def bench_cfg(
+    option: str, minutes: float, device: str, run_dir: Path, sentences: int = 0, log_every: int = 10
+) -> config.Config:
+    overrides = [
+        *DATA,
+        *OPTIONS[option],
+        f"train.run_dir={run_dir}",
+        f"train.device={device}",
+        f"train.max_minutes={minutes}",
+        f"train.valid_bleu_sentences={sentences}",  # the validations choosing best.pt
+        f"train.log_every={log_every}",  # tokens/s comes from these points
+        "train.keep_last=0",
+        "diagnostics.enabled=false",  # their cost is not the option's
+    ]
+    return config.load(REPO / "configs" / "multi30k.yaml", overrides)
+
+
+def run_option(option: str, args) -> dict:
+    """Train, evaluate and measure one option in this process -> its row."""
+    from translator.train import loop  # the heavy imports only in the worker
+
+    device = resolve_device(args.device)
+    with tempfile.TemporaryDirectory(prefix="bench-attention-") as tmp:
+        cfg = bench_cfg(
+            option, args.minutes, str(device), Path(tmp) / "run", args.sentences, args.log_every
+        )
+        began = time.time()
+        loop.run(cfg, quiet=True)
+        trained_s = time.time() - began
+        best = Path(cfg.train.run_dir) / "best.pt"
+        scores, sent_per_s = {}, 0.0
+        for split in ("valid", "test"):
+            src, ref = split_files(cfg, split, args.sentences, Path(tmp))
+            began = time.time()
+            hyp = Path(tmp) / "hyp"
+            score = evaluate.run(best, src_file=src, ref_file=ref, hyp_file=hyp, quiet=True)
+            seconds = time.time() - began
+            scores[split] = score.bleu
+            sent_per_s = len(read_lines(src)) / seconds  # test2016's, the last one
+        rates = train_rates(Path(cfg.train.run_dir) / "tensorboard")
+    peak = (
+        torch.cuda.max_memory_allocated(device)
+        if device.type == "cuda"
+        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    )
+    return {
+        "option": option,
+        "valid_bleu": scores["valid"],
+        "test_bleu": scores["test"],
+        "train_tok_s": statistics.mean(rates[1:] or rates) if rates else None,
+        "decode_sent_s": sent_per_s,
+        "peak_mib": peak / 2**20,
+        "trained_s": trained_s,
+    }
+
+
+def split_files(cfg: config.Config, split: str, limit: int, tmp: Path) -> tuple[Path, Path]:
+    """The prepared split's source and reference text, cut to its first `limit` lines (0 = all)."""
+    folder = prepare.prepared_dir(cfg.data)
+    src, ref = (folder / f"{split}.{lang}" for lang in (cfg.data.src_lang, cfg.data.tgt_lang))
+    if not limit:
+        return src, ref
+    cut = []
+    for path in (src, ref):
+        cut.append(tmp / f"{split}-{limit}.{path.suffix[1:]}")
+        cut[-1].write_text("".join(line + "\n" for line in read_lines(path)[:limit]), "utf-8")
+    return cut[0], cut[1]
+
+
+def train_rates(events_dir: Path) -> list[float]:
+    """The tokens/s points training logged to TensorBoard."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(events_dir)).Reload()
+    tags = [t for t in events.Tags()["scalars"] if t.endswith("tokens_per_s")]
+    return [e.value for tag in tags for e in events.Scalars(tag)]
+
+
+def encoder_seconds(attention: str, length: int, device: torch.device, repeats: int) -> float:
+    """Median seconds of one encoder forward pass over one source of `length` tokens."""
+    cfg = config.load(REPO / "configs" / "multi30k.yaml", ["data.data_dir=data"]).model
+    cfg.vocab_size, cfg.max_positions, cfg.attention = 8000, max(length, 1024), attention
+    cfg.n_decoder_layers = 1  # unused here
+    torch.manual_seed(0)
+    model = Transformer(cfg).to(device).eval()
+    src = torch.randint(4, 8000, (1, length), device=device)
+    mask = torch.ones(1, 1, 1, length, dtype=torch.bool, device=device)
+    times = []
+    with torch.inference_mode():
+        for _ in range(repeats + 1):  # the first is a warm-up
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            began = time.perf_counter()
+            model.encode(src, mask)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - began)
+    return statistics.median(times[1:])
+
+
+def fmt(value, pattern: str) -> str:
+    return "n/a" if value is None else format(value, pattern)
+
+
+def report(args, device: torch.device, rows: list[dict], scaling: list[tuple]) -> str:
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    on_cuda = device.type == "cuda"
+    machine = torch.cuda.get_device_name(device) if on_cuda else f"CPU ({platform.machine()})"
+    memory = "peak allocated MiB" if on_cuda else "peak RSS MiB"
+    lines = [
+        "Command: `"
+        + shlex.join([".venv/bin/python", "-m", "bench.attention_options", *args.argv])
+        + "`  ",
+        f"Date: {when}; machine: {machine}, torch {torch.__version__}, {torch.get_num_threads()} "
+        f"threads; budget {args.minutes} min of training per option; BLEU on "
+        + (f"the first {args.sentences} sentences" if args.sentences else "all sentences")
+        + " of each split, beam 4",
+        "",
+        f"| option | valid BLEU | test2016 BLEU | train tok/s | decode sent/s | {memory} |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['option']} | {r['valid_bleu']:.2f} | {r['test_bleu']:.2f} | "
+            f"{fmt(r['train_tok_s'], ',.0f')} | {r['decode_sent_s']:.1f} | {r['peak_mib']:,.0f} |"
+        )
+    lines += [
+        "",
+        "Encoder forward pass (the recipe's 3 layers, one source), ms:",
+        "",
+        "| source tokens | softmax | linear | softmax / linear |",
+        "|---:|---:|---:|---:|",
+    ]
+    for length, softmax, linear in scaling:
+        lines.append(
+            f"| {length} | {1e3 * softmax:.1f} | {1e3 * linear:.1f} | {softmax / linear:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=RECIPE_MINUTES, help="training per option")
+    parser.add_argument("--options", nargs="+", default=list(OPTIONS), choices=list(OPTIONS))
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument("--sentences", type=int, default=0, help="score the first N (0 = all)")
+    parser.add_argument("--max-length", type=int, default=4096, help="longest encoder source")
+    parser.add_argument("--repeats", type=int, default=3, help="timed encoder passes per length")
+    parser.add_argument("--log-every", type=int, default=10, help="updates between rate points")
+    parser.add_argument("--out", default="docs/benchmarks/attention-options.md")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: one option, print JSON
+    args = parser.parse_args(argv)
+    args.argv = argv if argv is not None else sys.argv[1:]
+    if args.one:
+        print(json.dumps(run_option(args.one, args)))
+        return
+    device = resolve_device(args.device)
+    prepare.run(bench_cfg("sinusoidal", args.minutes, str(device), REPO / "runs" / "unused"))
+    rows = []
+    for option in args.options:  # a fresh process each: peak memory is that option's alone
+        cmd = [sys.executable, "-m", "bench.attention_options", "--one", option, *args.argv]
+        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+        if done.returncode:
+            sys.exit(f"{option}: failed\n{done.stderr[-3000:]}")
+        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        print(f"{option}: {rows[-1]}", file=sys.stderr)
+    lengths = [n for n in (128, 256, 512, 1024, 2048, 4096) if n <= args.max_length]
+    scaling = [
+        (n, *(encoder_seconds(a, n, device, args.repeats) for a in ("softmax", "linear")))
+        for n in lengths
+    ]
+    text = report(args, device, rows, scaling)
+    with atomic_write(REPO / args.out) as handle:
+        handle.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
