@@ -32,7 +32,7 @@ def sentences(count: int, seed: int) -> list[str]:
 
 
 def write_corpus(folder: Path) -> dict[str, list[str]]:
-    """train/valid/test `{split}.en` and the same lines as `{split}.de`; test never occurs in train."""
+    """train/valid/test `{split}.en` and the same lines as `{split}.de`; test lines not in train."""
     folder.mkdir()
     test = sorted(set(sentences(60, seed=2)))[:24]
     train = [s for s in sentences(3000, seed=1) if s not in test]
