@@ -77,6 +77,9 @@ def test_test_split_is_scored_once_with_the_checkpoint_better_on_valid(
     assert asked == [("avg.pt", "valid"), ("best.pt", "valid"), (chosen, "test")]
     assert {k: v.bleu for k, v in valid.items()} == {"avg.pt": avg_bleu, "best.pt": 29.5}
     assert set(seconds) == {"eval_valid", "eval_test"}
+    asked.clear()
+    assert recipe.choose_on_valid(tmp_path, {}, quiet=True, score_test=False)[2] is None
+    assert [split for _, split in asked] == ["valid", "valid"]  # a choosing run never sees test
 
 
 def test_recipe_scores_test_once_as_sacrebleu_does(finished):

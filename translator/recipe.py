@@ -45,11 +45,13 @@ def run(
     average_last: int,
     reserve_minutes: float = 1.0,
     quiet: bool = False,
+    score_test: bool = True,
 ) -> dict[str, Any]:
     """The recipe; returns the manifest it writes to run_dir/recipe.json.
 
     Training gets `budget_minutes - reserve_minutes` (less the sessions already trained): the
-    reserve covers the validation and save after the time limit, and the averaging.
+    reserve covers the validation and save after the time limit, and the averaging. Without
+    `score_test` (runs that make a choice), the test split is not looked at.
     """
     run_dir = Path(cfg.train.run_dir)
     check_start(run_dir, cfg, average_last)
@@ -69,7 +71,7 @@ def run(
     with stage(seconds, "average"):
         averaged = checkpoint.step_files(run_dir)[-average_last:]
         checkpoint.average(averaged, run_dir / "avg.pt")
-    valid, chosen, test = choose_on_valid(run_dir, seconds, quiet)
+    valid, chosen, test = choose_on_valid(run_dir, seconds, quiet, score_test)
     manifest = {
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -84,7 +86,7 @@ def run(
         "averaged": [p.name for p in averaged],
         "valid": {name: dataclasses.asdict(s) for name, s in valid.items()},
         "chosen": chosen,
-        "test": dataclasses.asdict(test),
+        "test": dataclasses.asdict(test) if test else None,
         "stage_seconds": seconds,
     }
     write_results(run_dir, manifest, valid, chosen, test)
@@ -152,12 +154,14 @@ def training_minutes(run_dir: Path, budget_minutes: float) -> float:
 
 
 def choose_on_valid(
-    run_dir: Path, seconds: dict[str, float], quiet: bool
-) -> tuple[dict[str, evaluate.Scores], str, evaluate.Scores]:
+    run_dir: Path, seconds: dict[str, float], quiet: bool, score_test: bool = True
+) -> tuple[dict[str, evaluate.Scores], str, evaluate.Scores | None]:
     """Score avg.pt and best.pt on valid; the better one (avg.pt on a tie), and only it, on test."""
     with stage(seconds, "eval_valid"):
         valid = {name: score(run_dir, name, "valid", quiet) for name in ("avg.pt", "best.pt")}
     chosen = max(valid, key=lambda name: valid[name].bleu)
+    if not score_test:
+        return valid, chosen, None
     with stage(seconds, "eval_test"):
         test = score(run_dir, chosen, "test", quiet)
     return valid, chosen, test
@@ -205,11 +209,12 @@ def write_results(
     manifest: dict[str, Any],
     valid: dict[str, evaluate.Scores],
     chosen: str,
-    test: evaluate.Scores,
+    test: evaluate.Scores | None,
 ) -> None:
     """scores.txt (what eval prints, for each checkpoint scored) and recipe.json, atomically."""
     lines = [f"valid, {name}:\n  " + "\n  ".join(s.lines()) for name, s in valid.items()]
-    lines.append(f"test, {chosen} (the better on valid):\n  " + "\n  ".join(test.lines()))
+    if test:
+        lines.append(f"test, {chosen} (the better on valid):\n  " + "\n  ".join(test.lines()))
     with atomic_write(run_dir / "scores.txt") as handle:
         handle.write("\n".join(lines) + "\n")
     with atomic_write(run_dir / MANIFEST) as handle:  # last: its presence marks a finished recipe
@@ -238,6 +243,9 @@ def main(
     set: Annotated[
         Optional[list[str]], typer.Option("--set", "-s", metavar="KEY=VALUE", help="Override.")
     ] = None,
+    valid_only: Annotated[
+        bool, typer.Option("--valid-only", help="Score valid only (runs that make a choice).")
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or log lines.")] = False,
 ) -> None:
     """Prepare, train within --budget minutes, average, pick on valid, score test; see recipe.json.
@@ -248,9 +256,9 @@ def main(
     cfg = config.load(config_path, set or [])
     if data:  # taken literally, as `translator train --data`
         cfg.data = dataclasses.replace(cfg.data, source=data)
-    manifest = run(cfg, budget, average, reserve, quiet)
+    manifest = run(cfg, budget, average, reserve, quiet, score_test=not valid_only)
     typer.echo((Path(cfg.train.run_dir) / "scores.txt").read_text().rstrip())
-    typer.echo(f"manifest: {Path(cfg.train.run_dir) / MANIFEST} ({manifest['chosen']} on test)")
+    typer.echo(f"manifest: {Path(cfg.train.run_dir) / MANIFEST} (chosen: {manifest['chosen']})")
 
 
 if __name__ == "__main__":
