@@ -73,7 +73,7 @@ def run(
         checkpoint.average(averaged, run_dir / "avg.pt")
     valid, chosen, test = choose_on_valid(run_dir, seconds, quiet, score_test)
     manifest = {
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "command": " ".join([command_name(), *sys.argv[1:]]),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "git": git_state(),
         "data": data_files(cfg),
@@ -91,6 +91,12 @@ def run(
     }
     write_results(run_dir, manifest, valid, chosen, test)
     return manifest
+
+
+def command_name() -> str:
+    """How this process was started: `python -m translator.recipe`, or the script's name."""
+    name = Path(sys.argv[0]).name
+    return "python -m translator.recipe" if name == "recipe.py" else name
 
 
 def check_start(run_dir: Path, cfg: Config, average_last: int) -> None:
@@ -251,7 +257,7 @@ def main(
     """Prepare, train within --budget minutes, average, pick on valid, score test; see recipe.json.
 
     Example: python -m translator.recipe configs/multi30k-en-de.yaml --data ../shared/data/multi30k
-    --set data.splits.valid=valid --set data.splits.test=test2016 --budget 48 --average 5
+    --set data.splits.valid=valid --set data.splits.test=test2016 --budget 48 --average 3
     """
     cfg = config.load(config_path, set or [])
     if data:  # taken literally, as `translator train --data`
