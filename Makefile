@@ -10,7 +10,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 # Every target that runs the package depends on it, so `make test` or `make demo` sets itself up.
 STAMP  := $(VENV)/.installed
 
-.PHONY: install bench-install test cuda-check lint demo bench bench-model bench-train bench-decode bench-launches bench-prepare bench-attention-options tensorboard clean
+.PHONY: install bench-install test cuda-check lint demo multi30k bench bench-model bench-train bench-decode bench-launches bench-prepare bench-attention-options tensorboard clean
 
 install: $(STAMP)  ## only the set-up (`rm $(STAMP)` first to redo it)
 
@@ -60,6 +60,19 @@ demo: $(STAMP)
 	$(BIN)/translator eval "$(RUN_DIR)/best.pt" --split test
 	@echo "source:      $(SAMPLE)"
 	@printf 'translation: '; echo "$(SAMPLE)" | $(BIN)/translator translate -q "$(RUN_DIR)/best.pt"
+
+# One results row of the Multi30k recipe (issue 17; python -m translator.recipe -h): prepare, train
+# for BUDGET minutes of wall-clock (training and averaging count; preparing and scoring do not),
+# average the newest AVERAGE checkpoints, keep the average or best.pt by valid BLEU, score test2016
+# once (sacreBLEU and lowercased tokenized BLEU), then scores.txt and recipe.json (the manifest) in
+# runs/multi30k-$(DIR)/. DIR=en-de or de-en picks configs/multi30k-$(DIR).yaml; ARGS adds options,
+# e.g. a smoke test: BUDGET=2 ARGS="--set train.run_dir=runs/smoke --set train.eval_every=10".
+DIR     ?= en-de
+BUDGET  ?= 48
+AVERAGE ?= 3
+multi30k: $(STAMP)
+	$(BIN)/python -m translator.recipe configs/multi30k-$(DIR).yaml $(DATA_ARGS) \
+		--budget $(BUDGET) --average $(AVERAGE) $(ARGS)
 
 # Speed and memory benchmarks; each writes docs/benchmarks/<name>.md (see docs/benchmarks.md).
 bench: bench-model bench-train bench-decode bench-launches

@@ -28,7 +28,7 @@ LAYERS = [
     },
     {"translator.evaluate"},
     {"translator.train"},
-    {"translator.cli", "translator.__main__"},
+    {"translator.cli", "translator.__main__", "translator.recipe"},
 ]
 
 

@@ -123,6 +123,21 @@ def test_tensorboard_holds_the_issue_s_metrics(runs):
     assert "BLEU" in log and "nrefs:1|case:mixed" in log  # the sacreBLEU signature
 
 
+def test_valid_bleu_is_also_logged_against_training_seconds(runs):
+    straight, resumed, stopped = runs
+    for run_dir in (straight, resumed):
+        by_time = scalars(run_dir, "valid/bleu_vs_seconds")
+        assert [v for _, v in by_time] == [v for _, v in scalars(run_dir, "valid/bleu")]
+        steps = [step for step, _ in by_time]
+        assert steps == sorted(steps) and steps[0] >= 0
+    # the clock is saved with the state and continues from it: the time between sessions is left out
+    before = stopped["state"]["train"]["seconds"]
+    after = checkpoint.read(resumed / "last.pt")["state"]["train"]["seconds"]
+    second_session = json.loads((resumed / "manifest.json").read_text())["sessions"][1]
+    assert 0 < before <= after <= before + second_session["seconds"] + 0.1
+    assert all(step >= int(before) for step, _ in scalars(resumed, "valid/bleu_vs_seconds"))
+
+
 def test_resume_refuses_another_architecture(runs, prepared):
     straight, _, _ = runs
     with pytest.raises(TranslatorError, match=r"architecture differs.*model.d_model: 64 -> 32"):

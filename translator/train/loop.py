@@ -191,6 +191,7 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
     start_logging(s, len(data.src))
     stop, reason = StopRequest(), "error"
     deadline = time.time() + 60 * t.max_minutes if t.max_minutes else math.inf
+    s.clock_zero = time.time() - state.seconds  # training wall-clock continues where it was saved
     window = Throughput(start=time.time())
     try:
         if s.fine_tuning:  # the starting point, which the fine-tuned model is to beat

@@ -49,6 +49,7 @@ class Session:
     state: TrainState = field(default_factory=TrainState)
     metrics: Metrics | None = None
     saved_step: int = 0  # the update that run_dir/last.pt holds (a save that failed does not count)
+    clock_zero: float = field(default_factory=time.time)  # set by `run`: when state.seconds was 0
     monitor: AttentionMonitor | None = (
         None  # attention diagnostics at each validation (rank 0, when enabled)
     )
@@ -233,6 +234,7 @@ def save(s: Session, best: bool) -> None:
     if not s.dist.main:
         return
     s.state.rng, s.state.world_size = rngs, s.dist.world_size
+    s.state.seconds = time.time() - s.clock_zero
     payload = {
         "optimizer": s.optimizer.state_dict(),
         "scaler": s.scaler.state_dict(),
@@ -251,6 +253,7 @@ def evaluate_and_save(s: Session) -> bool:
     improved = False
     if s.dist.main:
         began = time.time()
+        trained_s = round(began - s.clock_zero)  # when training reached this update
         result = validate(s.model, s.tokenizer, s.cfg, s.dtype)
         # its cost is logged: docs/benchmarks.md holds it to 5% of a validation
         if s.monitor is not None:
@@ -264,6 +267,8 @@ def evaluate_and_save(s: Session) -> bool:
         state.best_bleu = max(state.best_bleu, result.bleu)
         state.bad_evals = 0 if improved else state.bad_evals + 1
         s.metrics.scalars(state.step, result.scalars(), "valid")
+        # against training wall-clock too: the step of this tag is seconds, not updates
+        s.metrics.scalars(trained_s, {"bleu_vs_seconds": result.bleu}, "valid")
         s.metrics.text(
             state.step,
             "valid/samples",

@@ -38,6 +38,8 @@ class TrainState:
     window_nll: float = 0.0
     window_tokens: int = 0
     world_size: int = 1
+    # wall-clock of training up to this state, summed over sessions (time between them not counted)
+    seconds: float = 0.0
     rng: list[dict] = field(default_factory=list)  # one entry per rank
 
     def state_dict(self) -> dict[str, Any]:

@@ -1,0 +1,157 @@
+"""The results-row recipe (`make multi30k`): stages, choice on valid, scores and manifest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import sacrebleu
+import torch
+
+from tests.conftest import MULTI30K, REPO
+from tests.train.conftest import variant
+from translator import recipe
+from translator.errors import TranslatorError
+from translator.evaluate import Scores
+from translator.files import read_lines
+from translator.prepare import prepared_dir
+
+SETTINGS = (
+    "train.max_updates=6",
+    "train.eval_every=3",
+    "train.keep_last=2",
+    "decode.beam_size=1",
+    "decode.max_len_a=0",  # outputs of at most 3 tokens: scoring 3 x 1,000 sentences takes seconds
+    "decode.max_len_b=3",
+    "diagnostics.enabled=false",
+)
+
+
+@pytest.fixture(scope="module")
+def finished(prepared, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("recipe") / "run"
+    cfg = variant(prepared, run_dir, *SETTINGS)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(
+        1
+    )  # module fixtures run before the per-test one-thread fixture (conftest)
+    try:
+        return cfg, recipe.run(cfg, budget_minutes=10, average_last=2, quiet=True)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_recipe_averages_the_newest_checkpoints_and_picks_on_valid(finished):
+    cfg, manifest = finished
+    assert manifest["averaged"] == ["step-3.pt", "step-6.pt"]
+    assert manifest["training"] == {
+        "seconds": manifest["training"]["seconds"],
+        "sessions": 1,
+        "last_update": 6,
+        "end_reason": "max_updates",
+    }
+    valid = manifest["valid"]
+    assert set(valid) == {"avg.pt", "best.pt"}
+    assert valid[manifest["chosen"]]["bleu"] == max(s["bleu"] for s in valid.values())
+
+
+@pytest.mark.parametrize("avg_bleu,chosen", [(30.0, "avg.pt"), (29.0, "best.pt"), (29.5, "avg.pt")])
+def test_test_split_is_scored_once_with_the_checkpoint_better_on_valid(
+    tmp_path, monkeypatch, avg_bleu, chosen
+):
+    asked = []
+
+    def fake_score(run_dir, name, split, quiet):
+        asked.append((name, split))
+        bleu = {"avg.pt": avg_bleu, "best.pt": 29.5}[name] if split == "valid" else 1.0
+        return Scores(bleu, 0.0, "", "")
+
+    monkeypatch.setattr(recipe, "score", fake_score)
+    seconds = {}
+    valid, picked, test = recipe.choose_on_valid(tmp_path, seconds, quiet=True)
+    assert picked == chosen and test.bleu == 1.0
+    assert asked == [("avg.pt", "valid"), ("best.pt", "valid"), (chosen, "test")]
+    assert {k: v.bleu for k, v in valid.items()} == {"avg.pt": avg_bleu, "best.pt": 29.5}
+    assert set(seconds) == {"eval_valid", "eval_test"}
+    asked.clear()
+    assert recipe.choose_on_valid(tmp_path, {}, quiet=True, score_test=False)[2] is None
+    assert [split for _, split in asked] == ["valid", "valid"]  # a choosing run never sees test
+
+
+def test_recipe_scores_test_once_as_sacrebleu_does(finished):
+    cfg, manifest = finished
+    run_dir = prepared_dir(cfg.data)
+    refs = read_lines(run_dir / f"test.{cfg.data.tgt_lang}")
+    stem = manifest["chosen"].removesuffix(".pt")
+    hyps = read_lines(f"{cfg.train.run_dir}/test.{stem}.hyp")
+    test = manifest["test"]
+    assert test["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+    lowercased = sacrebleu.corpus_bleu(hyps, [refs], lowercase=True, tokenize="13a").score
+    assert test["lc_tok_bleu"] == pytest.approx(lowercased)
+    assert "case:mixed" in test["bleu_signature"] and "case:lc" in test["lc_tok_signature"]
+    scores = (REPO / cfg.train.run_dir / "scores.txt").read_text()
+    assert f"test, {manifest['chosen']}" in scores and "lowercased tokenized BLEU" in scores
+
+
+def test_recipe_manifest_records_what_the_row_was_made_from(finished):
+    cfg, manifest = finished
+    on_disk = json.loads((REPO / cfg.train.run_dir / recipe.MANIFEST).read_text())
+    assert on_disk == json.loads(json.dumps(manifest))
+    train_en = {p: h for p, h in manifest["data"]["files"]["train"].items() if p.endswith(".en")}
+    assert list(train_en.values()) == [
+        hashlib.sha256((MULTI30K / "train.en").read_bytes()).hexdigest()
+    ]
+    assert len(manifest["data"]["files"]["test"]) == 2  # test2016.en, test2016.de
+    assert manifest["data"]["prepared"]["sha256"]
+    assert len(manifest["git"]["commit"]) == 40
+    assert manifest["config"]["model"]["vocab_size"] > 0 and manifest["seed"] == cfg.train.seed
+    assert manifest["hardware"]["cores"] >= 1 and manifest["hardware"]["torch"]
+    assert set(manifest["stage_seconds"]) == {
+        "prepare",
+        "train",
+        "average",
+        "eval_valid",
+        "eval_test",
+    }
+    budget = manifest["budget"]
+    assert budget["within"] and budget["used_seconds"] <= 600
+    assert budget["used_seconds"] >= manifest["training"]["seconds"]
+
+
+def test_a_finished_recipe_is_not_run_over(finished):
+    cfg, _ = finished
+    with pytest.raises(TranslatorError, match="finished already"):
+        recipe.run(cfg, budget_minutes=10, average_last=2, quiet=True)
+
+
+def write_sessions(run_dir, *sessions: tuple[float, str]) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    records = [{"seconds": s, "end_reason": r} for s, r in sessions]
+    (run_dir / "manifest.json").write_text(json.dumps({"sessions": records}))
+
+
+def test_training_budget_goes_on_after_an_interruption_and_stops_after_a_finish(tmp_path):
+    assert recipe.training_minutes(tmp_path / "new", 47.0) == 47.0
+    write_sessions(tmp_path / "cut", (600.0, "interrupted"), (300.0, "error"))
+    assert recipe.training_minutes(tmp_path / "cut", 47.0) == pytest.approx(32.0)
+    write_sessions(tmp_path / "done", (600.0, "interrupted"), (60.0, "max_minutes"))
+    assert recipe.training_minutes(tmp_path / "done", 47.0) == 0.0
+
+
+def test_too_few_kept_checkpoints_are_refused_in_one_line_before_training(prepared, tmp_path):
+    config = tmp_path / "recipe.yaml"
+    config.write_text("train:\n  keep_last: 2\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "translator.recipe", str(config), "--budget", "1", "--average", "5"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},  # the checkout under test, from any cwd
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1
+    assert "train.keep_last" in done.stderr and not (tmp_path / "runs").exists()

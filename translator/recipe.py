@@ -1,0 +1,275 @@
+"""`python -m translator.recipe` (`make multi30k`): one results row, end to end, with its manifest.
+
+Prepare; train within a wall-clock budget; average the newest checkpoints; pick the average or
+best.pt by valid BLEU; score the test split once (sacreBLEU, chrF and lowercased tokenized BLEU).
+Everything lands in train.run_dir: avg.pt, the hypotheses, scores.txt, and recipe.json (commit,
+data sha256s, the resolved config, seed, sacreBLEU signatures, hardware, each stage's wall-clock).
+
+The budget counts what the results table calls training time: the training sessions (validations
+and saves included) and the averaging; preparing and scoring are not counted. A rerun after an
+interrupted training goes on with the rest of the budget; a finished recipe is not run over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from translator import checkpoint, config, evaluate, prepare
+from translator.config import Config
+from translator.data.corpus import source_files
+from translator.data.tokenizer import sha256_file
+from translator.device import cpu_native_bf16
+from translator.errors import TranslatorError
+from translator.files import atomic_write
+from translator.train import loop
+from translator.train.manifest import data_checksums, git_state, versions
+
+MANIFEST = "recipe.json"
+FINISHED = ("max_minutes", "max_updates", "max_epochs", "early stopping")  # not run again
+
+
+def run(
+    cfg: Config,
+    budget_minutes: float,
+    average_last: int,
+    reserve_minutes: float = 1.0,
+    quiet: bool = False,
+    score_test: bool = True,
+) -> dict[str, Any]:
+    """The recipe; returns the manifest it writes to run_dir/recipe.json.
+
+    Training gets `budget_minutes - reserve_minutes` (less the sessions already trained): the
+    reserve covers the validation and save after the time limit, and the averaging. Without
+    `score_test` (runs that make a choice), the test split is not looked at.
+    """
+    run_dir = Path(cfg.train.run_dir)
+    check_start(run_dir, cfg, average_last)
+    seconds: dict[str, float] = {}
+    with stage(seconds, "prepare"):
+        prepare.run(cfg, quiet=quiet)
+    with stage(seconds, "train"):
+        if (minutes := training_minutes(run_dir, budget_minutes - reserve_minutes)) > 0:
+            cfg.train.max_minutes = minutes
+            loop.run(cfg, quiet=quiet)
+    if training_minutes(run_dir, budget_minutes - reserve_minutes) > 0:  # stopped early
+        raise TranslatorError(
+            "training stopped before its budget was spent (interrupted?)",
+            str(run_dir / "manifest.json"),
+            "run the recipe again: it resumes with the rest of the budget",
+        )
+    with stage(seconds, "average"):
+        averaged = checkpoint.step_files(run_dir)[-average_last:]
+        checkpoint.average(averaged, run_dir / "avg.pt")
+    valid, chosen, test = choose_on_valid(run_dir, seconds, quiet, score_test)
+    manifest = {
+        "command": " ".join([command_name(), *sys.argv[1:]]),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "git": git_state(),
+        "data": data_files(cfg),
+        # as trained (vocabulary sizes filled in, the last session's max_minutes)
+        "config": checkpoint.read(run_dir / chosen)["config"],
+        "seed": cfg.train.seed,
+        "hardware": hardware(),
+        "versions": versions(),
+        **budget_record(run_dir, budget_minutes, reserve_minutes, seconds["average"]),
+        "averaged": [p.name for p in averaged],
+        "valid": {name: dataclasses.asdict(s) for name, s in valid.items()},
+        "chosen": chosen,
+        "test": dataclasses.asdict(test) if test else None,
+        "stage_seconds": seconds,
+    }
+    write_results(run_dir, manifest, valid, chosen, test)
+    return manifest
+
+
+def command_name() -> str:
+    """How this process was started: `python -m translator.recipe`, or the script's name."""
+    name = Path(sys.argv[0]).name
+    return "python -m translator.recipe" if name == "recipe.py" else name
+
+
+def check_start(run_dir: Path, cfg: Config, average_last: int) -> None:
+    """Refuse a finished recipe's run directory, and keep_last too small to average."""
+    if (run_dir / MANIFEST).is_file():
+        raise TranslatorError(
+            "this recipe has finished already",
+            str(run_dir / MANIFEST),
+            "move the run directory away (or set another train.run_dir) to run it again",
+        )
+    if cfg.train.keep_last < average_last:
+        raise TranslatorError(
+            f"--average {average_last} needs that many step checkpoints kept",
+            "train.keep_last",
+            f"set train.keep_last to at least {average_last}",
+        )
+
+
+def budget_record(
+    run_dir: Path, budget_minutes: float, reserve_minutes: float, average_s: float
+) -> dict[str, Any]:
+    """The manifest's `budget` (what it allowed, what was used) and `training` (its sessions)."""
+    sessions = train_sessions(run_dir)
+    trained = round(sum(s["seconds"] for s in sessions), 1)
+    return {
+        "budget": {
+            "minutes": budget_minutes,
+            "reserve_minutes": reserve_minutes,
+            "used_seconds": round(trained + average_s, 1),
+            "within": trained + average_s <= 60 * budget_minutes,
+        },
+        "training": {
+            "seconds": trained,
+            "sessions": len(sessions),
+            "last_update": sessions[-1]["last_update"],
+            "end_reason": sessions[-1]["end_reason"],
+        },
+    }
+
+
+@contextlib.contextmanager
+def stage(seconds: dict[str, float], name: str) -> Iterator[None]:
+    """Time the block into seconds[name] (rounded to 0.1 s)."""
+    began = time.time()
+    yield
+    seconds[name] = round(time.time() - began, 1)
+
+
+def train_sessions(run_dir: Path) -> list[dict[str, Any]]:
+    """The training sessions in run_dir/manifest.json (train/manifest.py); [] before any."""
+    path = run_dir / "manifest.json"
+    return json.loads(path.read_text())["sessions"] if path.is_file() else []
+
+
+def training_minutes(run_dir: Path, budget_minutes: float) -> float:
+    """Minutes left to train: the budget less the sessions trained; 0 once a session finished."""
+    sessions = train_sessions(run_dir)
+    if sessions and sessions[-1]["end_reason"] in FINISHED:
+        return 0.0
+    return budget_minutes - sum(s["seconds"] for s in sessions) / 60
+
+
+def choose_on_valid(
+    run_dir: Path, seconds: dict[str, float], quiet: bool, score_test: bool = True
+) -> tuple[dict[str, evaluate.Scores], str, evaluate.Scores | None]:
+    """Score avg.pt and best.pt on valid; the better one (avg.pt on a tie), and only it, on test."""
+    with stage(seconds, "eval_valid"):
+        valid = {name: score(run_dir, name, "valid", quiet) for name in ("avg.pt", "best.pt")}
+    chosen = max(valid, key=lambda name: valid[name].bleu)
+    if not score_test:
+        return valid, chosen, None
+    with stage(seconds, "eval_test"):
+        test = score(run_dir, chosen, "test", quiet)
+    return valid, chosen, test
+
+
+def score(run_dir: Path, name: str, split: str, quiet: bool) -> evaluate.Scores:
+    """`translator eval CKPT --split SPLIT --lc-tok`, hypotheses to run_dir/SPLIT.CKPT-STEM.hyp."""
+    hyp_file = run_dir / f"{split}.{Path(name).stem}.hyp"
+    return evaluate.run(run_dir / name, split=split, hyp_file=hyp_file, lc_tok=True, quiet=quiet)
+
+
+def data_files(cfg: Config) -> dict[str, Any]:
+    """sha256 of the local source files of each split, and of the prepared files (prepare's)."""
+    sources = {
+        split: {str(path): sha256_file(path) for path in source_files(cfg.data, split)}
+        for split in ("train", "valid", "test")
+    }
+    return {"source": cfg.data.source, "files": sources, "prepared": data_checksums(cfg.data)}
+
+
+def hardware() -> dict[str, Any]:
+    """CPU model and cores, native bf16, GPU (if any), torch build and threads."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                cpu = line.partition(":")[2].strip()
+                break
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "cpu": cpu,
+        "cores": cores,
+        "cpu_native_bf16": cpu_native_bf16(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "platform": platform.platform(),
+    }
+
+
+def write_results(
+    run_dir: Path,
+    manifest: dict[str, Any],
+    valid: dict[str, evaluate.Scores],
+    chosen: str,
+    test: evaluate.Scores | None,
+) -> None:
+    """scores.txt (what eval prints, for each checkpoint scored) and recipe.json, atomically."""
+    lines = [f"valid, {name}:\n  " + "\n  ".join(s.lines()) for name, s in valid.items()]
+    if test:
+        lines.append(f"test, {chosen} (the better on valid):\n  " + "\n  ".join(test.lines()))
+    with atomic_write(run_dir / "scores.txt") as handle:
+        handle.write("\n".join(lines) + "\n")
+    with atomic_write(run_dir / MANIFEST) as handle:  # last: its presence marks a finished recipe
+        handle.write(json.dumps(manifest, indent=2) + "\n")
+
+
+app = typer.Typer(
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.command()
+def main(
+    config_path: Annotated[Path, typer.Argument(metavar="CONFIG", help="YAML config.")],
+    budget: Annotated[
+        float, typer.Option("--budget", min=0.1, help="Minutes of training and averaging.")
+    ],
+    average: Annotated[int, typer.Option("--average", min=1, help="Checkpoints to average.")],
+    reserve: Annotated[
+        float,
+        typer.Option("--reserve", min=0, help="Minutes of the budget kept for the last steps."),
+    ] = 1.0,
+    data: Annotated[Optional[str], typer.Option("--data", help="Data source (as train).")] = None,
+    set: Annotated[
+        Optional[list[str]], typer.Option("--set", "-s", metavar="KEY=VALUE", help="Override.")
+    ] = None,
+    valid_only: Annotated[
+        bool, typer.Option("--valid-only", help="Score valid only (runs that make a choice).")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or log lines.")] = False,
+) -> None:
+    """Prepare, train within --budget minutes, average, pick on valid, score test; see recipe.json.
+
+    Example: python -m translator.recipe configs/multi30k-en-de.yaml --data ../shared/data/multi30k
+    --set data.splits.valid=valid --set data.splits.test=test2016 --budget 48 --average 3
+    """
+    cfg = config.load(config_path, set or [])
+    if data:  # taken literally, as `translator train --data`
+        cfg.data = dataclasses.replace(cfg.data, source=data)
+    manifest = run(cfg, budget, average, reserve, quiet, score_test=not valid_only)
+    typer.echo((Path(cfg.train.run_dir) / "scores.txt").read_text().rstrip())
+    typer.echo(f"manifest: {Path(cfg.train.run_dir) / MANIFEST} (chosen: {manifest['chosen']})")
+
+
+if __name__ == "__main__":
+    try:
+        app()
+    except TranslatorError as err:
+        typer.echo(f"error: {err}", err=True)
+        sys.exit(1)
