@@ -32,11 +32,11 @@ from translator.data.batching import Batch
 from translator.data.tokenizer import PAD_ID
 from translator.device import resolve_device
 from translator.files import atomic_write
-from translator.model.transformer import Transformer, count_parameters
+from translator.model.transformer import count_parameters
 from translator.train.distributed import Dist
 from translator.train.loop import TrainBatches, train_step
 from translator.train.precision import amp_dtype, grad_scaler
-from translator.train.session import Session
+from translator.train.session import Session, make_optimizer, training_model
 from translator.train.state import TrainState
 
 REPO = Path(__file__).resolve().parents[1]
@@ -172,15 +172,9 @@ def bench_cfg(name: str, device: torch.device, max_tokens: int) -> Config:
 def build(cfg: Config, device: torch.device) -> Session:
     """The objects `translator train` builds for one process, without a run directory."""
     torch.manual_seed(cfg.train.seed)
-    model = Transformer(cfg.model).to(device)
+    model = training_model(cfg.model, device)
     t, dtype = cfg.train, amp_dtype(cfg.train.precision, device)
-    optimizer = torch.optim.AdamW(
-        model.parameters(),
-        lr=t.lr,
-        betas=(t.adam_beta1, t.adam_beta2),
-        eps=t.adam_eps,
-        fused=device.type == "cuda",
-    )
+    optimizer = make_optimizer(model, t)
     return Session(
         cfg=cfg,
         model=model,

@@ -136,17 +136,17 @@ def peer_cfg(name: str, device: torch.device, precision: str, max_tokens: int) -
 
 
 def steppers(cfg: Config, device: torch.device, systems: list[str]) -> dict:
-    """system -> step(batch, tokens), each system built from the same seed."""
+    """system -> (step(batch, tokens), its model), each system built from the same seed."""
+    from translator.train.precision import amp_dtype
+
     out = {}
     for system in systems:
         if system == "ours":
             s = build(cfg, device)
-            out[system] = lambda batch, n, s=s: train_step(s, [batch], n)
+            out[system] = (lambda batch, n, s=s: train_step(s, [batch], n)), s.model
         else:
-            from translator.train.precision import amp_dtype
-
             p = build_peer(cfg, device, amp_dtype(cfg.train.precision, device))
-            out[system] = lambda batch, n, p=p: peer_step(p, batch, n)
+            out[system] = (lambda batch, n, p=p: peer_step(p, batch, n)), p.model
     return out
 
 
@@ -163,7 +163,7 @@ def interleaved(cfg: Config, device: torch.device, rounds: int, steps: int) -> l
             sync(device)
             start = time.perf_counter()
             for batch in group:
-                step[system](batch, float(batch.n_tgt_tokens))
+                step[system][0](batch, float(batch.n_tgt_tokens))
             sync(device)
             seconds[system] = time.perf_counter() - start
         if r:
@@ -192,7 +192,7 @@ def memory_pass(system: str, cfg: Config, device: torch.device, steps: int) -> d
     else:
         Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
     before = proc_status("VmRSS")
-    step = steppers(cfg, device, [system])[system]
+    step, _ = steppers(cfg, device, [system])[system]
     for batch in group:
         step(batch, float(batch.n_tgt_tokens))
     if device.type == "cuda":
