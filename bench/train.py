@@ -246,6 +246,14 @@ def main(argv: list[str] | None = None) -> None:
         default=1,
         help="CPU threads (default 1: on a busy shared machine more threads wait on each other)",
     )
+    parser.add_argument(
+        "--peer-configs",
+        nargs="*",
+        default=["multi30k", "base"],
+        help="configs run side by side with HF MarianMTModel (bench/train_peer.py); none: skip",
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds with the peer")
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], help="with the peer")
     parser.add_argument("--out", default="docs/benchmarks/train.md")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one config, print JSON
     args = parser.parse_args(argv)
@@ -281,9 +289,27 @@ def main(argv: list[str] | None = None) -> None:
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"{name}: {results[-1]['tgt_tokens_per_s']:,.0f} tgt tokens/s", file=sys.stderr)
     text = report(args, device, results)
-    with atomic_write(REPO / args.out) as handle:
-        handle.write(text)
+    if args.peer_configs:
+        from bench import train_peer
+
+        text += train_peer.section(device, args)
+    write_keeping_notes(REPO / args.out, text)
     print(text)
+
+
+KEEP_BELOW = "<!-- bench.train writes what is above this line and keeps what is below -->"
+
+
+def write_keeping_notes(path: Path, text: str) -> None:
+    """Write `text`, then the hand-written sections of the old file (below the marker, or else
+    from its first `## ` heading on)."""
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    if KEEP_BELOW in old:
+        kept = old.split(KEEP_BELOW, 1)[1]
+    else:
+        kept = "\n" + old[old.index("\n## ") + 1 :] if "\n## " in old else ""
+    with atomic_write(path) as handle:
+        handle.write(text + "\n" + KEEP_BELOW + "\n" + kept)
 
 
 if __name__ == "__main__":

@@ -272,6 +272,41 @@ def table(rows: list[dict], on_cuda: bool) -> list[str]:
     return lines
 
 
+METHOD = """\
+Each round feeds the same prepared batches (`--steps` per round, `max_tokens` per side) to both
+systems, in alternating order; round 0 warms both up and is not shown. Both are built from the
+config's model section at its sizes (joint vocabulary, tied embeddings, sinusoidal positions,
+ReLU, dropout, embedding scale); the loss of both is `token_loss` (label-smoothed sum, padding
+left out) and both optimizers are torch's AdamW with the config's settings. Ours is the
+`translator train` step as it runs (train/session.py: on CPU BitsDropout, fused AdamW, glibc
+keeping freed memory; fused loss); one process, so HF's step runs under the same allocator
+setting. Peak memory: each system alone in a fresh subprocess for `--steps` updates of the first
+batches; CPU: the rise of the kernel's peak resident set (VmHWM, reset just before the model is
+built), so model, gradients, optimizer state and activations, with allocator slack; CUDA:
+torch.cuda.max_memory_allocated."""
+
+
+def section(device: torch.device, args) -> str:
+    """The side-by-side part of docs/benchmarks/train.md, for bench.train's main()."""
+    from translator import prepare
+
+    peer_args = argparse.Namespace(
+        configs=args.peer_configs,
+        precisions=args.precisions,
+        rounds=args.rounds,
+        steps=2,
+        threads=args.threads,
+        max_tokens=args.max_tokens,
+    )
+    for name in args.peer_configs:
+        prepare.run(bench_cfg(name, device, args.max_tokens), log=lambda message: None)
+    rows, note = run(device, peer_args)
+    lines = ["", "## Side by side with Hugging Face MarianMTModel (bench/train_peer.py)", ""]
+    lines += [METHOD, "", f"Not the same in both: {NOT_MAPPED}.", ""]
+    lines += table(rows, device.type == "cuda") + ([""] + [note] if note else [])
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(parser)
