@@ -305,11 +305,11 @@ def write_keeping_notes(path: Path, text: str) -> None:
     from its first `## ` heading on)."""
     old = path.read_text(encoding="utf-8") if path.exists() else ""
     if KEEP_BELOW in old:
-        kept = old.split(KEEP_BELOW, 1)[1]
+        kept = old.split(KEEP_BELOW, 1)[1].lstrip("\n")
     else:
-        kept = "\n" + old[old.index("\n## ") + 1 :] if "\n## " in old else ""
+        kept = old[old.index("\n## ") + 1 :] if "\n## " in old else ""
     with atomic_write(path) as handle:
-        handle.write(text + "\n" + KEEP_BELOW + "\n" + kept)
+        handle.write(text + "\n" + KEEP_BELOW + "\n\n" + kept)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@
     .venv/bin/python -m bench.train_ablation --config multi30k --rounds 3
     .venv/bin/python -m bench.train_ablation --config multi30k --rounds 3 --allocator default
 
-Variants of our `train_step` in one process: plain (nn.Dropout, per-parameter AdamW, token_loss),
-each change alone, and all of them. The allocator setting (train/allocator.py) is process-wide,
+Variants of our `train_step` in one process: plain (nn.Dropout, per-parameter AdamW), each change
+alone, and both. The allocator setting (train/allocator.py) is process-wide,
 so it is compared by running the whole table once with it (`keep`, what training does) and once
 without (`default`, glibc's own thresholds).
 """
@@ -22,23 +22,20 @@ import torch
 from bench.train import sync
 from bench.train_peer import peer_cfg
 from translator.model.transformer import Transformer
-from translator.train import loop
 from translator.train.allocator import keep_freed_memory
 from translator.train.distributed import Dist
 from translator.train.dropout import use_bits_dropout
 from translator.train.loop import TrainBatches, train_step
-from translator.train.loss import fused_token_loss, token_loss
 from translator.train.precision import amp_dtype, grad_scaler
 from translator.train.session import Session, make_optimizer, parameter_groups
 from translator.train.state import TrainState
 
-# name -> (BitsDropout, fused AdamW, fused loss)
+# name -> (BitsDropout, fused AdamW)
 VARIANTS = {
-    "plain": (False, False, False),
-    "+ BitsDropout": (True, False, False),
-    "+ fused AdamW": (False, True, False),
-    "+ fused loss": (False, False, True),
-    "all three": (True, True, True),
+    "plain": (False, False),
+    "+ BitsDropout": (True, False),
+    "+ fused AdamW": (False, True),
+    "both": (True, True),
 }
 
 
@@ -85,14 +82,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.allocator == "keep":
         keep_freed_memory()
     cfg = peer_cfg(args.config, device, args.precision, args.max_tokens)
-    sessions = {name: session(cfg, device, *flags[:2]) for name, flags in VARIANTS.items()}
+    sessions = {name: session(cfg, device, *flags) for name, flags in VARIANTS.items()}
     data, state = TrainBatches(cfg, Dist(device)), TrainState()
     rates = {name: [] for name in VARIANTS}
     for r in range(args.rounds + 1):  # round 0 warms up
         batch = data.take(state, 1)[0]
         names = list(VARIANTS)
         for name in names[r % len(names) :] + names[: r % len(names)]:
-            loop.fused_token_loss = fused_token_loss if VARIANTS[name][2] else token_loss
             sync(device)
             start = time.perf_counter()
             train_step(sessions[name], [batch], float(batch.n_tgt_tokens))
@@ -100,7 +96,6 @@ def main(argv: list[str] | None = None) -> None:
             if r:
                 rates[name].append(batch.n_tgt_tokens / seconds)
         print(f"round {r} done", file=sys.stderr)
-    loop.fused_token_loss = fused_token_loss
     plain = rates["plain"]
     print(
         f"| variant (allocator: {args.allocator}) | tgt tokens/s per round | vs plain per round |"

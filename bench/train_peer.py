@@ -279,7 +279,7 @@ config's model section at its sizes (joint vocabulary, tied embeddings, sinusoid
 ReLU, dropout, embedding scale); the loss of both is `token_loss` (label-smoothed sum, padding
 left out) and both optimizers are torch's AdamW with the config's settings. Ours is the
 `translator train` step as it runs (train/session.py: on CPU BitsDropout, fused AdamW, glibc
-keeping freed memory; fused loss); one process, so HF's step runs under the same allocator
+keeping freed memory); one process, so HF's step runs under the same allocator
 setting. Peak memory: each system alone in a fresh subprocess for `--steps` updates of the first
 batches; CPU: the rise of the kernel's peak resident set (VmHWM, reset just before the model is
 built), so model, gradients, optimizer state and activations, with allocator slack; CUDA:

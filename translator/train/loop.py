@@ -26,7 +26,7 @@ from translator.model.transformer import Transformer, count_parameters
 from translator.prepare import prepared_dir
 from translator.train import distributed, oom
 from translator.train.distributed import Dist, no_sync, sum_all
-from translator.train.loss import fused_token_loss
+from translator.train.loss import token_loss
 from translator.train.manifest import RunManifest
 from translator.train.precision import autocast
 from translator.train.schedule import learning_rate
@@ -89,8 +89,7 @@ def loss_sums(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Label-smoothed cross-entropy summed over target tokens (padding ignored), and the NLL sum."""
     logits = net(batch.src, batch.tgt_in, batch.src_mask)  # (B, T, V)
-    # token_loss with a hand-written gradient: fewer passes over the logits (docs/benchmarks/train.md)
-    return fused_token_loss(logits, batch.tgt_out, label_smoothing)
+    return token_loss(logits, batch.tgt_out, label_smoothing)
 
 
 def train_step(
