@@ -18,12 +18,14 @@ import contextlib
 import sys
 
 import torch
+from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from bench import train_peer
 from translator.device import resolve_device
 from translator.train import loop
 from translator.train.distributed import Dist
+from translator.train.dropout import BitsDropout
 from translator.train.loop import TrainBatches
 from translator.train.state import TrainState
 
@@ -55,6 +57,7 @@ ROWS = [  # printing order
 def our_parts(model: torch.nn.Module) -> dict[torch.nn.Module, str]:
     """Module -> part for our Transformer (inner modules win over the blocks around them)."""
     parts = {model: ROWS[13], model.src_embed: ROWS[1], model.tgt_embed: ROWS[1]}
+    parts |= {m: ROWS[10] for m in model.modules() if isinstance(m, (nn.Dropout, BitsDropout))}
     parts[model.out_proj] = ROWS[11]
     parts[model.encoder_norm] = parts[model.decoder_norm] = ROWS[9]
     for layer in model.encoder:
