@@ -33,11 +33,11 @@ from translator.data.batching import Batch
 from translator.data.tokenizer import PAD_ID
 from translator.device import resolve_device
 from translator.files import atomic_write
-from translator.model.transformer import Transformer, count_parameters
+from translator.model.transformer import count_parameters
 from translator.train.distributed import Dist
 from translator.train.loop import TrainBatches, train_step
 from translator.train.precision import amp_dtype, grad_scaler
-from translator.train.session import Session
+from translator.train.session import Session, make_optimizer, training_model
 from translator.train.state import TrainState
 
 REPO = Path(__file__).resolve().parents[1]
@@ -173,15 +173,9 @@ def bench_cfg(name: str, device: torch.device, max_tokens: int) -> Config:
 def build(cfg: Config, device: torch.device) -> Session:
     """The objects `translator train` builds for one process, without a run directory."""
     torch.manual_seed(cfg.train.seed)
-    model = Transformer(cfg.model).to(device)
+    model = training_model(cfg.model, device)
     t, dtype = cfg.train, amp_dtype(cfg.train.precision, device)
-    optimizer = torch.optim.AdamW(
-        model.parameters(),
-        lr=t.lr,
-        betas=(t.adam_beta1, t.adam_beta2),
-        eps=t.adam_eps,
-        fused=device.type == "cuda",
-    )
+    optimizer = make_optimizer(model, t)
     return Session(
         cfg=cfg,
         model=model,
@@ -256,6 +250,14 @@ def main(argv: list[str] | None = None) -> None:
         default=1,
         help="CPU threads (default 1: on a busy shared machine more threads wait on each other)",
     )
+    parser.add_argument(
+        "--peer-configs",
+        nargs="*",
+        default=["multi30k", "base"],
+        help="configs run side by side with HF MarianMTModel (bench/train_peer.py); none: skip",
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds with the peer")
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], help="with the peer")
     parser.add_argument("--out", default="docs/benchmarks/train.md")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one config, print JSON
     args = parser.parse_args(argv)
@@ -291,9 +293,27 @@ def main(argv: list[str] | None = None) -> None:
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"{name}: {results[-1]['tgt_tokens_per_s']:,.0f} tgt tokens/s", file=sys.stderr)
     text = report(args, device, results)
-    with atomic_write(REPO / args.out) as handle:
-        handle.write(text)
+    if args.peer_configs:
+        from bench import train_peer
+
+        text += train_peer.section(device, args)
+    write_keeping_notes(REPO / args.out, text)
     print(text)
+
+
+KEEP_BELOW = "<!-- bench.train writes what is above this line and keeps what is below -->"
+
+
+def write_keeping_notes(path: Path, text: str) -> None:
+    """Write `text`, then the hand-written sections of the old file (below the marker, or else
+    from its first `## ` heading on)."""
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    if KEEP_BELOW in old:
+        kept = old.split(KEEP_BELOW, 1)[1].lstrip("\n")
+    else:
+        kept = old[old.index("\n## ") + 1 :] if "\n## " in old else ""
+    with atomic_write(path) as handle:
+        handle.write(text + "\n" + KEEP_BELOW + "\n\n" + kept)
 
 
 if __name__ == "__main__":

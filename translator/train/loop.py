@@ -20,13 +20,13 @@ import torch
 from translator.config import Config, dump, to_dict
 from translator.data.batching import Batch, make_batch, token_batches
 from translator.data.shards import TokenArray
-from translator.data.tokenizer import PAD_ID
 from translator.errors import TranslatorError
 from translator.files import atomic_write
 from translator.model.transformer import Transformer, count_parameters
 from translator.prepare import prepared_dir
 from translator.train import distributed, oom
 from translator.train.distributed import Dist, no_sync, sum_all
+from translator.train.loss import token_loss
 from translator.train.manifest import RunManifest
 from translator.train.precision import autocast
 from translator.train.schedule import learning_rate
@@ -86,21 +86,9 @@ class TrainBatches:
 def loss_sums(
     net: torch.nn.Module, batch: Batch, label_smoothing: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Label-smoothed cross-entropy summed over target tokens (padding ignored), and the plain NLL
-    sum.
-
-    One log-softmax serves both: smoothed = (1 - eps) * NLL + eps * the mean of -log p over the
-    vocabulary, which is F.cross_entropy's label smoothing; perplexity comes from the NLL.
-    """
-    logits = net(batch.src, batch.tgt_in, batch.src_mask).flatten(0, 1).float()  # (B*T, V)
-    log_probs = logits.log_softmax(dim=-1)
-    target = batch.tgt_out.flatten()  # (B*T,)
-    real = target != PAD_ID
-    nll = -log_probs.gather(1, target[:, None]).squeeze(1).masked_fill(~real, 0.0).sum()
-    if not label_smoothing:
-        return nll, nll.detach()
-    uniform = -log_probs.mean(dim=-1).masked_fill(~real, 0.0).sum()
-    return (1 - label_smoothing) * nll + label_smoothing * uniform, nll.detach()
+    """Label-smoothed cross-entropy summed over target tokens (padding ignored), and the NLL sum."""
+    logits = net(batch.src, batch.tgt_in, batch.src_mask)  # (B, T, V)
+    return token_loss(logits, batch.tgt_out, label_smoothing)
 
 
 def train_step(
@@ -268,6 +256,8 @@ def start_logging(s: Session, n_pairs: int) -> None:
         f"{on_off[cfg.model.gradient_checkpointing]}, compile {on_off[cfg.train.compile]}; "
         f"{n_pairs:,} training pairs; starting at update {state.step}"
     )
+    if s.dist.device.type == "cpu":  # the choices session.training_model made
+        s.metrics.line("CPU training: dropout from 16-bit draws, freed memory kept for reuse")
     over, total = too_long_pairs(cfg)  # said now, not after eval_every updates
     if over:
         s.metrics.line(

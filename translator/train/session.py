@@ -10,14 +10,16 @@ from pathlib import Path
 import torch
 
 from translator import prepare
-from translator.config import Config, ModelConfig
+from translator.config import Config, ModelConfig, TrainConfig
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
 from translator.model.transformer import Transformer
 from translator.prepare import load_manifest, prepared_dir
 from translator.train import distributed, finetune
+from translator.train.allocator import keep_freed_memory
 from translator.train.attention import AttentionMonitor
 from translator.train.distributed import Dist, gather, sum_all
+from translator.train.dropout import use_bits_dropout
 from translator.train.metrics import Metrics
 from translator.train.precision import amp_dtype, grad_scaler
 from translator.train.state import (
@@ -100,7 +102,7 @@ def prepared_tokenizer(cfg: Config, d: Dist, quiet: bool, vocab_from: str | None
 def initial_model(cfg: Config, d: Dist, start: finetune.Start) -> Transformer:
     """The seeded model, with train.init_from's weights when the run starts from them."""
     seed_all(cfg.train.seed)  # the same initial weights on every process
-    model = Transformer(cfg.model)
+    model = training_model(cfg.model, d.device)
     if start.weights is not None:
         try:
             model.load_state_dict(start.weights)
@@ -111,7 +113,7 @@ def initial_model(cfg: Config, d: Dist, start: finetune.Start) -> Transformer:
                 f"train.init_from: {cfg.train.init_from}",
                 "use a checkpoint written by `translator train` or `translator import-hf`",
             ) from None
-    return model.to(d.device)
+    return model
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -127,6 +129,27 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
         {"params": decayed, "weight_decay": weight_decay},
         {"params": rest, "weight_decay": 0.0},
     ]
+
+
+def training_model(cfg: ModelConfig, device: torch.device) -> Transformer:
+    """The model as training runs it; on CPU its dropout draws 16-bit numbers (train/dropout.py)
+    and the process keeps freed memory for reuse (train/allocator.py)."""
+    model = Transformer(cfg).to(device)
+    if device.type == "cpu":  # CUDA's fused dropout is fast, and its allocator caches
+        use_bits_dropout(model)
+        keep_freed_memory()
+    return model
+
+
+def make_optimizer(model: torch.nn.Module, t: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with the config's settings, fused: one kernel over all parameters (CPU and CUDA)."""
+    return torch.optim.AdamW(
+        parameter_groups(model, t.weight_decay),
+        lr=t.lr,
+        betas=(t.adam_beta1, t.adam_beta2),
+        eps=t.adam_eps,
+        fused=True,
+    )
 
 
 def setup(cfg: Config, quiet: bool) -> Session:
@@ -146,13 +169,7 @@ def setup(cfg: Config, quiet: bool) -> Session:
     if t.compile:
         net = torch.compile(net)
     dtype = amp_dtype(t.precision, d.device)
-    optimizer = torch.optim.AdamW(
-        parameter_groups(model, t.weight_decay),
-        lr=t.lr,
-        betas=(t.adam_beta1, t.adam_beta2),
-        eps=t.adam_eps,
-        fused=d.device.type == "cuda",
-    )
+    optimizer = make_optimizer(model, t)
     s = Session(
         cfg=cfg,
         model=model,

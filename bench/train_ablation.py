@@ -1,0 +1,113 @@
+"""Each CPU speed-up of our training step against the plain step, interleaved on the same batches.
+
+    .venv/bin/python -m bench.train_ablation --config multi30k --rounds 3
+    .venv/bin/python -m bench.train_ablation --config multi30k --rounds 3 --allocator default
+
+Variants of our `train_step` in one process: plain (nn.Dropout, per-parameter AdamW), each change
+alone, and both. The allocator setting (train/allocator.py) is process-wide,
+so it is compared by running the whole table once with it (`keep`, what training does) and once
+without (`default`, glibc's own thresholds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from bench.train import sync
+from bench.train_peer import peer_cfg
+from translator.model.transformer import Transformer
+from translator.train.allocator import keep_freed_memory
+from translator.train.distributed import Dist
+from translator.train.dropout import use_bits_dropout
+from translator.train.loop import TrainBatches, train_step
+from translator.train.precision import amp_dtype, grad_scaler
+from translator.train.session import Session, make_optimizer, parameter_groups
+from translator.train.state import TrainState
+
+# name -> (BitsDropout, fused AdamW)
+VARIANTS = {
+    "plain": (False, False),
+    "+ BitsDropout": (True, False),
+    "+ fused AdamW": (False, True),
+    "both": (True, True),
+}
+
+
+def session(cfg, device: torch.device, bits: bool, fused_adamw: bool) -> Session:
+    torch.manual_seed(cfg.train.seed)
+    model = Transformer(cfg.model).to(device)
+    if bits:
+        use_bits_dropout(model)
+    t = cfg.train
+    optimizer = (
+        make_optimizer(model, t)
+        if fused_adamw
+        else torch.optim.AdamW(
+            parameter_groups(model, t.weight_decay),
+            lr=t.lr,
+            betas=(t.adam_beta1, t.adam_beta2),
+            eps=t.adam_eps,
+        )
+    )
+    dtype = amp_dtype(t.precision, device)
+    return Session(
+        cfg=cfg,
+        model=model,
+        net=model,
+        optimizer=optimizer,
+        scaler=grad_scaler(device, dtype),
+        tokenizer=None,
+        dist=Dist(device),
+        dtype=dtype,
+        run_dir=Path("."),
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="multi30k")
+    parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=0)
+    parser.add_argument("--allocator", choices=["keep", "default"], default="keep")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    device = torch.device("cpu")
+    if args.allocator == "keep":
+        keep_freed_memory()
+    cfg = peer_cfg(args.config, device, args.precision, args.max_tokens)
+    sessions = {name: session(cfg, device, *flags) for name, flags in VARIANTS.items()}
+    data, state = TrainBatches(cfg, Dist(device)), TrainState()
+    rates = {name: [] for name in VARIANTS}
+    for r in range(args.rounds + 1):  # round 0 warms up
+        batch = data.take(state, 1)[0]
+        names = list(VARIANTS)
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            sync(device)
+            start = time.perf_counter()
+            train_step(sessions[name], [batch], float(batch.n_tgt_tokens))
+            seconds = time.perf_counter() - start
+            if r:
+                rates[name].append(batch.n_tgt_tokens / seconds)
+        print(f"round {r} done", file=sys.stderr)
+    plain = rates["plain"]
+    print(
+        f"| variant (allocator: {args.allocator}) | tgt tokens/s per round | vs plain per round |"
+    )
+    print("|---|---|---|")
+    for name, values in rates.items():
+        ratios = [v / p for v, p in zip(values, plain)]
+        print(
+            f"| {name} | {', '.join(f'{v:,.0f}' for v in values)} | "
+            f"{', '.join(f'{x:.2f}' for x in ratios)} (median {statistics.median(ratios):.2f}) |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,338 @@
+"""Our training step side by side with Hugging Face MarianMTModel's, same sizes, same token batches.
+
+    .venv/bin/python -m bench.train_peer --configs multi30k --rounds 3  # also run by bench.train
+
+Both models are built from the config's ModelConfig (`marian_config` maps every choice Marian
+has; where it has none the difference is named in NOT_MAPPED). Each round takes the next
+`--steps` prepared batches and runs them through both systems, the order alternating from round
+to round, so a slow spell of a shared machine hits both; the ratio is taken per round. Both
+losses are `token_loss` (the plain label-smoothed sum) over the logits; both optimizers are
+torch's AdamW with the config's settings. Peak memory: each system again in its own short
+subprocess (`--memory SYSTEM`), as the process's peak resident set above the resident set
+before the model was built (CPU), or torch.cuda.max_memory_allocated (CUDA).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from bench.train import REPO, bench_cfg, build, sync
+from translator.config import Config, ModelConfig
+from translator.data.batching import Batch
+from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from translator.device import cpu_native_bf16
+from translator.train.distributed import Dist
+from translator.train.loop import TrainBatches, train_step
+from translator.train.loss import token_loss
+from translator.train.state import TrainState
+
+SYSTEMS = {"ours": "ours (`train_step`)", "hf": "HF MarianMTModel"}
+NOT_MAPPED = (
+    "Marian is post-LN only (our configs are pre-LN: one final LayerNorm per stack more); "
+    "Marian adds a fixed `final_logits_bias` buffer to the logits (ours: model.output_bias off); "
+    "Marian's sinusoids put sines before cosines (ours interleave them: the same cost); "
+    "HF's embedding has padding_idx (its PAD row gets no gradient)"
+)
+HF_ACTIVATION = {"relu": "relu", "gelu": "gelu", "silu": "swish"}
+
+
+def marian_config(m: ModelConfig):
+    """A MarianConfig of the same size and choices as our ModelConfig (joint vocabulary, tied)."""
+    from transformers import MarianConfig
+
+    if m.positions != "sinusoidal" or m.n_kv_heads not in (None, m.n_heads):
+        raise ValueError("Marian has sinusoidal positions and full multi-head attention only")
+    return MarianConfig(
+        vocab_size=m.vocab_size,
+        decoder_vocab_size=m.vocab_size,
+        d_model=m.d_model,
+        encoder_layers=m.n_encoder_layers,
+        decoder_layers=m.n_decoder_layers,
+        encoder_attention_heads=m.n_heads,
+        decoder_attention_heads=m.n_heads,
+        encoder_ffn_dim=m.d_ff,
+        decoder_ffn_dim=m.d_ff,
+        max_position_embeddings=m.max_positions,
+        activation_function=HF_ACTIVATION[m.activation],
+        scale_embedding=m.scale_embeddings,
+        dropout=m.dropout,
+        attention_dropout=m.attention_dropout,
+        activation_dropout=m.activation_dropout,
+        share_encoder_decoder_embeddings=m.src_vocab_size == 0,
+        tie_word_embeddings=m.tie_embeddings,
+        pad_token_id=PAD_ID,
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        decoder_start_token_id=BOS_ID,
+        forced_eos_token_id=None,
+        attn_implementation="sdpa",
+    )
+
+
+@dataclass
+class Peer:
+    """HF's model and optimizer with the config's training settings."""
+
+    cfg: Config
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    dtype: torch.dtype | None
+    device: torch.device
+
+
+def build_peer(cfg: Config, device: torch.device, dtype: torch.dtype | None) -> Peer:
+    from transformers import MarianMTModel
+
+    torch.manual_seed(cfg.train.seed)
+    model = MarianMTModel(marian_config(cfg.model)).to(device).train()
+    t = cfg.train
+    optimizer = torch.optim.AdamW(  # torch's defaults for the rest, as a HF user gets them
+        model.parameters(),
+        lr=t.lr,
+        betas=(t.adam_beta1, t.adam_beta2),
+        eps=t.adam_eps,
+        weight_decay=t.weight_decay,
+    )
+    return Peer(cfg, model, optimizer, dtype, device)
+
+
+def peer_step(p: Peer, batch: Batch, total_tokens: float) -> float:
+    """HF's side of one update: forward, the same loss, backward, norm (and clip), AdamW."""
+    batch = batch.to(p.device)
+    with torch.autocast(p.device.type, dtype=p.dtype or torch.float32, enabled=p.dtype is not None):
+        logits = p.model(
+            input_ids=batch.src,
+            attention_mask=(batch.src != PAD_ID).long(),
+            decoder_input_ids=batch.tgt_in,
+            use_cache=False,  # what HF's training path sets when labels are given
+        ).logits  # (B, T, V)
+        loss, _ = token_loss(logits, batch.tgt_out, p.cfg.train.label_smoothing)
+    (loss / total_tokens).backward()
+    params = [q for q in p.model.parameters() if q.grad is not None]
+    norm = torch.nn.utils.get_total_norm([q.grad for q in params])
+    if p.cfg.train.clip_grad_norm:
+        torch.nn.utils.clip_grads_with_norm_(params, p.cfg.train.clip_grad_norm, norm)
+    p.optimizer.step()
+    p.optimizer.zero_grad(set_to_none=True)
+    return float(norm)
+
+
+def peer_cfg(name: str, device: torch.device, precision: str, max_tokens: int) -> Config:
+    cfg = bench_cfg(name, device, max_tokens)
+    cfg.train.precision = precision
+    from bench.train import MODEL_VOCAB
+
+    cfg.model.vocab_size = MODEL_VOCAB.get(name) or cfg.data.vocab_size
+    return cfg
+
+
+def steppers(cfg: Config, device: torch.device, systems: list[str]) -> dict:
+    """system -> (step(batch, tokens), its model), each system built from the same seed."""
+    from translator.train.precision import amp_dtype
+
+    out = {}
+    for system in systems:
+        if system == "ours":
+            s = build(cfg, device)
+            out[system] = (lambda batch, n, s=s: train_step(s, [batch], n)), s.model
+        else:
+            p = build_peer(cfg, device, amp_dtype(cfg.train.precision, device))
+            out[system] = (lambda batch, n, p=p: peer_step(p, batch, n)), p.model
+    return out
+
+
+def interleaved(cfg: Config, device: torch.device, rounds: int, steps: int) -> list[dict]:
+    """Per timed round: each system's target tokens/s over the same `steps` batches."""
+    step = steppers(cfg, device, list(SYSTEMS))
+    data, state = TrainBatches(cfg, Dist(device)), TrainState()
+    results = []
+    for r in range(rounds + 1):  # round 0 warms both up and is not kept
+        group = data.take(state, steps)
+        tokens = float(sum(b.n_tgt_tokens for b in group))
+        seconds = {}
+        for system in list(SYSTEMS)[:: 1 if r % 2 else -1]:
+            sync(device)
+            start = time.perf_counter()
+            for batch in group:
+                step[system][0](batch, float(batch.n_tgt_tokens))
+            sync(device)
+            seconds[system] = time.perf_counter() - start
+        if r:
+            rate = {k: tokens / v for k, v in seconds.items()}
+            results.append({**rate, "ratio": rate["ours"] / rate["hf"], "tokens": tokens})
+            print(
+                f"  round {r}: ours {rate['ours']:,.0f}, HF {rate['hf']:,.0f} tgt tok/s, "
+                f"ours/HF {results[-1]['ratio']:.2f}",
+                file=sys.stderr,
+            )
+    return results
+
+
+def memory_pass(system: str, cfg: Config, device: torch.device, steps: int) -> dict:
+    """Run `steps` updates of one system; its peak memory (this process must hold nothing else).
+
+    On CPU the kernel's peak resident set (VmHWM) is reset just before the model is built
+    (/proc/self/clear_refs), so imports and data loading do not set the peak.
+    """
+    import transformers  # noqa: F401  (both baselines include the library, so they compare)
+
+    data, state = TrainBatches(cfg, Dist(device)), TrainState()
+    group = data.take(state, steps)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    else:
+        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+    before = proc_status("VmRSS")
+    step, _ = steppers(cfg, device, [system])[system]
+    for batch in group:
+        step(batch, float(batch.n_tgt_tokens))
+    if device.type == "cuda":
+        return {"peak_mib": torch.cuda.max_memory_allocated(device) / 2**20, "before_mib": 0.0}
+    return {"peak_mib": (proc_status("VmHWM") - before) / 2**20, "before_mib": before / 2**20}
+
+
+def proc_status(field: str) -> float:
+    """A memory field of /proc/self/status in bytes (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return float(line.split()[1]) * 1024  # kB
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def measure_memory(name: str, device: torch.device, precision: str, args) -> dict:
+    """system -> its memory pass's result, each in a fresh subprocess."""
+    out = {}
+    for system in SYSTEMS:
+        cmd = [sys.executable, "-m", "bench.train_peer", "--memory", system, "--configs", name]
+        cmd += ["--device", str(device), "--precisions", precision, "--threads", str(args.threads)]
+        cmd += ["--max-tokens", str(args.max_tokens), "--steps", str(args.steps)]
+        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=True)
+        out[system] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+def precisions(device: torch.device, asked: list[str]) -> tuple[list[str], str]:
+    """The precisions to run and a note on any skipped (bf16 on a CPU that only emulates it)."""
+    if device.type == "cpu" and "bf16" in asked and not cpu_native_bf16():
+        note = (
+            "bf16 skipped: this CPU has no native bf16 (AVX512-BF16, AMX or Arm BF16), so oneDNN "
+            "emulates it and its numbers would say nothing; run the bench where the CPU has it"
+        )
+        return [p for p in asked if p != "bf16"], note
+    return asked, ""
+
+
+def run(device: torch.device, args) -> tuple[list[dict], str]:
+    """Every (config, precision): interleaved rounds and both memory passes."""
+    chosen, note = precisions(device, args.precisions)
+    rows = []
+    for name in args.configs:
+        for precision in chosen:
+            cfg = peer_cfg(name, device, precision, args.max_tokens)
+            print(f"{name} {precision}: {args.rounds} interleaved rounds", file=sys.stderr)
+            rounds = interleaved(cfg, device, args.rounds, args.steps)
+            memory = measure_memory(name, device, precision, args)
+            rows.append(
+                {"config": name, "precision": precision, "max_tokens": cfg.train.max_tokens}
+                | {"rounds": rounds, "memory": memory}
+            )
+    return rows, note
+
+
+def table(rows: list[dict], on_cuda: bool) -> list[str]:
+    """Markdown: one line per (config, precision, system), then the per-round ratios."""
+    memory = "peak allocated (MiB)" if on_cuda else "peak RSS above the start (MiB)"
+    lines = [
+        f"| config | precision | system | tgt tokens/s per round | median | {memory} |",
+        "|---|---|---|---|---:|---:|",
+    ]
+    for row in rows:
+        for system, label in SYSTEMS.items():
+            rates = [r[system] for r in row["rounds"]]
+            lines.append(
+                f"| {row['config']} ({row['max_tokens']} tokens) | {row['precision']} | {label} | "
+                + ", ".join(f"{x:,.0f}" for x in rates)
+                + f" | {statistics.median(rates):,.0f} | {row['memory'][system]['peak_mib']:.0f} |"
+            )
+        ratios = [r["ratio"] for r in row["rounds"]]
+        lines.append(
+            "| | | **ours / HF** | "
+            + ", ".join(f"{x:.2f}" for x in ratios)
+            + f" | **{statistics.median(ratios):.2f}** | |"
+        )
+    return lines
+
+
+METHOD = """\
+Each round feeds the same prepared batches (`--steps` per round, `max_tokens` per side) to both
+systems, in alternating order; round 0 warms both up and is not shown. Both are built from the
+config's model section at its sizes (joint vocabulary, tied embeddings, sinusoidal positions,
+ReLU, dropout, embedding scale); the loss of both is `token_loss` (label-smoothed sum, padding
+left out) and both optimizers are torch's AdamW with the config's settings. Ours is the
+`translator train` step as it runs (train/session.py: on CPU BitsDropout, fused AdamW, glibc
+keeping freed memory); one process, so HF's step runs under the same allocator
+setting. Peak memory: each system alone in a fresh subprocess for `--steps` updates of the first
+batches; CPU: the rise of the kernel's peak resident set (VmHWM, reset just before the model is
+built), so model, gradients, optimizer state and activations, with allocator slack; CUDA:
+torch.cuda.max_memory_allocated."""
+
+
+def section(device: torch.device, args) -> str:
+    """The side-by-side part of docs/benchmarks/train.md, for bench.train's main()."""
+    from translator import prepare
+
+    peer_args = argparse.Namespace(
+        configs=args.peer_configs,
+        precisions=args.precisions,
+        rounds=args.rounds,
+        steps=2,
+        threads=args.threads,
+        max_tokens=args.max_tokens,
+    )
+    for name in args.peer_configs:
+        prepare.run(bench_cfg(name, device, args.max_tokens), log=lambda message: None)
+    rows, note = run(device, peer_args)
+    lines = ["", "## Side by side with Hugging Face MarianMTModel (bench/train_peer.py)", ""]
+    lines += [METHOD, "", f"Not the same in both: {NOT_MAPPED}.", ""]
+    lines += table(rows, device.type == "cuda") + ([""] + [note] if note else [])
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    parser.add_argument("--memory", choices=list(SYSTEMS), help=argparse.SUPPRESS)  # internal
+    args = parser.parse_args(argv)
+    from translator.device import resolve_device
+
+    device = resolve_device(args.device)
+    torch.set_num_threads(args.threads)
+    if args.memory:
+        cfg = peer_cfg(args.configs[0], device, args.precisions[0], args.max_tokens)
+        print(json.dumps(memory_pass(args.memory, cfg, device, args.steps)))
+        return
+    rows, note = run(device, args)
+    print("\n".join(table(rows, device.type == "cuda") + ["", note]))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--configs", nargs="+", default=["multi30k", "base"])
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
+    parser.add_argument("--rounds", type=int, default=5, help="timed interleaved rounds")
+    parser.add_argument("--steps", type=int, default=2, help="updates per system per round")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--max-tokens", type=int, default=0)
+
+
+if __name__ == "__main__":
+    main()
