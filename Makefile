@@ -83,8 +83,11 @@ bench-model: $(STAMP)
 bench-train: $(STAMP)
 	$(BIN)/python -m bench.train
 
-bench-decode: $(STAMP)  ## with the Hugging Face peer (installed by the stamp)
-	$(BIN)/python -m bench.decode --repeats 2  # the machine drifts: two interleaved passes, per-pass ratios printed
+# Ours, HF generate and CTranslate2 (ours exported), fp32 and int8 (+ bf16 where the CPU has it),
+# beam 4 and greedy; two interleaved passes (the machine drifts), per-pass ratios and peak memory;
+# adds a dated section to docs/benchmarks/decode.md.
+bench-decode: $(STAMP)  ## with the Hugging Face and CTranslate2 peers (installed by the stamp)
+	$(BIN)/python -m bench.decode --repeats 2
 
 bench-launches: $(STAMP)  ## host launches per decoding step on the CUDA path, counted on CPU
 	$(BIN)/python -m bench.launches

@@ -1,19 +1,23 @@
-"""Beam-search speed: our KV-cached search against Hugging Face `generate` on a same-size MarianMT.
+"""Decoding speed and memory: our KV-cached search against Hugging Face `generate` and CTranslate2.
 
-    # CPU fp32 + bf16; CUDA fp16/bf16 (with and without CUDA graphs) when present
-    .venv/bin/python -m bench.decode
-    .venv/bin/python -m bench.decode --sentences 64 --cpu-dtypes bfloat16 --systems ours
+    .venv/bin/python -m bench.decode --repeats 2     # all below; the table goes into decode.md
+    .venv/bin/python -m bench.decode --sentences 32 --beams 4 --systems ours,ct2 --out ''
 
-The setting CTranslate2 publishes: beam 4, batch 32, newstest2014 en->de sources, length
-penalty 0. Both models are base size (d_model 512, 6+6 layers, 8 heads, FFN 2048, vocabulary
-32000) with random weights (nothing can be downloaded), so outputs are gibberish of arbitrary
-length. To compare equal work, every sentence of a batch is forced to the same output length:
-L = the longest reference (newstest2014.de, same tokenizer) in the batch, plus EOS. Ours runs
-with min_len = max_len = L (EOS is forced at step L); HF with min_new_tokens = max_new_tokens =
-L + 1. Both make L + 1 decoder steps over 32 x 4 rows and count 32 x (L + 1) target tokens.
-Each (system, device, dtype) runs in its own process after one untimed warm-up batch; CPU peak
-memory is that process's peak RSS (ru_maxrss: libraries, the model as built in fp32, then
-decoding), shown beside its RSS just before the timed run; CUDA peak memory is
+The setting CTranslate2 publishes: batch 32, newstest2014 en->de sources, length penalty 0,
+beam 4, and greedy beside it. Every model is base size (d_model 512, 6+6 layers, 8 heads, FFN
+2048, vocabulary 32000) with random weights (nothing can be downloaded): ours; a MarianMT of the
+same size for HF; for CTranslate2 ours itself, converted by our export (float32, and int8 as
+`export --quantization int8` stores it). Random weights give gibberish of arbitrary length, so
+every sentence of a batch is forced to the same length: L = the longest reference
+(newstest2014.de, same tokenizer) in the batch. Ours runs with min_len = max_len = L (EOS forced
+at step L), HF with min_new_tokens = max_new_tokens = L + 1, CTranslate2 with
+min_decoding_length = max_decoding_length = L + 1: all make L + 1 decoder steps and count
+32 x (L + 1) target tokens. dtype int8: ours `--dtype int8` (dynamic int8 linear layers),
+CTranslate2 compute_type int8; HF has no int8 run. CPU dtypes default to fp32 and int8, plus
+bf16 where the CPU has it natively (emulated bf16 is many times slower: never timed).
+Each (system, device, dtype, beam) runs in its own process after one untimed warm-up batch; CPU
+peak memory is that process's peak RSS (VmHWM: libraries, model, decoding; the CTranslate2
+process imports no torch), shown beside its RSS just before the timed run; CUDA peak memory is
 torch.cuda.max_memory_allocated during the timed run.
 """
 
@@ -21,38 +25,44 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 from translator.data.tokenizer import Tokenizer, train_sentencepiece
 
 WMT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wmt"
-BASE = dict(vocab=32000, d_model=512, layers=6, heads=8, ffn=2048, max_positions=1024)
-MIB = 2**20
+VOCAB = 32000
 SYSTEM_NAMES = {
     "ours": "ours (translator)",
     "ours-eager": "ours, no CUDA graphs",
     "hf": "HF MarianMT generate",
+    "ct2": "CTranslate2",
+}
+DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "int8": "int8"}
+# what each system runs: ours-eager is CUDA-only (on CPU it is ours); HF has no int8 here;
+# CTranslate2 runs on CPU in float32 and int8
+RUNS = {
+    "ours": lambda dev, dt: True,
+    "ours-eager": lambda dev, dt: dev == "cuda",
+    "hf": lambda dev, dt: dt != "int8",
+    "ct2": lambda dev, dt: dev == "cpu" and dt in ("float32", "int8"),
 }
 
 
 def make_batches(n_sentences: int, batch_size: int, workdir: Path) -> list[dict]:
-    """newstest2014 sources, sorted by length into batches: {'src': ids lists, 'length': L}."""
+    """newstest2014 sources sorted by length into batches: {'src': ids, 'pieces', 'length': L};
+    also leaves the tokenizer at workdir/spm.model."""
     sentences = [
         (WMT / f"newstest2013.{lang}").read_text(encoding="utf-8").splitlines()
         for lang in ("en", "de")
     ]
-    model_file = train_sentencepiece(
-        sentences[0] + sentences[1], workdir / "spm", vocab_size=BASE["vocab"]
-    )
+    model_file = train_sentencepiece(sentences[0] + sentences[1], workdir / "spm", vocab_size=VOCAB)
     tokenizer = Tokenizer(model_file)  # trained on newstest2013, so the test set stays unseen
     src = (WMT / "newstest2014.en").read_text(encoding="utf-8").splitlines()[:n_sentences]
     ref = (WMT / "newstest2014.de").read_text(encoding="utf-8").splitlines()[:n_sentences]
@@ -61,136 +71,42 @@ def make_batches(n_sentences: int, batch_size: int, workdir: Path) -> list[dict]
     batches = []
     for start in range(0, len(order), batch_size):
         rows = order[start : start + batch_size]
+        ids = [src_ids[i] for i in rows]
         batches.append(
-            {"src": [src_ids[i] for i in rows], "length": max(len(ref_ids[i]) for i in rows)}
+            {
+                "src": ids,
+                "pieces": [tokenizer.sp.id_to_piece(row) + ["</s>"] for row in ids],
+                "length": max(len(ref_ids[i]) for i in rows),
+            }
         )
     return batches
 
 
-def build(
-    system: str, device: torch.device, dtype: torch.dtype, cpu_kernels: bool = True
-) -> torch.nn.Module:
-    """A randomly initialised base model, ours or Hugging Face MarianMT, in eval mode.
-
-    Ours on CPU gets the conversion `translate.load` applies (model/inference.py) unless not
-    `cpu_kernels`.
-    """
-    torch.manual_seed(0)
-    if system.startswith("ours"):
-        from translator.config import ModelConfig
-        from translator.model.inference import for_cpu_decoding
-        from translator.model.transformer import Transformer
-
-        model = Transformer(
-            ModelConfig(
-                vocab_size=BASE["vocab"],
-                d_model=BASE["d_model"],
-                n_heads=BASE["heads"],
-                n_encoder_layers=BASE["layers"],
-                n_decoder_layers=BASE["layers"],
-                d_ff=BASE["ffn"],
-                dropout=0.0,
-                max_positions=BASE["max_positions"],
-            )
-        )
-        model = model.to(device, dtype).eval()
-        if device.type == "cpu" and cpu_kernels:
-            for_cpu_decoding(model)
-        return model
-    else:
-        from transformers import MarianConfig, MarianMTModel
-
-        config = MarianConfig(
-            vocab_size=BASE["vocab"],
-            decoder_vocab_size=BASE["vocab"],
-            d_model=BASE["d_model"],
-            encoder_layers=BASE["layers"],
-            decoder_layers=BASE["layers"],
-            encoder_attention_heads=BASE["heads"],
-            decoder_attention_heads=BASE["heads"],
-            encoder_ffn_dim=BASE["ffn"],
-            decoder_ffn_dim=BASE["ffn"],
-            max_position_embeddings=BASE["max_positions"],
-            activation_function="relu",
-            scale_embedding=True,
-            dropout=0.0,
-            attention_dropout=0.0,
-            activation_dropout=0.0,
-            share_encoder_decoder_embeddings=True,
-            tie_word_embeddings=True,
-            pad_token_id=0,
-            bos_token_id=2,
-            eos_token_id=3,
-            decoder_start_token_id=2,
-            forced_eos_token_id=None,
-        )
-        model = MarianMTModel(config)
-    return model.to(device, dtype).eval()
-
-
-def decode_batch(system: str, model, batch: dict, beam: int, device: torch.device) -> int:
-    """Beam-search one batch to exactly L tokens + EOS; returns the target tokens produced."""
-    from translator.data.batching import pad, padding_mask
-    from translator.data.tokenizer import EOS_ID
-
-    src = pad(batch["src"], suffix=[EOS_ID]).to(device)  # (B, S)
-    L = batch["length"]
-    if system.startswith("ours"):
-        from translator.decode.beam import beam_search
-
-        hyps = beam_search(
-            model,
-            src,
-            padding_mask(src),
-            beam_size=beam,
-            alpha=0.0,
-            max_len_a=0.0,
-            max_len_b=L,
-            min_len=L,
-            cuda_graphs=system == "ours",
-        )
-        assert all(len(h[0].tokens) == L for h in hyps)
-    else:
-        with torch.inference_mode():
-            out = model.generate(
-                input_ids=src,
-                attention_mask=src != 0,
-                num_beams=beam,
-                length_penalty=0.0,
-                min_new_tokens=L + 1,
-                max_new_tokens=L + 1,
-                early_stopping=False,
-                do_sample=False,
-                use_cache=True,
-            )
-        assert out.shape[1] == L + 2  # decoder start token + L + 1 generated
-    return len(batch["src"]) * (L + 1)
-
-
-def worker(spec: dict, batches: list[dict]) -> dict:
+def worker(spec: dict, workdir: Path) -> dict:
     """One timed run in this process: {'tokens_per_s', 'seconds', 'tokens', 'peak_mib', ...}."""
-    device, dtype = torch.device(spec["device"]), getattr(torch, spec["dtype"])
-    model = build(spec["system"], device, dtype)
-    params = sum(p.numel() for p in model.parameters())
-    # warm-up
-    decode_batch(
-        spec["system"], model, {"src": batches[-1]["src"][:8], "length": 8}, spec["beam"], device
-    )
-    rss_before = _current_rss_mib()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    batches = json.loads((workdir / "batches.json").read_text())
+    if spec["system"] == "ct2":
+        from bench import ct2
+
+        decode, params = ct2.load(spec, workdir / "ct2" / spec["dtype"])
+    else:
+        from bench import decode_systems
+
+        decode, params = decode_systems.load(spec)
+    last = batches[-1]
+    decode({"src": last["src"][:8], "pieces": last["pieces"][:8], "length": 8})  # warm-up
+    rss_before = _proc_status_mib("VmRSS")
+    on_cuda = spec["device"] == "cuda"
+    if on_cuda:
+        import torch
+
         torch.cuda.reset_peak_memory_stats()
     started, tokens = time.perf_counter(), 0
     for batch in batches:
-        tokens += decode_batch(spec["system"], model, batch, spec["beam"], device)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+        tokens += decode(batch)
     seconds = time.perf_counter() - started
-    peak = (
-        torch.cuda.max_memory_allocated() / MIB
-        if device.type == "cuda"
-        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    )
+    # VmHWM, not ru_maxrss: a child's ru_maxrss starts at its parent's RSS at the fork
+    peak = torch.cuda.max_memory_allocated() / 2**20 if on_cuda else _proc_status_mib("VmHWM")
     return {
         **spec,
         "params": params,
@@ -202,18 +118,16 @@ def worker(spec: dict, batches: list[dict]) -> dict:
     }
 
 
-def _current_rss_mib() -> float:
-    """Resident memory now (not the peak), from /proc; 0 where there is no /proc."""
+def _proc_status_mib(field: str) -> float:
+    """A memory figure of this process from /proc (VmRSS now, VmHWM its peak); 0 without /proc."""
     try:
-        fields = Path("/proc/self/status").read_text().split("VmRSS:")[1].split()
+        fields = Path("/proc/self/status").read_text().split(f"{field}:")[1].split()
         return int(fields[0]) / 1024  # kB
     except (OSError, IndexError, ValueError):
         return 0.0
 
 
-def run_all(
-    specs: list[dict], data_file: Path, repeats: int
-) -> tuple[list[dict], list[list[dict]]]:
+def run_all(specs: list[dict], workdir: Path, repeats: int) -> tuple[list[dict], list[list[dict]]]:
     """Each spec in a fresh process (clean peak memory), all specs `repeats` times interleaved so
     that load from other users of a shared machine hits every system alike.
 
@@ -225,18 +139,9 @@ def run_all(
         passes.append([])
         for spec in specs:
             print(f"run {attempt + 1}/{repeats}: {spec}", file=sys.stderr, flush=True)
+            command = [sys.executable, "-m", "bench.decode", "--worker", json.dumps(spec)]
             proc = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "bench.decode",
-                    "--worker",
-                    json.dumps(spec),
-                    "--data",
-                    str(data_file),
-                ],
-                capture_output=True,
-                text=True,
+                [*command, "--data", str(workdir)], capture_output=True, text=True
             )
             if proc.returncode != 0:
                 raise SystemExit(f"worker {spec} failed:\n{proc.stderr[-3000:]}")
@@ -253,91 +158,164 @@ def run_all(
     return list(best.values()), passes
 
 
-def speedups(results: list[dict]) -> dict[tuple[str, str, str], float]:
-    """(system, device, dtype) -> that system's / HF's tokens per second, where both ran."""
-    speed = {(r["system"], r["device"], r["dtype"]): r["tokens_per_s"] for r in results}
-    return {
-        (system, dev, dt): tps / speed["hf", dev, dt]
-        for (system, dev, dt), tps in speed.items()
-        if system != "hf" and ("hf", dev, dt) in speed
-    }
+def _key(r: dict) -> tuple:
+    return r["system"], r["device"], r["dtype"], r["beam"]
+
+
+def ratio(results: list[dict], row: dict, peer: str, dtype: str | None = None) -> float | None:
+    """row's tokens/s over `peer`'s at the same device and beam, in `dtype` (None: row's own)."""
+    speed = {_key(r): r["tokens_per_s"] for r in results}
+    other = speed.get((peer, row["device"], dtype or row["dtype"], row["beam"]))
+    return row["tokens_per_s"] / other if other and row["system"] != peer else None
+
+
+def _x(value: float | None) -> str:
+    return f"{value:.2f}x" if value else "-"
 
 
 def table(results: list[dict]) -> str:
-    """Markdown rows with the speed-up of ours over HF at the same device and dtype."""
-    ratios = speedups(results)
+    """Markdown rows, beam by beam, with ratios against HF and CTranslate2."""
     lines = [
-        "| system | device | dtype | target tokens/s | speed-up vs HF | seconds | tokens "
-        "| peak memory (MiB) | CPU: RSS before timing (MiB) | parameters |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| system | device | dtype | beam | target tokens/s | vs HF, same dtype | vs HF fp32 "
+        "| ours / CTranslate2, same dtype | peak memory (MiB) | CPU: RSS before timing (MiB) "
+        "| seconds | tokens | parameters |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in results:
-        ratio = 1.0 if r["system"] == "hf" else ratios.get((r["system"], r["device"], r["dtype"]))
-        name = SYSTEM_NAMES[r["system"]]
+    for r in sorted(results, key=lambda r: (-r["beam"], r["device"], r["dtype"])):
+        vs_ct2 = ratio(results, r, "ct2") if r["system"].startswith("ours") else None
+        params = f"{r['params'] / 1e6:.1f}M" if r["params"] else "-"
         lines.append(
-            f"| {name} | {r['device']} | {r['dtype']} | {r['tokens_per_s']:.0f} | "
-            f"{f'{ratio:.2f}x' if ratio else '-'} | {r['seconds']} | {r['tokens']} | "
-            f"{r['peak_mib']} | {r['rss_after_warmup_mib'] if r['device'] == 'cpu' else '-'} | "
-            f"{r['params'] / 1e6:.1f}M |"
+            f"| {SYSTEM_NAMES[r['system']]} | {r['device']} | {DTYPE_NAMES[r['dtype']]} "
+            f"| {r['beam']} | {r['tokens_per_s']:.0f} | {_x(ratio(results, r, 'hf'))} "
+            f"| {_x(ratio(results, r, 'hf', 'float32'))} | {_x(vs_ct2)} | {r['peak_mib']} "
+            f"| {r['rss_after_warmup_mib'] if r['device'] == 'cpu' else '-'} | {r['seconds']} "
+            f"| {r['tokens']} | {params} |"
         )
     return "\n".join(lines)
+
+
+def per_pass(passes: list[list[dict]]) -> list[str]:
+    """One line per (ours run, peer) with each pass's ratio and both sides' tokens/s and peak
+    memory: the machine's speed drifts, and a ratio within one pass is the fairer one."""
+    lines = []
+    for row in passes[0]:
+        if not row["system"].startswith("ours"):
+            continue
+        for peer in ("hf", "ct2"):
+            cells = []
+            for runs in passes:
+                mine = next(r for r in runs if _key(r) == _key(row))
+                theirs = [r for r in runs if _key(r) == (peer, *_key(row)[1:])]
+                if theirs:
+                    cells.append(
+                        f"{mine['tokens_per_s']:.0f} ({mine['peak_mib']} MiB) / "
+                        f"{theirs[0]['tokens_per_s']:.0f} ({theirs[0]['peak_mib']} MiB) = "
+                        f"{_x(ratio(runs, mine, peer))}"
+                    )
+            if cells:
+                lines.append(
+                    f"- {row['system']} / {peer}, {row['device']} {DTYPE_NAMES[row['dtype']]} "
+                    f"beam {row['beam']}: " + "; ".join(cells)
+                )
+    return lines
+
+
+def insert_section(page: str, section: str) -> str:
+    """`section` placed after the page's title line, older sections kept below it."""
+    title, _, rest = page.partition("\n")
+    return f"{title}\n\n{section.strip()}\n\n{rest.lstrip()}"
+
+
+def default_cpu_dtypes() -> str:
+    from translator.device import cpu_native_bf16
+
+    return "float32,int8" + (",bfloat16" if cpu_native_bf16() else "")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sentences", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--beam", type=int, default=4)
-    parser.add_argument("--cpu-dtypes", default="float32,bfloat16")
+    parser.add_argument("--beams", default="4,1", help="Beam sizes (1 = greedy).")
+    parser.add_argument("--cpu-dtypes", help="Default: float32,int8 (+bfloat16 where native).")
     parser.add_argument("--cuda-dtypes", default="float16,bfloat16")
+    parser.add_argument("--systems", default="ours,ours-eager,hf,ct2")
     parser.add_argument(
-        "--systems",
-        default="ours,ours-eager,hf",
-        help="ours-eager (decode.cuda_graphs off) runs on CUDA only: on CPU it is ours.",
+        "--threads", type=int, help="CPU threads of every system (default: torch's, the cores)."
     )
     parser.add_argument(
         "--repeats", type=int, default=1, help="Runs per configuration; the fastest counts."
     )
+    parser.add_argument(
+        "--out", default="docs/benchmarks/decode.md", help="Page to add the results to ('': none)."
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.worker:
-        print(json.dumps(worker(json.loads(args.worker), torch.load(args.data))))
+    if args.worker:  # the CTranslate2 worker must not import torch: nothing above does
+        print(json.dumps(worker(json.loads(args.worker), args.data)))
         return
-    runs = [("cpu", d) for d in args.cpu_dtypes.split(",") if d]
+    report(args)
+
+
+def report(args: argparse.Namespace) -> None:
+    """Run every spec, print the table and per-pass ratios, and add them to --out."""
+    import torch
+
+    cpu_dtypes = default_cpu_dtypes() if args.cpu_dtypes is None else args.cpu_dtypes
+    runs = [("cpu", d) for d in cpu_dtypes.split(",") if d]
     if torch.cuda.is_available():
         runs += [("cuda", d) for d in args.cuda_dtypes.split(",") if d]
-    if not runs:
-        raise SystemExit("nothing to run: --cpu-dtypes is empty and there is no CUDA device here")
+    systems = args.systems.split(",")
+    if "ct2" in systems and importlib.util.find_spec("ctranslate2") is None:
+        print("ctranslate2 is not installed: CTranslate2 left out", file=sys.stderr)
+        systems.remove("ct2")
+    threads = args.threads or torch.get_num_threads()
     specs = [
-        {"system": s, "device": dev, "dtype": dt, "beam": args.beam}
+        {"system": s, "device": dev, "dtype": dt, "beam": int(beam), "threads": threads}
+        for beam in args.beams.split(",")
         for dev, dt in runs
-        for s in args.systems.split(",")
-        if not (s == "ours-eager" and dev == "cpu")
+        for s in systems
+        if RUNS[s](dev, dt)
     ]
+    if not specs:
+        raise SystemExit("nothing to run: no dtype or system fits this machine")
     with tempfile.TemporaryDirectory() as tmp:
-        batches = make_batches(args.sentences, args.batch_size, Path(tmp))
-        torch.save(batches, Path(tmp) / "batches.pt")
-        results, passes = run_all(specs, Path(tmp) / "batches.pt", args.repeats)
+        workdir = Path(tmp)
+        batches = make_batches(args.sentences, args.batch_size, workdir)
+        (workdir / "batches.json").write_text(json.dumps(batches))
+        if any(spec["system"] == "ct2" for spec in specs):
+            from bench.decode_systems import export_ct2
+
+            export_ct2(workdir / "spm.model", workdir / "ct2")
+        results, passes = run_all(specs, workdir, args.repeats)
     machine = (
-        f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
+        f"{platform.processor() or platform.machine()}, threads per system: {threads}, "
         f"torch {torch.__version__}"
         + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "")
     )
-    print(
-        f"{datetime.datetime.now():%Y-%m-%d %H:%M}; {machine}; {args.sentences} sentences, batch "
-        f"{args.batch_size}, beam {args.beam}; best of {args.repeats}; forced lengths L per batch: "
-        f"{[b['length'] for b in batches]}\n"
+    command = "python -m bench.decode " + " ".join(sys.argv[1:])
+    section = "\n".join(
+        [
+            f"## {datetime.datetime.now():%Y-%m-%d %H:%M}: `{command.strip()}` (written by it)",
+            "",
+            f"{machine}; {args.sentences} sentences, batch {args.batch_size}; best of "
+            f"{args.repeats}; forced lengths L per batch: {[b['length'] for b in batches]}.",
+            "",
+            table(results),
+            "",
+            "Per pass, ours / peer (tokens/s, peak memory):",
+            "",
+            *per_pass(passes),
+        ]
     )
-    print(table(results))
-    # the machine's speed drifts: show each pass's own ratio
-    per_pass = [speedups(runs) for runs in passes]
-    for key in per_pass[0]:
-        system, device, dtype = key
-        print(
-            f"\nper pass, {system} / HF, {device} {dtype}: "
-            + ", ".join(f"{ratios[key]:.2f}x" for ratios in per_pass)
-        )
+    print(section)
+    if args.out:
+        from translator.files import atomic_write
+
+        page = Path(args.out).read_text(encoding="utf-8")
+        with atomic_write(Path(args.out)) as handle:
+            handle.write(insert_section(page, section))
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ def _launches(ops: collections.Counter) -> int:
 def count(config: str, length: int) -> dict:
     """One configuration in this process: operations dispatched to decode one batch to `length`
     tokens."""
-    import bench.decode as bench_decode
+    from bench import decode_systems
 
     graphs = []
     if config == "ours-graphs":
@@ -97,10 +97,17 @@ def count(config: str, length: int) -> dict:
         beam.decoding_step = lambda *args: graphs.append(step.CudaGraphStep(*args)) or graphs[-1]
     system = "hf" if config == "hf" else "ours"
     # ours unconverted: the path CUDA takes (SDPA, nn.Linear), not the CPU decoding kernels
-    model = bench_decode.build(system, torch.device("cpu"), torch.float32, cpu_kernels=False)
+    cpu = torch.device("cpu")
+    if system == "hf":
+        model = decode_systems.build_hf(cpu, "float32")
+    else:
+        model = decode_systems.build_ours(cpu, "float32", cpu_kernels=False)
     batch = {"src": [list(range(5, 25))] * 32, "length": length}
     with _Count() as counter:
-        bench_decode.decode_batch(system, model, batch, 4, torch.device("cpu"))
+        if system == "hf":
+            decode_systems.decode_hf(model, batch, 4)
+        else:
+            decode_systems.decode_ours(model, batch, 4, cuda_graphs=True)
     in_graph = (
         collections.Counter(op.__name__.split(".")[0] for op, *_ in graphs[0].graph.ops)
         if graphs

@@ -156,6 +156,26 @@ def test_eval_on_files_writes_hypotheses_and_scores(prepared, tmp_path, capsys, 
     assert "eval: cpu, fp32\n" in err and "hypotheses written to" in err
 
 
+def test_eval_in_int8_says_so_and_scores_its_own_hypotheses(prepared, tmp_path, capsys):
+    ckpt = save_tiny(prepared, tmp_path / "tiny.pt")
+    src, ref = tmp_path / "src.en", tmp_path / "ref.de"
+    src.write_text("A man rides a bike.\nTwo dogs play in the snow.\n", encoding="utf-8")
+    ref.write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Schnee.\n", encoding="utf-8")
+    scores = evaluate.run(ckpt, src_file=src, ref_file=ref, dtype="int8")
+    model, cfg, tokenizer = translate.load(ckpt, "cpu", "int8")
+    expected = [
+        h[0][0]
+        for h in translate.translate_lines(
+            model, tokenizer, ["A man rides a bike.", "Two dogs play in the snow."], cfg.decode
+        )
+    ]
+    assert (tmp_path / "src.en.hyp").read_text(encoding="utf-8").splitlines() == expected
+    assert scores.chrf == evaluate.score(expected, ref.read_text().splitlines()).chrf
+    assert (
+        "eval: cpu, int8 (dynamic int8 linear layers, the rest fp32)\n" in capsys.readouterr().err
+    )
+
+
 def test_scores_take_hypotheses_first_and_references_second():
     """BLEU's brevity penalty and chrF's recall weighting are asymmetric: swapped arguments would
     show."""

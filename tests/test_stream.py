@@ -340,3 +340,31 @@ def test_unk_warnings_number_lines_across_chunks(tiny, monkeypatch, capsys):
         "warning: 1 <unk> token (characters outside the vocabulary) dropped "
         "from the output of line 3;"
     )
+
+
+def test_translate_in_int8_says_so_and_keeps_one_line_per_line(tiny):
+    result = subprocess.run(
+        [sys.executable, "-m", "translator", "translate", str(tiny.path), "--dtype", "int8"],
+        input=f"{SENTENCES[0]}\n\n{SENTENCES[1]}\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2] and lines[3] == ""
+    assert "translate: cpu, int8 (dynamic int8 linear layers" in result.stderr
+    assert "deprecat" not in result.stderr.lower()  # PyTorch's notices about its own API stay out
+
+
+def test_int8_on_cuda_is_a_one_line_error_with_or_without_a_gpu(tiny):
+    result = subprocess.run(
+        [sys.executable, "-m", "translator", "translate", str(tiny.path), "--dtype", "int8"]
+        + ["--device", "cuda"],
+        input="A dog.\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1 and result.stdout == "" and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1 and "int8 decoding runs on the CPU only" in result.stderr

@@ -133,6 +133,24 @@ def test_load_puts_the_model_in_the_asked_dtype_and_it_translates(tiny):
     assert out[0][0][0] == "" and len(out) == 2
 
 
+def test_load_in_int8_quantises_the_fp32_model_on_the_cpu_and_it_translates(tiny):
+    from translator.model.inference import is_int8
+
+    model, cfg, tokenizer = translate.load(
+        tiny.path, "auto", "int8"
+    )  # auto: the CPU, even with CUDA
+    weight = next(model.parameters())
+    assert is_int8(model) and weight.dtype == torch.float32 and weight.device.type == "cpu"
+    for beam_size in (1, 3):
+        decode = dataclasses.replace(cfg.decode, beam_size=beam_size)
+        out = translate.translate_lines(model, tokenizer, ["", *SENTENCES], decode)
+        assert len(out) == len(SENTENCES) + 1 and out[0][0][0] == ""
+    with pytest.raises(TranslatorError, match="CPU only"):
+        translate.load(tiny.path, "cuda:0", "int8")
+    with pytest.raises(TranslatorError, match="int8"):  # an unknown dtype's hint names it
+        translate.load(tiny.path, "cpu", "int4")
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])

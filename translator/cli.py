@@ -77,10 +77,8 @@ DtypeOpt = Annotated[
     typer.Option(
         "--dtype",
         show_default="checkpoint's decode.dtype: auto",
-        help=(
-            "auto (bf16 where the GPU or CPU has it natively, fp16 on older GPUs, else fp32), "
-            "fp32, bf16 or fp16."
-        ),
+        help="auto (bf16 where the GPU or CPU has it natively, fp16 on older GPUs, else fp32), "
+        "fp32, bf16, fp16, or int8 (CPU: linear layers in dynamic int8).",
     ),
 ]
 GraphsOpt = Annotated[

@@ -355,9 +355,10 @@ class DecodeConfig:
     device: str = "auto"
     """Inference device for `translate`/`eval` (their --device overrides): `auto` (CUDA when
     present), `cpu`, `cuda` or `cuda:N`."""
-    dtype: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    dtype: Literal["auto", "fp32", "bf16", "fp16", "int8"] = "auto"
     """Inference dtype (--dtype overrides): auto = bf16 on CUDA that supports it, fp16 on older
-    CUDA; on CPU bf16 where it is native (AVX512-BF16, AMX, Arm BF16), else fp32."""
+    CUDA; on CPU bf16 where it is native (AVX512-BF16, AMX, Arm BF16), else fp32.
+    int8 (CPU only): the fp32 model with its linear layers dynamically quantised to int8."""
     cuda_graphs: bool = True
     """On CUDA, replay each decoding step as one CUDA graph over a fixed-shape KV cache
     (--no-cuda-graphs turns it off). No effect on CPU or under autocast."""

@@ -40,6 +40,17 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def int8_device(name: str) -> torch.device:
+    """The device for int8 decoding (`--dtype int8`): the CPU, also for `auto`; CUDA is refused."""
+    if name.split(":")[0] == "cuda":  # checked first: the same answer with or without CUDA
+        raise TranslatorError(
+            "int8 decoding runs on the CPU only",
+            "--dtype int8",
+            "use --device cpu (or auto), or --dtype fp16/bf16 on CUDA",
+        )
+    return resolve_device("cpu" if name == "auto" else name)
+
+
 def resolve_dtype(name: str, device: torch.device, cpu_bf16: bool | None = None) -> torch.dtype:
     """`auto` -> bf16 on CUDA that supports it (else fp16); on CPU bf16 where it is native, else
     fp32.
@@ -53,7 +64,9 @@ def resolve_dtype(name: str, device: torch.device, cpu_bf16: bool | None = None)
         return torch.bfloat16 if native else torch.float32
     if name not in DTYPES:
         raise TranslatorError(
-            f"unknown dtype {name!r}", "--dtype", "use auto, " + ", ".join(DTYPES)
+            f"unknown dtype {name!r}",
+            "--dtype",
+            "use auto, " + ", ".join(DTYPES) + " (or int8: CPU decoding)",
         )
     return DTYPES[name]
 
@@ -90,6 +103,8 @@ def describe(device: torch.device, dtype: torch.dtype, asked: str) -> str:
     """What was chosen and why, for the log:
     e.g. `cpu, bf16 (auto: this CPU has native bf16; --dtype fp32 for fp32)`."""
     name = DTYPE_NAMES.get(dtype, str(dtype))
+    if asked == "int8":
+        return f"{device}, int8 (dynamic int8 linear layers, the rest {name})"
     if asked != "auto":
         return f"{device}, {name}"
     if device.type == "cuda":

@@ -20,6 +20,7 @@ from translator.data.progress import StatsColumn
 from translator.data.tokenizer import Tokenizer
 from translator.device import describe
 from translator.errors import TranslatorError
+from translator.model.inference import is_int8
 from translator.model.transformer import Transformer
 from translator.translate import load, translate_lines, with_overrides
 
@@ -80,7 +81,7 @@ def run(
 def model_precision(model: Transformer, asked: str) -> str:
     """The device and dtype the model is on, and why (see device.describe)."""
     weight = next(model.parameters())
-    return describe(weight.device, weight.dtype, asked)
+    return describe(weight.device, weight.dtype, "int8" if is_int8(model) else asked)
 
 
 def read_chunks(

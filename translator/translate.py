@@ -18,6 +18,8 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import torch
+
 from translator import checkpoint
 from translator.config import Config, DecodeConfig
 from translator.data.batching import pad, padding_mask
@@ -26,7 +28,7 @@ from translator.data.tokenizer import EOS_ID, UNK_ID, Tokenizer
 from translator.decode import Hypothesis
 from translator.decode.beam import beam_search
 from translator.decode.greedy import greedy_search
-from translator.device import resolve_device, resolve_dtype
+from translator.device import int8_device, resolve_device, resolve_dtype
 from translator.diagnostics.alignment import align_hypotheses, check_layer, join_alignments
 from translator.diagnostics.words import pharaoh
 from translator.errors import TranslatorError
@@ -39,13 +41,18 @@ SENTENCE_END = (".", "!", "?", ";", ":")
 def load(
     ckpt: str | Path, device: str | None = None, dtype: str | None = None
 ) -> tuple[Transformer, Config, Tokenizer]:
-    """A checkpoint's model (eval mode) on `device` in `dtype`; None takes the checkpoint's decode.*
-    values."""
+    """A checkpoint's model (eval mode) on `device` in `dtype`; None: the checkpoint's decode.*.
+
+    dtype `int8`: the fp32 model on the CPU with its linear layers in dynamic int8.
+    """
     model, cfg, tokenizer = checkpoint.load(ckpt, "cpu")
-    torch_device = resolve_device(device or cfg.decode.device)
-    model.to(torch_device, resolve_dtype(dtype or cfg.decode.dtype, torch_device))
+    dtype = dtype or cfg.decode.dtype
+    int8 = dtype == "int8"  # dynamic int8 linear layers, made from the fp32 model; CPU only
+    device = device or cfg.decode.device
+    torch_device = int8_device(device) if int8 else resolve_device(device)
+    model.to(torch_device, torch.float32 if int8 else resolve_dtype(dtype, torch_device))
     if torch_device.type == "cpu":
-        for_cpu_decoding(model)  # the same functions, faster kernels for a search (logged)
+        for_cpu_decoding(model, int8)  # faster kernels for a search, and int8 if asked (logged)
     return model, cfg, tokenizer
 
 

@@ -8,6 +8,10 @@ compute the same functions faster (why, with the measurements: docs/benchmarks/d
 - the decoder's attention is written out: PyTorch's fused CPU kernel is slower for a decoding
   step's one query row;
 - the KV cache keeps dense prefixes (model/cache.py), which oneDNN's `bmm` reads without a copy.
+With `int8=True` (`--dtype int8`) the linear layers become PyTorch's dynamically quantised int8
+ones instead of oneDNN fp32 ones: int8 weights with one scale per output row, each input
+quantised on the fly with one scale per call, products in int8, outputs in fp32 (`int8_linears`).
+This one is not the same function: it is bounded against the fp32 logits in the tests.
 The plain model is the reference the converted one is tested against
 (tests/model/test_inference.py).
 The conversion is for inference only: it turns autograd off for the parameters, and a converted
@@ -17,9 +21,12 @@ linear refuses to run under autocast, which its private op would bypass.
 from __future__ import annotations
 
 import logging
+import warnings
 
 import torch
 from torch import nn
+from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
+from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
 from translator.model.attention import attention
 from translator.model.layers import FeedForward
@@ -59,11 +66,16 @@ class OneDNNLinear(nn.Module):
         return linear(x, self.weight, self.bias, self.activation, [], "")
 
 
-def for_cpu_decoding(model: Transformer) -> str:
-    """Convert `model` (in place, on CPU, in its final dtype) for searches -> what was done."""
+def for_cpu_decoding(model: Transformer, int8: bool = False) -> str:
+    """Convert `model` (in place, on CPU, in its final dtype) for searches -> what was done.
+
+    int8: every nn.Linear becomes a dynamic int8 one (`int8_linears`; fp32 models only).
+    """
     dtype = next(model.parameters()).dtype
     if next(model.parameters()).device.type != "cpu":
         return "no CPU decoding kernels (the model is not on the CPU)"
+    if int8 and dtype != torch.float32:
+        raise ValueError(f"int8 linear layers are made from an fp32 model, not {dtype}")
     model.requires_grad_(False)
     # a sliding window's ring cache is dense already (model/cache.py)
     cache = "window KV cache" if model.cfg.attention_window else "dense-prefix KV cache"
@@ -72,7 +84,10 @@ def for_cpu_decoding(model: Transformer) -> str:
         for attn in (layer.self_attn, layer.cross_attn):
             attn.kernel = attention
     model.dense_prefix_cache = True
-    if dtype in onednn_dtypes():
+    if int8:
+        int8_linears(model)
+        done.insert(0, "linear layers in dynamic int8")
+    elif dtype in onednn_dtypes():
         _linears_through_onednn(model)
         done.insert(0, "linear layers through oneDNN")
     summary = "CPU decoding: " + ", ".join(done)
@@ -88,3 +103,25 @@ def _linears_through_onednn(model: nn.Module) -> None:
         for name, child in module.named_children():
             if isinstance(child, nn.Linear):
                 setattr(module, name, OneDNNLinear(child))
+
+
+def int8_linears(model: nn.Module) -> None:
+    """Every nn.Linear of `model` -> PyTorch's dynamic int8 Linear (in place; for inference).
+
+    Weights int8 with one scale per output row (as CTranslate2's int8); each call quantises its
+    input with one scale, multiplies in int8 (fbgemm or oneDNN, PyTorch's quantised engine) and
+    returns fp32. A tied output projection gets its own int8 copy; the embedding keeps fp32.
+    """
+    with warnings.catch_warnings():
+        # PyTorch 2.13 marks eager quantisation as moving to torchao, whose CPU int8 products
+        # are far slower without torch.compile (docs/benchmarks/decode.md): this path stays.
+        warnings.filterwarnings("ignore", message=r"torch\.ao\.quantization is deprecated")
+        warnings.filterwarnings("ignore", message=r"torch\.quantize_per_(tensor|channel)")
+        quantize_dynamic(
+            model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True
+        )
+
+
+def is_int8(model: nn.Module) -> bool:
+    """Were this model's linear layers converted to int8 (`int8_linears`)?"""
+    return any(isinstance(m, Int8Linear) for m in model.modules())
