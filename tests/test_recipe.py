@@ -36,9 +36,8 @@ def finished(prepared, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("recipe") / "run"
     cfg = variant(prepared, run_dir, *SETTINGS)
     threads = torch.get_num_threads()
-    torch.set_num_threads(
-        1
-    )  # module fixtures run before the per-test one-thread fixture (conftest)
+    # module fixtures run before the per-test one-thread fixture (conftest)
+    torch.set_num_threads(1)
     try:
         return cfg, recipe.run(cfg, budget_minutes=10, average_last=2, quiet=True)
     finally:

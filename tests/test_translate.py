@@ -136,9 +136,8 @@ def test_load_puts_the_model_in_the_asked_dtype_and_it_translates(tiny):
 def test_load_in_int8_quantises_the_fp32_model_on_the_cpu_and_it_translates(tiny):
     from translator.model.inference import is_int8
 
-    model, cfg, tokenizer = translate.load(
-        tiny.path, "auto", "int8"
-    )  # auto: the CPU, even with CUDA
+    # auto: the CPU, even with CUDA
+    model, cfg, tokenizer = translate.load(tiny.path, "auto", "int8")
     weight = next(model.parameters())
     assert is_int8(model) and weight.dtype == torch.float32 and weight.device.type == "cpu"
     for beam_size in (1, 3):

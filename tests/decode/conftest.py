@@ -8,11 +8,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from translator.config import ModelConfig
+from tests.model.conftest import VOCAB, tiny_config
 from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from translator.model.transformer import Transformer
-
-VOCAB = 40
 
 
 @pytest.fixture
@@ -21,18 +19,7 @@ def make_model():
     mode."""
 
     def build(**changes) -> Transformer:
-        fields = dict(
-            vocab_size=VOCAB,
-            d_model=32,
-            n_heads=4,
-            n_encoder_layers=2,
-            n_decoder_layers=2,
-            d_ff=64,
-            dropout=0.0,
-            max_positions=64,
-            tie_embeddings=False,
-        )
-        model = Transformer(ModelConfig(**{**fields, **changes})).eval()
+        model = Transformer(tiny_config(**{"tie_embeddings": False, **changes})).eval()
         # Untied, so the output is not just "repeat the input token" (beams then really swap
         # places); sharper logits (fewer near-ties); a random boost of the EOS row, so hypotheses
         # end at varied steps and finished beams meet open ones.

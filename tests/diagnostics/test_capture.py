@@ -5,27 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from translator.config import ModelConfig
+from tests.model.conftest import VOCAB, tiny_config
 from translator.diagnostics.capture import KINDS, attention_maps, forced_attention, qk_scales
 from translator.model.transformer import Transformer
 
-VOCAB = 40
 # > 8 queries: the fused SDPA path, not the decoding one
 SRC_LENGTHS, TGT_LENGTHS = ([12, 9, 3], [11, 10, 2])
 
 
 def _model(**changes) -> Transformer:
-    fields = dict(
-        vocab_size=VOCAB,
-        d_model=32,
-        n_heads=4,
-        n_encoder_layers=2,
-        n_decoder_layers=2,
-        d_ff=64,
-        dropout=0.0,
-        max_positions=64,
-    )
-    return Transformer(ModelConfig(**{**fields, **changes})).eval()
+    return Transformer(tiny_config(**changes)).eval()
 
 
 def _ids(lengths):

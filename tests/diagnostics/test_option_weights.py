@@ -9,26 +9,14 @@ import re
 import pytest
 import torch
 
+from tests.model.conftest import VOCAB, tiny_config
 from translator import attention
-from translator.config import ModelConfig
 from translator.diagnostics.capture import forced_attention
 from translator.model.transformer import Transformer
 
-VOCAB = 40
-
 
 def _model(**changes) -> Transformer:
-    fields = dict(
-        vocab_size=VOCAB,
-        d_model=32,
-        n_heads=4,
-        n_encoder_layers=2,
-        n_decoder_layers=2,
-        d_ff=64,
-        dropout=0.0,
-        max_positions=64,
-    )
-    return Transformer(ModelConfig(**{**fields, **changes})).eval()
+    return Transformer(tiny_config(**changes)).eval()
 
 
 def _ids(lengths):

@@ -80,9 +80,8 @@ def trained(tmp_path_factory):
         ],
     )
     threads = torch.get_num_threads()
-    torch.set_num_threads(
-        1
-    )  # module fixtures run before the per-test one-thread fixture (conftest)
+    # module fixtures run before the per-test one-thread fixture (conftest)
+    torch.set_num_threads(1)
     try:
         model = loop.run(cfg, quiet=True).eval()
     finally:

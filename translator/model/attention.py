@@ -194,9 +194,8 @@ def attention_weights(
     if is_causal:  # upper-left aligned, as in SDPA
         causal = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).tril()
         mask = causal if mask is None else mask & causal
-    if (
-        mask is not None and mask.dtype != torch.bool
-    ):  # additive (relative positions): -inf = hidden
+    # an additive float mask (relative positions): -inf = hidden
+    if mask is not None and mask.dtype != torch.bool:
         scores, mask = scores + mask, mask != float("-inf")
     elif mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
