@@ -174,12 +174,18 @@ def build(cfg: Config, device: torch.device) -> Session:
     """The objects `translator train` builds for one process, without a run directory."""
     torch.manual_seed(cfg.train.seed)
     model = training_model(cfg.model, device)
-    t, dtype = cfg.train, amp_dtype(cfg.train.precision, device)
-    optimizer = make_optimizer(model, t)
+    return session_of(cfg, model, make_optimizer(model, cfg.train), device)
+
+
+def session_of(
+    cfg: Config, model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device
+) -> Session:
+    """A one-process Session around a built model and optimizer."""
+    dtype = amp_dtype(cfg.train.precision, device)
     return Session(
         cfg=cfg,
         model=model,
-        net=torch.compile(model) if t.compile else model,
+        net=torch.compile(model) if cfg.train.compile else model,
         optimizer=optimizer,
         scaler=grad_scaler(device, dtype),
         tokenizer=None,

@@ -15,19 +15,17 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-from bench.train import sync
+from bench.train import session_of, sync
 from bench.train_peer import peer_cfg
 from translator.model.transformer import Transformer
 from translator.train.allocator import keep_freed_memory
 from translator.train.distributed import Dist
 from translator.train.dropout import use_bits_dropout
 from translator.train.loop import TrainBatches, train_step
-from translator.train.precision import amp_dtype, grad_scaler
-from translator.train.session import Session, make_optimizer, parameter_groups
+from translator.train.session import Session, make_optimizer
 from translator.train.state import TrainState
 
 # name -> (BitsDropout, fused AdamW)
@@ -44,29 +42,7 @@ def session(cfg, device: torch.device, bits: bool, fused_adamw: bool) -> Session
     model = Transformer(cfg.model).to(device)
     if bits:
         use_bits_dropout(model)
-    t = cfg.train
-    optimizer = (
-        make_optimizer(model, t)
-        if fused_adamw
-        else torch.optim.AdamW(
-            parameter_groups(model, t.weight_decay),
-            lr=t.lr,
-            betas=(t.adam_beta1, t.adam_beta2),
-            eps=t.adam_eps,
-        )
-    )
-    dtype = amp_dtype(t.precision, device)
-    return Session(
-        cfg=cfg,
-        model=model,
-        net=model,
-        optimizer=optimizer,
-        scaler=grad_scaler(device, dtype),
-        tokenizer=None,
-        dist=Dist(device),
-        dtype=dtype,
-        run_dir=Path("."),
-    )
+    return session_of(cfg, model, make_optimizer(model, cfg.train, fused=fused_adamw), device)
 
 
 def main(argv: list[str] | None = None) -> None:

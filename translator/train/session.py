@@ -141,14 +141,15 @@ def training_model(cfg: ModelConfig, device: torch.device) -> Transformer:
     return model
 
 
-def make_optimizer(model: torch.nn.Module, t: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with the config's settings, fused: one kernel over all parameters (CPU and CUDA)."""
+def make_optimizer(model: torch.nn.Module, t: TrainConfig, fused: bool = True) -> torch.optim.AdamW:
+    """AdamW with the config's settings, fused: one kernel over all parameters (CPU and CUDA);
+    `fused=False` is the plain per-parameter loop (bench/train_ablation.py's reference)."""
     return torch.optim.AdamW(
         parameter_groups(model, t.weight_decay),
         lr=t.lr,
         betas=(t.adam_beta1, t.adam_beta2),
         eps=t.adam_eps,
-        fused=True,
+        fused=fused,
     )
 
 
