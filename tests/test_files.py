@@ -55,3 +55,32 @@ def test_read_lines_drops_crlf_line_endings(tmp_path):
 
     (tmp_path / "ref.de").write_bytes(b"Ein Hund.\r\nZwei Hunde.\r\n")
     assert read_lines(tmp_path / "ref.de") == ["Ein Hund.", "Zwei Hunde."]
+
+
+def test_atomic_dir_sweeps_what_a_killed_run_left_and_keeps_a_live_runs(tmp_path):
+    """A SIGKILLed prepare leaves its hidden temporary directory; the next one removes it, but not
+    the directory of a run still going (its owner process is alive)."""
+    import os
+    import subprocess
+    import sys
+
+    target = tmp_path / "prepared"
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead_pid = int(gone.stdout)
+    killed = tmp_path / f".prepared.{dead_pid}.abc123.tmp"
+    old_format = tmp_path / ".prepared.k2j4h5g6.tmp"  # before the pid was in the name
+    live = tmp_path / f".prepared.{os.getppid()}.xyz789.tmp"
+    other = tmp_path / f".other.{dead_pid}.abc123.tmp"  # another directory's: not ours to remove
+    dotted = tmp_path / f".prepared.bak.{dead_pid}.abc123.tmp"  # prepared.bak's, not ours either
+    for leftover in (killed, old_format, live, other, dotted):
+        leftover.mkdir()
+        (leftover / "half.npy").write_bytes(b"half")
+    with atomic_dir(target) as tmp:
+        (tmp / "new.txt").write_text("new")
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted(["prepared", live.name, other.name, dotted.name]), left

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -48,7 +49,10 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     """Yield a temporary directory beside `path`; it replaces `path` only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    _sweep_dead_owners(path)
+    # the owner's pid in the name: a later run can tell a killed run's leftover from a live one's
+    prefix = f".{path.name}.{os.getpid()}."
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=path.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary directory
     try:
         yield tmp
@@ -62,6 +66,29 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _sweep_dead_owners(path: Path) -> None:
+    """Remove the temporary directories that a killed atomic_dir left beside `path` (their owner
+    process is gone); a concurrent live one's stays."""
+    for leftover in path.parent.glob(f".{path.name}.*.tmp*"):
+        # `.NAME.PID.RANDOM.tmp[.old]`, or `.NAME.RANDOM.tmp` from before the pid was in the name;
+        # anything else (`.NAME.bak.123.x.tmp`) belongs to another directory
+        name = re.fullmatch(
+            r"(?:(\d+)\.)?[a-z0-9_]+\.tmp(?:\.old)?", leftover.name[len(path.name) + 2 :]
+        )
+        if name and leftover.is_dir() and not (name[1] and _alive(int(name[1]))):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    return True
 
 
 def read_lines(path: str | Path) -> list[str]:
