@@ -34,6 +34,7 @@ from translator import config, evaluate, prepare
 from translator.device import resolve_device
 from translator.files import atomic_write, read_lines
 from translator.model.transformer import Transformer
+from translator.prepared import prepared_dir
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
@@ -114,7 +115,7 @@ def run_option(option: str, args) -> dict:
 
 def split_files(cfg: config.Config, split: str, limit: int, tmp: Path) -> tuple[Path, Path]:
     """The prepared split's source and reference text, cut to its first `limit` lines (0 = all)."""
-    folder = prepare.prepared_dir(cfg.data)
+    folder = prepared_dir(cfg.data)
     src, ref = (folder / f"{split}.{lang}" for lang in (cfg.data.src_lang, cfg.data.tgt_lang))
     if not limit:
         return src, ref

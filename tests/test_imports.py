@@ -19,6 +19,7 @@ LAYERS = [
     {"translator.checkpoint"},
     {
         "translator.prepare",
+        "translator.prepared",
         "translator.translate",
         "translator.stream",
         "translator.summary",

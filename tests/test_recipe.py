@@ -18,7 +18,7 @@ from translator import recipe
 from translator.errors import TranslatorError
 from translator.evaluate import Scores
 from translator.files import read_lines
-from translator.prepare import prepared_dir
+from translator.prepared import prepared_dir
 
 SETTINGS = (
     "train.max_updates=6",

@@ -10,7 +10,7 @@ import sacrebleu
 
 from translator.errors import TranslatorError
 from translator.files import atomic_write, read_lines
-from translator.prepare import prepared_dir
+from translator.prepared import prepared_dir
 from translator.stream import log, model_precision, sentence_progress, warn_stderr
 from translator.translate import load, translate_lines, with_overrides
 

@@ -40,6 +40,15 @@ def describe(source: str, overrides: list[str]) -> str:
         cfg = config.from_dict(checkpoint.read(source)["config"], source)
     else:
         cfg = config.load(source, overrides)
+    origin = []
+    if cfg.train.init_from:  # training starts from that checkpoint: its architecture, not ours
+        where = f"train.init_from: {cfg.train.init_from}"
+        try:
+            _, saved = checkpoint.read_tokenizer(cfg.train.init_from)
+        except TranslatorError as err:
+            raise TranslatorError(err.what, f"train.init_from: {err.where}", err.fix) from None
+        cfg.model = config.with_training_settings(config.from_dict(saved, where).model, cfg.model)
+        origin = [f"  architecture and vocabulary from train.init_from: {cfg.train.init_from}"]
     m = cfg.model
     # not trained yet: the SentencePiece vocabularies the data config asks for
     if m.vocab_size == 0:
@@ -67,5 +76,6 @@ def describe(source: str, overrides: list[str]) -> str:
         f"  decoder KV cache: {cache_per_token:,} values per target token and hypothesis"
         + (f", the last {m.attention_window} tokens only" if m.attention_window else ""),
         f"  parameters: {n_params:,} ({n_params / 1e6:.2f}M)",
+        *origin,
     ]
     return "\n".join(lines)

@@ -20,6 +20,7 @@ from translator.data.shards import TokenArray
 from translator.data.tokenizer import UNK_ID, Tokenizer
 from translator.errors import TranslatorError
 from translator.files import read_lines
+from translator.prepared import config_hash, load_manifest, prepared_dir, up_to_date
 
 CRAFTED = [  # (en, de, rule)
     ("", "Ein leerer Satz.", "empty side"),
@@ -59,10 +60,7 @@ def test_prepared_directory_contract_and_drop_counts(tmp_path):
     assert manifest["dropped"] == expected
     assert manifest["pairs_in"] == 300 + len(CRAFTED)
     assert manifest["pairs"] == {"train": 300 + 1, "valid": 40, "test": 30}
-    assert (
-        manifest["config_hash"] == prepare.config_hash(cfg.data)
-        and prepare.load_manifest(cfg.data) == manifest
-    )
+    assert manifest["config_hash"] == config_hash(cfg.data) and load_manifest(cfg.data) == manifest
     assert {"datasets", "sentencepiece", "numpy"} <= set(manifest["versions"])
     assert (out / "config.yaml").is_file() and not list(out.glob(".*"))
 
@@ -104,7 +102,7 @@ def test_rerun_is_a_cache_hit_and_changes_prepare_again(tmp_path, corpus):
     ):
         before = json.loads((out / "manifest.json").read_text())["config_hash"]
         changed = change()
-        assert not prepare.up_to_date(changed.data)
+        assert not up_to_date(changed.data)
         run(changed)
         assert json.loads((out / "manifest.json").read_text())["config_hash"] != before
 
@@ -126,7 +124,7 @@ def test_separate_bpe_vocabularies(tmp_path, corpus):
     en, de = small_splits()["test"]
     test_src, test_tgt = TokenArray(out / "test.src"), TokenArray(out / "test.tgt")
     assert src_tok.decode([test_src[1]]) == [en[1]] and tgt_tok.decode([test_tgt[1]]) == [de[1]]
-    manifest = prepare.load_manifest(cfg.data)
+    manifest = load_manifest(cfg.data)
     assert (
         manifest["vocab"]["src"]["file"] == "spm.src.model"
         and manifest["vocab"]["tgt"]["sha256"] == tgt_tok.checksum()
@@ -138,7 +136,7 @@ def test_training_refuses_data_prepared_with_other_settings(tmp_path, corpus):
     run(cfg)
     moved = tiny_config(tmp_path / "elsewhere", tmp_path / "data", "data.splits.test=test2016")
     # where it came from may differ
-    assert prepare.load_manifest(moved.data)["vocab_size"] == cfg.data.vocab_size
+    assert load_manifest(moved.data)["vocab_size"] == cfg.data.vocab_size
     other = tiny_config(
         corpus,
         tmp_path / "data",
@@ -148,7 +146,7 @@ def test_training_refuses_data_prepared_with_other_settings(tmp_path, corpus):
     with pytest.raises(
         TranslatorError, match=r"data\.max_train_pairs: 0 there, 50 here.*data\.vocab_size"
     ):
-        prepare.load_manifest(other.data)
+        load_manifest(other.data)
 
 
 def test_hub_source_goes_through_the_same_path(tmp_path, monkeypatch):
@@ -276,13 +274,13 @@ def test_cli_bad_input_is_one_line_and_quiet_is_silent(tmp_path, corpus):
 
 
 def test_session_fixture_matches_the_contract(prepared):
-    folder = prepare.prepared_dir(prepared.data)
+    folder = prepared_dir(prepared.data)
     for split in ("train", "valid", "test"):
         assert (
             len(TokenArray(folder / f"{split}.src")) == len(TokenArray(folder / f"{split}.tgt")) > 0
         )
     assert (folder / "valid.en").is_file() and (folder / "test.de").is_file()
-    assert prepare.load_manifest(prepared.data)["pairs"]["train"] <= prepared.data.max_train_pairs
+    assert load_manifest(prepared.data)["pairs"]["train"] <= prepared.data.max_train_pairs
 
 
 def test_byte_fallback_encodes_unseen_characters(tmp_path, corpus):
@@ -297,9 +295,9 @@ def test_byte_fallback_encodes_unseen_characters(tmp_path, corpus):
 def test_edited_source_files_are_prepared_again(tmp_path, corpus):
     cfg = tiny_config(corpus, tmp_path / "data")
     run(cfg)
-    assert prepare.up_to_date(cfg.data)
+    assert up_to_date(cfg.data)
     os.utime(corpus / "train.de", ns=(1, 1))  # same settings, edited file
-    assert not prepare.up_to_date(cfg.data)
+    assert not up_to_date(cfg.data)
 
 
 def test_eval_split_ids_are_of_the_normalised_text_and_the_text_stays_raw(tmp_path):

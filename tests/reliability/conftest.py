@@ -62,7 +62,7 @@ def checkpoint_file(small_data, tmp_path_factory) -> Path:
     from translator import checkpoint
     from translator.data.tokenizer import Tokenizer
     from translator.model.transformer import Transformer
-    from translator.prepare import prepared_dir
+    from translator.prepared import prepared_dir
 
     cfg = small(small_data, tmp_path_factory.mktemp("ckpt") / "run")
     tokenizer = Tokenizer(prepared_dir(cfg.data) / "spm.model")

@@ -15,16 +15,17 @@ from tests.reliability.test_kill import fork, wait
 from translator import config, prepare
 from translator.data.tokenizer import sha256_file
 from translator.files import read_lines
+from translator.prepared import load_manifest, prepared_dir, up_to_date
 
 
 def assert_absent_or_complete(cfg: config.Config, note: str) -> bool:
     """The prepared directory is missing, or it has every file its manifest lists, with that
     content."""
-    folder = prepare.prepared_dir(cfg.data)
+    folder = prepared_dir(cfg.data)
     if not folder.exists():
         return False
-    manifest = prepare.load_manifest(cfg.data)  # what train reads first
-    assert prepare.up_to_date(cfg.data), note
+    manifest = load_manifest(cfg.data)  # what train reads first
+    assert up_to_date(cfg.data), note
     for name, digest in manifest["files"].items():  # id arrays and SentencePiece models
         assert sha256_file(folder / name) == digest, (note, name)
     for split in ("valid", "test"):  # the raw text that validation and eval score against
@@ -52,7 +53,7 @@ def test_prepare_killed_at_random_moments(tmp_path):
         note = f"seed {seed}, attempt {attempt}"
         if attempt < 2:
             shutil.rmtree(tmp_path / "data")
-        elif not prepare.prepared_dir(cfg.data).exists():
+        elif not prepared_dir(cfg.data).exists():
             assert wait(fork(lambda: prepare.run(cfg, quiet=True))) == 0
         pid = fork(lambda: prepare.run(cfg, force=True, quiet=True))
         time.sleep(rng.uniform(0, duration))

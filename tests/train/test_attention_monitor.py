@@ -84,7 +84,7 @@ def test_switched_off_nothing_is_logged(prepared, tmp_path):
 def test_warnings_come_once_per_condition_and_layer(prepared, tmp_path):
     from translator.data.tokenizer import Tokenizer
     from translator.model.transformer import Transformer
-    from translator.prepare import load_manifest, prepared_dir
+    from translator.prepared import load_manifest, prepared_dir
 
     cfg = variant(
         prepared, tmp_path / "run", "diagnostics.sentences=4", "diagnostics.image_sentences=0"

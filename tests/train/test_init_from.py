@@ -24,6 +24,7 @@ from translator.config import TRAINING_ONLY
 from translator.data.shards import TokenArray
 from translator.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
 from translator.errors import TranslatorError
+from translator.prepared import prepared_dir, up_to_date
 from translator.train import loop
 
 
@@ -108,7 +109,7 @@ def test_fine_tuning_an_imported_model(opus, imported, corpus, tmp_path):
     assert end["tokenizer"]["sha256"] == start["tokenizer"]["sha256"]
 
     # the data were encoded with the imported SentencePiece models, which encode as Marian's do
-    folder = prepare.prepared_dir(cfg.data)
+    folder = prepared_dir(cfg.data)
     src_spm, tgt_spm = Tokenizer(folder / "spm.src.model"), Tokenizer(folder / "spm.tgt.model")
     assert src_spm.proto() == start["tokenizer"]["proto"]
     assert tgt_spm.proto() == start["tokenizer"]["target_proto"]
@@ -132,15 +133,15 @@ def test_prepared_with_or_without_a_checkpoint_vocabulary_is_no_false_cache_hit(
     with_ckpt = fine_tune(corpus, tmp_path, imported)
     prepare.run(with_ckpt, quiet=True)
     sha = checkpoint.read_tokenizer(imported)[0].checksum()
-    assert prepare.up_to_date(with_ckpt.data, sha)
+    assert up_to_date(with_ckpt.data, sha)
     without = fine_tune(corpus, tmp_path, "", "data.joint_vocab=false")
-    assert not prepare.up_to_date(without.data)  # same data settings, other vocabulary
+    assert not up_to_date(without.data)  # same data settings, other vocabulary
     with pytest.raises(TranslatorError, match="prepared with the SentencePiece model.s. of a chec"):
         loop.run(without, quiet=True)
     prepare.run(without, quiet=True)  # prepares again: a SentencePiece model of its own
-    folder = prepare.prepared_dir(without.data)
+    folder = prepared_dir(without.data)
     assert Tokenizer(folder / "spm.src.model").checksum() != sha
-    assert not prepare.up_to_date(with_ckpt.data, sha)
+    assert not up_to_date(with_ckpt.data, sha)
     with pytest.raises(TranslatorError, match="prepared with a SentencePiece model trained on"):
         loop.run(fine_tune(corpus, tmp_path, imported), quiet=True)
 
@@ -168,7 +169,7 @@ def test_fine_tuning_one_of_our_checkpoints(tmp_path):
     run_dir = tmp_path / "ft" / "run"
     log = (run_dir / "train.log").read_text()
     assert "model.d_model: 64 -> 32" in log and "data.joint_vocab: False -> True" in log
-    folder = prepare.prepared_dir(cfg.data)
+    folder = prepared_dir(cfg.data)
     start = checkpoint.read(ours)
     assert (folder / "spm.model").read_bytes() == start["tokenizer"]["proto"]
     assert not (folder / "spm.src.model").exists()
@@ -275,3 +276,24 @@ def test_bad_init_from_is_one_line(imported, corpus, tmp_path):
     result = run_cli("train", "configs/tiny.yaml", *[a for s in sets for a in ("--set", s)])
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("error: train.init_from: ") and "not found" in result.stderr
+
+
+def test_info_describes_the_checkpoint_that_training_starts_from(imported):
+    """`info CONFIG --set train.init_from=CKPT` shows the model that training would build: the
+    checkpoint's architecture (as `info CKPT` shows it) with the config's dropout."""
+    from translator import summary
+
+    tiny = str(Path(__file__).parents[2] / "configs" / "tiny.yaml")
+
+    def line(text: str, start: str) -> str:
+        return next(x for x in text.splitlines() if x.strip().startswith(start))
+
+    own = summary.describe(tiny, [])
+    theirs = summary.describe(str(imported), [])
+    started = summary.describe(tiny, [f"train.init_from={imported}", "model.dropout=0.25"])
+    assert line(started, "parameters") == line(theirs, "parameters") != line(own, "parameters")
+    assert line(started, "encoder") == line(theirs, "encoder")
+    assert "dropout 0.25" in line(started, "vocabulary")
+    assert f"from train.init_from: {imported}" in started
+    with pytest.raises(TranslatorError, match="train.init_from: .*nope.pt: checkpoint not found"):
+        summary.describe(tiny, [f"train.init_from={imported.parent / 'nope.pt'}"])

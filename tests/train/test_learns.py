@@ -19,7 +19,7 @@ import torch
 
 from translator import config
 from translator.data.tokenizer import Tokenizer
-from translator.prepare import prepared_dir
+from translator.prepared import prepared_dir
 from translator.train import loop
 from translator.translate import translate_lines
 

@@ -16,6 +16,7 @@ from tests.data.conftest import small_splits, write_text_corpus
 from tests.train.test_ddp import free_port
 from translator import config, prepare
 from translator.errors import TranslatorError
+from translator.prepared import load_manifest
 from translator.train import loop
 
 
@@ -90,7 +91,7 @@ def test_two_ranks_prepare_once_then_train_alike(tmp_path):
     spawn_two(cfg, tmp_path)
     assert not list(tmp_path.glob("error*")), [p.read_text() for p in tmp_path.glob("error*")]
     assert (tmp_path / "prepared-by").read_text() == "0\n"  # one writer
-    assert prepare.load_manifest(cfg.data)["pairs"]["train"] == 300
+    assert load_manifest(cfg.data)["pairs"]["train"] == 300
     rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
     assert all(torch.equal(tensor, rank1[name]) for name, tensor in rank0.items())
 

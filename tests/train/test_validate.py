@@ -16,7 +16,7 @@ from translator.data.shards import TokenArray
 from translator.data.tokenizer import PAD_ID, Tokenizer
 from translator.evaluate import score
 from translator.model.transformer import Transformer
-from translator.prepare import prepared_dir
+from translator.prepared import prepared_dir
 from translator.train.validate import validate
 from translator.translate import translate_lines
 

@@ -21,7 +21,7 @@ from translator.diagnostics.capture import Forced, forced_attention, qk_scales
 from translator.diagnostics.figures import tiles_image
 from translator.diagnostics.stats import LayerStats, allowed_keys, layer_stats
 from translator.model.transformer import Transformer
-from translator.prepare import prepared_dir
+from translator.prepared import prepared_dir
 from translator.train.metrics import Metrics
 
 NAMES = {

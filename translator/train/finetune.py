@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from translator import checkpoint
-from translator.config import TRAINING_ONLY, Config, ModelConfig, from_dict, to_dict
+from translator.config import (
+    TRAINING_ONLY,
+    Config,
+    ModelConfig,
+    from_dict,
+    to_dict,
+    with_training_settings,
+)
 from translator.errors import TranslatorError
 
 
@@ -89,7 +96,7 @@ def adopt(cfg: Config, saved: ModelConfig, joint: bool) -> list[str]:
     ]
     if cfg.data.joint_vocab != joint:
         changed.append(f"data.joint_vocab: {cfg.data.joint_vocab!r} -> {joint!r}")
-    cfg.model = ModelConfig(**{**theirs, **{k: ours[k] for k in TRAINING_ONLY if k in ours}})
+    cfg.model = with_training_settings(saved, cfg.model)
     cfg.data.joint_vocab = joint
     if not changed:
         return []

@@ -23,7 +23,7 @@ from translator.data.shards import TokenArray
 from translator.errors import TranslatorError
 from translator.files import atomic_write
 from translator.model.transformer import Transformer, count_parameters
-from translator.prepare import prepared_dir
+from translator.prepared import prepared_dir
 from translator.train import distributed, oom
 from translator.train.distributed import Dist, no_sync, sum_all
 from translator.train.loss import token_loss

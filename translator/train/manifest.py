@@ -18,7 +18,7 @@ from typing import Any
 
 from translator import __version__
 from translator.files import atomic_write
-from translator.prepare import load_manifest, prepared_dir
+from translator.prepared import load_manifest, prepared_dir
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ from translator.config import Config, ModelConfig, TrainConfig
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
 from translator.model.transformer import Transformer
-from translator.prepare import load_manifest, prepared_dir
+from translator.prepared import load_manifest, prepared_dir
 from translator.train import distributed, finetune
 from translator.train.allocator import keep_freed_memory
 from translator.train.attention import AttentionMonitor

@@ -20,7 +20,7 @@ from translator.data.tokenizer import PAD_ID, Tokenizer
 from translator.evaluate import score
 from translator.files import read_lines
 from translator.model.transformer import Transformer
-from translator.prepare import prepared_dir
+from translator.prepared import prepared_dir
 from translator.train.precision import autocast
 from translator.translate import translate_lines
 

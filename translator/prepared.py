@@ -1,0 +1,209 @@
+"""The prepared directory of a data config: where it is, what identifies it (the config hash),
+and its manifest, which `prepare` writes and training reads (and refuses when its settings differ).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from importlib import metadata
+from pathlib import Path
+
+from translator import __version__
+from translator.config import DataConfig, to_dict
+from translator.data import clean
+from translator.data.corpus import is_hub
+from translator.data.shards import id_dtype
+from translator.data.tokenizer import Tokenizer, sha256_file
+from translator.errors import TranslatorError
+
+FORMAT = 2  # layout of the prepared directory; part of the config hash
+# Settings of SentencePiece training, which a checkpoint's tokenizer (train.init_from) makes moot
+SPM_SETTINGS = (
+    "vocab_size",
+    "spm_model_type",
+    "character_coverage",
+    "byte_fallback",
+    "input_sentence_size",
+)
+
+
+def prepared_dir(data: DataConfig) -> Path:
+    return Path(data.data_dir) / data.name
+
+
+def vocab_files(data: DataConfig) -> dict[str, str]:
+    """Side -> SentencePiece model file name in the prepared directory."""
+    if data.joint_vocab:
+        return {"src": "spm.model", "tgt": "spm.model"}
+    return {"src": "spm.src.model", "tgt": "spm.tgt.model"}
+
+
+def source_fingerprint(data: DataConfig) -> list:
+    """Name, size and mtime of a local source's files, so edited data is prepared again (hub:
+    none)."""
+    root = Path(data.source)
+    if is_hub(data.source) or not root.is_dir():
+        return []
+    files = [p for p in root.iterdir() if p.is_file()]
+    # save_to_disk splits
+    files += [p for d in root.iterdir() if d.is_dir() for p in d.iterdir() if p.is_file()]
+    return sorted([str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns] for p in files)
+
+
+def shaping_settings(data: DataConfig, vocab_from: str | None = None) -> dict:
+    """The data settings that shape the prepared files (not where they are written); `vocab_from`:
+    the sha256 of the checkpoint tokenizer that encodes them, which replaces SentencePiece's
+    settings."""
+    moot = ("data_dir", "name", *(SPM_SETTINGS if vocab_from else ()))
+    settings = {k: v for k, v in to_dict(data).items() if k not in moot}
+    # only when set: data prepared before this setting existed keeps its hash
+    return {**settings, "vocab_from": vocab_from} if vocab_from else settings
+
+
+def config_hash(data: DataConfig, vocab_from: str | None = None) -> str:
+    """Identifies everything that shapes the prepared files (not where they are written)."""
+    identity = [__version__, FORMAT, shaping_settings(data, vocab_from), source_fingerprint(data)]
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def up_to_date(data: DataConfig, vocab_from: str | None = None) -> bool:
+    path = prepared_dir(data) / "manifest.json"
+    made = json.loads(path.read_text()).get("config_hash") if path.is_file() else None
+    return made == config_hash(data, vocab_from)
+
+
+def build_manifest(
+    data: DataConfig,
+    cleaner: clean.Cleaner,
+    counts: dict,
+    tokenizers: dict[str, Tokenizer],
+    tmp: Path,
+    vocab_from: str | None,
+) -> dict:
+    files = vocab_files(data)
+    vocab = {
+        side: {
+            "file": files[side],
+            "size": tok.vocab_size,
+            "sha256": tok.checksum(),
+            "id_dtype": id_dtype(tok.vocab_size).name,
+        }
+        for side, tok in tokenizers.items()
+    }
+    return {
+        "format": FORMAT,
+        "config_hash": config_hash(data, vocab_from),
+        "settings": shaping_settings(data, vocab_from),
+        "source": data.source,
+        "source_spec": {
+            "source": data.source,
+            "splits": data.splits,
+            "src_lang": data.src_lang,
+            "tgt_lang": data.tgt_lang,
+            "file_sizes": {name: size for name, size, _ in source_fingerprint(data)},
+        },
+        "src_lang": data.src_lang,
+        "tgt_lang": data.tgt_lang,
+        "pairs_in": cleaner.pairs_in,
+        "dropped": dict(cleaner.drops),
+        "pairs": {split: c["pairs"] for split, c in counts.items()},
+        "tokens": {
+            split: {"src": c["src_tokens"], "tgt": c["tgt_tokens"]} for split, c in counts.items()
+        },
+        "joint_vocab": data.joint_vocab,
+        "vocab_from": None,  # or the checkpoint whose tokenizer encoded the data (run() fills it)
+        "vocab": vocab,
+        "vocab_size": tokenizers["tgt"].vocab_size,
+        "spm_sha256": tokenizers["tgt"].checksum(),
+        "files": {
+            p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.suffix in (".npy", ".model")
+        },
+        "versions": _versions(),
+    }
+
+
+def _vocab_origin(vocab_from: str | None) -> str:
+    if vocab_from is None:
+        return "a SentencePiece model trained on the data"
+    return f"the SentencePiece model(s) of a checkpoint (tokenizer sha256 {vocab_from[:12]})"
+
+
+def _versions() -> dict[str, str]:
+    found = {"translator": __version__, "python": platform.python_version()}
+    for package in ("datasets", "pyarrow", "sentencepiece", "numpy", "torch"):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def summary_rows(manifest: dict) -> list[tuple[str, str]]:
+    """What the final table shows: pairs in, dropped per rule, pairs out, tokens, vocabulary,
+    time."""
+    pairs, tokens, vocab = manifest["pairs"], manifest["tokens"], manifest["vocab"]
+    rows = [("source", manifest["source"]), ("train pairs in", f"{manifest['pairs_in']:,}")]
+    rows += [(f"  dropped: {rule}", f"{n:,}") for rule, n in manifest["dropped"].items()]
+    rows += [
+        ("train pairs out", f"{pairs['train']:,}"),
+        ("valid / test pairs", f"{pairs['valid']:,} / {pairs['test']:,}"),
+        ("train tokens src / tgt", f"{tokens['train']['src']:,} / {tokens['train']['tgt']:,}"),
+    ]
+    if manifest.get("vocab_from"):
+        rows.append(("vocabulary from", manifest["vocab_from"]["checkpoint"]))
+    if manifest["joint_vocab"]:
+        rows.append(
+            ("vocabulary (joint)", f"{vocab['src']['size']:,} ({vocab['src']['id_dtype']})")
+        )
+    else:
+        rows.append(
+            ("vocabularies src / tgt", f"{vocab['src']['size']:,} / {vocab['tgt']['size']:,}")
+        )
+    rows.append(("time", f"{manifest['seconds']} s"))
+    return rows
+
+
+def load_manifest(data: DataConfig, vocab_from: str | None = None) -> dict:
+    """The prepare manifest of `data`, which training reads; refused if prepared with other
+    settings.
+
+    Where the data came from (source, split names) may differ: `prepare --data PATH` need not be
+    repeated for `train`. Anything else (vocabulary, cleaning, max_train_pairs...) must match, or
+    the run would train on other data than its config (and checkpoints) say. `vocab_from`: the
+    sha256 of the checkpoint tokenizer the data must be encoded with (train.init_from), None for
+    SentencePiece trained by prepare.
+    """
+    path = prepared_dir(data) / "manifest.json"
+    if not path.is_file():
+        raise TranslatorError(
+            "prepared data not found",
+            str(prepared_dir(data)),
+            "run `translator prepare CONFIG` first (torchrun on several machines: on each one, "
+            "or share data.data_dir)",
+        )
+    manifest = json.loads(path.read_text())
+    made, wanted = manifest.get("settings"), shaping_settings(data, vocab_from)
+    if made is None:  # written by an older prepare: nothing to compare
+        return manifest
+    if made.get("vocab_from") != vocab_from:
+        raise TranslatorError(
+            f"prepared with {_vocab_origin(made.get('vocab_from'))}, but this run needs "
+            f"{_vocab_origin(vocab_from)}",
+            str(prepared_dir(data)),
+            "to replace it, run `translator prepare` with this config (and the same --set/--data); "
+            "to keep it, set another data.name",
+        )
+    changed = sorted(
+        k for k in wanted if k not in ("source", "splits") and made.get(k) != wanted[k]
+    )
+    if changed:
+        diff = ", ".join(f"data.{k}: {made.get(k)!r} there, {wanted[k]!r} here" for k in changed)
+        raise TranslatorError(
+            f"prepared with other data settings ({diff})",
+            str(prepared_dir(data)),
+            "to replace it, run `translator prepare` with this config (and the same --set/--data); "
+            "to keep it, set another data.name",
+        )
+    return manifest
