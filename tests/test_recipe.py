@@ -38,10 +38,14 @@ def finished(prepared, tmp_path_factory):
     threads = torch.get_num_threads()
     # module fixtures run before the per-test one-thread fixture (conftest)
     torch.set_num_threads(1)
+    # the checkout as the recipe starts, then as if a commit landed while it ran
+    states = iter([{"commit": "a" * 40, "dirty": False}, {"commit": "b" * 40, "dirty": True}])
+    real_git_state, recipe.git_state = recipe.git_state, lambda: next(states)
     try:
         return cfg, recipe.run(cfg, budget_minutes=10, average_last=2, quiet=True)
     finally:
         torch.set_num_threads(threads)
+        recipe.git_state = real_git_state
 
 
 def test_recipe_averages_the_newest_checkpoints_and_picks_on_valid(finished):
@@ -106,7 +110,7 @@ def test_recipe_manifest_records_what_the_row_was_made_from(finished):
     ]
     assert len(manifest["data"]["files"]["test"]) == 2  # test2016.en, test2016.de
     assert manifest["data"]["prepared"]["sha256"]
-    assert len(manifest["git"]["commit"]) == 40
+    assert manifest["git"] == {"commit": "a" * 40, "dirty": False}  # the code that ran
     assert manifest["config"]["model"]["vocab_size"] > 0 and manifest["seed"] == cfg.train.seed
     assert manifest["hardware"]["cores"] >= 1 and manifest["hardware"]["torch"]
     assert set(manifest["stage_seconds"]) == {

@@ -55,6 +55,7 @@ def run(
     """
     run_dir = Path(cfg.train.run_dir)
     check_start(run_dir, cfg, average_last)
+    code = git_state()  # the code that runs: the checkout may move on during an hour-long recipe
     seconds: dict[str, float] = {}
     with stage(seconds, "prepare"):
         prepare.run(cfg, quiet=quiet)
@@ -75,7 +76,7 @@ def run(
     manifest = {
         "command": " ".join([command_name(), *sys.argv[1:]]),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "git": git_state(),
+        "git": code,
         "data": data_files(cfg),
         # as trained (vocabulary sizes filled in, the last session's max_minutes)
         "config": checkpoint.read(run_dir / chosen)["config"],
