@@ -92,6 +92,16 @@ def test_every_command_help_has_an_example_that_parses(command):
     assert run_cli(command, "--help").stdout.count("Example:") == 1
 
 
+def test_every_command_summary_is_one_line_in_the_root_help():
+    """The root --help shows each command's first paragraph; a wrapped one takes two table rows."""
+    long = {
+        name: cmd.help.split("\n\n")[0]
+        for name, cmd in registered_commands().items()
+        if "\n" in cmd.help.strip().split("\n\n")[0]
+    }
+    assert not long, long
+
+
 def test_version():
     from translator import __version__
 

@@ -129,11 +129,10 @@ def prepare(
     ] = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Load the corpus, clean it, train SentencePiece and write id arrays to data/<name>/
-    (a rerun with the same config is a cache hit).
+    """Clean the corpus, train SentencePiece, write id arrays to data/<name>/ (cached by config).
 
-    `train` does this itself when the data is missing; run it alone to prepare on one machine
-    and train on another.
+    A rerun with the same data config is a cache hit. `train` does this itself when the data is
+    missing; run it alone to prepare on one machine and train on another.
 
     Example: translator prepare configs/multi30k.yaml --data ../shared/data/multi30k \\
     --set data.splits.valid=valid --set data.splits.test=test2016
@@ -433,8 +432,7 @@ def export(
         ),
     ] = None,
 ) -> None:
-    """Export a checkpoint for deployment: a CTranslate2 model directory with its SentencePiece
-    model(s).
+    """Export a checkpoint for deployment: a CTranslate2 model directory and its SentencePiece.
 
     Needs the optional ctranslate2 package.
 
@@ -479,8 +477,7 @@ def import_hf(
         ),
     ] = None,
 ) -> None:
-    """Import an OPUS-MT (MarianMT) model as a checkpoint for translate, eval, attention and
-    fine-tuning (train.init_from).
+    """Import an OPUS-MT (MarianMT) model as a checkpoint: translate, eval, fine-tune it.
 
     Example: translator import-hf opus-mt-en-de -o runs/opus-en-de.pt
     """
