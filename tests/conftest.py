@@ -75,6 +75,18 @@ def opus(multi30k, tmp_path_factory):
     return root, *build_opus(root, multi30k, transformers)
 
 
+@pytest.fixture(scope="session")
+def opus_separate(multi30k, tmp_path_factory):
+    """The same with separate source and target vocabularies (vocab.json, target_vocab.json)."""
+    transformers = pytest.importorskip(
+        "transformers", reason="the bench extra (transformers) is not installed"
+    )
+    from tests.hf_marian import build_opus
+
+    root = tmp_path_factory.mktemp("opus-separate")
+    return root, *build_opus(root, multi30k, transformers, separate=True)
+
+
 @pytest.fixture(autouse=True)
 def _seed_and_one_thread():
     """Seeded, and one intra-op thread: tiny models gain nothing from two, and two OpenMP threads

@@ -1,8 +1,9 @@
 """A random MarianMT model in an OPUS-MT style directory, built offline (import-hf and fine-tuning).
 
-Two SentencePiece models trained on Multi30k lines, a shared vocab.json, random weights with
-LayerNorms and the logits bias moved off their defaults, and the tokenizer saved by Hugging Face
-(its tokenizer_config.json names the languages, en->de).
+Two SentencePiece models trained on Multi30k lines, a shared vocab.json (or, with `separate`,
+vocab.json and target_vocab.json with embeddings of their own, as some OPUS-MT models have), random
+weights with LayerNorms and the logits bias moved off their defaults, and the tokenizer saved by
+Hugging Face (its tokenizer_config.json names the languages, en->de).
 """
 
 from __future__ import annotations
@@ -29,23 +30,42 @@ def spm_model(lines: list[str]) -> bytes:
     return model.getvalue()
 
 
-def build_opus(root: Path, multi30k: Path, transformers):
+def marian_vocab(protos: list[bytes], pad_last: bool = True) -> dict[str, int]:
+    """Piece -> Marian id over the pieces of `protos`: `</s>` 0, `<unk>` 1, then the pieces, with
+    `<pad>` last (OPUS-MT's shared table) or at 2 (pad_last=False)."""
+    pieces: dict[str, None] = {}
+    for proto in protos:
+        sp = spm.SentencePieceProcessor(model_proto=proto)
+        pieces.update((sp.id_to_piece(i), None) for i in range(sp.get_piece_size()))
+    words = [p for p in pieces if p not in ("<unk>", "<s>", "</s>")]
+    if not pad_last:
+        words.insert(0, "<pad>")
+    vocab = {"</s>": 0, "<unk>": 1, **{p: i + 2 for i, p in enumerate(words)}}
+    if pad_last:
+        vocab["<pad>"] = len(vocab)
+    return vocab
+
+
+def build_opus(root: Path, multi30k: Path, transformers, separate: bool = False):
     """Write the model into `root`; returns (HF model, HF tokenizer)."""
     en = (multi30k / "train.en").read_text(encoding="utf-8").splitlines()[:600]
     de = (multi30k / "train.de").read_text(encoding="utf-8").splitlines()[:600]
     protos = {"source.spm": spm_model(en), "target.spm": spm_model(de)}
-    pieces: dict[str, None] = {}
-    for proto in protos.values():
-        sp = spm.SentencePieceProcessor(model_proto=proto)
-        pieces.update((sp.id_to_piece(i), None) for i in range(sp.get_piece_size()))
-    words = [p for p in pieces if p not in ("<unk>", "<s>", "</s>")]
-    vocab = {"</s>": 0, "<unk>": 1, **{p: i + 2 for i, p in enumerate(words)}}
-    vocab["<pad>"] = len(vocab)
     for name, proto in protos.items():
         (root / name).write_bytes(proto)
-    (root / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    vocabs = {"vocab.json": marian_vocab(list(protos.values()))}
+    if separate:  # Marian has one pad id for both sides: here 2 in both tables, of other sizes
+        vocabs = {
+            "vocab.json": marian_vocab([protos["source.spm"]], pad_last=False),
+            "target_vocab.json": marian_vocab([protos["target.spm"]], pad_last=False),
+        }
+    for name, table in vocabs.items():
+        (root / name).write_text(json.dumps(table), encoding="utf-8")
+    vocab, target_vocab = vocabs["vocab.json"], vocabs.get("target_vocab.json")
     config = transformers.MarianConfig(
         vocab_size=len(vocab),
+        decoder_vocab_size=len(target_vocab or vocab),
+        share_encoder_decoder_embeddings=not separate,
         d_model=32,
         encoder_layers=2,
         decoder_layers=2,
@@ -76,6 +96,8 @@ def build_opus(root: Path, multi30k: Path, transformers):
         source_spm=str(root / "source.spm"),
         target_spm=str(root / "target.spm"),
         vocab=str(root / "vocab.json"),
+        target_vocab_file=str(root / "target_vocab.json") if separate else None,
+        separate_vocabs=separate,
         source_lang="en",
         target_lang="de",
     )

@@ -1,9 +1,10 @@
 """import-hf: a MarianMT model (OPUS-MT layout) becomes a checkpoint computing what Hugging Face
 computes.
 
-The Marian model is built offline (the `opus` fixture of tests/conftest.py): two SentencePiece
-models trained on Multi30k lines, a shared vocab.json, random weights with LayerNorms and the logits
-bias moved off their defaults. Hugging Face's own tokenizer and `generate` are the reference.
+The Marian model is built offline (the `opus` and `opus_separate` fixtures of tests/conftest.py):
+two SentencePiece models trained on Multi30k lines, a shared vocab.json (or separate source and
+target vocabularies and embeddings), random weights with LayerNorms and the logits bias moved off
+their defaults. Hugging Face's own tokenizer and `generate` are the reference.
 """
 
 from __future__ import annotations
@@ -36,8 +37,20 @@ SOURCES = [
 TARGETS = ["Ein Mann spielt Gitarre.", "Zwei Hunde.", "Ein Kind.", "Leute gehen."]
 
 
-def test_imported_logits_equal_hugging_face(opus, tmp_path):
-    root, hf_model, hf_tok = opus
+@pytest.fixture(params=["shared", "separate"])
+def any_opus(request):
+    """Each model layout: one vocabulary for both sides, or one per side."""
+    return request.getfixturevalue("opus" if request.param == "shared" else "opus_separate")
+
+
+def vocabularies(hf_tok) -> tuple[dict[str, int], dict[str, int]]:
+    """Marian's source and target piece -> id tables (the same table unless separate)."""
+    source = hf_tok.encoder
+    return source, hf_tok.target_encoder if hf_tok.separate_vocabs else source
+
+
+def test_imported_logits_equal_hugging_face(any_opus, tmp_path):
+    root, hf_model, hf_tok = any_opus
     cfg = marian.import_marian(root, tmp_path / "opus.pt")
     model, _, tokenizer = checkpoint.load(tmp_path / "opus.pt")
     assert cfg.model.activation == "silu" and cfg.model.norm == "post"
@@ -55,14 +68,14 @@ def test_imported_logits_equal_hugging_face(opus, tmp_path):
             tgt = tokenizer.target_sp.encode(target)
             ours = model(src, torch.tensor([[BOS_ID, *tgt]]), padding_mask(src))[0]
         # the same pieces on both sides: our ids spell the same text as Marian's
-        assert tokenizer.sp.id_to_piece(src[0].tolist()) == hf_tok.convert_ids_to_tokens(
-            batch["input_ids"][0]
-        )
+        source_vocab, vocab = vocabularies(hf_tok)
+        source_pieces = {i: p for p, i in source_vocab.items()}
+        their_source = [source_pieces[i] for i in batch["input_ids"][0].tolist()]
+        assert tokenizer.sp.id_to_piece(src[0].tolist()) == their_source
         assert [*tokenizer.target_sp.id_to_piece(tgt), "</s>"] == hf_tok.convert_ids_to_tokens(
             labels
         )
         # every logit of Marian's vocabulary, read through our ids for the same pieces
-        vocab = hf_tok.get_vocab()
         our_pieces = [
             tokenizer.target_sp.id_to_piece(i) for i in range(tokenizer.target_vocab_size)
         ]
@@ -76,8 +89,8 @@ def test_imported_logits_equal_hugging_face(opus, tmp_path):
 
 
 @pytest.mark.parametrize("beam", [1, 4])
-def test_imported_model_generates_what_hugging_face_generates(opus, tmp_path, beam):
-    root, hf_model, hf_tok = opus
+def test_imported_model_generates_what_hugging_face_generates(any_opus, tmp_path, beam):
+    root, hf_model, hf_tok = any_opus
     marian.import_marian(root, tmp_path / "opus.pt")
     model, cfg, tokenizer = checkpoint.load(tmp_path / "opus.pt")
     decode = dataclasses.replace(
@@ -103,16 +116,31 @@ def test_imported_model_generates_what_hugging_face_generates(opus, tmp_path, be
     assert len(set(ours)) > 1
 
 
-def test_unsupported_marian_option_is_named(opus, tmp_path):
+@pytest.mark.parametrize(
+    "option", [{"normalize_before": True}, {"tie_word_embeddings": False}], ids=str
+)
+def test_unsupported_marian_option_is_named(opus, tmp_path, option):
     root, _, _ = opus
     broken = tmp_path / "pre"
     broken.mkdir()
     for name in ("source.spm", "target.spm", "vocab.json", "model.safetensors"):
         (broken / name).write_bytes((root / name).read_bytes())
     config = json.loads((root / "config.json").read_text())
-    (broken / "config.json").write_text(json.dumps({**config, "normalize_before": True}))
-    with pytest.raises(TranslatorError, match="normalize_before=true"):
+    (broken / "config.json").write_text(json.dumps({**config, **option}))
+    ((name, value),) = option.items()
+    with pytest.raises(TranslatorError, match=f"{name}={str(value).lower()}"):
         marian.import_marian(broken, tmp_path / "x.pt")
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_separate_vocabularies_need_the_target_table(opus_separate, tmp_path):
+    root, _, _ = opus_separate
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    for name in ("source.spm", "target.spm", "vocab.json", "model.safetensors", "config.json"):
+        (partial / name).write_bytes((root / name).read_bytes())
+    with pytest.raises(TranslatorError, match="target_vocab.json: not found"):
+        marian.import_marian(partial, tmp_path / "x.pt", src_lang="en", tgt_lang="de")
     assert not (tmp_path / "x.pt").exists()
 
 
@@ -162,10 +190,10 @@ def test_cli_import_hf_then_translate(opus, tmp_path):
     )
 
 
-def test_imported_loss_equals_hugging_face(opus, tmp_path):
+def test_imported_loss_equals_hugging_face(any_opus, tmp_path):
     """Teacher-forced NLL over the whole vocabulary, as fine-tuning's loss sees it: ours has no
     second copy of Marian's <pad> class (BOS holds it), so the softmax is Marian's."""
-    root, hf_model, hf_tok = opus
+    root, hf_model, hf_tok = any_opus
     marian.import_marian(root, tmp_path / "opus.pt")
     model, _, tokenizer = checkpoint.load(tmp_path / "opus.pt")
     for source, target in zip(SOURCES, TARGETS):

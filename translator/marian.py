@@ -3,9 +3,11 @@ checkpoint.
 
 An OPUS-MT directory holds `config.json`, the weights (`model.safetensors` or `pytorch_model.bin`),
 `source.spm`, `target.spm` and `vocab.json`, which maps pieces to the model's ids (one table for
-both sides, `</s>` = 0, `<pad>` last). Our ids are SentencePiece ids with PAD, UNK, BOS, EOS = 0..3,
-so the import rewrites each SentencePiece model into that order and gathers the embedding rows (and
-the logits bias) by piece. Marian decodes from `<pad>`: our BOS row is Marian's pad row.
+both sides, `</s>` = 0, `<pad>` last; models with separate vocabularies,
+`share_encoder_decoder_embeddings: false`, map the target side with `target_vocab.json`). Our ids
+are SentencePiece ids with PAD, UNK, BOS, EOS = 0..3, so the import rewrites each SentencePiece
+model into that order and gathers the embedding rows (and the logits bias) by piece. Marian
+decodes from `<pad>`: our BOS row is Marian's pad row.
 
 Marian's position table puts all sines before all cosines; ours interleaves them. Every sublayer
 of a Transformer commutes with a permutation of the residual stream's dimensions (LayerNorm
@@ -86,10 +88,12 @@ def import_marian(
     directory = Path(directory)
     hf = _read_json(directory / "config.json")
     vocab = _read_json(directory / "vocab.json")
+    shared = hf.get("share_encoder_decoder_embeddings", True)
+    target_vocab = vocab if shared else _read_json(directory / "target_vocab.json")
     weights = _read_weights(directory)
     src_proto = reorder_pieces(_read_bytes(directory / "source.spm"), [])
     # every piece it can emit
-    tgt_proto = reorder_pieces(_read_bytes(directory / "target.spm"), list(vocab))
+    tgt_proto = reorder_pieces(_read_bytes(directory / "target.spm"), list(target_vocab))
     tokenizer = Tokenizer.from_proto(src_proto, tgt_proto)
 
     model_cfg = model_config(hf, tokenizer, str(directory / "config.json"))
@@ -97,7 +101,8 @@ def import_marian(
     data = DataConfig(src_lang=src_lang, tgt_lang=tgt_lang, joint_vocab=False)
     cfg = Config(data=data, model=model_cfg)
     model = Transformer(cfg.model)
-    model.load_state_dict(our_weights(weights, cfg.model, vocab, hf, tokenizer))
+    vocabs = (vocab, target_vocab)
+    model.load_state_dict(our_weights(weights, cfg.model, vocabs, hf, tokenizer))
     checkpoint.save(out, model, cfg, tokenizer, {"imported_from": "marian"})
     return cfg
 
@@ -111,6 +116,8 @@ def model_config(hf: dict[str, Any], tokenizer: Tokenizer, where: str) -> ModelC
         "normalize_embedding=true" if hf.get("normalize_embedding") else "",
         "static_position_embeddings=false" if hf.get("static_position_embeddings") is False else "",
         "add_final_layer_norm=true" if hf.get("add_final_layer_norm") else "",
+        # an output projection of its own: ours is the target embedding
+        "tie_word_embeddings=false" if hf.get("tie_word_embeddings") is False else "",
     ]
     if hf.get("encoder_attention_heads") != hf.get("decoder_attention_heads") or hf.get(
         "encoder_ffn_dim"
@@ -186,21 +193,23 @@ def marian_ids(sp, vocab: dict[str, int], pad_id: int) -> torch.Tensor:
 def our_weights(
     hf_weights: dict[str, torch.Tensor],
     cfg: ModelConfig,
-    vocab: dict[str, int],
+    vocabs: tuple[dict[str, int], dict[str, int]],
     hf: dict[str, Any],
     tokenizer: Tokenizer,
 ) -> dict[str, torch.Tensor]:
-    """Marian's state dict renamed to ours, embedding rows gathered by piece, residual dims
-    permuted."""
+    """Marian's state dict renamed to ours, embedding rows gathered by piece (source rows through
+    the source vocabulary, target rows through the target one: the same table unless separate),
+    residual dims permuted."""
     w = {k.removeprefix("model."): v.float() for k, v in hf_weights.items()}
     shared = w.get("shared.weight", w.get("decoder.embed_tokens.weight"))
-    pad_id = hf.get("pad_token_id", len(vocab) - 1)
+    src_vocab, tgt_vocab = vocabs
+    pad_id = hf.get("pad_token_id", len(src_vocab) - 1)  # one id for both sides, as in Marian
     src_rows, tgt_rows = (
-        marian_ids(tokenizer.sp, vocab, pad_id),
-        marian_ids(tokenizer.target_sp, vocab, pad_id),
+        marian_ids(tokenizer.sp, src_vocab, pad_id),
+        marian_ids(tokenizer.target_sp, tgt_vocab, pad_id),
     )
     perm = residual_permutation(cfg.d_model)  # our residual dim j holds Marian's dim perm[j]
-    bias = w.get("final_logits_bias", torch.zeros(1, len(vocab)))[0]
+    bias = w.get("final_logits_bias", torch.zeros(1, len(tgt_vocab)))[0]
 
     out = {
         "src_embed.token.weight": w.get("encoder.embed_tokens.weight", shared)[src_rows][:, perm],
