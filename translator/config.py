@@ -246,7 +246,7 @@ def with_training_settings(saved: ModelConfig, ours: ModelConfig) -> ModelConfig
     """A checkpoint's model section with this config's TRAINING_ONLY fields: the model that a run
     started from the checkpoint (train.init_from) trains."""
     theirs, mine = to_dict(saved), to_dict(ours)
-    return ModelConfig(**{**theirs, **{k: mine[k] for k in TRAINING_ONLY if k in mine}})
+    return ModelConfig(**{**theirs, **{k: mine[k] for k in TRAINING_ONLY}})
 
 
 def architecture_changes(before: dict[str, Any], after: dict[str, Any]) -> str:

@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import time
-import traceback
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ import torch
 
 from tests.data.conftest import multi30k_lines, small_splits, write_text_corpus
 from tests.reliability.conftest import SMALL
+from tests.reliability.test_kill import fork, wait
 from translator import checkpoint, config, marian, prepare
 from translator.config import TRAINING_ONLY
 from translator.data.shards import TokenArray
@@ -199,25 +199,6 @@ def reference_loss(model, tokenizer: Tokenizer, sources: list[str], targets: lis
     return total / tokens
 
 
-def fork(work) -> int:
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            torch.set_num_threads(1)
-            work()
-        except BaseException:  # noqa: BLE001 - reported through the exit code and stderr
-            traceback.print_exc()
-            code = 1
-        os._exit(code)
-    return pid
-
-
-def wait(pid: int) -> int:
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
-
-
 def test_resume_after_a_kill_ignores_init_from(imported, corpus, tmp_path):
     """Killed once it has saved, the run resumes from last.pt even with init_from pointing
     elsewhere (here at nothing), and ends with the weights of an uninterrupted run."""
@@ -226,7 +207,12 @@ def test_resume_after_a_kill_ignores_init_from(imported, corpus, tmp_path):
     loop.run(straight, quiet=True)
 
     killed = tmp_path / "killed"
-    pid = fork(lambda: loop.run(fine_tune(corpus, killed, imported, *settings), quiet=True))
+
+    def train_killed() -> None:
+        torch.set_num_threads(1)
+        loop.run(fine_tune(corpus, killed, imported, *settings), quiet=True)
+
+    pid = fork(train_killed)
     while not (killed / "run" / "last.pt").exists():
         time.sleep(0.005)
     os.kill(pid, signal.SIGKILL)
