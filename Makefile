@@ -92,7 +92,7 @@ bench-decode: $(STAMP)  ## with the Hugging Face and CTranslate2 peers (installe
 bench-launches: $(STAMP)  ## host launches per decoding step on the CUDA path, counted on CPU
 	$(BIN)/python -m bench.launches
 
-bench-attention-options: $(STAMP)  ## hours: trains the multi30k recipe 95 min per attention option (MINUTES=, ARGS=)
+bench-attention-options: $(STAMP)  ## hours: the 48-min multi30k recipe per attention option (MINUTES=, ARGS=)
 	$(BIN)/python -m bench.attention_options $(if $(MINUTES),--minutes $(MINUTES)) $(ARGS)
 
 bench-prepare: $(STAMP)  ## ~7 minutes; builds a 4.5M-pair corpus under /tmp

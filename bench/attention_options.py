@@ -1,16 +1,17 @@
 """Attention options on Multi30k en->de (issue 21): what each costs and buys at one training budget.
 
-    .venv/bin/python -m bench.attention_options                  # the recipe's budget: 95 min each
+    .venv/bin/python -m bench.attention_options                  # the recipe's budget: 48 min each
     .venv/bin/python -m bench.attention_options --minutes 1 --sentences 100 --max-length 1024
 
-For each option (a row), `configs/multi30k.yaml` on the local Multi30k files trains in a fresh
-process for `--minutes` of wall clock (train.max_minutes: the loop validates and saves when it
-runs out), then `translator eval`'s code scores best.pt on valid and test2016 with the recipe's
-beam 4. Reported: BLEU on both, training target tokens/s (the mean of the logged rates after the
-first), decoding sentences/s (the test2016 eval: load excluded, search and detokenisation
-included), and the process's peak memory (CUDA: max allocated; CPU: peak RSS, training and
-decoding together). Then the encoder alone, softmax against linear attention: the time of one
-forward pass of the recipe's encoder over one source of 128 ... `--max-length` tokens.
+For each option (a row), the Multi30k en->de recipe (`configs/multi30k-en-de.yaml`, issue 17) on
+the local files trains in a fresh process for `--minutes` of wall clock (train.max_minutes: the
+loop validates and saves when it runs out), then `translator eval`'s code scores best.pt on valid
+and test2016 with the recipe's beam (5). Reported: the updates done, BLEU on both, training target
+tokens/s (the mean of the logged rates after the first), decoding sentences/s (the test2016 eval:
+load excluded, search and detokenisation included), and the process's peak memory (CUDA: max
+allocated; CPU: peak RSS, training and decoding together). Then the encoder alone, softmax against
+linear attention: the time of one forward pass of the recipe's encoder over one source of 128 ...
+`--max-length` tokens (0: none).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ from translator.prepared import prepared_dir
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
-RECIPE_MINUTES = 95.0  # the README's multi30k run: stopped by train.max_minutes=95
+RECIPE = REPO / "configs" / "multi30k-en-de.yaml"
+RECIPE_MINUTES = 48.0  # `make multi30k`'s BUDGET
 DATA = [
     f"data.source={SHARED / 'multi30k'}",
     "data.splits.valid=valid",
@@ -66,12 +68,13 @@ def bench_cfg(
         f"train.run_dir={run_dir}",
         f"train.device={device}",
         f"train.max_minutes={minutes}",
-        f"train.valid_bleu_sentences={sentences}",  # the validations choosing best.pt
         f"train.log_every={log_every}",  # tokens/s comes from these points
         "train.keep_last=0",
         "diagnostics.enabled=false",  # their cost is not the option's
     ]
-    return config.load(REPO / "configs" / "multi30k.yaml", overrides)
+    if sentences:  # the validations choosing best.pt, else the recipe's 300
+        overrides.append(f"train.valid_bleu_sentences={sentences}")
+    return config.load(RECIPE, overrides)
 
 
 def run_option(option: str, args) -> dict:
@@ -96,7 +99,7 @@ def run_option(option: str, args) -> dict:
             seconds = time.time() - began
             scores[split] = score.bleu
             sent_per_s = len(read_lines(src)) / seconds  # test2016's, the last one
-        rates = train_rates(Path(cfg.train.run_dir) / "tensorboard")
+        steps, rates = train_rates(Path(cfg.train.run_dir) / "tensorboard")
     peak = (
         torch.cuda.max_memory_allocated(device)
         if device.type == "cuda"
@@ -110,6 +113,8 @@ def run_option(option: str, args) -> dict:
         "decode_sent_s": sent_per_s,
         "peak_mib": peak / 2**20,
         "trained_s": trained_s,
+        "updates": max(steps, default=0),  # the last logged update
+        "beam": cfg.decode.beam_size,
     }
 
 
@@ -126,18 +131,19 @@ def split_files(cfg: config.Config, split: str, limit: int, tmp: Path) -> tuple[
     return cut[0], cut[1]
 
 
-def train_rates(events_dir: Path) -> list[float]:
-    """The tokens/s points training logged to TensorBoard."""
+def train_rates(events_dir: Path) -> tuple[list[int], list[float]]:
+    """The updates at which training logged tokens/s to TensorBoard, and those rates."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(events_dir)).Reload()
     tags = [t for t in events.Tags()["scalars"] if t.endswith("tokens_per_s")]
-    return [e.value for tag in tags for e in events.Scalars(tag)]
+    points = [e for tag in tags for e in events.Scalars(tag)]
+    return [e.step for e in points], [e.value for e in points]
 
 
 def encoder_seconds(attention: str, length: int, device: torch.device, repeats: int) -> float:
     """Median seconds of one encoder forward pass over one source of `length` tokens."""
-    cfg = config.load(REPO / "configs" / "multi30k.yaml", ["data.data_dir=data"]).model
+    cfg = config.load(RECIPE, ["data.data_dir=data"]).model
     cfg.vocab_size, cfg.max_positions, cfg.attention = 8000, max(length, 1024), attention
     cfg.n_decoder_layers = 1  # unused here
     torch.manual_seed(0)
@@ -175,7 +181,7 @@ def report(args, device: torch.device, rows: list[dict], scaling: list[tuple]) -
         + (
             f"; budget {args.minutes} min of training per option; BLEU on "
             + (f"the first {args.sentences} sentences" if args.sentences else "all sentences")
-            + " of each split, beam 4"
+            + f" of each split, beam {rows[0]['beam']}"
             if rows
             else "; no options trained (the encoder timing only)"
         ),
@@ -183,14 +189,17 @@ def report(args, device: torch.device, rows: list[dict], scaling: list[tuple]) -
     if rows:
         lines += [
             "",
-            f"| option | valid BLEU | test2016 BLEU | train tok/s | decode sent/s | {memory} |",
-            "|---|---:|---:|---:|---:|---:|",
+            "| option | updates | valid BLEU | test2016 BLEU | train tok/s | decode sent/s "
+            f"| {memory} |",
+            "|---|---:|---:|---:|---:|---:|---:|",
         ]
     for r in rows:
         lines.append(
-            f"| {r['option']} | {r['valid_bleu']:.2f} | {r['test_bleu']:.2f} | "
+            f"| {r['option']} | {r['updates']:,} | {r['valid_bleu']:.2f} | {r['test_bleu']:.2f} | "
             f"{fmt(r['train_tok_s'], ',.0f')} | {r['decode_sent_s']:.1f} | {r['peak_mib']:,.0f} |"
         )
+    if not scaling:  # --max-length 0: no encoder timing
+        return "\n".join(lines) + "\n"
     lines += [
         "",
         "Encoder forward pass (the recipe's 3 layers, one source), ms:",
@@ -212,7 +221,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--options", nargs="*", default=list(OPTIONS), choices=list(OPTIONS))
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--sentences", type=int, default=0, help="score the first N (0 = all)")
-    parser.add_argument("--max-length", type=int, default=4096, help="longest encoder source")
+    parser.add_argument(
+        "--max-length", type=int, default=4096, help="longest encoder source (0 = no timing)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="timed encoder passes per length")
     parser.add_argument("--log-every", type=int, default=10, help="updates between rate points")
     parser.add_argument("--out", default="docs/benchmarks/attention-options.md")
