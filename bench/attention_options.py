@@ -60,11 +60,18 @@ OPTIONS = {  # row name -> model overrides
 
 
 def bench_cfg(
-    option: str, minutes: float, device: str, run_dir: Path, sentences: int = 0, log_every: int = 10
+    option: str,
+    minutes: float,
+    device: str,
+    run_dir: Path,
+    sentences: int = 0,
+    log_every: int = 10,
+    extra: tuple[str, ...] = (),
 ) -> config.Config:
     overrides = [
         *DATA,
         *OPTIONS[option],
+        *extra,  # --set, e.g. train.seed=2 for the spread between runs
         f"train.run_dir={run_dir}",
         f"train.device={device}",
         f"train.max_minutes={minutes}",
@@ -84,7 +91,13 @@ def run_option(option: str, args) -> dict:
     device = resolve_device(args.device)
     with tempfile.TemporaryDirectory(prefix="bench-attention-") as tmp:
         cfg = bench_cfg(
-            option, args.minutes, str(device), Path(tmp) / "run", args.sentences, args.log_every
+            option,
+            args.minutes,
+            str(device),
+            Path(tmp) / "run",
+            args.sentences,
+            args.log_every,
+            tuple(args.set),
         )
         began = time.time()
         loop.run(cfg, quiet=True)
@@ -220,6 +233,7 @@ def main(argv: list[str] | None = None) -> None:
     # `--options` with none: only the encoder's softmax-against-linear timing (minutes, not hours)
     parser.add_argument("--options", nargs="*", default=list(OPTIONS), choices=list(OPTIONS))
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument("--set", action="append", default=[], help="KEY=VALUE for every option")
     parser.add_argument("--sentences", type=int, default=0, help="score the first N (0 = all)")
     parser.add_argument(
         "--max-length", type=int, default=4096, help="longest encoder source (0 = no timing)"
@@ -235,7 +249,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     device = resolve_device(args.device)
     if args.options:
-        prepare.run(bench_cfg("sinusoidal", args.minutes, str(device), REPO / "runs" / "unused"))
+        unused = REPO / "runs" / "unused"
+        prepare.run(
+            bench_cfg("sinusoidal", args.minutes, str(device), unused, extra=tuple(args.set))
+        )
     rows = []
     for option in args.options:  # a fresh process each: peak memory is that option's alone
         cmd = [sys.executable, "-m", "bench.attention_options", "--one", option, *args.argv]
