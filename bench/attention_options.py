@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.attention_options                  # the recipe's budget: 48 min each
     .venv/bin/python -m bench.attention_options --minutes 1 --sentences 100 --max-length 1024
+    .venv/bin/python -m bench.attention_options --step-rounds 4 --max-length 0  # step cost only
 
 For each option (a row), the Multi30k en->de recipe (`configs/multi30k-en-de.yaml`, issue 17) on
 the local files trains in a fresh process for `--minutes` of wall clock (train.max_minutes: the
@@ -11,7 +12,8 @@ tokens/s (the mean of the logged rates after the first), decoding sentences/s (t
 load excluded, search and detokenisation included), and the process's peak memory (CUDA: max
 allocated; CPU: peak RSS, training and decoding together). Then the encoder alone, softmax against
 linear attention: the time of one forward pass of the recipe's encoder over one source of 128 ...
-`--max-length` tokens (0: none).
+`--max-length` tokens (0: none). `--step-rounds N` trains nothing: the options' training steps,
+interleaved in one process on the same batches, N rounds (a cost the machine's drift cannot bias).
 """
 
 from __future__ import annotations
@@ -131,6 +133,42 @@ def run_option(option: str, args) -> dict:
     }
 
 
+def step_costs(args, device: torch.device) -> dict[str, list[float]]:
+    """Per option, its training step's target tokens/s in each timed round.
+
+    All options in one process, each step on the same batches, the order rotating every round:
+    the machine's drift moves every option alike within a round, so the per-round ratios to the
+    first option measure the step's cost, which a wall-clock budget's update count does not.
+    """
+    from bench.train import build, sync
+    from translator.train.distributed import Dist
+    from translator.train.loop import TrainBatches, train_step
+    from translator.train.state import TrainState
+
+    unused = REPO / "runs" / "unused"
+    cfgs = {
+        o: bench_cfg(o, args.minutes, str(device), unused, extra=tuple(args.set))
+        for o in args.options
+    }
+    sessions = {o: build(cfg, device) for o, cfg in cfgs.items()}  # as `translator train` builds
+    data, state = TrainBatches(cfgs[args.options[0]], Dist(device)), TrainState()
+    rates: dict[str, list[float]] = {o: [] for o in args.options}
+    for r in range(args.step_rounds + 1):  # round 0 warms up
+        batches = data.take(state, args.steps)
+        tokens = sum(b.n_tgt_tokens for b in batches)
+        shift = r % len(args.options)
+        for option in args.options[shift:] + args.options[:shift]:
+            sync(device)
+            began = time.perf_counter()
+            for batch in batches:
+                train_step(sessions[option], [batch], float(batch.n_tgt_tokens))
+            sync(device)
+            if r:
+                rates[option].append(tokens / (time.perf_counter() - began))
+        print(f"step cost: round {r} done", file=sys.stderr)
+    return rates
+
+
 def split_files(cfg: config.Config, split: str, limit: int, tmp: Path) -> tuple[Path, Path]:
     """The prepared split's source and reference text, cut to its first `limit` lines (0 = all)."""
     folder = prepared_dir(cfg.data)
@@ -180,7 +218,9 @@ def fmt(value, pattern: str) -> str:
     return "n/a" if value is None else format(value, pattern)
 
 
-def report(args, device: torch.device, rows: list[dict], scaling: list[tuple]) -> str:
+def report(
+    args, device: torch.device, rows: list[dict], scaling: list[tuple], costs: dict | None = None
+) -> str:
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     on_cuda = device.type == "cuda"
     machine = torch.cuda.get_device_name(device) if on_cuda else f"CPU ({platform.machine()})"
@@ -196,7 +236,8 @@ def report(args, device: torch.device, rows: list[dict], scaling: list[tuple]) -
             + (f"the first {args.sentences} sentences" if args.sentences else "all sentences")
             + f" of each split, beam {rows[0]['beam']}"
             if rows
-            else "; no options trained (the encoder timing only)"
+            else "; no options trained"
+            + (" (the training steps' cost only)" if costs else " (the encoder timing only)")
         ),
     ]
     if rows:
@@ -211,6 +252,22 @@ def report(args, device: torch.device, rows: list[dict], scaling: list[tuple]) -
             f"| {r['option']} | {r['updates']:,} | {r['valid_bleu']:.2f} | {r['test_bleu']:.2f} | "
             f"{fmt(r['train_tok_s'], ',.0f')} | {r['decode_sent_s']:.1f} | {r['peak_mib']:,.0f} |"
         )
+    if costs:
+        base = next(iter(costs))
+        lines += [
+            "",
+            f"Training step, the options interleaved ({args.step_rounds} rounds of {args.steps} "
+            f"batches), target tokens/s per round and the ratio to {base}:",
+            "",
+            f"| option | tgt tokens/s per round | vs {base} per round | median |",
+            "|---|---|---|---:|",
+        ]
+        for option, values in costs.items():
+            ratios = [v / b for v, b in zip(values, costs[base])]
+            lines.append(
+                f"| {option} | {', '.join(f'{v:,.0f}' for v in values)} | "
+                f"{', '.join(f'{x:.2f}' for x in ratios)} | {statistics.median(ratios):.2f} |"
+            )
     if not scaling:  # --max-length 0: no encoder timing
         return "\n".join(lines) + "\n"
     lines += [
@@ -240,6 +297,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--repeats", type=int, default=3, help="timed encoder passes per length")
     parser.add_argument("--log-every", type=int, default=10, help="updates between rate points")
+    parser.add_argument(
+        "--step-rounds", type=int, default=0, help="interleaved rounds of step cost, not training"
+    )
+    parser.add_argument("--steps", type=int, default=3, help="batches per step-cost round")
     parser.add_argument("--out", default="docs/benchmarks/attention-options.md")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: one option, print JSON
     args = parser.parse_args(argv)
@@ -253,8 +314,9 @@ def main(argv: list[str] | None = None) -> None:
         prepare.run(
             bench_cfg("sinusoidal", args.minutes, str(device), unused, extra=tuple(args.set))
         )
+    costs = step_costs(args, device) if args.step_rounds else None  # then no option trains
     rows = []
-    for option in args.options:  # a fresh process each: peak memory is that option's alone
+    for option in [] if costs else args.options:  # a fresh process each: its own peak memory
         cmd = [sys.executable, "-m", "bench.attention_options", "--one", option, *args.argv]
         done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
         if done.returncode:
@@ -266,7 +328,7 @@ def main(argv: list[str] | None = None) -> None:
         (n, *(encoder_seconds(a, n, device, args.repeats) for a in ("softmax", "linear")))
         for n in lengths
     ]
-    text = report(args, device, rows, scaling)
+    text = report(args, device, rows, scaling, costs)
     with atomic_write(REPO / args.out) as handle:
         handle.write(text)
     print(text)
