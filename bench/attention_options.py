@@ -150,6 +150,8 @@ def step_costs(args, device: torch.device) -> dict[str, list[float]]:
         o: bench_cfg(o, args.minutes, str(device), unused, extra=tuple(args.set))
         for o in args.options
     }
+    for cfg in cfgs.values():  # the joint vocabulary (training reads it from the tokenizer)
+        cfg.model.vocab_size = cfg.data.vocab_size
     sessions = {o: build(cfg, device) for o, cfg in cfgs.items()}  # as `translator train` builds
     data, state = TrainBatches(cfgs[args.options[0]], Dist(device)), TrainState()
     rates: dict[str, list[float]] = {o: [] for o in args.options}
