@@ -10,16 +10,27 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 # Every target that runs the package depends on it, so `make test` or `make demo` sets itself up.
 STAMP  := $(VENV)/.installed
 
-.PHONY: install bench-install test cuda-check lint demo multi30k bench bench-model bench-train bench-decode bench-launches bench-prepare bench-attention-options tensorboard clean
+.PHONY: FORCE install bench-install test cuda-check lint demo multi30k bench bench-model bench-train bench-decode bench-launches bench-prepare bench-attention-options tensorboard clean
 
 install: $(STAMP)  ## only the set-up (`rm $(STAMP)` first to redo it)
 
+# TORCH_INDEX as last installed: a different one reinstalls torch (pip takes any installed
+# 2.13.0 build as satisfying torch==2.13.0, so it is forced to replace it).
+TORCH_INDEX_FILE := $(VENV)/torch-index
+$(TORCH_INDEX_FILE): FORCE
+	@mkdir -p $(VENV)
+	@echo '$(TORCH_INDEX)' | cmp -s - $@ || echo '$(TORCH_INDEX)' > $@
+FORCE:
+
 # The test install includes the peers (transformers, ctranslate2: the `bench` extra) so that the
 # interop tests run; the constraint keeps pip from replacing the pinned torch while resolving them.
-$(STAMP): pyproject.toml Makefile  ## venv with torch pinned first (TORCH_INDEX=URL picks its build), then the package with dev and bench extras
+$(STAMP): pyproject.toml Makefile $(TORCH_INDEX_FILE)  ## venv with torch pinned first (TORCH_INDEX=URL picks its build), then the package with dev and bench extras
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(BIN)/pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) \
+		$$(test -e $(TORCH_INDEX_FILE).installed && ! cmp -s $(TORCH_INDEX_FILE) \
+			$(TORCH_INDEX_FILE).installed && echo --force-reinstall)
+	cp $(TORCH_INDEX_FILE) $(TORCH_INDEX_FILE).installed
 	$(BIN)/pip freeze | grep -i '^torch==' > $(VENV)/torch-constraint.txt
 	$(BIN)/pip install -q -c $(VENV)/torch-constraint.txt -e '.[dev,bench]'
 	@# headless browser for the attention page's test, where apt runs as root (else that test skips)
