@@ -134,16 +134,10 @@ def run_option(option: str, args) -> dict:
 
 
 def step_costs(args, device: torch.device) -> dict[str, list[float]]:
-    """Per option, its training step's target tokens/s in each timed round.
-
-    All options in one process, each step on the same batches, the order rotating every round:
-    the machine's drift moves every option alike within a round, so the per-round ratios to the
-    first option measure the step's cost, which a wall-clock budget's update count does not.
-    """
-    from bench.train import build, sync
-    from translator.train.distributed import Dist
-    from translator.train.loop import TrainBatches, train_step
-    from translator.train.state import TrainState
+    """Per option, its training step's target tokens/s in each timed round (bench.train's
+    interleaved_rates: the options alternate on the same batches, so the machine's drift, which
+    a wall-clock budget's update count carries, cancels in the per-round ratios)."""
+    from bench.train import build, interleaved_rates
 
     unused = REPO / "runs" / "unused"
     cfgs = {
@@ -153,22 +147,7 @@ def step_costs(args, device: torch.device) -> dict[str, list[float]]:
     for cfg in cfgs.values():  # the joint vocabulary (training reads it from the tokenizer)
         cfg.model.vocab_size = cfg.data.vocab_size
     sessions = {o: build(cfg, device) for o, cfg in cfgs.items()}  # as `translator train` builds
-    data, state = TrainBatches(cfgs[args.options[0]], Dist(device)), TrainState()
-    rates: dict[str, list[float]] = {o: [] for o in args.options}
-    for r in range(args.step_rounds + 1):  # round 0 warms up
-        batches = data.take(state, args.steps)
-        tokens = sum(b.n_tgt_tokens for b in batches)
-        shift = r % len(args.options)
-        for option in args.options[shift:] + args.options[:shift]:
-            sync(device)
-            began = time.perf_counter()
-            for batch in batches:
-                train_step(sessions[option], [batch], float(batch.n_tgt_tokens))
-            sync(device)
-            if r:
-                rates[option].append(tokens / (time.perf_counter() - began))
-        print(f"step cost: round {r} done", file=sys.stderr)
-    return rates
+    return interleaved_rates(sessions, cfgs[args.options[0]], device, args.step_rounds, args.steps)
 
 
 def split_files(cfg: config.Config, split: str, limit: int, tmp: Path) -> tuple[Path, Path]:

@@ -200,6 +200,30 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def interleaved_rates(
+    sessions: dict[str, Session], cfg: Config, device: torch.device, rounds: int, steps: int
+) -> dict[str, list[float]]:
+    """Per session, its `train_step`'s target tokens/s in each timed round: every session steps
+    through the same `steps` batches, the order rotating each round (round 0 warms up), so the
+    machine's drift moves all alike within a round and per-round ratios cancel it."""
+    data, state = TrainBatches(cfg, Dist(device)), TrainState()
+    names = list(sessions)
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds + 1):
+        batches = data.take(state, steps)
+        tokens = sum(b.n_tgt_tokens for b in batches)
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            sync(device)
+            began = time.perf_counter()
+            for batch in batches:
+                train_step(sessions[name], [batch], float(batch.n_tgt_tokens))
+            sync(device)
+            if r:
+                rates[name].append(tokens / (time.perf_counter() - began))
+        print(f"round {r} done", file=sys.stderr)
+    return rates
+
+
 def report(args, device: torch.device, results: list[dict]) -> str:
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     on_cuda = device.type == "cuda"

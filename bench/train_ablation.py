@@ -13,20 +13,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
-import time
 
 import torch
 
-from bench.train import session_of, sync
+from bench.train import interleaved_rates, session_of
 from bench.train_peer import peer_cfg
 from translator.model.transformer import Transformer
 from translator.train.allocator import keep_freed_memory
-from translator.train.distributed import Dist
 from translator.train.dropout import use_bits_dropout
-from translator.train.loop import TrainBatches, train_step
 from translator.train.session import Session, make_optimizer
-from translator.train.state import TrainState
 
 # name -> (BitsDropout, fused AdamW)
 VARIANTS = {
@@ -59,19 +54,7 @@ def main(argv: list[str] | None = None) -> None:
         keep_freed_memory()
     cfg = peer_cfg(args.config, device, args.precision, args.max_tokens)
     sessions = {name: session(cfg, device, *flags) for name, flags in VARIANTS.items()}
-    data, state = TrainBatches(cfg, Dist(device)), TrainState()
-    rates = {name: [] for name in VARIANTS}
-    for r in range(args.rounds + 1):  # round 0 warms up
-        batch = data.take(state, 1)[0]
-        names = list(VARIANTS)
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            sync(device)
-            start = time.perf_counter()
-            train_step(sessions[name], [batch], float(batch.n_tgt_tokens))
-            seconds = time.perf_counter() - start
-            if r:
-                rates[name].append(batch.n_tgt_tokens / seconds)
-        print(f"round {r} done", file=sys.stderr)
+    rates = interleaved_rates(sessions, cfg, device, args.rounds, steps=1)
     plain = rates["plain"]
     print(
         f"| variant (allocator: {args.allocator}) | tgt tokens/s per round | vs plain per round |"
