@@ -135,6 +135,14 @@ def peer_cfg(name: str, device: torch.device, precision: str, max_tokens: int) -
     return cfg
 
 
+def prepared(cfg: Config) -> Config:
+    """`cfg` with its data prepared (a cache hit once bench.train or an earlier run prepared it)."""
+    from translator import prepare
+
+    prepare.run(cfg, log=lambda message: None)
+    return cfg
+
+
 def steppers(cfg: Config, device: torch.device, systems: list[str]) -> dict:
     """system -> (step(batch, tokens), its model), each system built from the same seed."""
     from translator.train.precision import amp_dtype
@@ -237,7 +245,7 @@ def run(device: torch.device, args) -> tuple[list[dict], str]:
     rows = []
     for name in args.configs:
         for precision in chosen:
-            cfg = peer_cfg(name, device, precision, args.max_tokens)
+            cfg = prepared(peer_cfg(name, device, precision, args.max_tokens))
             print(f"{name} {precision}: {args.rounds} interleaved rounds", file=sys.stderr)
             rounds = interleaved(cfg, device, args.rounds, args.steps)
             memory = measure_memory(name, device, precision, args)
@@ -288,8 +296,6 @@ torch.cuda.max_memory_allocated."""
 
 def section(device: torch.device, args) -> str:
     """The side-by-side part of docs/benchmarks/train.md, for bench.train's main()."""
-    from translator import prepare
-
     peer_args = argparse.Namespace(
         configs=args.peer_configs,
         precisions=args.precisions,
@@ -298,8 +304,6 @@ def section(device: torch.device, args) -> str:
         threads=args.threads,
         max_tokens=args.max_tokens,
     )
-    for name in args.peer_configs:
-        prepare.run(bench_cfg(name, device, args.max_tokens), log=lambda message: None)
     rows, note = run(device, peer_args)
     lines = ["", "## Side by side with Hugging Face MarianMTModel (bench/train_peer.py)", ""]
     lines += [METHOD, "", f"Not the same in both: {NOT_MAPPED}.", ""]
