@@ -51,7 +51,7 @@ DATA = [
     "data.name=bench-multi30k-8000",  # shared with bench/train.py's prepared copy
 ]
 OPTIONS = {  # row name -> model overrides
-    "sinusoidal": [],
+    "sinusoidal": ["model.positions=sinusoidal"],  # the recipe itself uses RoPE since issue 21
     "learned": ["model.positions=learned"],
     "rope": ["model.positions=rope"],
     "relative": ["model.positions=relative"],
