@@ -1,19 +1,22 @@
 """Attention options on Multi30k en->de (issue 21): what each costs and buys at one training budget.
 
     .venv/bin/python -m bench.attention_options                  # the recipe's budget: 48 min each
+    .venv/bin/python -m bench.attention_options --minutes 0 --set train.max_updates=1059  # updates
     .venv/bin/python -m bench.attention_options --minutes 1 --sentences 100 --max-length 1024
     .venv/bin/python -m bench.attention_options --step-rounds 4 --max-length 0  # step cost only
 
-For each option (a row), the Multi30k en->de recipe (`configs/multi30k-en-de.yaml`, issue 17) on
-the local files trains in a fresh process for `--minutes` of wall clock (train.max_minutes: the
-loop validates and saves when it runs out), then `translator eval`'s code scores best.pt on valid
-and test2016 with the recipe's beam (5). Reported: the updates done, BLEU on both, training target
-tokens/s (the mean of the logged rates after the first), decoding sentences/s (the test2016 eval:
-load excluded, search and detokenisation included), and the process's peak memory (CUDA: max
-allocated; CPU: peak RSS, training and decoding together). Then the encoder alone, softmax against
-linear attention: the time of one forward pass of the recipe's encoder over one source of 128 ...
-`--max-length` tokens (0: none). `--step-rounds N` trains nothing: the options' training steps,
-interleaved in one process on the same batches, N rounds (a cost the machine's drift cannot bias).
+For each option (a row), the Multi30k en->de recipe (`configs/multi30k-en-de.yaml`, issue 17) with
+sinusoidal positions (as it was before it took RoPE from this table) and the option's one field
+changed trains on the local files in a fresh process for `--minutes` of wall clock
+(train.max_minutes: the loop validates and saves when it runs out; 0 = no limit), then
+`translator eval`'s code scores best.pt on valid and test2016 with the recipe's beam (5).
+Reported: the updates done, best.pt's update, BLEU on both, training target tokens/s (the mean of
+the logged rates after the first), decoding sentences/s (the test2016 eval: load excluded, search
+and detokenisation included), and the process's peak memory (CUDA: max allocated; CPU: peak RSS,
+training and decoding together). Then the encoder alone, softmax against linear attention: the
+time of one forward pass of the recipe's encoder over one source of 128 ... `--max-length` tokens
+(0: none). `--step-rounds N` trains nothing: the options' training steps, interleaved in one
+process on the same batches, N rounds (a cost the machine's drift cannot bias).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from translator import config, evaluate, prepare
+from translator import checkpoint, config, evaluate, prepare
 from translator.device import resolve_device
 from translator.files import atomic_write, read_lines
 from translator.model.transformer import Transformer
@@ -51,7 +54,7 @@ DATA = [
     "data.name=bench-multi30k-8000",  # shared with bench/train.py's prepared copy
 ]
 OPTIONS = {  # row name -> model overrides
-    "sinusoidal": ["model.positions=sinusoidal"],  # the recipe itself uses RoPE since issue 21
+    "sinusoidal": [],
     "learned": ["model.positions=learned"],
     "rope": ["model.positions=rope"],
     "relative": ["model.positions=relative"],
@@ -72,6 +75,7 @@ def bench_cfg(
 ) -> config.Config:
     overrides = [
         *DATA,
+        "model.positions=sinusoidal",  # each row changes one field of the sinusoidal model
         *OPTIONS[option],
         *extra,  # --set, e.g. train.seed=2 for the spread between runs
         f"train.run_dir={run_dir}",
@@ -114,7 +118,11 @@ def run_option(option: str, args) -> dict:
             seconds = time.time() - began
             scores[split] = score.bleu
             sent_per_s = len(read_lines(src)) / seconds  # test2016's, the last one
-        steps, rates = train_rates(Path(cfg.train.run_dir) / "tensorboard")
+        rates = train_rates(Path(cfg.train.run_dir) / "tensorboard")
+        updates, best_update = (
+            checkpoint.read(Path(cfg.train.run_dir) / name)["state"]["train"]["step"]
+            for name in ("last.pt", "best.pt")
+        )
     peak = (
         torch.cuda.max_memory_allocated(device)
         if device.type == "cuda"
@@ -128,7 +136,8 @@ def run_option(option: str, args) -> dict:
         "decode_sent_s": sent_per_s,
         "peak_mib": peak / 2**20,
         "trained_s": trained_s,
-        "updates": max(steps, default=0),  # the last logged update
+        "updates": updates,
+        "best_update": best_update,
         "beam": cfg.decode.beam_size,
     }
 
@@ -163,14 +172,14 @@ def split_files(cfg: config.Config, split: str, limit: int, tmp: Path) -> tuple[
     return cut[0], cut[1]
 
 
-def train_rates(events_dir: Path) -> tuple[list[int], list[float]]:
-    """The updates at which training logged tokens/s to TensorBoard, and those rates."""
+def train_rates(events_dir: Path) -> list[float]:
+    """The tokens/s that training logged to TensorBoard, in the order of its updates."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(events_dir)).Reload()
     tags = [t for t in events.Tags()["scalars"] if t.endswith("tokens_per_s")]
-    points = [e for tag in tags for e in events.Scalars(tag)]
-    return [e.step for e in points], [e.value for e in points]
+    points = sorted((e.step, e.value) for tag in tags for e in events.Scalars(tag))
+    return [value for _, value in points]
 
 
 def encoder_seconds(attention: str, length: int, device: torch.device, repeats: int) -> float:
@@ -224,13 +233,14 @@ def report(
     if rows:
         lines += [
             "",
-            "| option | updates | valid BLEU | test2016 BLEU | train tok/s | decode sent/s "
-            f"| {memory} |",
-            "|---|---:|---:|---:|---:|---:|---:|",
+            "| option | updates | best.pt at | valid BLEU | test2016 BLEU | train tok/s "
+            f"| decode sent/s | {memory} |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
     for r in rows:
         lines.append(
-            f"| {r['option']} | {r['updates']:,} | {r['valid_bleu']:.2f} | {r['test_bleu']:.2f} | "
+            f"| {r['option']} | {r['updates']:,} | {r['best_update']:,} | {r['valid_bleu']:.2f} "
+            f"| {r['test_bleu']:.2f} | "
             f"{fmt(r['train_tok_s'], ',.0f')} | {r['decode_sent_s']:.1f} | {r['peak_mib']:,.0f} |"
         )
     if costs:
