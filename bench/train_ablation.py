@@ -17,7 +17,7 @@ import statistics
 import torch
 
 from bench.train import interleaved_rates, session_of
-from bench.train_peer import peer_cfg, prepared
+from bench.train_peer import peer_cfg
 from translator.model.transformer import Transformer
 from translator.train.allocator import keep_freed_memory
 from translator.train.dropout import use_bits_dropout
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device("cpu")
     if args.allocator == "keep":
         keep_freed_memory()
-    cfg = prepared(peer_cfg(args.config, device, args.precision, args.max_tokens))
+    cfg = peer_cfg(args.config, device, args.precision, args.max_tokens)
     sessions = {name: session(cfg, device, *flags) for name, flags in VARIANTS.items()}
     rates = interleaved_rates(sessions, cfg, device, args.rounds, steps=1)
     plain = rates["plain"]

@@ -135,14 +135,6 @@ def peer_cfg(name: str, device: torch.device, precision: str, max_tokens: int) -
     return cfg
 
 
-def prepared(cfg: Config) -> Config:
-    """`cfg` with its data prepared (a cache hit once bench.train or an earlier run prepared it)."""
-    from translator import prepare
-
-    prepare.run(cfg, log=lambda message: None)
-    return cfg
-
-
 def steppers(cfg: Config, device: torch.device, systems: list[str]) -> dict:
     """system -> (step(batch, tokens), its model), each system built from the same seed."""
     from translator.train.precision import amp_dtype
@@ -245,7 +237,7 @@ def run(device: torch.device, args) -> tuple[list[dict], str]:
     rows = []
     for name in args.configs:
         for precision in chosen:
-            cfg = prepared(peer_cfg(name, device, precision, args.max_tokens))
+            cfg = peer_cfg(name, device, precision, args.max_tokens)
             print(f"{name} {precision}: {args.rounds} interleaved rounds", file=sys.stderr)
             rounds = interleaved(cfg, device, args.rounds, args.steps)
             memory = measure_memory(name, device, precision, args)

@@ -214,9 +214,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # one thread: every operator on the thread the regions are on
     device = resolve_device(args.device)
-    cfg = train_peer.prepared(
-        train_peer.peer_cfg(args.config, device, args.precision, args.max_tokens)
-    )
+    cfg = train_peer.peer_cfg(args.config, device, args.precision, args.max_tokens)
     results = {}
     for system in train_peer.SYSTEMS:
         print(f"profiling {system}", file=sys.stderr)
