@@ -9,11 +9,13 @@ For each option (a row), the Multi30k en->de recipe (`configs/multi30k-en-de.yam
 sinusoidal positions (as it was before it took RoPE from this table) and the option's one field
 changed trains on the local files in a fresh process for `--minutes` of wall clock
 (train.max_minutes: the loop validates and saves when it runs out; 0 = no limit), then
-`translator eval`'s code scores best.pt on valid and test2016 with the recipe's beam (5).
-Reported: the updates done, best.pt's update, BLEU on both, training target tokens/s (the mean of
-the logged rates after the first), decoding sentences/s (the test2016 eval: load excluded, search
-and detokenisation included), and the process's peak memory (CUDA: max allocated; CPU: peak RSS,
-training and decoding together). Then the encoder alone, softmax against linear attention: the
+`translator eval`'s code scores best.pt on valid and test2016 with the recipe's beam (5), and the
+average of the newest `--average` step checkpoints (the recipe's AVERAGE, 3) on valid: the recipe
+keeps that average when valid prefers it. Reported: the updates done, best.pt's update, BLEU on
+both and the average's valid BLEU, training target tokens/s (the mean of the logged rates after
+the first), decoding sentences/s (the test2016 eval: load excluded, search and detokenisation
+included), and the process's peak memory (CUDA: max allocated; CPU: peak RSS, training and
+decoding together). Then the encoder alone, softmax against linear attention: the
 time of one forward pass of the recipe's encoder over one source of 128 ... `--max-length` tokens
 (0: none). `--step-rounds N` trains nothing: the options' training steps, interleaved in one
 process on the same batches, N rounds (a cost the machine's drift cannot bias).
@@ -72,6 +74,7 @@ def bench_cfg(
     sentences: int = 0,
     log_every: int = 10,
     extra: tuple[str, ...] = (),
+    average: int = 0,
 ) -> config.Config:
     overrides = [
         *DATA,
@@ -82,7 +85,7 @@ def bench_cfg(
         f"train.device={device}",
         f"train.max_minutes={minutes}",
         f"train.log_every={log_every}",  # tokens/s comes from these points
-        "train.keep_last=0",
+        f"train.keep_last={average}",  # the step checkpoints to average, no more
         "diagnostics.enabled=false",  # their cost is not the option's
     ]
     if sentences:  # the validations choosing best.pt, else the recipe's 300
@@ -104,6 +107,7 @@ def run_option(option: str, args) -> dict:
             args.sentences,
             args.log_every,
             tuple(args.set),
+            args.average,
         )
         began = time.time()
         loop.run(cfg, quiet=True)
@@ -118,6 +122,14 @@ def run_option(option: str, args) -> dict:
             seconds = time.time() - began
             scores[split] = score.bleu
             sent_per_s = len(read_lines(src)) / seconds  # test2016's, the last one
+        valid_avg = None
+        if args.average:  # the recipe's step: average the newest checkpoints, score on valid
+            averaged = Path(tmp) / "avg.pt"
+            checkpoint.average(checkpoint.step_files(cfg.train.run_dir)[-args.average :], averaged)
+            src, ref = split_files(cfg, "valid", args.sentences, Path(tmp))
+            hyp = Path(tmp) / "hyp"
+            scored = evaluate.run(averaged, src_file=src, ref_file=ref, hyp_file=hyp, quiet=True)
+            valid_avg = scored.bleu
         rates = train_rates(Path(cfg.train.run_dir) / "tensorboard")
         updates, best_update = (
             checkpoint.read(Path(cfg.train.run_dir) / name)["state"]["train"]["step"]
@@ -132,6 +144,7 @@ def run_option(option: str, args) -> dict:
         "option": option,
         "valid_bleu": scores["valid"],
         "test_bleu": scores["test"],
+        "valid_bleu_avg": valid_avg,
         "train_tok_s": statistics.mean(rates[1:] or rates) if rates else None,
         "decode_sent_s": sent_per_s,
         "peak_mib": peak / 2**20,
@@ -233,14 +246,15 @@ def report(
     if rows:
         lines += [
             "",
-            "| option | updates | best.pt at | valid BLEU | test2016 BLEU | train tok/s "
+            "| option | updates | best.pt at | valid BLEU | test2016 BLEU "
+            f"| valid BLEU, average of the newest {args.average} | train tok/s "
             f"| decode sent/s | {memory} |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
     for r in rows:
         lines.append(
             f"| {r['option']} | {r['updates']:,} | {r['best_update']:,} | {r['valid_bleu']:.2f} "
-            f"| {r['test_bleu']:.2f} | "
+            f"| {r['test_bleu']:.2f} | {fmt(r.get('valid_bleu_avg'), '.2f')} | "
             f"{fmt(r['train_tok_s'], ',.0f')} | {r['decode_sent_s']:.1f} | {r['peak_mib']:,.0f} |"
         )
     if costs:
@@ -287,6 +301,9 @@ def main(argv: list[str] | None = None) -> None:
         "--max-length", type=int, default=4096, help="longest encoder source (0 = no timing)"
     )
     parser.add_argument("--repeats", type=int, default=3, help="timed encoder passes per length")
+    parser.add_argument(
+        "--average", type=int, default=3, help="newest step checkpoints to average (0 = none)"
+    )
     parser.add_argument("--log-every", type=int, default=10, help="updates between rate points")
     parser.add_argument(
         "--step-rounds", type=int, default=0, help="interleaved rounds of step cost, not training"
