@@ -15,10 +15,10 @@ keeps that average when valid prefers it. Reported: the updates done, best.pt's 
 both and the average's valid BLEU, training target tokens/s (the mean of the logged rates after
 the first), decoding sentences/s (the test2016 eval: load excluded, search and detokenisation
 included), and the process's peak memory (CUDA: max allocated; CPU: peak RSS, training and
-decoding together). Then the encoder alone, softmax against linear attention: the
-time of one forward pass of the recipe's encoder over one source of 128 ... `--max-length` tokens
-(0: none). `--step-rounds N` trains nothing: the options' training steps, interleaved in one
-process on the same batches, N rounds (a cost the machine's drift cannot bias).
+decoding together). Then the encoder alone, softmax against linear attention: the time of one
+forward pass of the recipe's encoder over one source of 128 ... `--max-length` tokens (0: none).
+`--step-rounds N` trains nothing: the options' training steps, interleaved in one process on the
+same batches, N rounds (a cost the machine's drift cannot bias).
 """
 
 from __future__ import annotations
@@ -112,27 +112,26 @@ def run_option(option: str, args) -> dict:
         began = time.time()
         loop.run(cfg, quiet=True)
         trained_s = time.time() - began
-        best = Path(cfg.train.run_dir) / "best.pt"
-        scores, sent_per_s = {}, 0.0
-        for split in ("valid", "test"):
+        run_dir = Path(cfg.train.run_dir)
+
+        def score(ckpt: Path, split: str) -> tuple[float, float]:
+            """BLEU of `ckpt` on the split's first `--sentences` lines, and sentences/s."""
             src, ref = split_files(cfg, split, args.sentences, Path(tmp))
             began = time.time()
-            hyp = Path(tmp) / "hyp"
-            score = evaluate.run(best, src_file=src, ref_file=ref, hyp_file=hyp, quiet=True)
-            seconds = time.time() - began
-            scores[split] = score.bleu
-            sent_per_s = len(read_lines(src)) / seconds  # test2016's, the last one
+            done = evaluate.run(
+                ckpt, src_file=src, ref_file=ref, hyp_file=Path(tmp) / "hyp", quiet=True
+            )
+            return done.bleu, len(read_lines(src)) / (time.time() - began)
+
+        (valid, _), (test, sent_per_s) = (score(run_dir / "best.pt", s) for s in ("valid", "test"))
         valid_avg = None
         if args.average:  # the recipe's step: average the newest checkpoints, score on valid
             averaged = Path(tmp) / "avg.pt"
-            checkpoint.average(checkpoint.step_files(cfg.train.run_dir)[-args.average :], averaged)
-            src, ref = split_files(cfg, "valid", args.sentences, Path(tmp))
-            hyp = Path(tmp) / "hyp"
-            scored = evaluate.run(averaged, src_file=src, ref_file=ref, hyp_file=hyp, quiet=True)
-            valid_avg = scored.bleu
-        rates = train_rates(Path(cfg.train.run_dir) / "tensorboard")
+            checkpoint.average(checkpoint.step_files(run_dir)[-args.average :], averaged)
+            valid_avg = score(averaged, "valid")[0]
+        rates = train_rates(run_dir / "tensorboard")
         updates, best_update = (
-            checkpoint.read(Path(cfg.train.run_dir) / name)["state"]["train"]["step"]
+            checkpoint.read(run_dir / name)["state"]["train"]["step"]
             for name in ("last.pt", "best.pt")
         )
     peak = (
@@ -142,8 +141,8 @@ def run_option(option: str, args) -> dict:
     )
     return {
         "option": option,
-        "valid_bleu": scores["valid"],
-        "test_bleu": scores["test"],
+        "valid_bleu": valid,
+        "test_bleu": test,
         "valid_bleu_avg": valid_avg,
         "train_tok_s": statistics.mean(rates[1:] or rates) if rates else None,
         "decode_sent_s": sent_per_s,
