@@ -17,6 +17,7 @@ the first), decoding sentences/s (the test2016 eval: load excluded, search and d
 included), and the process's peak memory (CUDA: max allocated; CPU: peak RSS, training and
 decoding together). Then the encoder alone, softmax against linear attention: the time of one
 forward pass of the recipe's encoder over one source of 128 ... `--max-length` tokens (0: none).
+Each option's training log is kept beside the table (`OUT.OPTION.train.log`).
 `--step-rounds N` trains nothing: the options' training steps, interleaved in one process on the
 same batches, N rounds (a cost the machine's drift cannot bias).
 """
@@ -29,6 +30,7 @@ import json
 import platform
 import resource
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -113,6 +115,11 @@ def run_option(option: str, args) -> dict:
         loop.run(cfg, quiet=True)
         trained_s = time.time() - began
         run_dir = Path(cfg.train.run_dir)
+        # the run's validations outlive its temporary directory, beside the table
+        out = REPO / args.out
+        out.parent.mkdir(parents=True, exist_ok=True)
+        kept = out.with_suffix(f".{option.replace(' ', '-')}.train.log")  # window-8
+        shutil.copyfile(run_dir / "train.log", kept)
 
         def score(ckpt: Path, split: str) -> tuple[float, float]:
             """BLEU of `ckpt` on the split's first `--sentences` lines, and sentences/s."""
