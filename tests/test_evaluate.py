@@ -348,6 +348,8 @@ def test_eval_flags_reach_the_run(monkeypatch):
         "h.txt",
         "--beam",
         "3",
+        "--length-penalty",
+        "1.5",
         "--device",
         "cpu",
         "--dtype",
@@ -369,6 +371,7 @@ def test_eval_flags_reach_the_run(monkeypatch):
                 ref_file=Path("r.de"),
                 hyp_file=Path("h.txt"),
                 beam=3,
+                length_penalty=1.5,
                 lc_tok=True,
                 device="cpu",
                 dtype="bf16",
@@ -384,6 +387,7 @@ def test_eval_flags_reach_the_run(monkeypatch):
                 ref_file=None,
                 hyp_file=None,
                 beam=None,
+                length_penalty=None,
                 lc_tok=False,
                 device=None,
                 dtype=None,
@@ -403,13 +407,21 @@ def test_eval_decode_overrides_reach_the_search(prepared, tmp_path, monkeypatch)
     monkeypatch.setattr(
         evaluate, "translate_lines", lambda *a, **k: seen.append(a[3]) or real(*a, **k)
     )
-    for beam, graphs in ((None, None), (3, False), (2, True)):
-        evaluate.run(ckpt, src_file=src, ref_file=ref, beam=beam, cuda_graphs=graphs, quiet=True)
+    for beam, alpha, graphs in ((None, None, None), (3, 0.0, False), (2, 1.5, True)):
+        evaluate.run(
+            ckpt,
+            src_file=src,
+            ref_file=ref,
+            beam=beam,
+            length_penalty=alpha,
+            cuda_graphs=graphs,
+            quiet=True,
+        )
     saved = checkpoint.read(ckpt)["config"]["decode"]
-    assert [(d.beam_size, d.cuda_graphs) for d in seen] == [
-        (saved["beam_size"], saved["cuda_graphs"]),
-        (3, False),
-        (2, True),
+    assert [(d.beam_size, d.length_penalty, d.cuda_graphs) for d in seen] == [
+        (saved["beam_size"], saved["length_penalty"], saved["cuda_graphs"]),
+        (3, 0.0, False),
+        (2, 1.5, True),
     ]
 
 

@@ -64,6 +64,10 @@ BeamOpt = Annotated[
     Optional[int],
     typer.Option("--beam", min=1, help="Beam size (1 = greedy); default from the checkpoint."),
 ]
+LengthPenaltyOpt = Annotated[
+    Optional[float],
+    typer.Option("--length-penalty", help="GNMT length-penalty alpha (0 = none)."),
+]
 DeviceOpt = Annotated[
     Optional[str],
     typer.Option(
@@ -179,6 +183,7 @@ def evaluate(
         Optional[Path], typer.Option("--out", "-o", help="Where to write hypotheses.")
     ] = None,
     beam: BeamOpt = None,
+    length_penalty: LengthPenaltyOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     cuda_graphs: GraphsOpt = None,
@@ -192,7 +197,7 @@ def evaluate(
 ) -> None:
     """Translate a test set and print sacreBLEU (with signature) and chrF; hypotheses go to a file.
 
-    Example: translator eval runs/multi30k/best.pt --split test --beam 4
+    Example: translator eval runs/multi30k/best.pt --split test --beam 4 --length-penalty 1.0
     """
     from translator import evaluate as evaluate_mod
 
@@ -203,6 +208,7 @@ def evaluate(
         ref_file=ref,
         hyp_file=out,
         beam=beam,
+        length_penalty=length_penalty,
         lc_tok=lc_tok,
         device=device,
         dtype=dtype,
@@ -237,10 +243,7 @@ def translate(
     min_len: Annotated[
         Optional[int], typer.Option("--min-len", min=0, help="Output tokens before EOS is allowed.")
     ] = None,
-    length_penalty: Annotated[
-        Optional[float],
-        typer.Option("--length-penalty", help="GNMT length-penalty alpha (0 = none)."),
-    ] = None,
+    length_penalty: LengthPenaltyOpt = None,
     batch_tokens: Annotated[
         Optional[int], typer.Option("--batch-tokens", min=1, help="Source tokens per batch.")
     ] = None,

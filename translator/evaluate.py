@@ -89,6 +89,7 @@ def run(
     ref_file: str | Path | None = None,
     hyp_file: str | Path | None = None,
     beam: int | None = None,
+    length_penalty: float | None = None,
     lc_tok: bool = False,
     device: str | None = None,
     dtype: str | None = None,
@@ -106,7 +107,9 @@ def run(
             "--src and --ref go together", "eval", "give both, or neither to use a split"
         )
     model, cfg, tokenizer = load(ckpt, device, dtype)
-    cfg.decode = with_overrides(cfg.decode, beam_size=beam, cuda_graphs=cuda_graphs)
+    cfg.decode = with_overrides(
+        cfg.decode, beam_size=beam, length_penalty=length_penalty, cuda_graphs=cuda_graphs
+    )
     bleu_metric(cfg.data.tgt_lang)  # a missing tokenizer fails before decoding
     if src_file is None:
         folder = prepared_dir(cfg.data)
