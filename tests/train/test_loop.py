@@ -115,6 +115,33 @@ def test_time_limit_validates_saves_and_stops(prepared, tmp_path):
     )
 
 
+def test_cosine_with_a_time_budget_decays_to_its_end_and_not_before_warm_up(
+    prepared, tmp_path, monkeypatch
+):
+    """Updates cannot end this run (max_updates is far away): the budget's minutes must."""
+    seen = []
+    real = loop.learning_rate
+
+    def recording(step, cfg, time_progress=0.0):
+        seen.append((step, time_progress))
+        return real(step, cfg, time_progress)
+
+    monkeypatch.setattr(loop, "learning_rate", recording)
+    run_dir = tmp_path / "run"
+    overrides = ["train.schedule=cosine", "train.warmup_steps=3", "train.max_updates=100000"]
+    loop.run(variant(prepared, run_dir, *overrides, "train.max_minutes=0.05"), quiet=True)
+    progress = [p for _, p in seen]
+    assert progress[:3] == [0, 0, 0] and len(seen) > 6  # warm-up by updates
+    assert all(a <= b for a, b in zip(progress, progress[1:]))
+    assert progress[-1] > 0.7  # the last update ran near the deadline, at the cosine's tail
+    state = checkpoint.read(run_dir / "last.pt")["state"]["train"]
+    assert 0 < state["warmup_end_seconds"] < state["seconds"]
+    # without a time budget the schedule stays a function of the update number
+    seen.clear()
+    loop.run(variant(prepared, tmp_path / "counted", *overrides[:2], "train.max_updates=8"), True)
+    assert [p for _, p in seen] == [0] * 8
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_auto_precision_run_logs_memory_and_resumes(prepared, tmp_path):

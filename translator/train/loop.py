@@ -29,7 +29,7 @@ from translator.train.distributed import Dist, no_sync, sum_all
 from translator.train.loss import token_loss
 from translator.train.manifest import RunManifest
 from translator.train.precision import autocast
-from translator.train.schedule import learning_rate
+from translator.train.schedule import budget_progress, learning_rate
 from translator.train.session import Session, evaluate_and_save, save, setup
 from translator.train.state import TrainState
 from translator.train.validate import too_long_pairs
@@ -180,6 +180,8 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
     stop, reason = StopRequest(), "error"
     deadline = time.time() + 60 * t.max_minutes if t.max_minutes else math.inf
     s.clock_zero = time.time() - state.seconds  # training wall-clock continues where it was saved
+    deadline_seconds = deadline - s.clock_zero  # the same deadline in training seconds
+    seconds = state.seconds  # as every process measured it, averaged (so their lr agree)
     window = Throughput(start=time.time())
     try:
         if s.fine_tuning:  # the starting point, which the fine-tuned model is to beat
@@ -192,7 +194,10 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
                 reason = "max_updates" if state.step >= t.max_updates else "max_epochs"
                 break
             group = data.take(state, t.grad_accum_steps)
-            lr = learning_rate(state.step + 1, t)
+            if state.warmup_end_seconds < 0 and state.step + 1 >= t.warmup_steps:
+                state.warmup_end_seconds = seconds
+            progress = budget_progress(seconds, state.warmup_end_seconds, deadline_seconds)
+            lr = learning_rate(state.step + 1, t, progress)
             for param_group in s.optimizer.param_groups:
                 param_group["lr"] = lr
             (tokens,) = sum_all(s.dist, [float(sum(b.n_tgt_tokens for b in group))])
@@ -200,9 +205,11 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
             state.step += 1
             window.tokens += tokens
             log_update(s, loss, nll, tokens, grad_norm, ok, lr, window)
-            interrupted, late = sum_all(
-                s.dist, [float(stop.requested), float(time.time() > deadline)]
+            interrupted, late, seconds = sum_all(
+                s.dist,
+                [float(stop.requested), float(time.time() > deadline), time.time() - s.clock_zero],
             )
+            seconds /= s.dist.world_size
             if interrupted or late:
                 reason = "interrupted" if interrupted else "max_minutes"
                 break

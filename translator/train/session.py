@@ -256,7 +256,7 @@ def save(s: Session, best: bool) -> None:
     payload = {
         "optimizer": s.optimizer.state_dict(),
         "scaler": s.scaler.state_dict(),
-        # the schedule is a pure function of the update number: this is all of its state
+        # the schedule is a function of the update number (and of train.warmup_end_seconds)
         "scheduler": {"schedule": s.cfg.train.schedule, "step": s.state.step},
         "train": s.state.state_dict(),
     }

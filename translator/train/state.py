@@ -40,6 +40,9 @@ class TrainState:
     world_size: int = 1
     # wall-clock of training up to this state, summed over sessions (time between them not counted)
     seconds: float = 0.0
+    # training seconds when the warm-up ended (-1: not yet): where a cosine decay over the
+    # wall-clock budget starts (schedule.budget_progress)
+    warmup_end_seconds: float = -1.0
     rng: list[dict] = field(default_factory=list)  # one entry per rank
 
     def state_dict(self) -> dict[str, Any]:
