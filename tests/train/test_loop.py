@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -118,24 +119,27 @@ def test_time_limit_validates_saves_and_stops(prepared, tmp_path):
 def test_cosine_with_a_time_budget_decays_to_its_end_and_not_before_warm_up(
     prepared, tmp_path, monkeypatch
 ):
-    """Updates cannot end this run (max_updates is far away): the budget's minutes must."""
+    """Updates cannot end this run (max_updates is far away): the budget's minutes must. The
+    loop's clock is made to advance one second per update, so the schedule is deterministic."""
     seen = []
     real = loop.learning_rate
+    start = loop.time.time()
 
     def recording(step, cfg, time_progress=0.0):
         seen.append((step, time_progress))
         return real(step, cfg, time_progress)
 
     monkeypatch.setattr(loop, "learning_rate", recording)
+    monkeypatch.setattr(loop, "time", SimpleNamespace(time=lambda: start + len(seen)))
     run_dir = tmp_path / "run"
     overrides = ["train.schedule=cosine", "train.warmup_steps=3", "train.max_updates=100000"]
-    loop.run(variant(prepared, run_dir, *overrides, "train.max_minutes=0.05"), quiet=True)
+    loop.run(variant(prepared, run_dir, *overrides, "train.max_minutes=0.5"), quiet=True)
+    # updates 1-3 warm up (the third starts the decay at its peak); the decay then has 28 of
+    # the 30 seconds, and the update that starts at the deadline (not yet past it) is the last
     progress = [p for _, p in seen]
-    assert progress[:3] == [0, 0, 0] and len(seen) > 6  # warm-up by updates
-    assert all(a <= b for a, b in zip(progress, progress[1:]))
-    assert progress[-1] > 0.7  # the last update ran near the deadline, at the cosine's tail
-    state = checkpoint.read(run_dir / "last.pt")["state"]["train"]
-    assert 0 < state["warmup_end_seconds"] < state["seconds"]
+    assert len(seen) == 31 and progress[:3] == [0, 0, 0]
+    assert progress[3:] == pytest.approx([k / 28 for k in range(1, 29)])
+    assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["warmup_end_seconds"] == 2
     # without a time budget the schedule stays a function of the update number
     seen.clear()
     loop.run(variant(prepared, tmp_path / "counted", *overrides[:2], "train.max_updates=8"), True)
