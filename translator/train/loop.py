@@ -178,9 +178,9 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
     )
     start_logging(s, len(data.src))
     stop, reason = StopRequest(), "error"
-    deadline = time.time() + 60 * t.max_minutes if t.max_minutes else math.inf
     s.clock_zero = time.time() - state.seconds  # training wall-clock continues where it was saved
-    deadline_seconds = deadline - s.clock_zero  # the same deadline in training seconds
+    # in training seconds, as state.seconds counts them
+    deadline = state.seconds + 60 * t.max_minutes if t.max_minutes else math.inf
     seconds = state.seconds  # as every process measured it, averaged (so their lr agree)
     window = Throughput(start=time.time())
     try:
@@ -196,7 +196,7 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
             group = data.take(state, t.grad_accum_steps)
             if state.warmup_end_seconds < 0 and state.step + 1 >= t.warmup_steps:
                 state.warmup_end_seconds = seconds
-            progress = budget_progress(seconds, state.warmup_end_seconds, deadline_seconds)
+            progress = budget_progress(seconds, state.warmup_end_seconds, deadline)
             lr = learning_rate(state.step + 1, t, progress)
             for param_group in s.optimizer.param_groups:
                 param_group["lr"] = lr
@@ -205,9 +205,9 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
             state.step += 1
             window.tokens += tokens
             log_update(s, loss, nll, tokens, grad_norm, ok, lr, window)
+            now = time.time() - s.clock_zero
             interrupted, late, seconds = sum_all(
-                s.dist,
-                [float(stop.requested), float(time.time() > deadline), time.time() - s.clock_zero],
+                s.dist, [float(stop.requested), float(now > deadline), now]
             )
             seconds /= s.dist.world_size
             if interrupted or late:
