@@ -131,6 +131,28 @@ def test_a_finished_recipe_is_not_run_over(finished):
         recipe.run(cfg, budget_minutes=10, average_last=2, quiet=True)
 
 
+def test_a_taken_choosing_run_is_scored_on_test_once_as_the_whole_recipe_scores_it(
+    finished, prepared, tmp_path
+):
+    _, whole = finished
+    cfg = variant(prepared, tmp_path / "run", *SETTINGS)
+    choice = recipe.run(cfg, budget_minutes=10, average_last=2, quiet=True, score_test=False)
+    assert choice["test"] is None and "eval_test" not in choice["stage_seconds"]
+    with pytest.raises(TranslatorError, match="finished already"):
+        recipe.run(cfg, budget_minutes=10, average_last=2, quiet=True, score_test=False)
+    taken = recipe.run(cfg, budget_minutes=10, average_last=2, quiet=True)
+    # same seed, same batches: choosing on valid, then scoring test, gives the whole recipe's row
+    assert taken["chosen"] == whole["chosen"] and taken["test"] == whole["test"]
+    assert taken["valid"] == choice["valid"] and taken["training"] == choice["training"]
+    assert taken["stage_seconds"].keys() == whole["stage_seconds"].keys()
+    assert taken["test_scored"]["command"] and taken["test_scored"]["git"]["commit"]
+    run_dir = tmp_path / "run"
+    assert json.loads((run_dir / recipe.MANIFEST).read_text()) == json.loads(json.dumps(taken))
+    assert f"test, {taken['chosen']}" in (run_dir / "scores.txt").read_text()
+    with pytest.raises(TranslatorError, match="test scored"):  # and once only
+        recipe.run(cfg, budget_minutes=10, average_last=2, quiet=True)
+
+
 def write_sessions(run_dir, *sessions: tuple[float, str]) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     records = [{"seconds": s, "end_reason": r} for s, r in sessions]

@@ -7,7 +7,8 @@ data sha256s, the resolved config, seed, sacreBLEU signatures, hardware, each st
 
 The budget counts what the results table calls training time: the training sessions (validations
 and saves included) and the averaging; preparing and scoring are not counted. A rerun after an
-interrupted training goes on with the rest of the budget; a finished recipe is not run over.
+interrupted training goes on with the rest of the budget; a finished recipe is not run over,
+except that a choosing run (`--valid-only`) that is taken has its test split scored, once.
 """
 
 from __future__ import annotations
@@ -51,9 +52,12 @@ def run(
 
     Training gets `budget_minutes - reserve_minutes` (less the sessions already trained): the
     reserve covers the validation and save after the time limit, and the averaging. Without
-    `score_test` (runs that make a choice), the test split is not looked at.
+    `score_test` (runs that make a choice), the test split is not looked at; run again with it,
+    such a run scores the checkpoint it chose on test, and trains nothing.
     """
     run_dir = Path(cfg.train.run_dir)
+    if score_test and (run_dir / MANIFEST).is_file():
+        return score_chosen_on_test(run_dir, quiet)
     check_start(run_dir, cfg, average_last)
     code = git_state()  # the code that runs: the checkout may move on during an hour-long recipe
     seconds: dict[str, float] = {}
@@ -94,6 +98,30 @@ def run(
     return manifest
 
 
+def score_chosen_on_test(run_dir: Path, quiet: bool) -> dict[str, Any]:
+    """A finished choosing run, taken: its chosen checkpoint on test; recipe.json gains the score."""
+    manifest = json.loads((run_dir / MANIFEST).read_text())
+    if manifest["test"] is not None:
+        raise TranslatorError(
+            "this recipe has finished already, test scored",
+            str(run_dir / MANIFEST),
+            "move the run directory away (or set another train.run_dir) to run it again",
+        )
+    seconds = manifest["stage_seconds"]
+    with stage(seconds, "eval_test"):
+        test = score(run_dir, manifest["chosen"], "test", quiet)
+    manifest["test"] = dataclasses.asdict(test)
+    # the training above was made by manifest["command"] at manifest["git"]; the test score by:
+    manifest["test_scored"] = {
+        "command": " ".join([command_name(), *sys.argv[1:]]),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "git": git_state(),
+    }
+    valid = {name: evaluate.Scores(**scores) for name, scores in manifest["valid"].items()}
+    write_results(run_dir, manifest, valid, manifest["chosen"], test)
+    return manifest
+
+
 def command_name() -> str:
     """How this process was started: `python -m translator.recipe`, or the script's name."""
     name = Path(sys.argv[0]).name
@@ -106,7 +134,8 @@ def check_start(run_dir: Path, cfg: Config, average_last: int) -> None:
         raise TranslatorError(
             "this recipe has finished already",
             str(run_dir / MANIFEST),
-            "move the run directory away (or set another train.run_dir) to run it again",
+            "move the run directory away (or set another train.run_dir) to run it again; "
+            "without --valid-only, a choosing run has its test split scored",
         )
     if cfg.train.keep_last < average_last:
         raise TranslatorError(
@@ -251,7 +280,11 @@ def main(
         Optional[list[str]], typer.Option("--set", "-s", metavar="KEY=VALUE", help="Override.")
     ] = None,
     valid_only: Annotated[
-        bool, typer.Option("--valid-only", help="Score valid only (runs that make a choice).")
+        bool,
+        typer.Option(
+            "--valid-only",
+            help="Score valid only (runs that make a choice; run again without it to score test).",
+        ),
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or log lines.")] = False,
 ) -> None:
