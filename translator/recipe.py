@@ -99,7 +99,7 @@ def run(
 
 
 def score_chosen_on_test(run_dir: Path, quiet: bool) -> dict[str, Any]:
-    """A finished choosing run, taken: its chosen checkpoint on test; recipe.json gains the score."""
+    """A finished choosing run, taken: its chosen checkpoint on test, added to recipe.json."""
     manifest = json.loads((run_dir / MANIFEST).read_text())
     if manifest["test"] is not None:
         raise TranslatorError(
