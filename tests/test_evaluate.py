@@ -139,7 +139,7 @@ def test_eval_on_files_writes_hypotheses_and_scores(prepared, tmp_path, capsys, 
     )
     scores = evaluate.run(ckpt, src_file=src, ref_file=ref, beam=2, lc_tok=True)
     assert beams == [2]  # --beam reached the search
-    hyps = (tmp_path / "src.en.hyp").read_text(encoding="utf-8").split("\n")
+    hyps = (tmp_path / "ref.de.hyp").read_text(encoding="utf-8").split("\n")
     assert len(hyps) == 4 and hyps[1] == "" and hyps[3] == ""  # three lines, newline-ended
     model, cfg, tokenizer = translate.load(ckpt)
     cfg.decode.beam_size = 2
@@ -169,7 +169,7 @@ def test_eval_in_int8_says_so_and_scores_its_own_hypotheses(prepared, tmp_path, 
             model, tokenizer, ["A man rides a bike.", "Two dogs play in the snow."], cfg.decode
         )
     ]
-    assert (tmp_path / "src.en.hyp").read_text(encoding="utf-8").splitlines() == expected
+    assert (tmp_path / "ref.de.hyp").read_text(encoding="utf-8").splitlines() == expected
     assert scores.chrf == evaluate.score(expected, ref.read_text().splitlines()).chrf
     assert (
         "eval: cpu, int8 (dynamic int8 linear layers, the rest fp32)\n" in capsys.readouterr().err

@@ -99,7 +99,7 @@ def run(
     """The `eval` command: decode a prepared split (or --src/--ref files), write the hypotheses, and
     score them.
 
-    Hypotheses go to `hyp_file`, by default `<source file name>.hyp` beside the checkpoint. BLEU
+    Hypotheses go to `hyp_file`, by default `<reference file name>.hyp` beside the checkpoint. BLEU
     is tokenized for the checkpoint's target language (data.tgt_lang).
     """
     if (src_file is None) != (ref_file is None):
@@ -134,7 +134,7 @@ def run(
         raise TranslatorError(
             "nothing to score: the files are empty", str(src_file), "give a non-empty test set"
         )
-    hyp_path = Path(hyp_file) if hyp_file else Path(ckpt).parent / f"{Path(src_file).name}.hyp"
+    hyp_path = Path(hyp_file) if hyp_file else Path(ckpt).parent / f"{Path(ref_file).name}.hyp"
     if hyp_path.resolve() in (Path(src_file).resolve(), Path(ref_file).resolve()):
         raise TranslatorError(
             "the hypotheses would overwrite an input", str(hyp_path), "give another -o file"
