@@ -52,8 +52,8 @@ def run(
 
     Training gets `budget_minutes - reserve_minutes` (less the sessions already trained): the
     reserve covers the validation and save after the time limit, and the averaging. Without
-    `score_test` (runs that make a choice), the test split is not looked at; run again with it,
-    such a run scores the checkpoint it chose on test, and trains nothing.
+    `score_test` (runs that make a choice), the test split is not looked at; a finished choosing
+    run, run again with it, has the checkpoint it chose scored on test and trains nothing.
     """
     run_dir = Path(cfg.train.run_dir)
     if score_test and (run_dir / MANIFEST).is_file():
