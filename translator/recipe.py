@@ -78,7 +78,7 @@ def run(
         checkpoint.average(averaged, run_dir / "avg.pt")
     valid, chosen, test = choose_on_valid(run_dir, seconds, quiet, score_test)
     manifest = {
-        "command": " ".join([command_name(), *sys.argv[1:]]),
+        "command": command_line(),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "git": code,
         "data": data_files(cfg),
@@ -102,18 +102,14 @@ def score_chosen_on_test(run_dir: Path, quiet: bool) -> dict[str, Any]:
     """A finished choosing run, taken: its chosen checkpoint on test, added to recipe.json."""
     manifest = json.loads((run_dir / MANIFEST).read_text())
     if manifest["test"] is not None:
-        raise TranslatorError(
-            "this recipe has finished already, test scored",
-            str(run_dir / MANIFEST),
-            "move the run directory away (or set another train.run_dir) to run it again",
-        )
+        raise finished_already(run_dir, "test scored")
     seconds = manifest["stage_seconds"]
     with stage(seconds, "eval_test"):
         test = score(run_dir, manifest["chosen"], "test", quiet)
     manifest["test"] = dataclasses.asdict(test)
     # the training above was made by manifest["command"] at manifest["git"]; the test score by:
     manifest["test_scored"] = {
-        "command": " ".join([command_name(), *sys.argv[1:]]),
+        "command": command_line(),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "git": git_state(),
     }
@@ -122,21 +118,25 @@ def score_chosen_on_test(run_dir: Path, quiet: bool) -> dict[str, Any]:
     return manifest
 
 
-def command_name() -> str:
-    """How this process was started: `python -m translator.recipe`, or the script's name."""
+def command_line() -> str:
+    """How this process was started: `python -m translator.recipe` (or the script) and its args."""
     name = Path(sys.argv[0]).name
-    return "python -m translator.recipe" if name == "recipe.py" else name
+    return " ".join(["python -m translator.recipe" if name == "recipe.py" else name, *sys.argv[1:]])
+
+
+def finished_already(run_dir: Path, detail: str) -> TranslatorError:
+    """The one-line refusal to run a finished recipe's run directory over."""
+    return TranslatorError(
+        f"this recipe has finished already, {detail}",
+        str(run_dir / MANIFEST),
+        "move the run directory away (or set another train.run_dir) to run it again",
+    )
 
 
 def check_start(run_dir: Path, cfg: Config, average_last: int) -> None:
     """Refuse a finished recipe's run directory, and keep_last too small to average."""
     if (run_dir / MANIFEST).is_file():
-        raise TranslatorError(
-            "this recipe has finished already",
-            str(run_dir / MANIFEST),
-            "move the run directory away (or set another train.run_dir) to run it again; "
-            "without --valid-only, a choosing run has its test split scored",
-        )
+        raise finished_already(run_dir, "a choosing run is scored on test without --valid-only")
     if cfg.train.keep_last < average_last:
         raise TranslatorError(
             f"--average {average_last} needs that many step checkpoints kept",
