@@ -2,16 +2,19 @@
 
     .venv/bin/python -m bench.train_ablation --config multi30k --rounds 3
     .venv/bin/python -m bench.train_ablation --config multi30k --rounds 3 --allocator default
+    .venv/bin/python -m bench.train_ablation --config multi30k --max-tokens 1024 --compile
 
 Variants of our `train_step` in one process: plain (nn.Dropout, per-parameter AdamW), each change
-alone, and both. The allocator setting (train/allocator.py) is process-wide,
-so it is compared by running the whole table once with it (`keep`, what training does) and once
-without (`default`, glibc's own thresholds).
+alone, and both; with `--compile`, both again under `torch.compile` (`train.compile`). The
+allocator setting (train/allocator.py) is process-wide, so it is compared by running the whole
+table once with it (`keep`, what training does) and once without (`default`, glibc's own
+thresholds).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 
 import torch
@@ -32,7 +35,8 @@ VARIANTS = {
 }
 
 
-def session(cfg, device: torch.device, bits: bool, fused_adamw: bool) -> Session:
+def session(cfg, device: torch.device, bits: bool, fused_adamw: bool, compiled: bool) -> Session:
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, compile=compiled))
     torch.manual_seed(cfg.train.seed)
     model = Transformer(cfg.model).to(device)
     if bits:
@@ -47,13 +51,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=0)
     parser.add_argument("--allocator", choices=["keep", "default"], default="keep")
+    parser.add_argument("--compile", action="store_true", help="add both + torch.compile")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     device = torch.device("cpu")
     if args.allocator == "keep":
         keep_freed_memory()
     cfg = peer_cfg(args.config, device, args.precision, args.max_tokens)
-    sessions = {name: session(cfg, device, *flags) for name, flags in VARIANTS.items()}
+    variants = {name: (*flags, False) for name, flags in VARIANTS.items()}
+    if args.compile:
+        variants["both + compile"] = (True, True, True)
+    sessions = {name: session(cfg, device, *flags) for name, flags in variants.items()}
     rates = interleaved_rates(sessions, cfg, device, args.rounds, steps=1)
     plain = rates["plain"]
     print(
