@@ -19,11 +19,12 @@ import torch
 
 from translator.config import Config, dump, to_dict
 from translator.data.batching import Batch, make_batch, token_batches
+from translator.data.sampling import IdRows, SubwordSampler
 from translator.data.shards import TokenArray
 from translator.errors import TranslatorError
 from translator.files import atomic_write
 from translator.model.transformer import Transformer, count_parameters
-from translator.prepared import prepared_dir
+from translator.prepared import prepared_dir, vocab_files
 from translator.train import distributed, oom
 from translator.train.distributed import Dist, no_sync, sum_all
 from translator.train.loss import token_loss
@@ -33,6 +34,8 @@ from translator.train.schedule import budget_progress, learning_rate
 from translator.train.session import Session, evaluate_and_save, save, setup
 from translator.train.state import TrainState
 from translator.train.validate import too_long_pairs
+
+Rows = TokenArray | IdRows  # a side's rows of ids: as prepared, or sampled for one epoch
 
 
 class TrainBatches:
@@ -52,12 +55,24 @@ class TrainBatches:
             )
         self.args = (cfg.train.max_tokens, cfg.train.seed)
         self.rank, self.world_size = d.rank, d.world_size
-        self.cached: tuple[int, list[np.ndarray]] = (-1, [])
+        self.samplers: list[SubwordSampler] = []
+        if cfg.train.subword_alpha:  # + EOS / BOS: rows of at most max_positions - 1 tokens
+            files, alpha = vocab_files(cfg.data), cfg.train.subword_alpha
+            self.samplers = [
+                SubwordSampler(str(folder / files[side]), rows, alpha, cfg.model.max_positions - 1)
+                for side, rows in (("src", self.src), ("tgt", self.tgt))
+            ]
+        # (epoch, its batches of row indices, its source rows, its target rows)
+        self.cached: tuple[int, list[np.ndarray], Rows, Rows] = (-1, [], self.src, self.tgt)
 
     def epoch(self, epoch: int) -> list[np.ndarray]:
         if self.cached[0] != epoch:
+            src, tgt = self.src, self.tgt
+            if self.samplers:  # this epoch's segmentation; batches are cut on its lengths
+                seed = self.args[1]
+                src, tgt = (s.epoch(seed, epoch, side) for side, s in enumerate(self.samplers))
             order = token_batches(
-                self.src.lengths, self.tgt.lengths, *self.args, epoch, self.rank, self.world_size
+                src.lengths, tgt.lengths, *self.args, epoch, self.rank, self.world_size
             )
             if not order:
                 raise TranslatorError(
@@ -65,7 +80,7 @@ class TrainBatches:
                     "train",
                     "use fewer processes or a smaller train.max_tokens",
                 )
-            self.cached = (epoch, order)
+            self.cached = (epoch, order, src, tgt)
         return self.cached[1]
 
     def roll(self, state: TrainState) -> None:
@@ -78,8 +93,9 @@ class TrainBatches:
         for _ in range(count):
             self.roll(state)
             rows = self.epoch(state.epoch)[state.batch_index]
+            src, tgt = self.cached[2:]
             state.batch_index += 1
-            out.append(make_batch([self.src[i] for i in rows], [self.tgt[i] for i in rows]))
+            out.append(make_batch([src[i] for i in rows], [tgt[i] for i in rows]))
         return out
 
 
