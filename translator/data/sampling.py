@@ -9,28 +9,10 @@ makes an epoch's segmentations the same in every process and after a resume.
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import sentencepiece as spm
 
 from translator.data.shards import TokenArray
-
-
-class IdRows:
-    """Rows of token ids held in memory, read like a TokenArray: `lengths`, `len()`, `[i]`."""
-
-    def __init__(self, rows: list[list[int]]) -> None:
-        self.lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))  # (N,)
-        self.offsets = np.concatenate([[0], np.cumsum(self.lengths)])  # (N + 1,)
-        flat = itertools.chain.from_iterable(rows)
-        self.ids = np.fromiter(flat, dtype=np.int32, count=int(self.offsets[-1]))
-
-    def __len__(self) -> int:
-        return len(self.lengths)
-
-    def __getitem__(self, i: int) -> list[int]:
-        return self.ids[self.offsets[i] : self.offsets[i + 1]].tolist()
 
 
 class SubwordSampler:
@@ -41,7 +23,7 @@ class SubwordSampler:
         self.rows, self.alpha, self.longest = rows, alpha, longest
         self.texts = self.sp.decode([rows[i] for i in range(len(rows))])
 
-    def epoch(self, seed: int, epoch: int, side: int) -> IdRows:
+    def epoch(self, seed: int, epoch: int, side: int) -> TokenArray:
         """This epoch's rows; a sample longer than `longest` tokens keeps the prepared one."""
         state = np.random.SeedSequence([seed, epoch, side]).generate_state(1)  # (1,) uint32
         spm.set_random_generator_seed(int(state[0]))
@@ -51,4 +33,4 @@ class SubwordSampler:
             self.texts, enable_sampling=True, alpha=self.alpha, nbest_size=-1, num_threads=1
         )
         fits = (s if len(s) <= self.longest else self.rows[i] for i, s in enumerate(sampled))
-        return IdRows(list(fits))
+        return TokenArray.from_rows(list(fits))

@@ -87,6 +87,16 @@ class TokenArray:
         self.offsets = np.load(f"{prefix}.offsets.npy")
         self.lengths = np.diff(self.offsets)  # (N,) tokens per row, without BOS/EOS
 
+    @classmethod
+    def from_rows(cls, rows: list[list[int]]) -> TokenArray:
+        """Rows held in memory (one epoch's sampled segmentation), read the same way."""
+        array = cls.__new__(cls)
+        array.lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))  # (N,)
+        array.offsets = np.concatenate([[0], np.cumsum(array.lengths)])  # (N + 1,)
+        flat = itertools.chain.from_iterable(rows)
+        array.ids = np.fromiter(flat, dtype=np.int32, count=int(array.offsets[-1]))
+        return array
+
     def __len__(self) -> int:
         return len(self.offsets) - 1
 

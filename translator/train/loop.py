@@ -19,7 +19,7 @@ import torch
 
 from translator.config import Config, dump, to_dict
 from translator.data.batching import Batch, make_batch, token_batches
-from translator.data.sampling import IdRows, SubwordSampler
+from translator.data.sampling import SubwordSampler
 from translator.data.shards import TokenArray
 from translator.errors import TranslatorError
 from translator.files import atomic_write
@@ -34,8 +34,6 @@ from translator.train.schedule import budget_progress, learning_rate
 from translator.train.session import Session, evaluate_and_save, save, setup
 from translator.train.state import TrainState
 from translator.train.validate import too_long_pairs
-
-Rows = TokenArray | IdRows  # a side's rows of ids: as prepared, or sampled for one epoch
 
 
 class TrainBatches:
@@ -63,7 +61,8 @@ class TrainBatches:
                 for side, rows in (("src", self.src), ("tgt", self.tgt))
             ]
         # (epoch, its batches of row indices, its source rows, its target rows)
-        self.cached: tuple[int, list[np.ndarray], Rows, Rows] = (-1, [], self.src, self.tgt)
+        Cached = tuple[int, list[np.ndarray], TokenArray, TokenArray]
+        self.cached: Cached = (-1, [], self.src, self.tgt)
 
     def epoch(self, epoch: int) -> list[np.ndarray]:
         if self.cached[0] != epoch:
