@@ -333,6 +333,12 @@ class TrainConfig:
     """Beam width of the validation BLEU decode (0 = decode.beam_size, 1 = greedy)."""
     keep_last: int = 3
     """Numbered checkpoints kept besides `last.pt` and `best.pt`."""
+    ema_decay: float = 0.0
+    """Decode with an exponential moving average of the weights, updated after every update:
+    ema = decay * ema + (1 - decay) * weights (e.g. 0.999 averages over roughly the last 1,000
+    updates; fairseq's --ema-decay, Marian's --exponential-smoothing). Validation, best.pt and
+    the numbered checkpoints hold the average (what eval, translate and average read); training
+    continues from the raw weights, kept beside it. 0 = off."""
     patience: int = 0
     """Stop after this many validations without a better BLEU (0 = never)."""
 
@@ -347,7 +353,9 @@ class TrainConfig:
             "clip_grad_norm valid_bleu_sentences valid_beam_size keep_last patience",
             0,
         )
-        _check_range("train", self, "adam_beta1 adam_beta2 label_smoothing", 0, 1, high_open=True)
+        _check_range(
+            "train", self, "adam_beta1 adam_beta2 label_smoothing ema_decay", 0, 1, high_open=True
+        )
 
 
 @dataclass(kw_only=True)

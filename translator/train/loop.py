@@ -135,6 +135,8 @@ def train_step(
         if t.clip_grad_norm:
             torch.nn.utils.clip_grads_with_norm_(params, t.clip_grad_norm, norm)
         s.scaler.step(s.optimizer)
+        if s.ema is not None:
+            s.ema.update_parameters(s.model)
     s.scaler.update()
     s.optimizer.zero_grad(set_to_none=True)
     return loss_total, nll_total, float(norm), ok
@@ -180,8 +182,9 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
     """Train until max_updates, max_epochs, max_minutes or early stopping; resume from
     run_dir/last.pt.
 
-    Returns the trained model; checkpoints, config.yaml, train.log, manifest.json and TensorBoard
-    events are in train.run_dir (written by rank 0 only).
+    Returns the trained model (its moving average with train.ema_decay); checkpoints,
+    config.yaml, train.log, manifest.json and TensorBoard events are in train.run_dir (written by
+    rank 0 only).
     """
     s = setup(cfg, quiet)
     t, state = cfg.train, s.state
@@ -254,7 +257,7 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
             manifest.finish(state.step, reason, s.saved_step)
         s.metrics.close()
         distributed.close(s.dist)
-    return s.model
+    return s.decoding_model()
 
 
 def start_logging(s: Session, n_pairs: int) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from translator import prepare
 from translator.config import Config, ModelConfig, TrainConfig
@@ -57,6 +58,12 @@ class Session:
     )
     fine_tuning: bool = False  # starts from train.init_from's weights (validated before any update)
     vocab_from: str | None = None  # the checkpoint tokenizer the data were prepared with (sha256)
+    ema: AveragedModel | None = None  # train.ema_decay's moving average of `model`'s weights
+
+    def decoding_model(self) -> Transformer:
+        """The weights that validation, checkpoints and `translate` use: the moving average when
+        train.ema_decay is set, else the trained weights themselves."""
+        return self.ema.module if self.ema is not None else self.model
 
 
 def _set_vocab_sizes(model: ModelConfig, tokenizer: Tokenizer) -> None:
@@ -141,6 +148,14 @@ def training_model(cfg: ModelConfig, device: torch.device) -> Transformer:
     return model
 
 
+def moving_average(model: Transformer, decay: float) -> AveragedModel | None:
+    """A copy of `model` whose weights follow ema = decay * ema + (1 - decay) * weights on every
+    `update_parameters(model)` (the first call copies them); None when decay is 0."""
+    if not decay:
+        return None
+    return AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay))
+
+
 def make_optimizer(model: torch.nn.Module, t: TrainConfig, fused: bool = True) -> torch.optim.AdamW:
     """AdamW with the config's settings, fused: one kernel over all parameters (CPU and CUDA);
     `fused=False` is the plain per-parameter loop (bench/train_ablation.py's reference)."""
@@ -183,8 +198,10 @@ def setup(cfg: Config, quiet: bool) -> Session:
         run_dir=Path(t.run_dir),
         fine_tuning=start.weights is not None,
         vocab_from=start.vocab_from,
+        ema=moving_average(model, t.ema_decay),
     )
-    leftovers = check_run_dir(s.run_dir, model, t.keep_last) if d.main else 0  # before any update
+    averaged = s.ema is not None
+    leftovers = check_run_dir(s.run_dir, model, t.keep_last, averaged) if d.main else 0  # at start
     s.run_dir.mkdir(parents=True, exist_ok=True)
     s.metrics = Metrics(s.run_dir, t.max_updates, 0, quiet, enabled=d.main)
     if leftovers:
@@ -208,7 +225,17 @@ def setup(cfg: Config, quiet: bool) -> Session:
 def resume(s: Session, path: Path) -> None:
     """Load model, optimizer, scaler, counters and this process's RNG states from `path`."""
     payload = read_resumable(path, s.cfg, s.tokenizer)
-    s.model.load_state_dict(payload["model"])
+    # with a moving average, "model" holds the average and the trained weights are kept apart
+    trained = payload["state"].get("train_weights")
+    s.model.load_state_dict(payload["model"] if trained is None else trained)
+    if s.ema is not None:
+        s.ema.module.load_state_dict(payload["model"])
+        if trained is not None:
+            s.ema.n_averaged.fill_(1)  # continue the average (0 would restart it from the weights)
+        else:
+            s.metrics.line("train.ema_decay set on resume: the moving average starts here")
+    elif trained is not None:
+        s.metrics.line("train.ema_decay is 0 on resume: the checkpoint's moving average is dropped")
     s.optimizer.load_state_dict(payload["state"]["optimizer"])
     if s.scaler.is_enabled() and payload["state"]["scaler"]:
         s.scaler.load_state_dict(payload["state"]["scaler"])
@@ -260,7 +287,9 @@ def save(s: Session, best: bool) -> None:
         "scheduler": {"schedule": s.cfg.train.schedule, "step": s.state.step},
         "train": s.state.state_dict(),
     }
-    save_checkpoints(s.run_dir, s.model, s.cfg, s.tokenizer, payload, s.state.step, best)
+    if s.ema is not None:  # the checkpoint's "model" is the average; training resumes from these
+        payload["train_weights"] = s.model.state_dict()
+    save_checkpoints(s.run_dir, s.decoding_model(), s.cfg, s.tokenizer, payload, s.state.step, best)
     s.saved_step = s.state.step
 
 
@@ -272,11 +301,11 @@ def evaluate_and_save(s: Session) -> bool:
     if s.dist.main:
         began = time.time()
         trained_s = round(began - s.clock_zero)  # when training reached this update
-        result = validate(s.model, s.tokenizer, s.cfg, s.dtype)
+        result = validate(s.decoding_model(), s.tokenizer, s.cfg, s.dtype)
         # its cost is logged: docs/benchmarks.md holds it to 5% of a validation
         if s.monitor is not None:
             validation_s = time.time() - began
-            seconds = s.monitor.log(s.model, state.step, s.metrics)
+            seconds = s.monitor.log(s.decoding_model(), state.step, s.metrics)
             s.metrics.line(
                 f"attention diagnostics: {seconds:.2f} s, {100 * seconds / validation_s:.1f}% of "
                 f"the validation's {validation_s:.1f} s"

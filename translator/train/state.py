@@ -106,11 +106,14 @@ def save_checkpoints(
             old.unlink()
 
 
-def check_run_dir(run_dir: Path, model: torch.nn.Module, keep_last: int) -> int:
+def check_run_dir(
+    run_dir: Path, model: torch.nn.Module, keep_last: int, averaged: bool = False
+) -> int:
     """Before training: the run directory is writable and has room for the checkpoints to come.
 
-    A checkpoint is about the weights plus AdamW's two moments; keep_last of them stay, and one more
-    is written before the oldest goes. Removes the temporary files of saves a kill cut short
+    A checkpoint is about the weights plus AdamW's two moments (and the moving average of the
+    weights when `averaged`); keep_last of them stay, and one more is written before the oldest
+    goes. Removes the temporary files of saves a kill cut short
     (nothing else writes them) and returns their count.
     """
     try:
@@ -124,7 +127,9 @@ def check_run_dir(run_dir: Path, model: torch.nn.Module, keep_last: int) -> int:
             "check its permissions, or use another train.run_dir",
         ) from None
     # + tokenizer, config
-    size = 3 * sum(t.numel() * t.element_size() for t in model.state_dict().values()) + 2**20
+    size = (3 + averaged) * sum(
+        t.numel() * t.element_size() for t in model.state_dict().values()
+    ) + 2**20
     kept = len(list(run_dir.glob("step-*.pt")))
     need = size * max(1, keep_last + 1 - kept) if keep_last else size
     free = shutil.disk_usage(run_dir).free
