@@ -80,8 +80,11 @@ demo: $(STAMP)
 # e.g. a smoke test: BUDGET=2 ARGS="--set train.run_dir=runs/smoke --set train.eval_every=10".
 DIR     ?= en-de
 BUDGET  ?= 48
-# AVERAGE: all 5 step checkpoints the configs keep (chosen on valid over 3: docs/experiments.md)
-AVERAGE ?= 5
+# AVERAGE: checkpoints to average, chosen on valid (docs/experiments.md): en->de decodes its
+# moving average of the weights (train.ema_decay) as it is; de->en averages all 5 it keeps
+AVERAGE_en-de := 1
+AVERAGE_de-en := 5
+AVERAGE ?= $(AVERAGE_$(DIR))
 multi30k: $(STAMP)
 	$(BIN)/python -m translator.recipe configs/multi30k-$(DIR).yaml $(DATA_ARGS) \
 		--budget $(BUDGET) --average $(AVERAGE) $(ARGS)

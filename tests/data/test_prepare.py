@@ -233,7 +233,8 @@ def test_sigterm_leaves_no_temporary_directory(tmp_path, multi30k):
     assert proc.poll() is None, "prepare ended before its temporary directory was seen"
     proc.terminate()  # SIGTERM, as a job scheduler or `kill` sends
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 143 and b"Traceback" not in err
+    # stderr in the message: one CI run under heavy load exited 1 here, cause unseen
+    assert proc.returncode == 143 and b"Traceback" not in err, err.decode()[-800:]
     assert list(data.iterdir()) == []
 
 
