@@ -4,7 +4,8 @@ The model's own code is the plain algorithm: nn.Linear, one fused SDPA call, a K
 (N, G, T_max, K) slots. For a search's shapes on CPU, `for_cpu_decoding` swaps in kernels that
 compute the same functions faster (why, with the measurements: docs/benchmarks/decode.md):
 - every nn.Linear becomes a `OneDNNLinear` (PyTorch sends CPU fp32 linears to a slower GEMM
-  than the oneDNN one it uses for bf16), bias fused, and each FFN's ReLU fused into its product;
+  than the oneDNN one it uses for bf16), its weight reordered once into oneDNN's own layout, bias
+  fused, and each FFN's ReLU fused into its product;
 - the decoder's attention is written out: PyTorch's fused CPU kernel is slower for a decoding
   step's one query row;
 - the KV cache keeps dense prefixes (model/cache.py), which oneDNN's `bmm` reads without a copy.
@@ -14,8 +15,10 @@ quantised on the fly with one scale per call, products in int8, outputs in fp32 
 This one is not the same function: it is bounded against the fp32 logits in the tests.
 The plain model is the reference the converted one is tested against
 (tests/model/test_inference.py).
-The conversion is for inference only: it turns autograd off for the parameters, and a converted
-linear refuses to run under autocast, which its private op would bypass.
+The conversion is for inference only: it turns autograd off for the parameters, a converted
+linear refuses to run under autocast, which its private op would bypass, and a converted model
+holds its linear weights in oneDNN's opaque layout only (not in its state dict; it cannot be copied
+or saved: convert a copy, as translate.load converts a freshly loaded checkpoint).
 """
 
 from __future__ import annotations
@@ -46,15 +49,18 @@ def onednn_dtypes() -> frozenset[torch.dtype]:
 
 
 class OneDNNLinear(nn.Module):
-    """y = activation(x W^T + b) through oneDNN, sharing the replaced nn.Linear's weight and bias.
+    """y = activation(x W^T + b) through oneDNN, with W reordered once into oneDNN's blocked layout.
 
     The same function at the same precision; only the summation order differs from nn.Linear.
+    oneDNN multiplies a weight in its own blocked layout faster than the plain (out, in) one, most
+    of all for a decoding step's few rows, so the weight is reordered once, here. The packed copy
+    replaces the dense weight (a tied output projection's dense matrix stays the embedding's).
     """
 
     def __init__(self, linear: nn.Linear, activation: str = "none") -> None:
         super().__init__()
-        # shared: ties stay
-        self.weight, self.bias, self.activation = linear.weight, linear.bias, activation
+        self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None)
+        self.bias, self.activation = linear.bias, activation  # the bias stays shared
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., in) -> (..., out)."""
@@ -63,7 +69,7 @@ class OneDNNLinear(nn.Module):
                 "a model converted for CPU decoding runs in its own dtype, not under autocast"
             )
         linear = torch.ops.mkldnn._linear_pointwise
-        return linear(x, self.weight, self.bias, self.activation, [], "")
+        return linear(x, self.packed_weight, self.bias, self.activation, [], "")
 
 
 def for_cpu_decoding(model: Transformer, int8: bool = False) -> str:
