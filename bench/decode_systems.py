@@ -133,15 +133,21 @@ def load(spec: dict) -> tuple:
 
 
 def _parameters(model: torch.nn.Module) -> int:
-    """Parameters (a tied matrix once); an int8 linear counts the matrix it holds, except a tied
-    output projection's copy of the embedding."""
+    """Parameters (a tied matrix once); an int8 or oneDNN linear counts the matrix it holds,
+    except a tied output projection's copy of the embedding."""
     from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
+
+    from translator.model.inference import OneDNNLinear
 
     count = sum(p.numel() for p in model.parameters())
     tied = getattr(getattr(model, "cfg", None), "tie_embeddings", False)
     for name, module in model.named_modules():
-        if isinstance(module, Int8Linear) and not (tied and name == "out_proj"):
+        if tied and name == "out_proj":
+            continue
+        if isinstance(module, Int8Linear):
             count += module.weight().numel() + (module.bias() is not None) * module.out_features
+        elif isinstance(module, OneDNNLinear):  # its bias is still a parameter
+            count += module.packed_weight.numel()
     return count
 
 
