@@ -102,7 +102,9 @@ def for_cpu_decoding(model: Transformer, int8: bool = False) -> str:
 
 
 def _linears_through_onednn(model: nn.Module) -> None:
-    for module in list(model.modules()):
+    # the parents only: a list holding the nn.Linear modules would keep every dense weight alive
+    # beside its packed copy until the end
+    for module in [m for m in model.modules() if not isinstance(m, nn.Linear)]:
         # fused into the product
         if isinstance(module, FeedForward) and isinstance(module.activation, nn.ReLU):
             module.up, module.activation = OneDNNLinear(module.up, "relu"), nn.Identity()
