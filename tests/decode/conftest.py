@@ -56,7 +56,7 @@ class ToyCache:
     def advance(self, T: int) -> None:
         self.length += T
 
-    def reorder(self, rows: torch.Tensor) -> None:
+    def reorder(self, rows: torch.Tensor, sentences: torch.Tensor | None = None) -> None:
         self.prefix = self.prefix.index_select(0, rows)
 
 

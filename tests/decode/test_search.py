@@ -334,6 +334,57 @@ def test_searches_of_the_model_converted_for_cpu_find_what_the_plain_model_finds
     _assert_same_searches(_searches(converted, src, src_mask), plain, 1e-4)
 
 
+@pytest.mark.parametrize(
+    "changes, convert",
+    [
+        ({}, False),
+        ({"positions": "rope", "n_kv_heads": 2}, True),
+        ({"positions": "relative", "attention_window": 3}, False),
+    ],
+)
+def test_dropping_finished_sentences_finds_what_stepping_every_row_finds(
+    make_model, changes, convert, monkeypatch
+):
+    """Sentences leave the batch as they end (later steps decode fewer rows: counted), and each
+    search still returns what it returns when every row is stepped to the end: the plain model's
+    slot cache, the CPU-converted model's dense-prefix cache, a sliding window's ring."""
+    model = make_model(**changes)
+    if convert:
+        for_cpu_decoding(model)
+    generator = torch.Generator().manual_seed(1)
+    lengths = torch.randint(1, 10, (8,), generator=generator).tolist()
+    src = torch.full((8, max(lengths) + 1), PAD_ID)
+    for row, n in enumerate(lengths):
+        src[row, :n] = torch.randint(4, model.cfg.vocab_size, (n,), generator=generator)
+        src[row, n] = EOS_ID
+    src_mask = (src != PAD_ID)[:, None, None, :]
+    rows, decode = [], model.decode
+    monkeypatch.setattr(model, "decode", lambda tgt, *a: rows.append(len(tgt)) or decode(tgt, *a))
+    searches = {
+        "greedy": lambda drop: [
+            [h] for h in greedy_search(model, src, src_mask, min_len=1, drop_finished=drop)
+        ],
+        "beam 3, 3-best": lambda drop: beam_search(
+            model, src, src_mask, beam_size=3, nbest=3, drop_finished=drop
+        ),
+        "beam 4, alpha 1": lambda drop: beam_search(
+            model, src, src_mask, beam_size=4, alpha=1.0, drop_finished=drop
+        ),
+    }
+    for name, search in searches.items():
+        rows.clear()
+        dropped = search(True)
+        assert rows[-1] < rows[0], f"{name}: no sentence left the batch ({rows})"
+        rows.clear()
+        stepped = search(False)
+        assert len(set(rows)) == 1
+        _assert_same_searches(
+            [[(h.tokens, h.score) for h in hyps] for hyps in dropped],
+            [[(h.tokens, h.score) for h in hyps] for hyps in stepped],
+            1e-5,
+        )
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -128,10 +128,12 @@ def test_cached_decoding_reproduces_full_sequence_logits_cuda_bf16(
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_reorder_is_an_index_select_of_the_written_rows(layout):
-    """Reorders compose (a row may be both a source and a destination); what a layer holds and
-    gives attention afterwards is torch.index_select of what was written, then the new position."""
+    """Reorders compose (a row may be both a source and a destination) and, but for fixed shapes,
+    may drop rows (a search's finished sentences); what a layer holds and gives attention
+    afterwards is torch.index_select of what was written, then the new position."""
     generator = torch.Generator().manual_seed(0)
     for _ in range(20):
+        rows = 8
         cache = KVCache(
             2,
             8,
@@ -151,18 +153,56 @@ def test_reorder_is_an_index_select_of_the_written_rows(layout):
             expected.append((k, v))
         cache.advance(start)
         for _ in range(int(torch.randint(1, 3, (), generator=generator))):  # one or two reorders
-            origin = torch.randint(0, 8, (8,), generator=generator)
+            kept = (
+                rows
+                if layout == "fixed"
+                else int(torch.randint(1, rows + 1, (), generator=generator))
+            )
+            origin = torch.randint(0, rows, (kept,), generator=generator)
             cache.reorder(origin)
+            rows = kept
             expected = [(k.index_select(0, origin), v.index_select(0, origin)) for k, v in expected]
         positions = cache.positions(1)
         for layer, (k, v) in zip(cache.layers, expected):
             assert all(torch.equal(x, y) for x, y in zip(layer.written(), (k, v)))
-            new_k, new_v = torch.randn(2, 8, 2, 1, 4, generator=generator)
+            new_k, new_v = torch.randn(2, rows, 2, 1, 4, generator=generator)
             got_k, got_v = layer.update(new_k, new_v, positions)
             L = start + 1  # a fixed-shape cache gives all its slots; the causal mask hides the rest
             assert got_k.shape[2] == (10 if layout == "fixed" else L)
             assert torch.equal(got_k[:, :, :L], torch.cat([k, new_k], dim=2))
             assert torch.equal(got_v[:, :, :L], torch.cat([v, new_v], dim=2))
+
+
+@pytest.mark.parametrize("layout", ["slots", "dense", "window"])
+def test_dropping_sentences_keeps_their_cross_attention_rows(layout):
+    """A reorder to fewer rows with `sentences` keeps those sentences' cross-attention K/V, in
+    that order; a fixed-shape cache refuses to drop rows."""
+    cache = KVCache(
+        2,
+        6,
+        2,
+        10,
+        4,
+        torch.float32,
+        "cpu",
+        dense_prefix=layout == "dense",
+        window=3 if layout == "window" else 0,
+    )
+    cross = [(torch.randn(3, 2, 5, 4), torch.randn(3, 2, 5, 4)) for _ in cache.layers]
+    for layer, kv in zip(cache.layers, cross):
+        layer.cross = kv
+        layer.update(torch.randn(6, 2, 1, 4), torch.randn(6, 2, 1, 4), cache.positions(1))
+    cache.advance(1)
+    sentences = torch.tensor([2, 0])
+    cache.reorder(torch.tensor([4, 5, 0, 1]), sentences=sentences)
+    for layer, (k, v) in zip(cache.layers, cross):
+        assert torch.equal(layer.cross[0], k[sentences]) and torch.equal(
+            layer.cross[1], v[sentences]
+        )
+        assert layer.written()[0].shape[0] == 4
+    fixed = KVCache(1, 6, 2, 10, 4, torch.float32, "cpu", fixed_shapes=True)
+    with pytest.raises(ValueError, match="fixed-shape"):
+        fixed.reorder(torch.tensor([0, 1]))
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

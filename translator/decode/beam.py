@@ -5,8 +5,9 @@ A proposal that ends with EOS goes, with its normalised score, into the sentence
 buffer, which keeps the k best and which no open beam can evict (fairseq, Marian); the k best
 other proposals are the next open beams. A sentence stops when no open beam can still beat its
 n-th best finished hypothesis; the loop stops when every sentence has, or at the length limit,
-where only EOS is allowed. Shapes never change (Sockeye): an empty slot holds score -inf, and
-nothing is re-batched when a sentence ends.
+where only EOS is allowed. A sentence's shapes never change (Sockeye): an empty slot holds score
+-inf. A sentence that is done leaves the batch (CTranslate2): on a CPU most of a batch's steps
+would otherwise go to sentences already done. Under CUDA graphs the batch keeps its shape.
 """
 
 from __future__ import annotations
@@ -44,12 +45,16 @@ def beam_search(
     min_len: int = 0,
     nbest: int = 1,
     cuda_graphs: bool = True,
+    drop_finished: bool = True,
 ) -> list[list[Hypothesis]]:
     """src (B, S), src_mask (B, 1, 1, S) -> per sentence its min(nbest, k) best hypotheses, best
     first.
 
     A score is the summed log-prob divided by length_penalty(tokens + EOS, alpha). On CUDA, with
-    `cuda_graphs`, the decoder steps are one replayed CUDA graph each (decode/step.py).
+    `cuda_graphs`, the decoder steps are one replayed CUDA graph each (decode/step.py). With
+    `drop_finished` (and no graphs) the batch sheds each sentence as it is done, so the steps
+    after it no longer compute its beams; without, every row is stepped to the end (the tested
+    reference).
     """
     B, k, n, device = src.shape[0], beam_size, min(nbest, beam_size), src.device
     max_lens = max_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions - 1)  # (B,)
@@ -78,6 +83,8 @@ def beam_search(
     # empty: ""
     finished_tokens = torch.full((B, k, steps + 1), EOS_ID, dtype=torch.long, device=device)
     row_offset = torch.arange(B, device=device)[:, None] * k  # (B, 1): first row of each sentence
+    sentence = torch.arange(B, device=device)  # (B,) each row's sentence in the caller's batch
+    results = finished_scores.clone(), finished_tokens.clone()  # (B, k), (B, k, L): dropped ones
 
     for step in range(steps):
         # 1. Next-token log-probs of every beam (the newest token goes in: the cache has the rest).
@@ -119,10 +126,28 @@ def beam_search(
         reachable = scores / longest_penalty.clamp(min=length_penalty(step + 2, alpha))[:, None]
         done = reachable.amax(dim=1) <= finished_scores[:, n - 1]  # (B,)
         scores = scores.masked_fill(done[:, None], float("-inf"))
-        if bool(done.all()):  # the one host sync per step
+        n_done = int(done.sum())  # the one host sync per step
+        if n_done == len(done):
             break
 
-    best, rows = finished_scores.tolist(), finished_tokens.tolist()
+        # 6. Done sentences leave the batch (CTranslate2 does the same): their finished buffers go
+        #    to the results, every per-sentence tensor keeps the others' rows, and so does the
+        #    cache. A CUDA graph replays fixed shapes, so it steps done sentences along instead.
+        if n_done and drop_finished and not fixed_shapes:
+            results[0][sentence[done]] = finished_scores[done]
+            results[1][sentence[done]] = finished_tokens[done]
+            keep = (~done).nonzero().squeeze(1)  # (B',)
+            rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)  # (B'*k,)
+            sentence, scores, max_lens = sentence[keep], scores[keep], max_lens[keep]
+            finished_scores, finished_tokens = finished_scores[keep], finished_tokens[keep]
+            longest_penalty, memory, src_mask = longest_penalty[keep], memory[keep], src_mask[keep]
+            tokens, eos_from, row_offset = tokens[rows], eos_from[rows], row_offset[: len(keep)]
+            B, vocab_buffer = len(keep), vocab_buffer[: len(rows)]
+            cache.reorder(rows, sentences=keep)
+            next_logits = decoding_step(model, memory, src_mask, cache)
+
+    results[0][sentence], results[1][sentence] = finished_scores, finished_tokens
+    best, rows = results[0].tolist(), results[1].tolist()
     return [
         [
             Hypothesis(strip(rows[b][i], EOS_ID), best[b][i])
@@ -130,7 +155,7 @@ def beam_search(
             # a sentence without any hypothesis still gets one
             if best[b][i] > float("-inf") or i == 0
         ]
-        for b in range(B)
+        for b in range(len(best))
     ]
 
 

@@ -27,6 +27,7 @@ def greedy_search(
     max_len_b: int = 10,
     min_len: int = 0,
     cuda_graphs: bool = True,
+    drop_finished: bool = True,
 ) -> list[Hypothesis]:
     """src (B, S), src_mask (B, 1, 1, S) -> one hypothesis per sentence, scored by its summed
     log-probs.
@@ -34,6 +35,8 @@ def greedy_search(
     Sentence b gets at most max_lens[b] tokens before EOS (at that step only EOS is allowed) and at
     least min_len (unless the limit is smaller). The loop stops once every sentence has ended.
     On CUDA, with `cuda_graphs`, each decoder step is one replayed CUDA graph (decode/step.py).
+    With `drop_finished` (and no graphs) a sentence leaves the batch when it ends, as in
+    beam_search; without, every row is stepped to the end (the tested reference).
     """
     B, device = src.shape[0], src.device
     max_lens = max_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions - 1)  # (B,)
@@ -49,6 +52,8 @@ def greedy_search(
     tokens[:, 0] = BOS_ID
     scores = torch.zeros(B, device=device)
     finished = torch.zeros(B, dtype=torch.bool, device=device)
+    sentence = torch.arange(B, device=device)  # (B,) each row's sentence in the caller's batch
+    results = tokens.clone(), scores.clone()  # the rows of sentences that left the batch
     # see log_softmax_into
     vocab_buffer = torch.empty(B, model.cfg.vocab_size, device=device, dtype=torch.float32)
     for step in range(steps):
@@ -62,8 +67,19 @@ def greedy_search(
         scores += torch.where(finished, 0.0, log_probs.gather(1, token[:, None]).squeeze(1))
         tokens[:, step + 1] = token
         finished |= token == EOS_ID
-        if finished.all():
+        n_finished = int(finished.sum())  # the one host sync per step
+        if n_finished == len(finished):
             break
+        if n_finished and drop_finished and not fixed_shapes:  # ended rows leave the batch
+            ended, keep = sentence[finished], (~finished).nonzero().squeeze(1)
+            results[0][ended], results[1][ended] = tokens[finished], scores[finished]
+            sentence, tokens, scores = sentence[keep], tokens[keep], scores[keep]
+            finished, max_lens, eos_from = finished[keep], max_lens[keep], eos_from[keep]
+            memory, src_mask, vocab_buffer = memory[keep], src_mask[keep], vocab_buffer[: len(keep)]
+            cache.reorder(keep, sentences=keep)
+            next_logits = decoding_step(model, memory, src_mask, cache)
+    results[0][sentence], results[1][sentence] = tokens, scores
     return [
-        Hypothesis(strip(row, EOS_ID), float(s)) for row, s in zip(tokens.tolist(), scores.tolist())
+        Hypothesis(strip(row, EOS_ID), float(s))
+        for row, s in zip(results[0].tolist(), results[1].tolist())
     ]

@@ -4,7 +4,9 @@ One object on every device (nanochat's shape). Per decoder layer, self-attention
 preallocated as (N, G, T_max, K) and written at the positions of each step; a beam reorder is
 one `index_select` over the rows. The cache owns its position: `length` positions are written,
 and the caller calls `advance` after each step. Cross-attention K/V are projected once from the
-encoder output, one copy per source sentence (B rows, shared by its beams), and never reordered.
+encoder output, one copy per source sentence (B rows, shared by its beams), and never reordered;
+a search that drops its finished sentences keeps the rows of the others (a reorder to fewer rows)
+and their cross-attention K/V.
 
 Two layout choices, each made once when the cache is allocated:
 - `fixed_shapes` (CUDA graphs): a replayed graph reruns the same kernels on the same shapes and
@@ -100,10 +102,18 @@ class KVCache:
         self._written.length += T
         self.position += T
 
-    def reorder(self, origin: torch.Tensor) -> None:
-        """Beam search: row i continues the hypothesis of row origin[i] (N,). After `advance`."""
+    def reorder(self, origin: torch.Tensor, sentences: torch.Tensor | None = None) -> None:
+        """Beam search: row i continues the hypothesis of row origin[i] (N',). After `advance`.
+
+        A search that drops its finished sentences names fewer rows (N' < N; never with fixed
+        shapes) and gives `sentences` (B',): the source sentences whose cross-attention K/V stay.
+        """
+        if self.fixed_shapes and origin.shape[0] != self.layers[0].k.shape[0]:
+            raise ValueError("a fixed-shape cache keeps its rows: a CUDA graph replays them")
         for layer in self.layers:
             layer.reorder(origin)
+            if sentences is not None and layer.cross is not None:
+                layer.cross = tuple(x.index_select(0, sentences) for x in layer.cross)
 
 
 class _Written:
@@ -159,9 +169,13 @@ class LayerCache:
         return self.k[:, :, :n], self.v[:, :, :n]
 
     def reorder(self, origin: torch.Tensor) -> None:
-        """Row i continues row origin[i] (N,): moved now in place, or (dense) by the next update."""
+        """Row i continues row origin[i] (N' <= N: rows not named are dropped): moved now, or
+        (dense) by the next update."""
         if self._buffers:
             self._origin = origin if self._origin is None else self._origin.index_select(0, origin)
+            return
+        if origin.shape[0] < self.k.shape[0]:  # rows dropped: smaller buffers
+            self.k, self.v = self.k.index_select(0, origin), self.v.index_select(0, origin)
             return
         for buffer in (self.k, self.v):
             written = buffer[:, :, : self.written_positions.length]  # (N, G, L, K)
@@ -214,7 +228,10 @@ class RingCache:
         return keys, values
 
     def reorder(self, origin: torch.Tensor) -> None:
-        """Row i continues row origin[i] (N,)."""
+        """Row i continues row origin[i] (N' <= N: rows not named are dropped)."""
+        if origin.shape[0] < self.k.shape[0]:
+            self.k, self.v = self.k.index_select(0, origin), self.v.index_select(0, origin)
+            return
         for buffer in (self.k, self.v):
             buffer.copy_(buffer.index_select(0, origin))
 
