@@ -299,9 +299,10 @@ class TrainConfig:
     """Peak learning rate."""
     warmup_steps: int = 4000
     """Linear warm-up updates before the schedule decays."""
-    schedule: Literal["inverse_sqrt", "cosine"] = "inverse_sqrt"
+    schedule: Literal["inverse_sqrt", "cosine", "constant"] = "inverse_sqrt"
     """Learning-rate decay after warm-up. cosine reaches min_lr at max_updates or, with
-    max_minutes, when this session's minutes run out (whichever comes first)."""
+    max_minutes, when this session's minutes run out (whichever comes first); constant keeps lr
+    (with ema_decay, the moving average does the annealing)."""
     min_lr: float = 0.0
     """Floor of the cosine schedule."""
     adam_beta1: float = 0.9

@@ -32,6 +32,13 @@ def test_cosine_ends_at_min_lr_and_passes_the_midpoint():
     assert all(a >= b for a, b in zip(lrs, lrs[1:]))
 
 
+def test_constant_warms_up_linearly_then_stays_at_lr_whatever_the_time_budget():
+    cfg = TrainConfig(lr=2e-3, warmup_steps=100, max_updates=300, schedule="constant")
+    assert learning_rate(50, cfg) == pytest.approx(1e-3)
+    assert [learning_rate(step, cfg) for step in (100, 101, 300, 10_000)] == [2e-3] * 4
+    assert learning_rate(200, cfg, time_progress=0.9) == 2e-3
+
+
 def test_no_warmup_starts_at_the_peak():
     cfg = TrainConfig(lr=2e-3, warmup_steps=0)
     assert learning_rate(1, cfg) == 2e-3 and learning_rate(4, cfg) == pytest.approx(1e-3)

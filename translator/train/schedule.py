@@ -9,7 +9,7 @@ from translator.config import TrainConfig
 
 
 def learning_rate(step: int, cfg: TrainConfig, time_progress: float = 0.0) -> float:
-    """Linear warm-up to `cfg.lr` over `warmup_steps`, then inverse-sqrt or cosine decay.
+    """Linear warm-up to `cfg.lr` over `warmup_steps`, then inverse-sqrt or cosine decay, or none.
 
     inverse_sqrt: lr * sqrt(warmup / step) after warm-up (Vaswani et al., with the peak set
     directly). cosine: from lr down to min_lr at max_updates, or sooner when `time_progress` (the
@@ -21,6 +21,8 @@ def learning_rate(step: int, cfg: TrainConfig, time_progress: float = 0.0) -> fl
         return cfg.lr * step / warmup
     if cfg.schedule == "inverse_sqrt":
         return cfg.lr * math.sqrt(warmup / step)
+    if cfg.schedule == "constant":
+        return cfg.lr
     progress = min(1.0, max((step - warmup) / max(1, cfg.max_updates - warmup), time_progress))
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
 
