@@ -6,8 +6,9 @@ buffer, which keeps the k best and which no open beam can evict (fairseq, Marian
 other proposals are the next open beams. A sentence stops when no open beam can still beat its
 n-th best finished hypothesis; the loop stops when every sentence has, or at the length limit,
 where only EOS is allowed. A sentence's shapes never change (Sockeye): an empty slot holds score
--inf. A sentence that is done leaves the batch (CTranslate2): on a CPU most of a batch's steps
-would otherwise go to sentences already done. Under CUDA graphs the batch keeps its shape.
+-inf. A sentence that is done leaves the batch (CTranslate2): in a large batch much of the work
+would otherwise go to sentences already done (docs/benchmarks/decode.md). Under CUDA graphs the
+batch keeps its shape.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def beam_search(
     finished_tokens = torch.full((B, k, steps + 1), EOS_ID, dtype=torch.long, device=device)
     row_offset = torch.arange(B, device=device)[:, None] * k  # (B, 1): first row of each sentence
     sentence = torch.arange(B, device=device)  # (B,) each row's sentence in the caller's batch
-    results = finished_scores.clone(), finished_tokens.clone()  # (B, k), (B, k, L): dropped ones
+    # what is returned, per sentence of the caller's batch: written as sentences leave it
+    out_scores, out_tokens = finished_scores.clone(), finished_tokens.clone()
 
     for step in range(steps):
         # 1. Next-token log-probs of every beam (the newest token goes in: the cache has the rest).
@@ -126,7 +128,7 @@ def beam_search(
         reachable = scores / longest_penalty.clamp(min=length_penalty(step + 2, alpha))[:, None]
         done = reachable.amax(dim=1) <= finished_scores[:, n - 1]  # (B,)
         scores = scores.masked_fill(done[:, None], float("-inf"))
-        n_done = int(done.sum())  # the one host sync per step
+        n_done = int(done.sum())  # the host sync of each step (and nonzero's below)
         if n_done == len(done):
             break
 
@@ -134,8 +136,8 @@ def beam_search(
         #    to the results, every per-sentence tensor keeps the others' rows, and so does the
         #    cache. A CUDA graph replays fixed shapes, so it steps done sentences along instead.
         if n_done and drop_finished and not fixed_shapes:
-            results[0][sentence[done]] = finished_scores[done]
-            results[1][sentence[done]] = finished_tokens[done]
+            out_scores[sentence[done]] = finished_scores[done]
+            out_tokens[sentence[done]] = finished_tokens[done]
             keep = (~done).nonzero().squeeze(1)  # (B',)
             rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)  # (B'*k,)
             sentence, scores, max_lens = sentence[keep], scores[keep], max_lens[keep]
@@ -146,8 +148,8 @@ def beam_search(
             cache.reorder(rows, sentences=keep)
             next_logits = decoding_step(model, memory, src_mask, cache)
 
-    results[0][sentence], results[1][sentence] = finished_scores, finished_tokens
-    best, rows = results[0].tolist(), results[1].tolist()
+    out_scores[sentence], out_tokens[sentence] = finished_scores, finished_tokens
+    best, rows = out_scores.tolist(), out_tokens.tolist()
     return [
         [
             Hypothesis(strip(rows[b][i], EOS_ID), best[b][i])

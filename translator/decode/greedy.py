@@ -53,7 +53,7 @@ def greedy_search(
     scores = torch.zeros(B, device=device)
     finished = torch.zeros(B, dtype=torch.bool, device=device)
     sentence = torch.arange(B, device=device)  # (B,) each row's sentence in the caller's batch
-    results = tokens.clone(), scores.clone()  # the rows of sentences that left the batch
+    out_tokens, out_scores = tokens.clone(), scores.clone()  # returned: written as rows leave
     # see log_softmax_into
     vocab_buffer = torch.empty(B, model.cfg.vocab_size, device=device, dtype=torch.float32)
     for step in range(steps):
@@ -67,19 +67,19 @@ def greedy_search(
         scores += torch.where(finished, 0.0, log_probs.gather(1, token[:, None]).squeeze(1))
         tokens[:, step + 1] = token
         finished |= token == EOS_ID
-        n_finished = int(finished.sum())  # the one host sync per step
+        n_finished = int(finished.sum())  # the host sync of each step (and nonzero's below)
         if n_finished == len(finished):
             break
         if n_finished and drop_finished and not fixed_shapes:  # ended rows leave the batch
             ended, keep = sentence[finished], (~finished).nonzero().squeeze(1)
-            results[0][ended], results[1][ended] = tokens[finished], scores[finished]
+            out_tokens[ended], out_scores[ended] = tokens[finished], scores[finished]
             sentence, tokens, scores = sentence[keep], tokens[keep], scores[keep]
             finished, max_lens, eos_from = finished[keep], max_lens[keep], eos_from[keep]
             memory, src_mask, vocab_buffer = memory[keep], src_mask[keep], vocab_buffer[: len(keep)]
             cache.reorder(keep, sentences=keep)
             next_logits = decoding_step(model, memory, src_mask, cache)
-    results[0][sentence], results[1][sentence] = tokens, scores
+    out_tokens[sentence], out_scores[sentence] = tokens, scores
     return [
         Hypothesis(strip(row, EOS_ID), float(s))
-        for row, s in zip(results[0].tolist(), results[1].tolist())
+        for row, s in zip(out_tokens.tolist(), out_scores.tolist())
     ]
