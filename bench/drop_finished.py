@@ -18,11 +18,7 @@ import time
 
 import torch
 
-from translator.data.batching import pad, padding_mask
-from translator.data.tokenizer import EOS_ID
-from translator.decode.beam import beam_search
-from translator.decode.greedy import greedy_search
-from translator.translate import length_batches, load
+from translator.translate import length_batches, load, search, with_overrides
 
 
 def main() -> None:
@@ -39,33 +35,14 @@ def main() -> None:
     with open(args.source, encoding="utf-8") as handle:
         lines = handle.read().splitlines()[: args.lines or None]
     ids = [row for row in tokenizer.encode(lines) if row]
-    batches = [
-        pad([ids[i] for i in rows], suffix=[EOS_ID])
-        for rows in length_batches([len(row) for row in ids], cfg.decode.batch_tokens)
-    ]
-    limits = dict(
-        max_len_a=cfg.decode.max_len_a, max_len_b=cfg.decode.max_len_b, min_len=cfg.decode.min_len
-    )
+    batches = list(length_batches([len(row) for row in ids], cfg.decode.batch_tokens))
+    decode_cfg = with_overrides(cfg.decode, beam_size=args.beam)
 
     def decode(drop: bool) -> tuple[float, list]:
         began, found = time.perf_counter(), []
-        for src in batches:
-            if args.beam == 1:
-                hyps = greedy_search(model, src, padding_mask(src), drop_finished=drop, **limits)
-            else:
-                hyps = [
-                    best[0]
-                    for best in beam_search(
-                        model,
-                        src,
-                        padding_mask(src),
-                        beam_size=args.beam,
-                        alpha=cfg.decode.length_penalty,
-                        drop_finished=drop,
-                        **limits,
-                    )
-                ]
-            found += [(h.tokens, round(h.score, 4)) for h in hyps]
+        for rows in batches:
+            hyps = search(model, [ids[i] for i in rows], decode_cfg, drop_finished=drop)
+            found += [(best[0].tokens, round(best[0].score, 4)) for best in hyps]
         return time.perf_counter() - began, found
 
     print(

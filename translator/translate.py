@@ -63,9 +63,15 @@ def with_overrides(decode: DecodeConfig, **values) -> DecodeConfig:
 
 
 def search(
-    model: Transformer, src_ids: list[list[int]], decode: DecodeConfig, nbest: int = 1
+    model: Transformer,
+    src_ids: list[list[int]],
+    decode: DecodeConfig,
+    nbest: int = 1,
+    drop_finished: bool = True,
 ) -> list[list[Hypothesis]]:
-    """Decode one batch of id lists (no EOS) on the model's device -> nbest hypotheses each."""
+    """Decode one batch of id lists (no EOS) on the model's device -> nbest hypotheses each.
+
+    `drop_finished=False`: every row is stepped to the end (the searches' reference; benchmarks)."""
     device = next(model.parameters()).device
     src = pad(src_ids, suffix=[EOS_ID]).to(device)  # (B, S)
     src_mask = padding_mask(src)  # (B, 1, 1, S)
@@ -78,6 +84,7 @@ def search(
             max_len_b=decode.max_len_b,
             min_len=decode.min_len,
             cuda_graphs=decode.cuda_graphs,
+            drop_finished=drop_finished,
         )
         return [[h] for h in hyps]
     return beam_search(
@@ -91,6 +98,7 @@ def search(
         min_len=decode.min_len,
         nbest=nbest,
         cuda_graphs=decode.cuda_graphs,
+        drop_finished=drop_finished,
     )
 
 
