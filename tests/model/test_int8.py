@@ -41,7 +41,7 @@ def reverser() -> Transformer:
     model = Transformer(tiny_config(d_model=64, d_ff=128))
     optimizer = torch.optim.Adam(model.train().parameters(), lr=5e-3)
     generator = torch.Generator().manual_seed(0)
-    for _ in range(300):
+    for _ in range(500):
         src, tgt_in, tgt_out = reversal_batch(generator)
         logits = model(src, tgt_in, padding_mask(src))
         loss = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD)
@@ -104,4 +104,5 @@ def test_int8_greedy_search_agrees_with_fp32_on_most_sentences(reverser):
     mask = padding_mask(src)
     want = [h.tokens for h in greedy_search(reverser, src, mask, max_len_a=1.0, max_len_b=4)]
     got = [h.tokens for h in greedy_search(int8, src, mask, max_len_a=1.0, max_len_b=4)]
-    assert sum(g == w for g, w in zip(got, want)) >= 0.85 * len(want)  # 58-63 of 64 seen
+    # seen: 60 of 64 (AVX512 CPU); at 300 training updates 58-63 on AVX2 but 54 on AVX512
+    assert sum(g == w for g, w in zip(got, want)) >= 0.85 * len(want)
