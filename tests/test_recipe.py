@@ -180,3 +180,32 @@ def test_too_few_kept_checkpoints_are_refused_in_one_line_before_training(prepar
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1
     assert "train.keep_last" in done.stderr and not (tmp_path / "runs").exists()
+
+
+def test_an_ensemble_recipe_trains_its_members_side_by_side_and_scores_them_as_one(
+    finished, prepared, tmp_path
+):
+    _, single = finished
+    cfg = variant(prepared, tmp_path / "run", *SETTINGS)
+    manifest = recipe.run(cfg, budget_minutes=10, average_last=2, quiet=True, members=2)
+    run_dir = tmp_path / "run"
+    seeds = [
+        json.loads((run_dir / m / "manifest.json").read_text())["sessions"][-1]
+        for m in ("member-1", "member-2")
+    ]
+    assert all(s["end_reason"] == "max_updates" for s in seeds)
+    # member 1 is the single recipe's run (same seed, same batches, one thread as there); member
+    # 2 has the next seed, so another model
+    assert manifest["valid"]["member-1/avg.pt"] == single["valid"]["avg.pt"]
+    assert manifest["valid"]["member-1/best.pt"] == single["valid"]["best.pt"]
+    m1 = (run_dir / "member-1" / "valid.avg.hyp").read_text()
+    assert m1 != (run_dir / "member-2" / "valid.avg.hyp").read_text()
+    assert manifest["members"] == 2 and len(manifest["chosen"]) == 2
+    assert [c.split("/")[0] for c in manifest["chosen"]] == ["member-1", "member-2"]
+    assert manifest["valid"]["ensemble"].keys() == single["valid"]["avg.pt"].keys()
+    assert manifest["test"] is not None and (run_dir / "test.ensemble.hyp").is_file()
+    assert len(read_lines(run_dir / "test.ensemble.hyp")) == len(
+        read_lines(MULTI30K / "test2016.en")
+    )
+    assert "test, member-1/" in (run_dir / "scores.txt").read_text()
+    assert manifest["budget"]["within"]

@@ -32,6 +32,14 @@ ConfigArg = Annotated[
 CkptArg = Annotated[
     Path, typer.Argument(help="Checkpoint written by `translator train`.", show_default=False)
 ]
+CkptsArg = Annotated[
+    list[Path],
+    typer.Argument(
+        help="Checkpoint written by `translator train`; several: decoded as one ensemble "
+        "(the mean of their next-token probabilities; one vocabulary).",
+        show_default=False,
+    ),
+]
 SetOpt = Annotated[
     Optional[list[str]],
     typer.Option(
@@ -169,7 +177,7 @@ def train(
 
 @app.command("eval")
 def evaluate(
-    ckpt: CkptArg,
+    ckpt: CkptsArg,
     split: Annotated[
         str, typer.Option("--split", help="Prepared split to score: valid or test.")
     ] = "test",
@@ -198,6 +206,7 @@ def evaluate(
     """Translate a test set and print sacreBLEU (with signature) and chrF; hypotheses go to a file.
 
     Example: translator eval runs/multi30k/best.pt --split test --beam 4 --length-penalty 1.0
+    (an ensemble: translator eval runs/a/best.pt runs/b/best.pt --split test)
     """
     from translator import evaluate as evaluate_mod
 
@@ -220,7 +229,7 @@ def evaluate(
 
 @app.command()
 def translate(
-    ckpt: CkptArg,
+    ckpt: CkptsArg,
     beam: BeamOpt = None,
     nbest: Annotated[
         int,

@@ -12,7 +12,13 @@ from translator.errors import TranslatorError
 from translator.files import atomic_write, read_lines
 from translator.prepared import prepared_dir
 from translator.stream import log, model_precision, sentence_progress, warn_stderr
-from translator.translate import load, translate_lines, with_overrides
+from translator.translate import (
+    Checkpoints,
+    checkpoint_list,
+    load_models,
+    translate_lines,
+    with_overrides,
+)
 
 # ISO 639 codes other than the two-letter ones that sacreBLEU knows for its language tokenizers
 LANGUAGE_ALIASES = {"zho": "zh", "chi": "zh", "cmn": "zh", "jpn": "ja", "kor": "ko"}
@@ -82,7 +88,7 @@ def bleu_metric(tgt_lang: str) -> sacrebleu.BLEU:
 
 
 def run(
-    ckpt: str | Path,
+    ckpt: Checkpoints,
     *,
     split: str = "test",
     src_file: str | Path | None = None,
@@ -106,7 +112,7 @@ def run(
         raise TranslatorError(
             "--src and --ref go together", "eval", "give both, or neither to use a split"
         )
-    model, cfg, tokenizer = load(ckpt, device, dtype)
+    model, cfg, tokenizer = load_models(ckpt, device, dtype)
     cfg.decode = with_overrides(
         cfg.decode, beam_size=beam, length_penalty=length_penalty, cuda_graphs=cuda_graphs
     )
@@ -134,7 +140,11 @@ def run(
         raise TranslatorError(
             "nothing to score: the files are empty", str(src_file), "give a non-empty test set"
         )
-    hyp_path = Path(hyp_file) if hyp_file else Path(ckpt).parent / f"{Path(ref_file).name}.hyp"
+    hyp_path = (
+        Path(hyp_file)
+        if hyp_file
+        else checkpoint_list(ckpt)[0].parent / f"{Path(ref_file).name}.hyp"
+    )
     if hyp_path.resolve() in (Path(src_file).resolve(), Path(ref_file).resolve()):
         raise TranslatorError(
             "the hypotheses would overwrite an input", str(hyp_path), "give another -o file"

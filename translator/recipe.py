@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import multiprocessing
 import os
 import platform
 import sys
@@ -24,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
+import torch
 import typer
 
 from translator import checkpoint, config, evaluate, prepare
@@ -47,6 +49,7 @@ def run(
     reserve_minutes: float = 1.0,
     quiet: bool = False,
     score_test: bool = True,
+    members: int = 1,
 ) -> dict[str, Any]:
     """The recipe; returns the manifest it writes to run_dir/recipe.json.
 
@@ -54,6 +57,10 @@ def run(
     reserve covers the validation and save after the time limit, and the averaging. Without
     `score_test` (runs that make a choice), the test split is not looked at; a finished choosing
     run, run again with it, has the checkpoint it chose scored on test and trains nothing.
+
+    members > 1: an ensemble. That many models (seeds seed, seed + 1, ...) train at the same time
+    in run_dir/member-1, member-2, ..., the CPU threads split between them, within the same
+    budget; each keeps its average or best.pt by valid BLEU, and the ensemble of those is scored.
     """
     run_dir = Path(cfg.train.run_dir)
     if score_test and (run_dir / MANIFEST).is_file():
@@ -63,31 +70,43 @@ def run(
     seconds: dict[str, float] = {}
     with stage(seconds, "prepare"):
         prepare.run(cfg, quiet=quiet)
+    configs = member_configs(cfg, members)
     with stage(seconds, "train"):
-        if (minutes := training_minutes(run_dir, budget_minutes - reserve_minutes)) > 0:
-            cfg.train.max_minutes = minutes
-            loop.run(cfg, quiet=quiet)
-    if training_minutes(run_dir, budget_minutes - reserve_minutes) > 0:  # stopped early
-        raise TranslatorError(
-            "training stopped before its budget was spent (interrupted?)",
-            str(run_dir / "manifest.json"),
-            "run the recipe again: it resumes with the rest of the budget",
-        )
+        train_members(configs, budget_minutes - reserve_minutes, quiet)
+    for member in configs:
+        member_dir = Path(member.train.run_dir)
+        if training_minutes(member_dir, budget_minutes - reserve_minutes) > 0:  # stopped early
+            raise TranslatorError(
+                "training stopped before its budget was spent (interrupted?)",
+                str(member_dir / "manifest.json"),
+                "run the recipe again: it resumes with the rest of the budget",
+            )
     with stage(seconds, "average"):
-        averaged = checkpoint.step_files(run_dir)[-average_last:]
-        checkpoint.average(averaged, run_dir / "avg.pt")
-    valid, chosen, test = choose_on_valid(run_dir, seconds, quiet, score_test)
+        for member in configs:
+            member_dir = Path(member.train.run_dir)
+            averaged = checkpoint.step_files(member_dir)[-average_last:]
+            checkpoint.average(averaged, member_dir / "avg.pt")
+    if members == 1:
+        valid, chosen, test = choose_on_valid(run_dir, seconds, quiet, score_test)
+    else:
+        valid, chosen, test = ensemble_on_valid(run_dir, configs, seconds, quiet, score_test)
     manifest = {
         "command": command_line(),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "git": code,
         "data": data_files(cfg),
         # as trained (vocabulary sizes filled in, the last session's max_minutes)
-        "config": checkpoint.read(run_dir / chosen)["config"],
+        "config": checkpoint.read(run_dir / first(chosen))["config"],
         "seed": cfg.train.seed,
+        "members": members,
         "hardware": hardware(),
         "versions": versions(),
-        **budget_record(run_dir, budget_minutes, reserve_minutes, seconds["average"]),
+        **budget_record(
+            [Path(m.train.run_dir) for m in configs],
+            budget_minutes,
+            reserve_minutes,
+            seconds["average"],
+        ),
         "averaged": [p.name for p in averaged],
         "valid": {name: dataclasses.asdict(s) for name, s in valid.items()},
         "chosen": chosen,
@@ -96,6 +115,11 @@ def run(
     }
     write_results(run_dir, manifest, valid, chosen, test)
     return manifest
+
+
+def first(chosen: str | list[str]) -> str:
+    """The chosen checkpoint, or an ensemble's first member's."""
+    return chosen[0] if isinstance(chosen, list) else chosen
 
 
 def score_chosen_on_test(run_dir: Path, quiet: bool) -> dict[str, Any]:
@@ -146,11 +170,12 @@ def check_start(run_dir: Path, cfg: Config, average_last: int) -> None:
 
 
 def budget_record(
-    run_dir: Path, budget_minutes: float, reserve_minutes: float, average_s: float
+    run_dirs: list[Path], budget_minutes: float, reserve_minutes: float, average_s: float
 ) -> dict[str, Any]:
-    """The manifest's `budget` (what it allowed, what was used) and `training` (its sessions)."""
-    sessions = train_sessions(run_dir)
-    trained = round(sum(s["seconds"] for s in sessions), 1)
+    """The manifest's `budget` (what it allowed, what was used) and `training` (the sessions of
+    the last run directory; members train side by side, so the longest one is what was used)."""
+    trained = max(round(sum(s["seconds"] for s in train_sessions(d)), 1) for d in run_dirs)
+    sessions = train_sessions(run_dirs[-1])
     return {
         "budget": {
             "minutes": budget_minutes,
@@ -189,6 +214,93 @@ def training_minutes(run_dir: Path, budget_minutes: float) -> float:
     return budget_minutes - sum(s["seconds"] for s in sessions) / 60
 
 
+def member_configs(cfg: Config, members: int) -> list[Config]:
+    """The recipe's one config, or one per ensemble member: run_dir/member-i, seed + i - 1."""
+    if members == 1:
+        return [cfg]
+    return [
+        dataclasses.replace(
+            cfg,
+            train=dataclasses.replace(
+                cfg.train,
+                run_dir=str(Path(cfg.train.run_dir) / f"member-{i}"),
+                seed=cfg.train.seed + i - 1,
+            ),
+        )
+        for i in range(1, members + 1)
+    ]
+
+
+def train_members(configs: list[Config], budget_minutes: float, quiet: bool) -> None:
+    """Train each config for the rest of its budget; several at once in their own processes.
+
+    Two processes of one thread each do more work on two cores than one process of two threads
+    (docs/experiments.md), which is what makes an ensemble worth its budget on a small CPU.
+    """
+    todo = [c for c in configs if training_minutes(Path(c.train.run_dir), budget_minutes) > 0]
+    for c in todo:
+        c.train.max_minutes = training_minutes(Path(c.train.run_dir), budget_minutes)
+    if len(configs) == 1:
+        if todo:
+            loop.run(todo[0], quiet=quiet)
+        return
+    threads = max(1, torch.get_num_threads() // len(configs))
+    spawn = multiprocessing.get_context("spawn")  # no fork of a process holding torch threads
+    processes = [
+        spawn.Process(target=train_member, args=(c, threads, quiet or i > 0))
+        for i, c in enumerate(todo)  # only the first shows progress
+    ]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join()
+    failed = [c.train.run_dir for c, p in zip(todo, processes) if p.exitcode != 0]
+    if failed:
+        raise TranslatorError(
+            f"training of {len(failed)} ensemble member(s) failed",
+            ", ".join(failed),
+            "see their train.log; run the recipe again to resume",
+        )
+
+
+def train_member(cfg: Config, threads: int, quiet: bool) -> None:
+    """One ensemble member's training, in its own process."""
+    torch.set_num_threads(threads)
+    try:
+        loop.run(cfg, quiet=quiet)
+    except TranslatorError as err:
+        typer.echo(f"error: {err}", err=True)
+        sys.exit(1)
+
+
+def ensemble_on_valid(
+    run_dir: Path,
+    configs: list[Config],
+    seconds: dict[str, float],
+    quiet: bool,
+    score_test: bool = True,
+) -> tuple[dict[str, evaluate.Scores], list[str], evaluate.Scores | None]:
+    """Each member keeps avg.pt or best.pt by valid BLEU; the ensemble of those on valid (and,
+    only it, on test)."""
+    valid: dict[str, evaluate.Scores] = {}
+    chosen = []
+    with stage(seconds, "eval_valid"):
+        for member in configs:
+            name = Path(member.train.run_dir).name
+            scores = {
+                f"{name}/{ckpt}": score(run_dir, f"{name}/{ckpt}", "valid", quiet)
+                for ckpt in ("avg.pt", "best.pt")
+            }
+            valid |= scores
+            chosen.append(max(scores, key=lambda n: scores[n].bleu))
+        valid["ensemble"] = score(run_dir, chosen, "valid", quiet)
+    if not score_test:
+        return valid, chosen, None
+    with stage(seconds, "eval_test"):
+        test = score(run_dir, chosen, "test", quiet)
+    return valid, chosen, test
+
+
 def choose_on_valid(
     run_dir: Path, seconds: dict[str, float], quiet: bool, score_test: bool = True
 ) -> tuple[dict[str, evaluate.Scores], str, evaluate.Scores | None]:
@@ -203,10 +315,15 @@ def choose_on_valid(
     return valid, chosen, test
 
 
-def score(run_dir: Path, name: str, split: str, quiet: bool) -> evaluate.Scores:
-    """`translator eval CKPT --split SPLIT --lc-tok`, hypotheses to run_dir/SPLIT.CKPT-STEM.hyp."""
-    hyp_file = run_dir / f"{split}.{Path(name).stem}.hyp"
-    return evaluate.run(run_dir / name, split=split, hyp_file=hyp_file, lc_tok=True, quiet=quiet)
+def score(run_dir: Path, name: str | list[str], split: str, quiet: bool) -> evaluate.Scores:
+    """`translator eval CKPT --split SPLIT --lc-tok`, hypotheses to run_dir/SPLIT.CKPT-STEM.hyp
+    (a member's beside it, SPLIT.ensemble.hyp for a list of checkpoints: the ensemble)."""
+    if isinstance(name, list):
+        ckpts, hyp_file = [run_dir / n for n in name], run_dir / f"{split}.ensemble.hyp"
+    else:
+        ckpts = run_dir / name
+        hyp_file = ckpts.parent / f"{split}.{ckpts.stem}.hyp"
+    return evaluate.run(ckpts, split=split, hyp_file=hyp_file, lc_tok=True, quiet=quiet)
 
 
 def data_files(cfg: Config) -> dict[str, Any]:
@@ -220,8 +337,6 @@ def data_files(cfg: Config) -> dict[str, Any]:
 
 def hardware() -> dict[str, Any]:
     """CPU model and cores, native bf16, GPU (if any), torch build and threads."""
-    import torch
-
     cpu = platform.processor() or platform.machine()
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
@@ -244,13 +359,14 @@ def write_results(
     run_dir: Path,
     manifest: dict[str, Any],
     valid: dict[str, evaluate.Scores],
-    chosen: str,
+    chosen: str | list[str],
     test: evaluate.Scores | None,
 ) -> None:
     """scores.txt (what eval prints, for each checkpoint scored) and recipe.json, atomically."""
     lines = [f"valid, {name}:\n  " + "\n  ".join(s.lines()) for name, s in valid.items()]
     if test:
-        lines.append(f"test, {chosen} (the better on valid):\n  " + "\n  ".join(test.lines()))
+        what = " + ".join(chosen) if isinstance(chosen, list) else chosen
+        lines.append(f"test, {what} (the better on valid):\n  " + "\n  ".join(test.lines()))
     with atomic_write(run_dir / "scores.txt") as handle:
         handle.write("\n".join(lines) + "\n")
     with atomic_write(run_dir / MANIFEST) as handle:  # last: its presence marks a finished recipe
@@ -286,6 +402,15 @@ def main(
             help="Score valid only (runs that make a choice; run again without it to score test).",
         ),
     ] = False,
+    members: Annotated[
+        int,
+        typer.Option(
+            "--members",
+            min=1,
+            help="Models trained side by side (seeds seed, seed + 1, ...) and decoded as one "
+            "ensemble.",
+        ),
+    ] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or log lines.")] = False,
 ) -> None:
     """Prepare, train within --budget minutes, average, pick on valid, score test; see recipe.json.
@@ -296,7 +421,7 @@ def main(
     cfg = config.load(config_path, set or [])
     if data:  # taken literally, as `translator train --data`
         cfg.data = dataclasses.replace(cfg.data, source=data)
-    manifest = run(cfg, budget, average, reserve, quiet, score_test=not valid_only)
+    manifest = run(cfg, budget, average, reserve, quiet, score_test=not valid_only, members=members)
     typer.echo((Path(cfg.train.run_dir) / "scores.txt").read_text().rstrip())
     typer.echo(f"manifest: {Path(cfg.train.run_dir) / MANIFEST} (chosen: {manifest['chosen']})")
 

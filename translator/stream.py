@@ -9,7 +9,6 @@ import select
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TextIO
 
 from rich.console import Console
@@ -22,11 +21,11 @@ from translator.device import describe
 from translator.errors import TranslatorError
 from translator.model.inference import is_int8
 from translator.model.transformer import Transformer
-from translator.translate import load, translate_lines, with_overrides
+from translator.translate import Checkpoints, load_models, translate_lines, with_overrides
 
 
 def run(
-    ckpt: str | Path,
+    ckpt: Checkpoints,
     *,
     nbest: int = 1,
     beam: int | None = None,
@@ -41,7 +40,8 @@ def run(
     alignment_layer: int | None = None,
     quiet: bool = False,
 ) -> int:
-    """The `translate` command: stdin to stdout through a checkpoint; returns the line count.
+    """The `translate` command: stdin to stdout through a checkpoint (several: an ensemble);
+    returns the line count.
 
     Flags left None take the checkpoint's decode.* values. Unless quiet, one log line on stderr says
     which device and dtype were chosen.
@@ -50,7 +50,7 @@ def run(
         raise TranslatorError(
             "stdin or stdout is closed", "translate", "give input on stdin and somewhere for stdout"
         )
-    model, cfg, tokenizer = load(ckpt, device, dtype)
+    model, cfg, tokenizer = load_models(ckpt, device, dtype)
     decode = with_overrides(
         cfg.decode,
         beam_size=beam,

@@ -15,7 +15,7 @@ Reading stdin and the progress bar are in `stream.py`; device and dtype names in
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -32,6 +32,7 @@ from translator.device import int8_device, resolve_device, resolve_dtype
 from translator.diagnostics.alignment import align_hypotheses, check_layer, join_alignments
 from translator.diagnostics.words import pharaoh
 from translator.errors import TranslatorError
+from translator.model.ensemble import Ensemble
 from translator.model.inference import for_cpu_decoding
 from translator.model.transformer import Transformer
 
@@ -54,6 +55,33 @@ def load(
     if torch_device.type == "cpu":
         for_cpu_decoding(model, int8)  # faster kernels for a search, and int8 if asked (logged)
     return model, cfg, tokenizer
+
+
+Checkpoints = str | Path | Sequence[str | Path]  # one, or several decoded as an ensemble
+
+
+def checkpoint_list(ckpt: Checkpoints) -> list[Path]:
+    return [Path(ckpt)] if isinstance(ckpt, (str, Path)) else [Path(c) for c in ckpt]
+
+
+def load_models(
+    ckpt: Checkpoints, device: str | None = None, dtype: str | None = None
+) -> tuple[Transformer | Ensemble, Config, Tokenizer]:
+    """One checkpoint's model, or several decoded as one ensemble (model/ensemble.py); the config
+    (decode.* defaults) and tokenizer are the first checkpoint's."""
+    ckpts = checkpoint_list(ckpt)
+    loaded = [load(ckpt, device, dtype) for ckpt in ckpts]
+    if len(loaded) == 1:
+        return loaded[0]
+    model, cfg, tokenizer = loaded[0]
+    for ckpt, (_, _, other) in zip(ckpts[1:], loaded[1:]):
+        if other.checksum() != tokenizer.checksum():
+            raise TranslatorError(
+                f"its SentencePiece model differs from {ckpts[0]}'s",
+                str(ckpt),
+                "ensemble only checkpoints trained on the same prepared vocabulary",
+            )
+    return Ensemble([m for m, _, _ in loaded]), cfg, tokenizer
 
 
 def with_overrides(decode: DecodeConfig, **values) -> DecodeConfig:
@@ -159,6 +187,12 @@ def translate_lines(
             f"({model.cfg.vocab_size} tokens)",
             "--beam/--nbest",
             "use a smaller beam",
+        )
+    if alignment_layer is not None and isinstance(model, Ensemble):
+        raise TranslatorError(
+            "alignments are read from one model's cross-attention, not an ensemble's",
+            "--alignments",
+            "give one checkpoint",
         )
     if alignment_layer is not None:
         check_layer(model, alignment_layer)  # before any decoding
