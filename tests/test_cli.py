@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -11,9 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from tests.conftest import REPO, tiny_overrides
+from tests.conftest import MULTI30K, REPO, tiny_overrides
 from tests.data.conftest import small_splits, write_text_corpus
+from translator.files import read_lines
 
 CLI = [sys.executable, "-m", "translator"]
 
@@ -287,3 +290,43 @@ def test_an_oserror_is_one_line_naming_its_file(monkeypatch, capsys, filename):
     err = capsys.readouterr().err
     assert exited.value.code == 1 and err.count("\n") == 1
     assert err.startswith("error: /runs/x/") and ": Permission denied (check the path" in err
+
+
+def test_several_checkpoints_translate_and_eval_as_one_ensemble(tiny, tmp_path):
+    """`translate A B` and `eval A B` decode the ensemble (the two commands agree); `A A` is A
+    alone; a checkpoint of another vocabulary, or alignments, are one-line errors."""
+    from translator import checkpoint
+    from translator.data.tokenizer import Tokenizer, train_sentencepiece
+    from translator.model.transformer import Transformer
+
+    torch.manual_seed(1)
+    other_seed = tmp_path / "b.pt"
+    checkpoint.save(other_seed, Transformer(tiny.cfg.model).eval(), tiny.cfg, tiny.tokenizer)
+    lines = read_lines(MULTI30K / "test2016.en")[:6]
+    src, ref = tmp_path / "src.en", tmp_path / "ref.de"
+    src.write_text("\n".join(lines) + "\n")
+    ref.write_text("\n".join(read_lines(MULTI30K / "test2016.de")[:6]) + "\n")
+    a, b, stdin = str(tiny.path), str(other_seed), "\n".join(lines) + "\n"
+    alone, twice, both = (
+        run_cli("translate", *ckpts, "--beam", "2", "-q", stdin=stdin)
+        for ckpts in ([a], [a, a], [a, b])
+    )
+    assert alone.returncode == twice.returncode == both.returncode == 0, both.stderr
+    assert twice.stdout == alone.stdout and len(both.stdout.splitlines()) == len(lines)
+    scored = run_cli(
+        "eval", a, b, "--src", str(src), "--ref", str(ref), "--beam", "2", "-o", str(tmp_path / "h")
+    )
+    assert scored.returncode == 0, scored.stderr
+    assert (tmp_path / "h").read_text() == both.stdout
+
+    vocab = train_sentencepiece(lines * 20, tmp_path / "other", vocab_size=60)
+    tokenizer = Tokenizer(vocab)
+    cfg = copy.deepcopy(tiny.cfg)
+    cfg.model.vocab_size = tokenizer.vocab_size
+    checkpoint.save(tmp_path / "c.pt", Transformer(cfg.model).eval(), cfg, tokenizer)
+    refused = run_cli("translate", a, str(tmp_path / "c.pt"), stdin=stdin)
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "c.pt" in refused.stderr and "SentencePiece" in refused.stderr
+    aligned = run_cli("translate", a, b, "--alignments", "-q", stdin=stdin)
+    assert aligned.returncode == 1 and aligned.stderr.count("\n") == 1, aligned.stderr
+    assert "ensemble" in aligned.stderr and "Traceback" not in aligned.stderr
