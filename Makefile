@@ -85,9 +85,14 @@ BUDGET  ?= 48
 AVERAGE_en-de := 1
 AVERAGE_de-en := 5
 AVERAGE ?= $(AVERAGE_$(DIR))
+# MEMBERS: models trained side by side within the budget (the CPU threads split between them) and
+# decoded as one ensemble; 1: a single model
+MEMBERS_en-de := 1
+MEMBERS_de-en := 1
+MEMBERS ?= $(MEMBERS_$(DIR))
 multi30k: $(STAMP)
 	$(BIN)/python -m translator.recipe configs/multi30k-$(DIR).yaml $(DATA_ARGS) \
-		--budget $(BUDGET) --average $(AVERAGE) $(ARGS)
+		--budget $(BUDGET) --average $(AVERAGE) --members $(MEMBERS) $(ARGS)
 
 # Speed and memory benchmarks; each writes docs/benchmarks/<name>.md (see docs/benchmarks.md).
 bench: bench-model bench-train bench-decode bench-launches
