@@ -208,4 +208,4 @@ def test_an_ensemble_recipe_trains_its_members_side_by_side_and_scores_them_as_o
         read_lines(MULTI30K / "test2016.en")
     )
     assert "test, member-1/" in (run_dir / "scores.txt").read_text()
-    assert manifest["budget"]["within"]
+    assert manifest["budget"]["within"] and manifest["training"]["member_updates"] == [6, 6]

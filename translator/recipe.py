@@ -172,10 +172,16 @@ def check_start(run_dir: Path, cfg: Config, average_last: int) -> None:
 def budget_record(
     run_dirs: list[Path], budget_minutes: float, reserve_minutes: float, average_s: float
 ) -> dict[str, Any]:
-    """The manifest's `budget` (what it allowed, what was used) and `training` (the sessions of
-    the last run directory; members train side by side, so the longest one is what was used)."""
+    """The manifest's `budget` (what it allowed, what was used) and `training` (its sessions).
+
+    Ensemble members train side by side: the longest one is what the budget used; `training`
+    describes the first member's sessions, and `member_updates` each member's last update.
+    """
     trained = max(round(sum(s["seconds"] for s in train_sessions(d)), 1) for d in run_dirs)
-    sessions = train_sessions(run_dirs[-1])
+    sessions = train_sessions(run_dirs[0])
+    members = {}
+    if len(run_dirs) > 1:
+        members = {"member_updates": [train_sessions(d)[-1]["last_update"] for d in run_dirs]}
     return {
         "budget": {
             "minutes": budget_minutes,
@@ -188,6 +194,7 @@ def budget_record(
             "sessions": len(sessions),
             "last_update": sessions[-1]["last_update"],
             "end_reason": sessions[-1]["end_reason"],
+            **members,
         },
     }
 
