@@ -19,6 +19,7 @@ from translator.data.progress import StatsColumn
 from translator.data.tokenizer import Tokenizer
 from translator.device import describe
 from translator.errors import TranslatorError
+from translator.model.ensemble import Ensemble
 from translator.model.inference import is_int8
 from translator.model.transformer import Transformer
 from translator.translate import Checkpoints, load_models, translate_lines, with_overrides
@@ -78,7 +79,7 @@ def run(
         )
 
 
-def model_precision(model: Transformer, asked: str) -> str:
+def model_precision(model: Transformer | Ensemble, asked: str) -> str:
     """The device and dtype the model is on, and why (see device.describe)."""
     weight = next(model.parameters())
     return describe(weight.device, weight.dtype, "int8" if is_int8(model) else asked)
@@ -145,7 +146,7 @@ def _ready(fd: int) -> bool:
 
 
 def translate_chunks(
-    model: Transformer,
+    model: Transformer | Ensemble,
     tokenizer: Tokenizer,
     decode: DecodeConfig,
     lines_in: Iterable[list[str]],

@@ -91,7 +91,7 @@ def with_overrides(decode: DecodeConfig, **values) -> DecodeConfig:
 
 
 def search(
-    model: Transformer,
+    model: Transformer | Ensemble,
     src_ids: list[list[int]],
     decode: DecodeConfig,
     nbest: int = 1,
@@ -162,7 +162,7 @@ def _cut_rank(pieces: list[str], i: int) -> tuple[bool, bool, int]:
 
 
 def translate_lines(
-    model: Transformer,
+    model: Transformer | Ensemble,
     tokenizer: Tokenizer,
     lines: list[str],
     decode: DecodeConfig,
