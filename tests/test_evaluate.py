@@ -364,7 +364,7 @@ def test_eval_flags_reach_the_run(monkeypatch):
         assert "BLEU = 100.00" in result.output
     assert seen == [
         (
-            (Path("m.pt"),),
+            ([Path("m.pt")],),  # a list: several checkpoints are an ensemble
             dict(
                 split="valid",
                 src_file=Path("s.en"),
@@ -380,7 +380,7 @@ def test_eval_flags_reach_the_run(monkeypatch):
             ),
         ),
         (
-            (Path("m.pt"),),
+            ([Path("m.pt")],),
             dict(
                 split="test",
                 src_file=None,

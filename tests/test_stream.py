@@ -79,10 +79,10 @@ def test_translate_device_dtype_and_quiet_flags_reach_load_and_the_bar(tiny, mon
     from translator import cli
 
     loads, quiets = [], []
-    real_load = stream.load
+    real_load = stream.load_models
     monkeypatch.setattr(
         stream,
-        "load",
+        "load_models",
         lambda ckpt, device, dtype: loads.append((device, dtype)) or real_load(ckpt, "cpu", "fp32"),
     )
     monkeypatch.setattr(
