@@ -71,10 +71,10 @@ def run(
     with stage(seconds, "prepare"):
         prepare.run(cfg, quiet=quiet)
     configs = member_configs(cfg, members)
+    member_dirs = [Path(c.train.run_dir) for c in configs]  # [run_dir] for one model
     with stage(seconds, "train"):
         train_members(configs, budget_minutes - reserve_minutes, quiet)
-    for member in configs:
-        member_dir = Path(member.train.run_dir)
+    for member_dir in member_dirs:
         if training_minutes(member_dir, budget_minutes - reserve_minutes) > 0:  # stopped early
             raise TranslatorError(
                 "training stopped before its budget was spent (interrupted?)",
@@ -82,14 +82,13 @@ def run(
                 "run the recipe again: it resumes with the rest of the budget",
             )
     with stage(seconds, "average"):
-        for member in configs:
-            member_dir = Path(member.train.run_dir)
+        for member_dir in member_dirs:
             averaged = checkpoint.step_files(member_dir)[-average_last:]
             checkpoint.average(averaged, member_dir / "avg.pt")
     if members == 1:
         valid, chosen, test = choose_on_valid(run_dir, seconds, quiet, score_test)
     else:
-        valid, chosen, test = ensemble_on_valid(run_dir, configs, seconds, quiet, score_test)
+        valid, chosen, test = ensemble_on_valid(run_dir, member_dirs, seconds, quiet, score_test)
     manifest = {
         "command": command_line(),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -101,12 +100,7 @@ def run(
         "members": members,
         "hardware": hardware(),
         "versions": versions(),
-        **budget_record(
-            [Path(m.train.run_dir) for m in configs],
-            budget_minutes,
-            reserve_minutes,
-            seconds["average"],
-        ),
+        **budget_record(member_dirs, budget_minutes, reserve_minutes, seconds["average"]),
         "averaged": [p.name for p in averaged],
         "valid": {name: dataclasses.asdict(s) for name, s in valid.items()},
         "chosen": chosen,
@@ -244,9 +238,11 @@ def train_members(configs: list[Config], budget_minutes: float, quiet: bool) -> 
     Two processes of one thread each do more work on two cores than one process of two threads
     (docs/experiments.md), which is what makes an ensemble worth its budget on a small CPU.
     """
-    todo = [c for c in configs if training_minutes(Path(c.train.run_dir), budget_minutes) > 0]
-    for c in todo:
-        c.train.max_minutes = training_minutes(Path(c.train.run_dir), budget_minutes)
+    todo = []  # the configs with budget left, given its rest as max_minutes
+    for c in configs:
+        if (minutes := training_minutes(Path(c.train.run_dir), budget_minutes)) > 0:
+            c.train.max_minutes = minutes
+            todo.append(c)
     if len(configs) == 1:
         if todo:
             loop.run(todo[0], quiet=quiet)
@@ -282,7 +278,7 @@ def train_member(cfg: Config, threads: int, quiet: bool) -> None:
 
 def ensemble_on_valid(
     run_dir: Path,
-    configs: list[Config],
+    member_dirs: list[Path],
     seconds: dict[str, float],
     quiet: bool,
     score_test: bool = True,
@@ -292,8 +288,7 @@ def ensemble_on_valid(
     valid: dict[str, evaluate.Scores] = {}
     chosen = []
     with stage(seconds, "eval_valid"):
-        for member in configs:
-            name = Path(member.train.run_dir).name
+        for name in (d.name for d in member_dirs):
             scores = {
                 f"{name}/{ckpt}": score(run_dir, f"{name}/{ckpt}", "valid", quiet)
                 for ckpt in ("avg.pt", "best.pt")

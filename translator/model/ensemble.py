@@ -27,10 +27,6 @@ class EnsembleCache:
         self.members = caches
         self.fixed_shapes = caches[0].fixed_shapes
 
-    @property
-    def length(self) -> int:
-        return self.members[0].length
-
     def advance(self, T: int) -> None:
         for cache in self.members:
             cache.advance(T)
