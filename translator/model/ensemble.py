@@ -62,13 +62,14 @@ class Ensemble(nn.Module):
     ) -> torch.Tensor:
         """tgt (N, T) new ids -> log of the mean next-token probability (N, T, V), fp32."""
         memories = memory.split(self.widths, dim=-1)
-        log_probs = torch.stack(
-            [
-                m.decode(tgt, mem, src_mask, kv).float().log_softmax(dim=-1)
-                for m, mem, kv in zip(self.members, memories, cache.members)
-            ]
-        )  # (M, N, T, V)
-        return torch.logsumexp(log_probs, dim=0) - math.log(len(self.members))
+        total = None  # log sum_m p_m, accumulated in place
+        for m, mem, kv in zip(self.members, memories, cache.members):
+            logits = m.decode(tgt, mem, src_mask, kv).float()  # (N, T, V), a fresh tensor
+            # in place, with no stacked (M, N, T, V) copy: on CPU every fresh (N, T, V) tensor
+            # costs its page faults again (decode/__init__.py: log_softmax_into)
+            log_p = torch.log_softmax(logits, dim=-1, out=logits)
+            total = log_p if total is None else torch.logaddexp(total, log_p, out=total)
+        return total.sub_(math.log(len(self.members)))
 
     def new_cache(
         self,
