@@ -313,8 +313,9 @@ def report(args: argparse.Namespace) -> None:
     if args.out:
         from translator.files import atomic_write
 
-        page = Path(args.out).read_text(encoding="utf-8")
-        with atomic_write(Path(args.out)) as handle:
+        out = Path(args.out)
+        page = out.read_text(encoding="utf-8") if out.exists() else "# Decoding speed\n"
+        with atomic_write(out) as handle:
             handle.write(insert_section(page, section))
 
 

@@ -192,6 +192,26 @@ def test_attention_equals_written_out_formula_cuda_bf16(n_kv_heads):
         torch.testing.assert_close(out.float().cpu(), want.float(), atol=3e-2, rtol=3e-2)
 
 
+@pytest.mark.cuda
+@cuda
+def test_sdpa_on_cuda_never_runs_cudnn():
+    """cuDNN's kernel plans each new shape anew: a decoding step's shapes (one query, a growing
+    key length), training's (N, T) and a masked call must all go to the other kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    q, kv = torch.randn(8, 8, 1, 64), torch.randn(2, 8, 37, 64)
+    args = [t.to("cuda", torch.bfloat16) for t in (q, kv, kv, q.repeat(1, 1, 23, 1))]
+    mask = torch.ones(2, 1, 1, 37, dtype=torch.bool, device="cuda")
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        sdpa_attention(args[0].view(2, 8, 4, 64), args[1], args[2])
+        sdpa_attention(args[3], args[3], args[3], is_causal=True)
+        sdpa_attention(args[3][:2], args[1], args[2], mask=mask)
+        torch.cuda.synchronize()
+    names = {event.key for event in prof.key_averages()}
+    assert any("attention" in name for name in names)  # the calls were recorded
+    assert not [name for name in names if "cudnn" in name.lower()]
+
+
 def test_rotary_scores_depend_only_on_relative_position():
     from translator.model.attention import RotaryEmbedding
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from translator.model.cache import LayerCache
 
@@ -147,16 +149,24 @@ def sdpa_attention(
     q (N, H, T, K); k, v (N, G, L, K) -> (N, H, T, K). Every query must have a key to attend to:
     CUDA's memory-efficient kernel returns NaN for a row with none (pytorch#110213). The model's
     masks always leave one (the query itself; a source's EOS).
+
+    On CUDA cuDNN's kernel is left out: it builds an execution plan for every new shape, and
+    shapes keep changing here (a new key length at every decoding step, a new batch shape at
+    most training steps); docs/benchmarks/decode.md has the cost.
     """
-    return F.scaled_dot_product_attention(
-        q,
-        k,
-        v,
-        attn_mask=mask,
-        dropout_p=dropout_p,
-        is_causal=is_causal,
-        enable_gqa=k.shape[1] != q.shape[1],
-    )
+    with sdpa_kernel(CUDA_BACKENDS) if q.is_cuda else nullcontext():
+        return F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            dropout_p=dropout_p,
+            is_causal=is_causal,
+            enable_gqa=k.shape[1] != q.shape[1],
+        )
+
+
+CUDA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def attention(
