@@ -136,6 +136,10 @@ def attention_mask(
     return allowed
 
 
+# SDPA's kernels on CUDA: all but cuDNN's (see sdpa_attention)
+CUDA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
 def sdpa_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -164,9 +168,6 @@ def sdpa_attention(
             is_causal=is_causal,
             enable_gqa=k.shape[1] != q.shape[1],
         )
-
-
-CUDA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def attention(
