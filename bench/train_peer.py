@@ -20,16 +20,19 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch.nn.attention import sdpa_kernel
 
 from bench.train import REPO, bench_cfg, build, sync
 from translator.config import Config, ModelConfig
 from translator.data.batching import Batch
 from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from translator.device import cpu_native_bf16
+from translator.model.attention import CUDA_BACKENDS
 from translator.train.distributed import Dist
 from translator.train.loop import TrainBatches, train_step
 from translator.train.loss import token_loss
@@ -108,7 +111,10 @@ def build_peer(cfg: Config, device: torch.device, dtype: torch.dtype | None) -> 
 def peer_step(p: Peer, batch: Batch, total_tokens: float) -> float:
     """HF's side of one update: forward, the same loss, backward, norm (and clip), AdamW."""
     batch = batch.to(p.device)
-    with torch.autocast(p.device.type, dtype=p.dtype or torch.float32, enabled=p.dtype is not None):
+    # on CUDA the SDPA kernels ours may use (model/attention.py), so the ratio compares the steps
+    kernels = sdpa_kernel(CUDA_BACKENDS) if p.device.type == "cuda" else nullcontext()
+    amp = p.dtype is not None
+    with kernels, torch.autocast(p.device.type, dtype=p.dtype or torch.float32, enabled=amp):
         logits = p.model(
             input_ids=batch.src,
             attention_mask=(batch.src != PAD_ID).long(),
@@ -279,11 +285,12 @@ config's model section at its sizes (joint vocabulary, tied embeddings, sinusoid
 ReLU, dropout, embedding scale); the loss of both is `token_loss` (label-smoothed sum, padding
 left out) and both optimizers are torch's AdamW with the config's settings. Ours is the
 `translator train` step as it runs (train/session.py: on CPU BitsDropout, fused AdamW, glibc
-keeping freed memory); one process, so HF's step runs under the same allocator
-setting. Peak memory: each system alone in a fresh subprocess for `--steps` updates of the first
-batches; CPU: the rise of the kernel's peak resident set (VmHWM, reset just before the model is
-built), so model, gradients, optimizer state and activations, with allocator slack; CUDA:
-torch.cuda.max_memory_allocated."""
+keeping freed memory); one process, so HF's step runs under the same allocator setting. On CUDA
+HF's step gets our choice of SDPA kernels too (all but cuDNN's, whose plan for each new shape
+dominated short runs: docs/benchmarks/train.md). Peak memory: each system alone in a fresh
+subprocess for `--steps` updates of the first batches; CPU: the rise of the kernel's peak
+resident set (VmHWM, reset just before the model is built), so model, gradients, optimizer state
+and activations, with allocator slack; CUDA: torch.cuda.max_memory_allocated."""
 
 
 def section(device: torch.device, args) -> str:
