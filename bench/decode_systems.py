@@ -6,16 +6,14 @@ our export (translator/export.py), so the peers multiply the same matrices.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-from torch.nn.attention import sdpa_kernel
 
 from translator.data.batching import pad, padding_mask
 from translator.data.tokenizer import EOS_ID
-from translator.model.attention import CUDA_BACKENDS
+from translator.model.attention import sdpa_kernels
 
 BASE = dict(vocab=32000, d_model=512, layers=6, heads=8, ffn=2048, max_positions=1024)
 
@@ -102,8 +100,7 @@ def decode_hf(model, batch: dict, beam: int) -> int:
     src = pad(batch["src"], suffix=[EOS_ID]).to(model.device)  # (B, S)
     L = batch["length"]
     # on CUDA the SDPA kernels ours may use (model/attention.py), so the ratio compares searches
-    kernels = sdpa_kernel(CUDA_BACKENDS) if model.device.type == "cuda" else nullcontext()
-    with torch.inference_mode(), kernels:
+    with torch.inference_mode(), sdpa_kernels(model.device.type == "cuda"):
         out = model.generate(
             input_ids=src,
             attention_mask=src != 0,

@@ -20,19 +20,17 @@ import statistics
 import subprocess
 import sys
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch.nn.attention import sdpa_kernel
 
 from bench.train import REPO, bench_cfg, build, sync
 from translator.config import Config, ModelConfig
 from translator.data.batching import Batch
 from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from translator.device import cpu_native_bf16
-from translator.model.attention import CUDA_BACKENDS
+from translator.model.attention import sdpa_kernels
 from translator.train.distributed import Dist
 from translator.train.loop import TrainBatches, train_step
 from translator.train.loss import token_loss
@@ -112,9 +110,11 @@ def peer_step(p: Peer, batch: Batch, total_tokens: float) -> float:
     """HF's side of one update: forward, the same loss, backward, norm (and clip), AdamW."""
     batch = batch.to(p.device)
     # on CUDA the SDPA kernels ours may use (model/attention.py), so the ratio compares the steps
-    kernels = sdpa_kernel(CUDA_BACKENDS) if p.device.type == "cuda" else nullcontext()
     amp = p.dtype is not None
-    with kernels, torch.autocast(p.device.type, dtype=p.dtype or torch.float32, enabled=amp):
+    with (
+        sdpa_kernels(p.device.type == "cuda"),
+        torch.autocast(p.device.type, dtype=p.dtype or torch.float32, enabled=amp),
+    ):
         logits = p.model(
             input_ids=batch.src,
             attention_mask=(batch.src != PAD_ID).long(),

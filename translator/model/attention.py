@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -140,6 +140,12 @@ def attention_mask(
 CUDA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
+def sdpa_kernels(on_cuda: bool) -> AbstractContextManager:
+    """The SDPA kernels this model uses: on CUDA `CUDA_BACKENDS`, elsewhere torch's choice. The
+    benchmarks put their peers under it too, so that ratios compare the models alone."""
+    return sdpa_kernel(CUDA_BACKENDS) if on_cuda else nullcontext()
+
+
 def sdpa_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -158,7 +164,7 @@ def sdpa_attention(
     shapes keep changing here (a new key length at every decoding step, a new batch shape at
     most training steps); docs/benchmarks/decode.md has the cost.
     """
-    with sdpa_kernel(CUDA_BACKENDS) if q.is_cuda else nullcontext():
+    with sdpa_kernels(q.is_cuda):
         return F.scaled_dot_product_attention(
             q,
             k,
