@@ -174,7 +174,7 @@ def bench_cfg(name: str, device: torch.device, max_tokens: int) -> Config:
 def build(cfg: Config, device: torch.device) -> Session:
     """The objects `translator train` builds for one process, without a run directory."""
     torch.manual_seed(cfg.train.seed)
-    model = training_model(cfg.model, device)
+    model = training_model(cfg.model, device, compiled=cfg.train.compile)
     return session_of(cfg, model, make_optimizer(model, cfg.train), device)
 
 
