@@ -27,18 +27,19 @@ def keep_mask(shape: torch.Size, dropped: int, device: torch.device) -> torch.Te
 
 
 class _MaskedScale(torch.autograd.Function):
-    """x * keep * scale, saving the bool mask (not a float one) for the backward pass."""
+    """x * keep * scale, saving the bool mask (not a float one) for the backward pass. A product
+    with the bool mask, not torch.where: one pass instead of two on CPU."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, keep: torch.Tensor, scale: float) -> torch.Tensor:
         ctx.save_for_backward(keep)
         ctx.scale = scale
-        return torch.where(keep, x, 0.0).mul_(scale)
+        return x.mul(keep).mul_(scale)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         (keep,) = ctx.saved_tensors
-        return torch.where(keep, grad, 0.0).mul_(ctx.scale), None, None
+        return grad.mul(keep).mul_(ctx.scale), None, None
 
 
 class BitsDropout(nn.Module):
