@@ -230,3 +230,34 @@ def test_weight_decay_shrinks_linear_matrices_only():
         expected = before[name] * (1 - 0.1 * 0.5) if linear_matrix else before[name]
         torch.testing.assert_close(p.detach(), expected, msg=name)
     assert parameter_groups(model, 0.0)[0]["params"] == list(model.parameters())
+
+
+@pytest.mark.parametrize("length, flash", [(12, False), (70, True)])
+def test_fp32_cpu_step_runs_short_batches_through_the_math_attention(length, flash):
+    """Up to SHORT_ATTENTION positions the step's attention is the math path (faster there on
+    CPU); longer batches keep PyTorch's flash kernel."""
+    from translator.train.precision import SHORT_ATTENTION
+
+    assert (length > SHORT_ATTENTION) == flash
+    s = session("model.max_positions=128")
+    rows = [[4 + i % 36 for i in range(length - 1)]] * 2  # + EOS / BOS: `length` positions
+    batch = make_batch(rows, rows)
+    with torch.profiler.profile() as prof:
+        train_step(s, [batch], batch.n_tgt_tokens)
+    names = {e.key for e in prof.key_averages()}
+    assert any("flash_attention" in n for n in names) == flash
+    assert any(n == "aten::bmm" for n in names) != flash  # the math path's products
+
+
+def test_gradient_checkpointing_in_bf16_on_cpu_computes_the_same_update():
+    """The recomputed layers run under the forward's attention kernels (the math path that bf16
+    training chooses on CPU); another kernel there would save other tensors and fail."""
+    plain = session("model.dropout=0.2", "train.precision=bf16", sgd=True)
+    checkpointed = session(
+        "model.dropout=0.2", "model.gradient_checkpointing=true", "train.precision=bf16", sgd=True
+    )
+    torch.manual_seed(5)
+    a, _, _ = update(plain, [FIRST, SECOND])
+    torch.manual_seed(5)
+    b, _, _ = update(checkpointed, [FIRST, SECOND])
+    assert_close(a, b, rtol=1e-3, atol=1e-5)

@@ -146,6 +146,23 @@ def sdpa_kernels(on_cuda: bool) -> AbstractContextManager:
     return sdpa_kernel(CUDA_BACKENDS) if on_cuda else nullcontext()
 
 
+def recompute_under_same_kernels() -> tuple[AbstractContextManager, AbstractContextManager]:
+    """torch.utils.checkpoint's `context_fn`: recompute a layer under the SDPA kernels its forward
+    was allowed. A caller's `sdpa_kernel` choice (training's on CPU) has ended by the backward
+    pass, and another kernel would save other tensors (a CheckpointError)."""
+    allowed = [
+        backend
+        for backend, enabled in (
+            (SDPBackend.FLASH_ATTENTION, torch.backends.cuda.flash_sdp_enabled()),
+            (SDPBackend.EFFICIENT_ATTENTION, torch.backends.cuda.mem_efficient_sdp_enabled()),
+            (SDPBackend.CUDNN_ATTENTION, torch.backends.cuda.cudnn_sdp_enabled()),
+            (SDPBackend.MATH, torch.backends.cuda.math_sdp_enabled()),
+        )
+        if enabled
+    ]
+    return nullcontext(), sdpa_kernel(allowed)
+
+
 def sdpa_attention(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -9,7 +9,11 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from translator.config import ModelConfig
-from translator.model.attention import MultiHeadAttention, attention_mask
+from translator.model.attention import (
+    MultiHeadAttention,
+    attention_mask,
+    recompute_under_same_kernels,
+)
 from translator.model.cache import KVCache
 from translator.model.layers import DecoderLayer, Embeddings, EncoderLayer
 from translator.model.relative import RelativePositionBias
@@ -94,7 +98,14 @@ class Transformer(nn.Module):
         masks = _layer_masks(self.encoder_bias, mask, positions, positions, len(self.encoder))
         for layer, layer_mask in zip(self.encoder, masks):
             if self.cfg.gradient_checkpointing and self.training:
-                x = checkpoint(layer, x, layer_mask, positions, use_reentrant=False)
+                x = checkpoint(
+                    layer,
+                    x,
+                    layer_mask,
+                    positions,
+                    use_reentrant=False,
+                    context_fn=recompute_under_same_kernels,
+                )
             else:
                 x = layer(x, layer_mask, positions)
         return self.encoder_norm(x)
@@ -128,7 +139,12 @@ class Transformer(nn.Module):
         for i, (layer, mask) in enumerate(zip(self.decoder, masks)):
             kv = cache.layers[i] if cache is not None else None
             if self.cfg.gradient_checkpointing and self.training:
-                x = checkpoint(layer, x, memory, src_mask, mask, positions, kv, use_reentrant=False)
+                x = checkpoint(
+                    layer,
+                    *(x, memory, src_mask, mask, positions, kv),
+                    use_reentrant=False,
+                    context_fn=recompute_under_same_kernels,
+                )
             else:
                 x = layer(x, memory, src_mask, mask, positions, kv)
         return self.out_proj(self.decoder_norm(x))

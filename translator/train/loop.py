@@ -119,7 +119,8 @@ def train_step(
 
     def backward(batch: Batch, last: bool) -> torch.Tensor:
         with no_sync(s.net, sync=last):
-            with autocast(device, s.dtype):
+            longest = max(batch.src.shape[1], batch.tgt_in.shape[1])
+            with autocast(device, s.dtype, longest):
                 loss, nll = loss_sums(s.net, batch.to(device), t.label_smoothing)
             s.scaler.scale(loss * factor).backward()
         return torch.stack([loss.detach(), nll])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -27,19 +27,32 @@ def grad_scaler(device: torch.device, dtype: torch.dtype | None) -> torch.amp.Gr
     return torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
 
 
-@contextmanager
-def autocast(device: torch.device, dtype: torch.dtype | None) -> Iterator[None]:
-    """Mixed precision for the enclosed forward passes (no-op for fp32).
+# fp32 on CPU: for sequences up to this many positions the math path (batched products and a
+# softmax) trains faster than the flash kernel; from ~128 on the flash kernel is faster
+# (docs/benchmarks/train.md)
+SHORT_ATTENTION = 64
 
-    On CPU in bf16, PyTorch's fused flash-attention backward is several times slower than the
-    math path (measured 2x slower per update on a 2-core machine), so the math path is chosen there.
-    """
-    if dtype is None:
+
+def cpu_attention_kernels(dtype: torch.dtype | None, longest: int | None) -> list[SDPBackend]:
+    """The SDPA kernels a CPU training step allows (empty: PyTorch's own choice). `longest`: the
+    batch's longest sequence, None when unknown."""
+    if dtype is not None:  # bf16: the flash backward is several times slower (measured 2x/update)
+        return [SDPBackend.MATH]
+    if longest is not None and longest <= SHORT_ATTENTION:
+        return [SDPBackend.MATH]
+    return []
+
+
+@contextmanager
+def autocast(
+    device: torch.device, dtype: torch.dtype | None, longest: int | None = None
+) -> Iterator[None]:
+    """Mixed precision for the enclosed forward passes (no-op for fp32), and on CPU the attention
+    kernels of `cpu_attention_kernels` (`longest`: the batch's longest sequence, if known)."""
+    kernels = cpu_attention_kernels(dtype, longest) if device.type == "cpu" else []
+    with ExitStack() as stack:
+        if dtype is not None:
+            stack.enter_context(torch.autocast(device.type, dtype=dtype))
+        if kernels:
+            stack.enter_context(sdpa_kernel(kernels))
         yield
-        return
-    with torch.autocast(device.type, dtype=dtype):
-        if device.type == "cpu":
-            with sdpa_kernel([SDPBackend.MATH]):
-                yield
-        else:
-            yield
