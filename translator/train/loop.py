@@ -27,6 +27,7 @@ from translator.model.transformer import Transformer, count_parameters
 from translator.prepared import prepared_dir, vocab_files
 from translator.train import distributed, oom
 from translator.train.distributed import Dist, no_sync, sum_all
+from translator.train.linear import OneDNNTrainingLinear
 from translator.train.loss import token_loss
 from translator.train.manifest import RunManifest
 from translator.train.precision import autocast
@@ -283,7 +284,13 @@ def start_logging(s: Session, n_pairs: int) -> None:
         f"{n_pairs:,} training pairs; starting at update {state.step}"
     )
     if s.dist.device.type == "cpu":  # the choices session.training_model made
-        s.metrics.line("CPU training: dropout from 16-bit draws, freed memory kept for reuse")
+        onednn = s.dtype is None and any(
+            isinstance(m, OneDNNTrainingLinear) for m in s.model.modules()
+        )
+        s.metrics.line(
+            "CPU training: dropout from 16-bit draws, freed memory kept for reuse"
+            + (", fp32 linears through oneDNN" if onednn else "")
+        )
     over, total = too_long_pairs(cfg)  # said now, not after eval_every updates
     if over:
         s.metrics.line(
