@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from translator import config
+from tests.model.conftest import tiny_config
 from translator.model.transformer import Transformer
 from translator.train.linear import (
     OneDNNTrainingLinear,
@@ -56,20 +56,9 @@ def test_plain_path_under_autocast_and_in_other_dtypes():
 
 
 def small_model() -> Transformer:
-    cfg = config.load(
-        None,
-        [
-            "model.vocab_size=40",
-            "model.d_model=32",
-            "model.n_heads=4",
-            "model.d_ff=64",
-            "model.n_encoder_layers=2",
-            "model.n_decoder_layers=2",
-            "model.dropout=0.0",
-        ],
-    )
+    """tests/model's 2+2-layer, d_model 32 model (dropout 0), seeded."""
     torch.manual_seed(0)
-    return Transformer(cfg.model)
+    return Transformer(tiny_config())
 
 
 def test_swap_keeps_every_parameter_its_name_and_the_tie():
