@@ -11,7 +11,7 @@ from torch import nn
 
 from translator import config
 from translator.model.transformer import Transformer
-from translator.train.dropout import BitsDropout, keep_mask, use_bits_dropout
+from translator.train.dropout import BitsDropout, at_least, keep_mask, use_bits_dropout
 from translator.train.session import make_optimizer, parameter_groups
 
 
@@ -33,13 +33,39 @@ def test_bits_dropout_drops_each_element_independently_with_probability_p(p):
     torch.manual_seed(1)
     n = 1 << 20
     keep = keep_mask(torch.Size([n]), BitsDropout(p).dropped, torch.device("cpu"))
+    assert keep.dtype == torch.int8 and set(keep.unique().tolist()) == {0, 1}
+    dropped = keep == 0
     sigma = math.sqrt(p * (1 - p) / n)
-    assert abs((~keep).float().mean().item() - p) < 6 * sigma
+    assert abs(dropped.float().mean().item() - p) < 6 * sigma
     # neighbours come from one 64-bit word: they must still be independent
-    both = (~keep[:-1] & ~keep[1:]).float().mean().item()
+    both = (dropped[:-1] & dropped[1:]).float().mean().item()
     assert abs(both - p * p) < 6 * math.sqrt(p * p * (1 - p * p) / n)
-    lanes = (~keep).view(-1, 4).float().mean(0)  # each of the four 16-bit lanes of a word
+    lanes = dropped.view(-1, 4).float().mean(0)  # each of the four 16-bit lanes of a word
     assert torch.all((lanes - p).abs() < 6 * math.sqrt(p * (1 - p) / (n / 4)))
+
+
+@pytest.mark.parametrize("threshold", [-(2**15) + 1, -19661, -1, 0, 1, 12345, 2**15 - 1])
+def test_at_least_is_the_comparison_on_every_int16(threshold):
+    draws = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)  # all 65,536 values
+    expected = torch.tensor([int(v >= threshold) for v in range(-(2**15), 2**15)])
+    assert torch.equal(at_least(draws, threshold).long(), expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_bits_dropout_keeps_its_input_dtype_and_scales_at_its_precision(dtype):
+    torch.manual_seed(4)
+    x = torch.randn(257, 31).to(dtype).requires_grad_()
+    layer = BitsDropout(0.1).train()
+    out = layer(x)
+    assert out.dtype == dtype
+    keep = out != 0
+    # the scale applied in fp32 (PyTorch's scalar product), then rounded once to the dtype
+    torch.testing.assert_close(out, (x.float() * keep * layer.scale).to(dtype), rtol=0, atol=0)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    assert x.grad.dtype == dtype
+    expected = (grad.float() * keep * layer.scale).to(dtype)
+    torch.testing.assert_close(x.grad, expected, rtol=0, atol=0)
 
 
 def test_bits_dropout_keeps_the_mean_and_is_the_identity_in_eval_and_at_p_0():

@@ -1,9 +1,9 @@
 """Dropout for training on CPU with cheaper random numbers: nn.Dropout stays the model's definition.
 
 PyTorch's CPU dropout draws one float per element and keeps a float mask for the backward pass;
-`BitsDropout` cuts four 16-bit draws from each 64-bit random word and keeps a bool mask, several
-times faster (docs/benchmarks/train.md). The drop probability is p rounded to a multiple of 2^-16
-(at most 7.7e-6 away) and the kept values are scaled by the inverse of the rounded keep
+`BitsDropout` cuts four 16-bit draws from each 64-bit random word and keeps a one-byte 0/1 mask,
+several times faster (docs/benchmarks/train.md). The drop probability is p rounded to a multiple of
+2^-16 (at most 7.7e-6 away) and the kept values are scaled by the inverse of the rounded keep
 probability, so the output stays unbiased. `use_bits_dropout` swaps the modules once, at setup.
 """
 
@@ -18,28 +18,41 @@ LEVELS = 1 << 16  # the values a 16-bit draw takes
 
 
 def keep_mask(shape: torch.Size, dropped: int, device: torch.device) -> torch.Tensor:
-    """Bool mask of `shape`, each element False with probability dropped / 2^16, independently."""
+    """int8 mask of `shape`: each element 0 (dropped) with probability dropped / 2^16, else 1,
+    independently. 0 < dropped < 2^16."""
     n = math.prod(shape)
     words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device)
     words.random_(-(2**63), None)  # every bit uniform (the default range leaves the top bit 0)
     draws = words.view(torch.int16)[:n].view(shape)  # uniform over [-2^15, 2^15)
-    return draws >= dropped - LEVELS // 2
+    return at_least(draws, dropped - LEVELS // 2).to(torch.int8)
+
+
+def at_least(draws: torch.Tensor, threshold: int) -> torch.Tensor:
+    """int16 `draws` -> (draws >= threshold) as int16 0/1, for -2^15 < threshold < 2^15.
+
+    Clamped to [threshold - 1, threshold], then shifted down by threshold - 1: the comparison in
+    integer arithmetic, because PyTorch's CPU comparisons into bool, and products with a bool
+    tensor, run several times slower than same-dtype arithmetic (docs/benchmarks/train.md).
+    """
+    return draws.clamp(threshold - 1, threshold).sub_(threshold - 1)
 
 
 class _MaskedScale(torch.autograd.Function):
-    """x * keep * scale, saving the bool mask (not a float one) for the backward pass. A product
-    with the bool mask, not torch.where: one pass instead of two on CPU."""
+    """x * keep * scale, saving the one-byte 0/1 mask (not a float one) for the backward pass.
+
+    The mask is cast to x's dtype for each product: a product of two tensors of one dtype is the
+    fast path on CPU (mixed dtypes take a slow, casting one)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, keep: torch.Tensor, scale: float) -> torch.Tensor:
         ctx.save_for_backward(keep)
         ctx.scale = scale
-        return x.mul(keep).mul_(scale)
+        return x.mul(keep.to(x.dtype)).mul_(scale)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         (keep,) = ctx.saved_tensors
-        return grad.mul(keep).mul_(ctx.scale), None, None
+        return grad.mul(keep.to(grad.dtype)).mul_(ctx.scale), None, None
 
 
 class BitsDropout(nn.Module):
