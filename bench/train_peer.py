@@ -6,7 +6,8 @@ Both models are built from the config's ModelConfig (`marian_config` maps every 
 has; where it has none the difference is named in NOT_MAPPED). Each round takes the next
 `--steps` prepared batches and runs them through both systems, the order alternating from round
 to round, so a slow spell of a shared machine hits both; the ratio is taken per round. Both
-losses are `token_loss` (the plain label-smoothed sum) over the logits; both optimizers are
+losses are the label-smoothed sum over the logits (HF's the plain `token_loss`, as MarianMTModel
+computes it; ours on CPU the chunked one that `translator train` runs); both optimizers are
 torch's AdamW with the config's settings. Peak memory: each system again in its own short
 subprocess (`--memory SYSTEM`), as the process's peak resident set above the resident set
 before the model was built (CPU), or torch.cuda.max_memory_allocated (CUDA).
@@ -282,10 +283,10 @@ METHOD = """\
 Each round feeds the same prepared batches (`--steps` per round, `max_tokens` per side) to both
 systems, in alternating order; round 0 warms both up and is not shown. Both are built from the
 config's model section at its sizes (joint vocabulary, tied embeddings, sinusoidal positions,
-ReLU, dropout, embedding scale); the loss of both is `token_loss` (label-smoothed sum, padding
-left out) and both optimizers are torch's AdamW with the config's settings. Ours is the
-`translator train` step as it runs (train/session.py: on CPU BitsDropout, fused AdamW, glibc
-keeping freed memory); one process, so HF's step runs under the same allocator setting. On CUDA
+ReLU, dropout, embedding scale); the loss of both is the label-smoothed sum, padding left out
+(HF's the plain `token_loss`, as MarianMTModel computes it) and both optimizers are torch's AdamW
+with the config's settings. Ours is the `translator train` step as it runs (train/session.py:
+on CPU BitsDropout, the chunked loss, fused AdamW, glibc keeping freed memory); one process, so HF's step runs under the same allocator setting. On CUDA
 HF's step gets our choice of SDPA kernels too (all but cuDNN's, whose plan for each new shape
 dominated short runs: docs/benchmarks/train.md). Peak memory: each system alone in a fresh
 subprocess for `--steps` updates of the first batches; CPU: the rise of the kernel's peak

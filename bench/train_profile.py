@@ -113,16 +113,17 @@ def wrapped(function, name: str):
 @contextlib.contextmanager
 def function_regions():
     """The loss and the gradient norm / clip as parts, for both systems (patched where called)."""
-    saved = (loop.token_loss, train_peer.token_loss)
+    saved = (loop.token_loss, loop.chunked_token_loss, train_peer.token_loss)
     saved_norm = (torch.nn.utils.get_total_norm, torch.nn.utils.clip_grads_with_norm_)
     loop.token_loss = wrapped(saved[0], ROWS[12])
-    train_peer.token_loss = wrapped(saved[1], ROWS[12])
+    loop.chunked_token_loss = wrapped(saved[1], ROWS[12])
+    train_peer.token_loss = wrapped(saved[2], ROWS[12])
     torch.nn.utils.get_total_norm = wrapped(saved_norm[0], ROWS[15])
     torch.nn.utils.clip_grads_with_norm_ = wrapped(saved_norm[1], ROWS[15])
     try:
         yield
     finally:
-        loop.token_loss, train_peer.token_loss = saved
+        loop.token_loss, loop.chunked_token_loss, train_peer.token_loss = saved
         torch.nn.utils.get_total_norm, torch.nn.utils.clip_grads_with_norm_ = saved_norm
 
 

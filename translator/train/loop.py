@@ -28,7 +28,7 @@ from translator.prepared import prepared_dir, vocab_files
 from translator.train import distributed, oom
 from translator.train.distributed import Dist, no_sync, sum_all
 from translator.train.linear import OneDNNTrainingLinear
-from translator.train.loss import token_loss
+from translator.train.loss import chunked_token_loss, token_loss
 from translator.train.manifest import RunManifest
 from translator.train.precision import autocast
 from translator.train.schedule import budget_progress, learning_rate
@@ -102,9 +102,13 @@ class TrainBatches:
 def loss_sums(
     net: torch.nn.Module, batch: Batch, label_smoothing: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Label-smoothed cross-entropy summed over target tokens (padding ignored), and the NLL sum."""
+    """Label-smoothed cross-entropy summed over target tokens (padding ignored), and the NLL sum.
+
+    On CPU the chunked form of the loss (train/loss.py), elsewhere the plain one.
+    """
     logits = net(batch.src, batch.tgt_in, batch.src_mask)  # (B, T, V)
-    return token_loss(logits, batch.tgt_out, label_smoothing)
+    loss = chunked_token_loss if logits.device.type == "cpu" else token_loss
+    return loss(logits, batch.tgt_out, label_smoothing)
 
 
 def train_step(
