@@ -292,7 +292,8 @@ def start_logging(s: Session, n_pairs: int) -> None:
             isinstance(m, OneDNNTrainingLinear) for m in s.model.modules()
         )
         s.metrics.line(
-            "CPU training: dropout from 16-bit draws, freed memory kept for reuse"
+            "CPU training: dropout from 16-bit draws, the loss in chunks of rows, freed memory "
+            "kept for reuse"
             + (", fp32 linears through oneDNN" if onednn else "")
         )
     over, total = too_long_pairs(cfg)  # said now, not after eval_every updates
