@@ -293,8 +293,7 @@ def start_logging(s: Session, n_pairs: int) -> None:
         )
         s.metrics.line(
             "CPU training: dropout from 16-bit draws, the loss in chunks of rows, freed memory "
-            "kept for reuse"
-            + (", fp32 linears through oneDNN" if onednn else "")
+            "kept for reuse" + (", fp32 linears through oneDNN" if onednn else "")
         )
     over, total = too_long_pairs(cfg)  # said now, not after eval_every updates
     if over:
