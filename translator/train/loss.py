@@ -1,9 +1,10 @@
 """The training loss: label-smoothed cross-entropy summed over target tokens, and the plain NLL.
 
 `token_loss` is the loss as written; `chunked_token_loss` computes the same values and gradients a
-chunk of rows at a time, and is what training runs on CPU (docs/benchmarks/train.md: at base
-size the plain form's (N, V) fp32 temporaries cost several times its arithmetic). The Hugging Face
-peer of bench/train_peer.py runs `token_loss`, the loss as MarianMTModel computes it.
+chunk of rows at a time, and is what training runs on CPU, where the plain form's (N, V) fp32
+temporaries, fresh memory far outside the caches at every step, cost more than its arithmetic
+(docs/benchmarks/train.md). The Hugging Face peer of bench/train_peer.py runs `token_loss`, the
+loss as MarianMTModel computes it.
 """
 
 from __future__ import annotations
