@@ -223,6 +223,29 @@ def test_rotary_scores_depend_only_on_relative_position():
     assert not torch.allclose((rope(q, at([4])) * rope(k, at([0]))).sum(), scores[0])
 
 
+def test_rotary_is_a_complex_rotation_of_each_pair():
+    """Each (even, odd) pair as a complex number a + ib, times e^(i t theta_j): the reference is
+    complex arithmetic, in whatever memory layout the heads come in (here a transposed view)."""
+    from translator.model.attention import RotaryEmbedding
+
+    d_head, positions = 16, torch.tensor([0, 3, 7, 30])
+    rope = RotaryEmbedding(d_head, 64, base=100.0)
+    x = torch.randn(2, 4, 3, d_head, dtype=torch.float64).transpose(1, 2)  # (N, heads, T, K)
+    theta = 100.0 ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)  # (K/2,)
+    turn = torch.polar(torch.ones(4, d_head // 2, dtype=torch.float64), positions[:, None] * theta)
+    pairs = torch.view_as_complex(x.contiguous().unflatten(-1, (-1, 2)))  # (N, heads, T, K/2)
+    expected = torch.view_as_real(pairs * turn).flatten(-2)
+    torch.testing.assert_close(rope(x, positions), expected, rtol=1e-5, atol=1e-5)
+    # gradients: a rotation's transpose is the rotation back
+    x = x.float().requires_grad_()
+    grad = torch.randn(2, 3, 4, d_head)
+    rope(x, positions).backward(grad)
+    back = torch.view_as_complex(grad.double().unflatten(-1, (-1, 2))) * turn.conj()
+    torch.testing.assert_close(
+        x.grad, torch.view_as_real(back).flatten(-2).float(), rtol=1e-5, atol=1e-5
+    )
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_low_precision_weights_are_the_fp32_softmax_rounded(dtype):
     """attention_weights runs softmax in the input dtype, relying on PyTorch to compute it in
