@@ -13,8 +13,8 @@ import torch
 
 from translator.data.tokenizer import PAD_ID
 
-# logits per chunk: the fp32 copy of ~2M elements (8 MiB) stays in the CPU's caches
-CHUNK_ELEMENTS = 1 << 21
+# logits per chunk: a chunk's fp32 log-softmax or softmax (2 MiB) stays in the CPU's caches
+CHUNK_ELEMENTS = 1 << 19
 
 
 def token_loss(
@@ -40,10 +40,10 @@ def chunked_token_loss(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`token_loss`, computed over chunks of rows in fp32 without any (N, V) fp32 tensor.
 
-    With lse = logsumexp(x) per row, -log p_t = lse - x_t and the mean of -log p = lse - mean(x):
-    the forward pass keeps three numbers per row. The gradient of the smoothed loss is
-    softmax(x) - (1 - eps) onehot(t) - eps / V per real row, written chunk by chunk in the
-    logits' dtype.
+    The forward pass keeps two numbers per row, -log p of the target and the mean of log p (a
+    chunk's fp32 log-softmax, read from the bf16 logits directly); the backward pass recomputes
+    each chunk's softmax and writes the gradient of the smoothed loss, softmax(x) - (1 - eps)
+    onehot(t) - eps / V per real row, in the logits' dtype.
     """
     return _ChunkedTokenLoss.apply(logits.flatten(0, -2), target.flatten(), label_smoothing)
 
@@ -57,18 +57,17 @@ class _ChunkedTokenLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits: torch.Tensor, target: torch.Tensor, eps: float):
         N, V = logits.shape
-        lse, picked, mean = (logits.new_empty(N, dtype=torch.float32) for _ in range(3))
+        nll_rows, mean_log_p = (logits.new_empty(N, dtype=torch.float32) for _ in range(2))
         for rows in _row_chunks(N, V):
-            x = logits[rows].float()  # (rows, V)
-            torch.logsumexp(x, dim=-1, out=lse[rows])
-            picked[rows] = x.gather(1, target[rows, None]).squeeze(1)
-            torch.mean(x, dim=-1, out=mean[rows])
+            log_p = torch.log_softmax(logits[rows], dim=-1, dtype=torch.float32)  # (rows, V)
+            torch.neg(log_p.gather(1, target[rows, None]).squeeze(1), out=nll_rows[rows])
+            torch.mean(log_p, dim=-1, out=mean_log_p[rows])
         real = target != PAD_ID
-        nll = (lse - picked).masked_fill(~real, 0.0).sum()
+        nll = nll_rows.masked_fill(~real, 0.0).sum()
         loss = nll
         if eps:
-            loss = (1 - eps) * nll + eps * (lse - mean).masked_fill(~real, 0.0).sum()
-        ctx.save_for_backward(logits, target, lse)
+            loss = (1 - eps) * nll - eps * mean_log_p.masked_fill(~real, 0.0).sum()
+        ctx.save_for_backward(logits, target)
         ctx.eps = eps
         nll = nll.clone()  # an output of its own, the metric: no gradient flows through it
         ctx.mark_non_differentiable(nll)
@@ -76,16 +75,14 @@ class _ChunkedTokenLoss(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss: torch.Tensor, _grad_nll: torch.Tensor):
-        logits, target, lse = ctx.saved_tensors
+        logits, target = ctx.saved_tensors
         N, V = logits.shape
         eps = ctx.eps
         weight = (target != PAD_ID).float() * grad_loss  # (N,): 0 for PAD rows
         grad = torch.empty_like(logits)
         for rows in _row_chunks(N, V):
             w = weight[rows, None]  # (rows, 1)
-            # a copy even in fp32: the saved logits must not change
-            x = logits[rows].to(torch.float32, copy=True)
-            x.sub_(lse[rows, None]).exp_().sub_(eps / V).mul_(w)  # (softmax - eps / V) w
-            x.scatter_add_(1, target[rows, None], -(1 - eps) * w)
-            grad[rows] = x
+            p = torch.softmax(logits[rows], dim=-1, dtype=torch.float32)  # (rows, V)
+            p.scatter_add_(1, target[rows, None], p.new_full(w.shape, -(1 - eps)))
+            torch.addcmul(w * (-eps / V), p, w, out=grad[rows])  # (p - eps / V) w, in grad's dtype
         return grad, None, None
