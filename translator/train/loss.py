@@ -40,10 +40,10 @@ def chunked_token_loss(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`token_loss`, computed over chunks of rows in fp32 without any (N, V) fp32 tensor.
 
-    The forward pass keeps two numbers per row, -log p of the target and the mean of log p (a
-    chunk's fp32 log-softmax, read from the bf16 logits directly); the backward pass recomputes
-    each chunk's softmax and writes the gradient of the smoothed loss, softmax(x) - (1 - eps)
-    onehot(t) - eps / V per real row, in the logits' dtype.
+    The forward pass keeps two numbers per row from each chunk's fp32 log-softmax, -log p of the
+    target and the mean of log p; the backward pass recomputes each chunk's fp32 softmax and
+    writes the gradient of the smoothed loss, softmax(x) - (1 - eps) onehot(t) - eps / V per real
+    row, in the logits' dtype.
     """
     return _ChunkedTokenLoss.apply(logits.flatten(0, -2), target.flatten(), label_smoothing)
 
