@@ -526,3 +526,7 @@ def main() -> None:
             err=True,
         )
         sys.exit(1)
+    finally:
+        # the work is done or cleaned up: a SIGTERM during interpreter teardown ends the process
+        # as by default, not as a SystemExit that Python can only print and ignore (exit 0)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)

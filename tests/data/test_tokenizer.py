@@ -45,3 +45,15 @@ def test_byte_fallback_spells_an_unseen_character_in_bytes(sentences, tmp_path, 
 def test_the_wmt_configs_use_byte_fallback(name):
     data = config.load(REPO / "configs" / name, []).data
     assert data.byte_fallback and data.character_coverage == 0.9999
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt(), SystemExit(143)])
+def test_an_interrupt_while_sentencepiece_reads_stays_an_interrupt(sentences, tmp_path, stop):
+    # Ctrl-C, or SIGTERM through the CLI's handler, landing while SentencePiece pulls lines
+    def interrupted():
+        yield from sentences[:500]
+        raise stop
+
+    with pytest.raises(type(stop)) as raised:
+        train_sentencepiece(interrupted(), tmp_path / "spm", vocab_size=200)
+    assert raised.value is stop and not (tmp_path / "spm.model").exists()

@@ -6,7 +6,7 @@ import hashlib
 import io
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import sentencepiece as spm
@@ -38,8 +38,19 @@ def train_sentencepiece(
     """
     spm.set_random_generator_seed(seed)
     model = io.BytesIO()
+    interrupted: list[BaseException] = []
+
+    def read() -> Iterator[str]:
+        # SentencePiece turns an exception from its iterator into RuntimeError("INTERNAL: ...");
+        # Ctrl-C or SIGTERM (SystemExit) while it reads must stay what it is, not a training failure
+        try:
+            yield from sentences
+        except (KeyboardInterrupt, SystemExit) as stop:
+            interrupted.append(stop)
+            raise
+
     options = dict(
-        sentence_iterator=iter(sentences),
+        sentence_iterator=read(),
         model_writer=model,
         vocab_size=vocab_size,
         model_type=model_type,
@@ -61,6 +72,8 @@ def train_sentencepiece(
             with stderr_lines(TrainingLog(vocab_size, progress)):
                 spm.SentencePieceTrainer.train(**options, minloglevel=0)
     except RuntimeError as err:  # e.g. "Vocabulary size is smaller than required_chars"
+        if interrupted:
+            raise interrupted[0] from None
         reason = (str(err).strip().splitlines() or ["failed"])[-1]
         # the C++ file, line and failed check
         reason = re.sub(r"^INTERNAL: \S+ \[.*?\] ", "", reason)
