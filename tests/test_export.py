@@ -77,8 +77,9 @@ def our_log_probs(model: Transformer, src_ids: list[int], tgt_ids: list[int]) ->
         # what an imported OPUS-MT model uses
         {"activation": "silu", "output_bias": True, "norm": "post"},
         {"activation": "gelu"},
+        {"activation": "silu", "gated_ffn": True},
     ],
-    ids=["pre-sinusoidal-tied", "post-learned-untied", "gqa", "marian-like", "gelu"],
+    ids=["pre-sinusoidal-tied", "post-learned-untied", "gqa", "marian-like", "gelu", "swiglu"],
 )
 def test_exported_model_scores_and_translates_like_ours(prepared, tmp_path, changes):
     path, model, tokenizer = saved_model(prepared, tmp_path, **changes)

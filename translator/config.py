@@ -173,6 +173,10 @@ class ModelConfig:
     et al. 2020; cost linear in source length, no attention weights to look at)."""
     activation: Literal["relu", "gelu", "silu"] = "relu"
     """Feed-forward activation: ReLU (the paper), GELU, or SiLU/swish (Marian's OPUS-MT models)."""
+    gated_ffn: bool = False
+    """A gated feed-forward network (GLU variants, Shazeer 2020): activation(x W) * (x V), then
+    the down projection; SwiGLU with activation silu. d_ff is the gated width: two thirds of an
+    ungated d_ff keep the parameters and the products' cost."""
     output_bias: bool = False
     """A learned bias on the output logits (Marian's final_logits_bias; imported models have
     one)."""

@@ -88,6 +88,7 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
         pre_norm=cfg.norm == "pre",
         num_heads_kv=cfg.n_kv_heads,
         activation=activation,
+        ffn_glu=cfg.gated_ffn,
     )
     encoder = TransformerEncoderSpec(cfg.n_encoder_layers, **shape)
     decoder = TransformerDecoderSpec(cfg.n_decoder_layers, **shape)
@@ -147,7 +148,12 @@ def _set_attention(spec, attention, norm, fused: int) -> None:
 
 
 def _set_ffn(spec, ff, norm) -> None:
-    _set_linear(spec.linear_0, ff.up)
+    if ff.gated:  # CTranslate2's GLU: activation(linear_0(x)) * linear_0_noact(x)
+        weight, bias = np.split(_array(ff.up.weight), 2), np.split(_array(ff.up.bias), 2)
+        for half, w, b in zip((spec.linear_0, spec.linear_0_noact), weight, bias):
+            half.weight, half.bias = w, b
+    else:
+        _set_linear(spec.linear_0, ff.up)
     _set_linear(spec.linear_1, ff.down)
     _set_norm(spec.layer_norm, norm)
 

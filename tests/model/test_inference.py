@@ -51,6 +51,7 @@ def test_onednn_linear_is_x_w_plus_b_in_float64(dtype, bias, shape, activation):
         {"positions": "rope", "n_kv_heads": 2, "norm": "post"},
         {"positions": "relative", "attention_window": 3, "attention": "softmax"},
         {"attention": "linear"},
+        {"gated_ffn": True},  # ReLU, so the ungated FFN's fused activation must not be used
     ],
 )
 @torch.inference_mode()

@@ -54,7 +54,12 @@ def reverser() -> Transformer:
 
 @pytest.mark.parametrize(
     "changes",
-    [{}, {"positions": "rope", "n_kv_heads": 2, "norm": "post"}, {"tie_embeddings": False}],
+    [
+        {},
+        {"positions": "rope", "n_kv_heads": 2, "norm": "post"},
+        {"tie_embeddings": False},
+        {"gated_ffn": True},
+    ],
 )
 def test_int8_replaces_every_linear_layer_and_nothing_else(make_model, changes):
     model = make_model(**changes)

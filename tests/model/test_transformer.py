@@ -172,3 +172,31 @@ def test_ffn_hidden_dropout_is_activation_dropout_not_dropout():
     model = Transformer(tiny_config(dropout=0.0, activation_dropout=0.5)).train()
     ff = model.encoder[0].ff
     assert not torch.equal(ff(h), ff(h))
+
+
+def test_gated_ffn_is_the_activated_half_times_the_other_half():
+    """SwiGLU written out from the layer's own weights: (silu(x G + g) * (x V + v)) W + w."""
+    from tests.model.conftest import tiny_config
+
+    torch.manual_seed(0)
+    ff = Transformer(tiny_config(gated_ffn=True, activation="silu", d_ff=48)).decoder[1].ff
+    with torch.no_grad():
+        ff.up.bias.normal_()  # biases start at zero: make them count
+    x = torch.randn(3, 5, 32)
+    gate = x @ ff.up.weight[:48].T + ff.up.bias[:48]
+    value = x @ ff.up.weight[48:].T + ff.up.bias[48:]
+    want = (gate * torch.sigmoid(gate) * value) @ ff.down.weight.T + ff.down.bias
+    torch.testing.assert_close(ff(x), want)
+    # each half initialised as its own (48, 32) Xavier map, not as one (96, 32) map
+    limit = math.sqrt(6 / (32 + 48))
+    assert limit * 0.95 < ff.up.weight.abs().max().item() <= limit
+
+
+def test_gated_ffn_at_two_thirds_the_width_keeps_the_parameter_count():
+    from tests.model.conftest import tiny_config
+
+    plain = count_parameters(Transformer(tiny_config(d_ff=96)))
+    gated = count_parameters(Transformer(tiny_config(d_ff=64, gated_ffn=True)))
+    # a layer's FFN: 32 x 128 + 128 + 64 x 32 + 32 = 6,304 against 32 x 96 + 96 + 96 x 32 + 32
+    # = 6,272; four layers
+    assert gated - plain == 4 * 32

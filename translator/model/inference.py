@@ -105,8 +105,12 @@ def _linears_through_onednn(model: nn.Module) -> None:
     # the parents only: a list holding the nn.Linear modules would keep every dense weight alive
     # beside its packed copy until the end
     for module in [m for m in model.modules() if not isinstance(m, nn.Linear)]:
-        # fused into the product
-        if isinstance(module, FeedForward) and isinstance(module.activation, nn.ReLU):
+        # fused into the product (not when gated: the activation takes half of the product)
+        if (
+            isinstance(module, FeedForward)
+            and isinstance(module.activation, nn.ReLU)
+            and not module.gated
+        ):
             module.up, module.activation = OneDNNLinear(module.up, "relu"), nn.Identity()
         for name, child in module.named_children():
             if isinstance(child, nn.Linear):

@@ -59,16 +59,29 @@ ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
 
 class FeedForward(nn.Module):
     """Position-wise FFN: Linear(D, F) -> activation (ReLU, GELU or SiLU) -> dropout ->
-    Linear(F, D)."""
+    Linear(F, D).
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str = "relu") -> None:
+    Gated (GLU variants, Shazeer 2020; SwiGLU with SiLU): Linear(D, 2F) makes two halves, the
+    activated first one scales the second, then dropout -> Linear(F, D).
+    """
+
+    def __init__(
+        self, d_model: int, d_ff: int, dropout: float, activation: str = "relu", gated: bool = False
+    ) -> None:
         super().__init__()
-        self.up, self.activation = nn.Linear(d_model, d_ff), ACTIVATIONS[activation]()
+        self.up = nn.Linear(d_model, 2 * d_ff if gated else d_ff)  # gated: one product, two halves
+        self.activation, self.gated = ACTIVATIONS[activation](), gated
         self.down = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(self.dropout(self.activation(self.up(x))))
+        h = self.up(x)
+        if self.gated:
+            gate, h = h.chunk(2, dim=-1)
+            h = self.activation(gate) * h
+        else:
+            h = self.activation(h)
+        return self.down(self.dropout(h))
 
 
 class Residual(nn.Module):
@@ -109,7 +122,9 @@ class EncoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention(
             cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.attention_dropout, _rotary(cfg), kernel
         )
-        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
+        self.ff = FeedForward(
+            cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation, cfg.gated_ffn
+        )
         self.attn_block, self.ff_block = (Residual(cfg.d_model, cfg.dropout, pre) for _ in range(2))
 
     def forward(
@@ -136,7 +151,9 @@ class DecoderLayer(nn.Module):
         self.cross_attn = MultiHeadAttention(
             cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.attention_dropout
         )
-        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
+        self.ff = FeedForward(
+            cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation, cfg.gated_ffn
+        )
         self.self_block, self.cross_block, self.ff_block = (
             Residual(cfg.d_model, cfg.dropout, pre) for _ in range(3)
         )

@@ -15,7 +15,7 @@ from translator.model.attention import (
     recompute_under_same_kernels,
 )
 from translator.model.cache import KVCache
-from translator.model.layers import DecoderLayer, Embeddings, EncoderLayer
+from translator.model.layers import DecoderLayer, Embeddings, EncoderLayer, FeedForward
 from translator.model.relative import RelativePositionBias
 
 
@@ -66,7 +66,8 @@ class Transformer(nn.Module):
         self.init_weights()
 
     def init_weights(self) -> None:
-        """Embeddings ~ N(0, D^-1/2); linear layers Xavier-uniform; Q, K and V share one range."""
+        """Embeddings ~ N(0, D^-1/2); linear layers Xavier-uniform; Q, K and V share one range; a
+        gated FFN's two halves each get their own."""
         d = self.cfg.d_model
         for module in self.modules():
             if isinstance(module, nn.Linear):
@@ -83,6 +84,9 @@ class Transformer(nn.Module):
             if isinstance(module, MultiHeadAttention):
                 for proj in (module.q_proj, module.k_proj, module.v_proj):
                     nn.init.uniform_(proj.weight, -bound, bound)
+            if isinstance(module, FeedForward) and module.gated:  # two (F, D) maps side by side
+                f = module.down.in_features
+                nn.init.uniform_(module.up.weight, -math.sqrt(6 / (d + f)), math.sqrt(6 / (d + f)))
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """src (B, S) ids, src_mask (B, 1, 1, S) -> memory (B, S, D)."""
