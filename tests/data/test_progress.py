@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -24,20 +23,23 @@ def test_bytes_read_follows_a_file_read_elsewhere(tmp_path):
     path = tmp_path / "big.txt"
     path.write_bytes(b"x" * 1_000_000)
     seen: list[int] = []
-    halfway = threading.Event()
+    halfway_seen = threading.Event()
 
-    def reader():  # another thread reads half, pauses long enough to be seen, then the rest
+    def report(done: int) -> None:
+        seen.append(done)
+        if done == 500_000:
+            halfway_seen.set()
+
+    def reader():  # another thread reads half, pauses until that is seen (or 30 s), then the rest
         with open(path, "rb", buffering=0) as handle:  # unbuffered: the offset is exact
             handle.read(500_000)
-            halfway.set()
-            time.sleep(0.5)
+            halfway_seen.wait(timeout=30)
             handle.read()
 
-    with bytes_read([path], seen.append, every_s=0.05):
+    with bytes_read([path], report, every_s=0.05):
         thread = threading.Thread(target=reader)
         thread.start()
         thread.join()
-    assert halfway.is_set()
     assert 500_000 in seen  # the pause was seen, at the reader's offset
     assert seen == sorted(seen) and seen[-1] == 1_000_000
 

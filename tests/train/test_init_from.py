@@ -25,7 +25,7 @@ from translator.data.shards import TokenArray
 from translator.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
 from translator.errors import TranslatorError
 from translator.prepared import prepared_dir, up_to_date
-from translator.train import loop
+from translator.train import loop, session
 
 
 @pytest.fixture(scope="module")
@@ -210,6 +210,13 @@ def test_resume_after_a_kill_ignores_init_from(imported, corpus, tmp_path):
 
     def train_killed() -> None:
         torch.set_num_threads(1)
+        saved = session.save_checkpoints
+
+        def save_then_hang(*args, **kwargs) -> None:  # killed mid-run, however loaded the machine
+            saved(*args, **kwargs)
+            time.sleep(600)
+
+        session.save_checkpoints = save_then_hang  # in the forked child only
         loop.run(fine_tune(corpus, killed, imported, *settings), quiet=True)
 
     pid = fork(train_killed)
