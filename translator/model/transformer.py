@@ -85,8 +85,8 @@ class Transformer(nn.Module):
                 for proj in (module.q_proj, module.k_proj, module.v_proj):
                     nn.init.uniform_(proj.weight, -bound, bound)
             if isinstance(module, FeedForward) and module.gated:  # two (F, D) maps side by side
-                f = module.down.in_features
-                nn.init.uniform_(module.up.weight, -math.sqrt(6 / (d + f)), math.sqrt(6 / (d + f)))
+                for half in module.up.weight.chunk(2):
+                    nn.init.xavier_uniform_(half)
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """src (B, S) ids, src_mask (B, 1, 1, S) -> memory (B, S, D)."""
