@@ -21,6 +21,7 @@ LAYERS = [
         "translator.prepare",
         "translator.prepared",
         "translator.translate",
+        "translator.rerank",
         "translator.stream",
         "translator.summary",
         "translator.export",

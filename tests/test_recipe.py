@@ -209,3 +209,46 @@ def test_an_ensemble_recipe_trains_its_members_side_by_side_and_scores_them_as_o
     )
     assert "test, member-1/" in (run_dir / "scores.txt").read_text()
     assert manifest["budget"]["within"] and manifest["training"]["member_updates"] == [6, 6]
+
+
+def test_a_channel_recipe_trains_the_reverse_model_beside_and_reranks_with_it(
+    finished, prepared, tmp_path
+):
+    _, single = finished
+    run_dir = tmp_path / "run"
+    cfg = variant(prepared, run_dir, *SETTINGS)
+    flipped = ("data.src_lang=de", "data.tgt_lang=en", "data.name=tiny-de-en")
+    reverse = variant(prepared, tmp_path / "elsewhere", *SETTINGS, *flipped)
+    manifest = recipe.run(cfg, budget_minutes=10, average_last=2, quiet=True, channel=reverse)
+    # the direct model is the single recipe's (same seed, same batches); the channel trained
+    # beside it in run_dir/channel (not in its config's own run_dir), within the same budget
+    assert manifest["valid"]["avg.pt"] == single["valid"]["avg.pt"]
+    session = json.loads((run_dir / "channel" / "manifest.json").read_text())["sessions"][-1]
+    assert session["end_reason"] == "max_updates" and (run_dir / "channel" / "avg.pt").is_file()
+    assert not (tmp_path / "elsewhere").exists() and manifest["budget"]["within"]
+    reranked = {n: s for n, s in manifest["valid"].items() if "reranked by channel/" in n}
+    assert len(reranked) == len(recipe.CHANNEL_WEIGHTS)
+    plain = manifest["valid"][single["chosen"]]["bleu"]
+    chosen = manifest["chosen"]
+    if isinstance(chosen, dict):  # a weight is kept only when it beats the plain search on valid
+        assert reranked[recipe.described(chosen)]["bleu"] == max(
+            s["bleu"] for s in reranked.values()
+        )
+        assert reranked[recipe.described(chosen)]["bleu"] > plain
+        hyp = run_dir / f"test.{chosen['checkpoints'][:-3]}.channel-{chosen['channel_weight']}.hyp"
+    else:
+        assert all(s["bleu"] <= plain for s in reranked.values())
+        hyp = run_dir / f"test.{chosen[:-3]}.hyp"
+    assert len(read_lines(hyp)) == len(read_lines(MULTI30K / "test2016.en"))
+    assert (
+        f"test, {recipe.described(chosen)} (the better on valid)"
+        in (run_dir / "scores.txt").read_text()
+    )
+
+
+def test_a_channel_of_the_same_direction_is_refused_before_training(prepared, tmp_path):
+    cfg = variant(prepared, tmp_path / "run", *SETTINGS)
+    same = variant(prepared, tmp_path / "other", *SETTINGS)
+    with pytest.raises(TranslatorError, match="reverse direction"):
+        recipe.run(cfg, budget_minutes=10, average_last=2, quiet=True, channel=same)
+    assert not (tmp_path / "run" / "manifest.json").exists()

@@ -28,8 +28,8 @@ def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
     monkeypatch.setattr(
         stream,
         "translate_chunks",
-        lambda model, tok, decode, lines, out, nbest, progress, alignment_layer: seen.update(
-            decode=decode, nbest=nbest, alignment_layer=alignment_layer
+        lambda model, tok, decode, lines, out, nbest, progress, alignment_layer, channel: (
+            seen.update(decode=decode, nbest=nbest, alignment_layer=alignment_layer)
         ),
     )
     flags = [
@@ -48,6 +48,10 @@ def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
         "--batch-tokens",
         "99",
         "--no-cuda-graphs",
+        "--channel-weight",
+        "0.4",
+        "--channel-candidates",
+        "4",
         "--device",
         "cpu",
         "-q",
@@ -63,8 +67,10 @@ def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
         decode.max_len_b,
         decode.batch_tokens,
         decode.cuda_graphs,
+        decode.channel_weight,
+        decode.channel_candidates,
         seen["nbest"],
-    ) == (3, 1.5, 2, 0.5, 6, 99, False, 2)
+    ) == (3, 1.5, 2, 0.5, 6, 99, False, 0.4, 4, 2)
     assert seen["alignment_layer"] is None  # no --alignments: no alignment pass
     for extra, layer in [(["--alignments"], -1), (["--alignments", "--alignment-layer", "1"], 1)]:
         result = CliRunner().invoke(

@@ -76,6 +76,31 @@ LengthPenaltyOpt = Annotated[
     Optional[float],
     typer.Option("--length-penalty", help="GNMT length-penalty alpha (0 = none)."),
 ]
+ChannelOpt = Annotated[
+    Optional[list[Path]],
+    typer.Option(
+        "--channel",
+        help="Checkpoint of the reverse direction (repeat: an ensemble): reranks each n-best by "
+        "how well it reads the source back (noisy channel).",
+        show_default=False,
+    ),
+]
+ChannelWeightOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--channel-weight",
+        min=0,
+        help="Weight of the --channel score; default from the checkpoint (decode.channel_weight).",
+    ),
+]
+ChannelCandidatesOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--channel-candidates",
+        min=2,
+        help="n-best size --channel reranks; default from the checkpoint.",
+    ),
+]
 DeviceOpt = Annotated[
     Optional[str],
     typer.Option(
@@ -192,6 +217,9 @@ def evaluate(
     ] = None,
     beam: BeamOpt = None,
     length_penalty: LengthPenaltyOpt = None,
+    channel: ChannelOpt = None,
+    channel_weight: ChannelWeightOpt = None,
+    channel_candidates: ChannelCandidatesOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     cuda_graphs: GraphsOpt = None,
@@ -206,7 +234,8 @@ def evaluate(
     """Translate a test set and print sacreBLEU (with signature) and chrF; hypotheses go to a file.
 
     Example: translator eval runs/multi30k/best.pt --split test --beam 4 --length-penalty 1.0
-    (an ensemble: translator eval runs/a/best.pt runs/b/best.pt --split test)
+    (an ensemble: translator eval runs/a/best.pt runs/b/best.pt --split test; reranked by a
+    model of the reverse direction: ... --channel runs/multi30k-de-en/best.pt)
     """
     from translator import evaluate as evaluate_mod
 
@@ -222,6 +251,9 @@ def evaluate(
         device=device,
         dtype=dtype,
         cuda_graphs=cuda_graphs,
+        channel=channel or None,
+        channel_weight=channel_weight,
+        channel_candidates=channel_candidates,
         quiet=quiet,
     )
     typer.echo("\n".join(scores.lines()))
@@ -279,6 +311,9 @@ def translate(
             ),
         ),
     ] = -1,
+    channel: ChannelOpt = None,
+    channel_weight: ChannelWeightOpt = None,
+    channel_candidates: ChannelCandidatesOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Translate stdin to stdout: one output line per input line; an empty line gives an empty line.
@@ -307,6 +342,9 @@ def translate(
         device=device,
         dtype=dtype,
         alignment_layer=alignment_layer if alignments else None,
+        channel=channel or None,
+        channel_weight=channel_weight,
+        channel_candidates=channel_candidates,
         quiet=quiet,
     )
 

@@ -389,9 +389,16 @@ class DecodeConfig:
     cuda_graphs: bool = True
     """On CUDA, replay each decoding step as one CUDA graph over a fixed-shape KV cache
     (--no-cuda-graphs turns it off). No effect on CPU or under autocast."""
+    channel_weight: float = 0.3
+    """With a reverse-direction model (`--channel`): the weight of its log p(source | candidate)
+    beside the direct score when it reranks the n-best (translator/rerank.py)."""
+    channel_candidates: int = 8
+    """With `--channel`: the n-best size it reranks (the beam widens to it if narrower)."""
 
     def __post_init__(self) -> None:
         _check_range("decode", self, "beam_size batch_tokens", 1)
+        _check_range("decode", self, "channel_weight", 0)
+        _check_range("decode", self, "channel_candidates", 2)
         _check_range("decode", self, "max_len_a max_len_b min_len", 0)
         # finite: negative favours short outputs
         _check_range("decode", self, "length_penalty", -math.inf)

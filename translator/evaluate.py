@@ -15,6 +15,7 @@ from translator.stream import log, model_precision, sentence_progress, warn_stde
 from translator.translate import (
     Checkpoints,
     checkpoint_list,
+    load_channel,
     load_models,
     translate_lines,
     with_overrides,
@@ -100,13 +101,17 @@ def run(
     device: str | None = None,
     dtype: str | None = None,
     cuda_graphs: bool | None = None,
+    channel: Checkpoints | None = None,
+    channel_weight: float | None = None,
+    channel_candidates: int | None = None,
     quiet: bool = False,
 ) -> Scores:
     """The `eval` command: decode a prepared split (or --src/--ref files), write the hypotheses, and
     score them.
 
     Hypotheses go to `hyp_file`, by default `<reference file name>.hyp` beside the checkpoint. BLEU
-    is tokenized for the checkpoint's target language (data.tgt_lang).
+    is tokenized for the checkpoint's target language (data.tgt_lang). `channel`: checkpoint(s) of
+    the reverse direction that rerank each n-best (translator/rerank.py).
     """
     if (src_file is None) != (ref_file is None):
         raise TranslatorError(
@@ -114,9 +119,17 @@ def run(
         )
     model, cfg, tokenizer = load_models(ckpt, device, dtype)
     cfg.decode = with_overrides(
-        cfg.decode, beam_size=beam, length_penalty=length_penalty, cuda_graphs=cuda_graphs
+        cfg.decode,
+        beam_size=beam,
+        length_penalty=length_penalty,
+        cuda_graphs=cuda_graphs,
+        channel_weight=channel_weight,
+        channel_candidates=channel_candidates,
     )
     bleu_metric(cfg.data.tgt_lang)  # a missing tokenizer fails before decoding
+    reranker = None
+    if channel is not None:
+        reranker = load_channel(channel, cfg, device, dtype)
     if src_file is None:
         folder = prepared_dir(cfg.data)
         src_file, ref_file = (
@@ -155,7 +168,13 @@ def run(
         with sentence_progress("eval", quiet) as progress:
             # warnings stay under --quiet: they are about the data and explain a score
             translated = translate_lines(
-                model, tokenizer, sources, cfg.decode, warn=warn_stderr, progress=progress
+                model,
+                tokenizer,
+                sources,
+                cfg.decode,
+                warn=warn_stderr,
+                progress=progress,
+                channel=reranker,
             )
         hyps = [h[0][0] for h in translated]
         handle.write("".join(h + "\n" for h in hyps))

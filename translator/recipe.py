@@ -39,6 +39,9 @@ from translator.train import loop
 from translator.train.manifest import data_checksums, git_state, versions
 
 MANIFEST = "recipe.json"
+# the channel model's weights tried on valid (translator/rerank.py); the plain search competes too
+CHANNEL_WEIGHTS = (0.1, 0.2, 0.3, 0.5)
+Chosen = str | list[str] | dict[str, Any]  # a checkpoint, an ensemble's, or either with a channel
 FINISHED = ("max_minutes", "max_updates", "max_epochs", "early stopping")  # not run again
 
 
@@ -50,6 +53,7 @@ def run(
     quiet: bool = False,
     score_test: bool = True,
     members: int = 1,
+    channel: Config | None = None,
 ) -> dict[str, Any]:
     """The recipe; returns the manifest it writes to run_dir/recipe.json.
 
@@ -61,6 +65,11 @@ def run(
     members > 1: an ensemble. That many models (seeds seed, seed + 1, ...) train at the same time
     in run_dir/member-1, member-2, ..., the CPU threads split between them, within the same
     budget; each keeps its average or best.pt by valid BLEU, and the ensemble of those is scored.
+
+    channel: the reverse direction's config. A model of it trains beside the others in
+    run_dir/channel, within the same budget, and the translations are chosen from an n-best by
+    adding its score of the source (noisy-channel reranking, translator/rerank.py), with the
+    weight chosen on valid.
     """
     run_dir = Path(cfg.train.run_dir)
     if score_test and (run_dir / MANIFEST).is_file():
@@ -70,11 +79,17 @@ def run(
     seconds: dict[str, float] = {}
     with stage(seconds, "prepare"):
         prepare.run(cfg, quiet=quiet)
+        if channel is not None:
+            channel = channel_config(cfg, channel)
+            prepare.run(channel, quiet=quiet)
     configs = member_configs(cfg, members)
     member_dirs = [Path(c.train.run_dir) for c in configs]  # [run_dir] for one model
+    channel_dirs = [] if channel is None else [Path(channel.train.run_dir)]
     with stage(seconds, "train"):
-        train_members(configs, budget_minutes - reserve_minutes, quiet)
-    for member_dir in member_dirs:
+        train_members(
+            configs + ([channel] if channel else []), budget_minutes - reserve_minutes, quiet
+        )
+    for member_dir in member_dirs + channel_dirs:
         if training_minutes(member_dir, budget_minutes - reserve_minutes) > 0:  # stopped early
             raise TranslatorError(
                 "training stopped before its budget was spent (interrupted?)",
@@ -82,10 +97,14 @@ def run(
                 "run the recipe again: it resumes with the rest of the budget",
             )
     with stage(seconds, "average"):
-        for member_dir in member_dirs:
+        for member_dir in member_dirs + channel_dirs:
             averaged = checkpoint.step_files(member_dir)[-average_last:]
             checkpoint.average(averaged, member_dir / "avg.pt")
-    if members == 1:
+    if channel is not None:
+        valid, chosen, test = rerank_on_valid(
+            run_dir, member_dirs, channel_dirs[0], seconds, quiet, score_test
+        )
+    elif members == 1:
         valid, chosen, test = choose_on_valid(run_dir, seconds, quiet, score_test)
     else:
         valid, chosen, test = ensemble_on_valid(run_dir, member_dirs, seconds, quiet, score_test)
@@ -111,9 +130,19 @@ def run(
     return manifest
 
 
-def first(chosen: str | list[str]) -> str:
+def first(chosen: Chosen) -> str:
     """The chosen checkpoint, or an ensemble's first member's."""
+    if isinstance(chosen, dict):
+        chosen = chosen["checkpoints"]
     return chosen[0] if isinstance(chosen, list) else chosen
+
+
+def described(chosen: Chosen) -> str:
+    """The chosen checkpoint(s), as scores.txt names them."""
+    if isinstance(chosen, dict):
+        checkpoints = described(chosen["checkpoints"])
+        return f"{checkpoints} reranked by {chosen['channel']}, weight {chosen['channel_weight']}"
+    return " + ".join(chosen) if isinstance(chosen, list) else chosen
 
 
 def score_chosen_on_test(run_dir: Path, quiet: bool) -> dict[str, Any]:
@@ -215,6 +244,19 @@ def training_minutes(run_dir: Path, budget_minutes: float) -> float:
     return budget_minutes - sum(s["seconds"] for s in sessions) / 60
 
 
+def channel_config(cfg: Config, channel: Config) -> Config:
+    """The reverse direction's config, trained in run_dir/channel; refused unless it is one."""
+    if (channel.data.src_lang, channel.data.tgt_lang) != (cfg.data.tgt_lang, cfg.data.src_lang):
+        raise TranslatorError(
+            f"the channel model translates {channel.data.src_lang}->{channel.data.tgt_lang}, "
+            f"not {cfg.data.tgt_lang}->{cfg.data.src_lang}",
+            "--channel",
+            "give the config of the reverse direction",
+        )
+    run_dir = str(Path(cfg.train.run_dir) / "channel")
+    return dataclasses.replace(channel, train=dataclasses.replace(channel.train, run_dir=run_dir))
+
+
 def member_configs(cfg: Config, members: int) -> list[Config]:
     """The recipe's one config, or one per ensemble member: run_dir/member-i, seed + i - 1."""
     if members == 1:
@@ -303,6 +345,46 @@ def ensemble_on_valid(
     return valid, chosen, test
 
 
+def rerank_on_valid(
+    run_dir: Path,
+    member_dirs: list[Path],
+    channel_dir: Path,
+    seconds: dict[str, float],
+    quiet: bool,
+    score_test: bool = True,
+) -> tuple[dict[str, evaluate.Scores], Chosen, evaluate.Scores | None]:
+    """The direct model(s) keep their checkpoints as without a channel; the channel model keeps
+    avg.pt or best.pt by its own valid BLEU; then each of CHANNEL_WEIGHTS reranks the direct
+    search's n-best on valid, and the best of those and of the plain search (only it) is scored
+    on test."""
+    if len(member_dirs) == 1:
+        valid, direct, _ = choose_on_valid(run_dir, seconds, quiet, score_test=False)
+    else:
+        valid, direct, _ = ensemble_on_valid(run_dir, member_dirs, seconds, quiet, False)
+    plain = valid["ensemble" if isinstance(direct, list) else direct]
+    with stage(seconds, "eval_valid_channel"):
+        channel_valid = {
+            f"{channel_dir.name}/{ckpt}": score(
+                run_dir, f"{channel_dir.name}/{ckpt}", "valid", quiet
+            )
+            for ckpt in ("avg.pt", "best.pt")
+        }
+        valid |= channel_valid
+        channel = max(channel_valid, key=lambda n: channel_valid[n].bleu)
+        reranked = {}
+        for weight in CHANNEL_WEIGHTS:
+            option = {"checkpoints": direct, "channel": channel, "channel_weight": weight}
+            valid[described(option)] = score(run_dir, option, "valid", quiet)
+            reranked[described(option)] = option
+    best = max(reranked, key=lambda n: valid[n].bleu)
+    chosen = reranked[best] if valid[best].bleu > plain.bleu else direct
+    if not score_test:
+        return valid, chosen, None
+    with stage(seconds, "eval_test"):
+        test = score(run_dir, chosen, "test", quiet)
+    return valid, chosen, test
+
+
 def choose_on_valid(
     run_dir: Path, seconds: dict[str, float], quiet: bool, score_test: bool = True
 ) -> tuple[dict[str, evaluate.Scores], str, evaluate.Scores | None]:
@@ -317,15 +399,28 @@ def choose_on_valid(
     return valid, chosen, test
 
 
-def score(run_dir: Path, name: str | list[str], split: str, quiet: bool) -> evaluate.Scores:
+def score(run_dir: Path, chosen: Chosen, split: str, quiet: bool) -> evaluate.Scores:
     """`translator eval CKPT --split SPLIT --lc-tok`, hypotheses to run_dir/SPLIT.CKPT-STEM.hyp
-    (a member's beside it, SPLIT.ensemble.hyp for a list of checkpoints: the ensemble)."""
-    if isinstance(name, list):
-        ckpts, hyp_file = [run_dir / n for n in name], run_dir / f"{split}.ensemble.hyp"
+    (a member's beside it, SPLIT.ensemble.hyp for a list of checkpoints: the ensemble); with a
+    channel model `... --channel C --channel-weight W`, to SPLIT.CKPT-STEM.channel-W.hyp."""
+    channel, weight, suffix = None, None, ""
+    if isinstance(chosen, dict):
+        channel, weight = run_dir / chosen["channel"], chosen["channel_weight"]
+        chosen, suffix = chosen["checkpoints"], f".channel-{weight}"
+    if isinstance(chosen, list):
+        ckpts, hyp_file = [run_dir / n for n in chosen], run_dir / f"{split}.ensemble{suffix}.hyp"
     else:
-        ckpts = run_dir / name
-        hyp_file = ckpts.parent / f"{split}.{ckpts.stem}.hyp"
-    return evaluate.run(ckpts, split=split, hyp_file=hyp_file, lc_tok=True, quiet=quiet)
+        ckpts = run_dir / chosen
+        hyp_file = ckpts.parent / f"{split}.{ckpts.stem}{suffix}.hyp"
+    return evaluate.run(
+        ckpts,
+        split=split,
+        hyp_file=hyp_file,
+        lc_tok=True,
+        channel=channel,
+        channel_weight=weight,
+        quiet=quiet,
+    )
 
 
 def data_files(cfg: Config) -> dict[str, Any]:
@@ -361,14 +456,15 @@ def write_results(
     run_dir: Path,
     manifest: dict[str, Any],
     valid: dict[str, evaluate.Scores],
-    chosen: str | list[str],
+    chosen: Chosen,
     test: evaluate.Scores | None,
 ) -> None:
     """scores.txt (what eval prints, for each checkpoint scored) and recipe.json, atomically."""
     lines = [f"valid, {name}:\n  " + "\n  ".join(s.lines()) for name, s in valid.items()]
     if test:
-        what = " + ".join(chosen) if isinstance(chosen, list) else chosen
-        lines.append(f"test, {what} (the better on valid):\n  " + "\n  ".join(test.lines()))
+        lines.append(
+            f"test, {described(chosen)} (the better on valid):\n  " + "\n  ".join(test.lines())
+        )
     with atomic_write(run_dir / "scores.txt") as handle:
         handle.write("\n".join(lines) + "\n")
     with atomic_write(run_dir / MANIFEST) as handle:  # last: its presence marks a finished recipe
@@ -413,6 +509,15 @@ def main(
             "ensemble.",
         ),
     ] = 1,
+    channel: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--channel",
+            metavar="CONFIG",
+            help="Also train a model of the reverse direction (its YAML config; --data and the "
+            "data.* overrides apply to it too) and rerank each n-best with it.",
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or log lines.")] = False,
 ) -> None:
     """Prepare, train within --budget minutes, average, pick on valid, score test; see recipe.json.
@@ -421,9 +526,15 @@ def main(
     --set data.splits.valid=valid --set data.splits.test=test2016 --budget 48 --average 5
     """
     cfg = config.load(config_path, set or [])
-    if data:  # taken literally, as `translator train --data`
-        cfg.data = dataclasses.replace(cfg.data, source=data)
-    manifest = run(cfg, budget, average, reserve, quiet, score_test=not valid_only, members=members)
+    reverse = None
+    if channel is not None:
+        reverse = config.load(channel, [s for s in set or [] if s.startswith("data.")])
+    for c in (cfg, reverse):
+        if data and c is not None:  # taken literally, as `translator train --data`
+            c.data = dataclasses.replace(c.data, source=data)
+    manifest = run(
+        cfg, budget, average, reserve, quiet, not valid_only, members=members, channel=reverse
+    )
     typer.echo((Path(cfg.train.run_dir) / "scores.txt").read_text().rstrip())
     typer.echo(f"manifest: {Path(cfg.train.run_dir) / MANIFEST} (chosen: {manifest['chosen']})")
 

@@ -4,6 +4,7 @@ and flushed at once, a progress bar and warnings on stderr. The translating is `
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import select
 import sys
@@ -22,7 +23,14 @@ from translator.errors import TranslatorError
 from translator.model.ensemble import Ensemble
 from translator.model.inference import is_int8
 from translator.model.transformer import Transformer
-from translator.translate import Checkpoints, load_models, translate_lines, with_overrides
+from translator.rerank import Channel
+from translator.translate import (
+    Checkpoints,
+    load_channel,
+    load_models,
+    translate_lines,
+    with_overrides,
+)
 
 
 def run(
@@ -39,13 +47,17 @@ def run(
     device: str | None = None,
     dtype: str | None = None,
     alignment_layer: int | None = None,
+    channel: Checkpoints | None = None,
+    channel_weight: float | None = None,
+    channel_candidates: int | None = None,
     quiet: bool = False,
 ) -> int:
     """The `translate` command: stdin to stdout through a checkpoint (several: an ensemble);
     returns the line count.
 
-    Flags left None take the checkpoint's decode.* values. Unless quiet, one log line on stderr says
-    which device and dtype were chosen.
+    Flags left None take the checkpoint's decode.* values. `channel`: checkpoint(s) of the reverse
+    direction that rerank each n-best (translator/rerank.py). Unless quiet, one log line on
+    stderr says which device and dtype were chosen.
     """
     if sys.stdin is None or sys.stdout is None:
         raise TranslatorError(
@@ -61,7 +73,12 @@ def run(
         length_penalty=length_penalty,
         batch_tokens=batch_tokens,
         cuda_graphs=cuda_graphs,
+        channel_weight=channel_weight,
+        channel_candidates=channel_candidates,
     )
+    reranker = None
+    if channel is not None:
+        reranker = load_channel(channel, dataclasses.replace(cfg, decode=decode), device, dtype)
     if not quiet:
         log(f"translate: {model_precision(model, dtype or cfg.decode.dtype)}")
     show = show_progress(quiet, sys.stdin, sys.stdout, sys.stderr)
@@ -76,6 +93,7 @@ def run(
             nbest,
             progress=progress,
             alignment_layer=alignment_layer,
+            channel=reranker,
         )
 
 
@@ -154,6 +172,7 @@ def translate_chunks(
     nbest: int = 1,
     progress: Callable[[int, int], None] | None = None,
     alignment_layer: int | None = None,
+    channel: Channel | None = None,
 ) -> int:
     """Translate chunks of lines, writing each chunk as soon as it is done; returns the line count.
 
@@ -182,6 +201,7 @@ def translate_chunks(
             first_line=count + 1,
             progress=report if progress is not None else None,
             alignment_layer=alignment_layer,
+            channel=channel,
         ):
             if nbest == 1 and alignment_layer is None:
                 out.write(hyps[0][0] + "\n")

@@ -35,6 +35,7 @@ from translator.errors import TranslatorError
 from translator.model.ensemble import Ensemble
 from translator.model.inference import for_cpu_decoding
 from translator.model.transformer import Transformer
+from translator.rerank import Channel
 
 SENTENCE_END = (".", "!", "?", ";", ":")
 
@@ -82,6 +83,37 @@ def load_models(
                 "ensemble only checkpoints trained on the same prepared vocabulary",
             )
     return Ensemble([m for m, _, _ in loaded]), cfg, tokenizer
+
+
+def load_channel(
+    ckpt: Checkpoints,
+    direct: Config,
+    device: str | None = None,
+    dtype: str | None = None,
+) -> Channel:
+    """The reverse-direction model(s) of `ckpt` for reranking `direct`'s n-best
+    (translator/rerank.py), on the same device and dtype, weighed as `direct.decode` says (as the
+    caller overrode it; its length penalty normalises the channel's score too)."""
+    model, cfg, tokenizer = load_models(ckpt, device, dtype)
+    langs, reverse = (
+        (cfg.data.src_lang, cfg.data.tgt_lang),
+        (direct.data.tgt_lang, direct.data.src_lang),
+    )
+    if langs != reverse:
+        raise TranslatorError(
+            f"the channel model translates {'->'.join(langs)}, not {'->'.join(reverse)}",
+            str(checkpoint_list(ckpt)[0]),
+            "give a checkpoint of the reverse direction to --channel",
+        )
+    decode = direct.decode
+    return Channel(
+        model,
+        tokenizer,
+        decode.channel_weight,
+        decode.length_penalty,
+        decode.channel_candidates,
+        decode.batch_tokens,
+    )
 
 
 def with_overrides(decode: DecodeConfig, **values) -> DecodeConfig:
@@ -171,8 +203,12 @@ def translate_lines(
     progress: Callable[[int, int], None] | None = None,
     first_line: int = 1,
     alignment_layer: int | None = None,
+    channel: Channel | None = None,
 ) -> list[list[tuple]]:
     """Translate `lines`; returns, per input line and in input order, (text, score) best first.
+
+    With a `channel` model the search finds `channel.candidates` hypotheses per line and they are
+    reranked with it (translator/rerank.py); scores are then the combined ones.
 
     With `alignment_layer` each tuple is (text, score, alignment): Pharaoh `src-tgt` word pairs read
     from that decoder layer's cross-attention (diagnostics/alignment.py).
@@ -181,6 +217,13 @@ def translate_lines(
     total)` is called after each batch, counting sentences (pieces of over-long lines count apart).
     Warnings (a line split, <unk> tokens dropped from the output) number lines from `first_line`.
     """
+    if channel is not None and alignment_layer is not None:
+        raise TranslatorError(
+            "alignments come from one search's attention, not from a reranked n-best",
+            "--alignments",
+            "leave out --channel to print alignments",
+        )
+    shown, nbest = nbest, max(nbest, channel.candidates) if channel else nbest
     if max(decode.beam_size, nbest) > model.cfg.vocab_size:
         raise TranslatorError(
             f"a beam of {max(decode.beam_size, nbest)} is wider than the vocabulary "
@@ -240,8 +283,10 @@ def translate_lines(
     if unknown and warn is not None:
         warn(unk_message(unknown))
     out = [_detokenize(tokenizer, line_hyps) for line_hyps in by_line]
+    if channel is not None:
+        out = channel.rerank([line.strip() for line in lines], out)
     if alignment_layer is None:
-        return out
+        return [candidates[:shown] for candidates in out]
     parts: list[list[int]] = [[] for _ in lines]  # each line's pieces
     for k, line in enumerate(owner):
         parts[line].append(k)

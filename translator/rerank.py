@@ -1,0 +1,102 @@
+"""Noisy-channel reranking (Yee et al. 2019): pick from the direct model's n-best with a model of
+the reverse direction.
+
+For a source x and the candidates y of the direct model p(y|x) (a beam's n-best), the one kept
+maximises
+
+    log p(y|x) / lp(|y|)  +  weight * log p(x|y) / lp(|x|)
+
+each log-probability normalised by the GNMT length penalty lp of its own output length (the
+beam's alpha; |.| counts EOS). The channel model p(x|y), trained on the same pairs the other way
+round, asks how well the source can be read back from a candidate: it prefers the candidates
+that keep all of the source's content, which the direct model's own score and a length penalty
+cannot tell from candidates that are merely longer (docs/experiments.md, item 36).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from translator.data.batching import pad, padding_mask
+from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from translator.decode.beam import length_penalty
+from translator.model.ensemble import Ensemble
+from translator.model.transformer import Transformer
+
+
+@dataclass
+class Channel:
+    """A reverse-direction model (or ensemble) and how its score is weighed against the direct one:
+    `weight`, the length penalty's `alpha`, the n-best size the direct search produces for it to
+    choose from (`candidates`), and source tokens per scoring batch."""
+
+    model: Transformer | Ensemble
+    tokenizer: Tokenizer
+    weight: float
+    alpha: float
+    candidates: int
+    batch_tokens: int = 4096
+
+    def rerank(
+        self, sources: list[str], nbests: list[list[tuple[str, float]]]
+    ) -> list[list[tuple[str, float]]]:
+        """Per source, its (translation, direct score) candidates -> (translation, combined score),
+        best first. A source with one candidate (an empty or over-long line) keeps it as it is."""
+        pairs = [(i, text) for i, nbest in enumerate(nbests) if len(nbest) > 1 for text, _ in nbest]
+        scores = source_log_probs(
+            self.model,
+            self.tokenizer,
+            [sources[i] for i, _ in pairs],
+            [text for _, text in pairs],
+            self.batch_tokens,
+        )
+        lengths = [len(ids) + 1 for ids in self.tokenizer.target_sp.encode(sources)]  # with EOS
+        channel = iter(scores)
+        out = []
+        for i, nbest in enumerate(nbests):
+            if len(nbest) < 2:
+                out.append(nbest)
+                continue
+            norm = length_penalty(lengths[i], self.alpha)
+            rescored = [(text, score + self.weight * next(channel) / norm) for text, score in nbest]
+            out.append(sorted(rescored, key=lambda candidate: -candidate[1]))
+        return out
+
+
+@torch.inference_mode()
+def source_log_probs(
+    model: Transformer | Ensemble,
+    tokenizer: Tokenizer,
+    sources: list[str],
+    translations: list[str],
+    batch_tokens: int = 4096,
+) -> list[float]:
+    """log p(source | translation) under the channel `model`: the sum over the source's tokens and
+    its EOS, teacher forced (an ensemble: the log of its members' mean probability per token)."""
+    src_ids = tokenizer.encode(translations)  # the channel reads translations...
+    tgt_ids = tokenizer.target_sp.encode(sources)  # ...and scores the sources
+    members = model.members if isinstance(model, Ensemble) else [model]
+    device = next(model.parameters()).device
+    out = [0.0] * len(sources)
+    order = sorted(range(len(sources)), key=lambda i: -max(len(src_ids[i]), len(tgt_ids[i])))
+    start = 0
+    while start < len(order):  # longest first; rows * (longest + 1) <= batch_tokens
+        longest = max(len(src_ids[order[start]]), len(tgt_ids[order[start]])) + 1
+        rows = order[start : start + max(1, batch_tokens // longest)]
+        start += len(rows)
+        src = pad([src_ids[i] for i in rows], suffix=[EOS_ID]).to(device)  # (B, S)
+        tgt_in = pad([tgt_ids[i] for i in rows], prefix=[BOS_ID]).to(device)  # (B, T)
+        tgt_out = pad([tgt_ids[i] for i in rows], suffix=[EOS_ID]).to(device)  # (B, T)
+        src_mask = padding_mask(src)
+        total = None  # log sum_m p_m (B, T, V), fp32
+        for member in members:
+            log_p = torch.log_softmax(member(src, tgt_in, src_mask).float(), dim=-1)
+            total = log_p if total is None else torch.logaddexp(total, log_p)
+        token = total.gather(-1, tgt_out.unsqueeze(-1)).squeeze(-1) - math.log(len(members))
+        sums = token.masked_fill(tgt_out == PAD_ID, 0.0).sum(dim=-1)  # (B,)
+        for i, value in zip(rows, sums.tolist()):
+            out[i] = value
+    return out
