@@ -91,11 +91,12 @@ def source_log_probs(
         tgt_in = pad([tgt_ids[i] for i in rows], prefix=[BOS_ID]).to(device)  # (B, T)
         tgt_out = pad([tgt_ids[i] for i in rows], suffix=[EOS_ID]).to(device)  # (B, T)
         src_mask = padding_mask(src)
-        total = None  # log sum_m p_m (B, T, V), fp32
+        token = None  # log sum_m p_m(source token) (B, T), fp32: only the tokens scored
         for member in members:
-            log_p = torch.log_softmax(member(src, tgt_in, src_mask).float(), dim=-1)
-            total = log_p if total is None else torch.logaddexp(total, log_p)
-        token = total.gather(-1, tgt_out.unsqueeze(-1)).squeeze(-1) - math.log(len(members))
+            log_p = torch.log_softmax(member(src, tgt_in, src_mask).float(), dim=-1)  # (B, T, V)
+            picked = log_p.gather(-1, tgt_out.unsqueeze(-1)).squeeze(-1)  # (B, T)
+            token = picked if token is None else torch.logaddexp(token, picked)
+        token = token - math.log(len(members))
         sums = token.masked_fill(tgt_out == PAD_ID, 0.0).sum(dim=-1)  # (B,)
         for i, value in zip(rows, sums.tolist()):
             out[i] = value
