@@ -389,7 +389,7 @@ class DecodeConfig:
     cuda_graphs: bool = True
     """On CUDA, replay each decoding step as one CUDA graph over a fixed-shape KV cache
     (--no-cuda-graphs turns it off). No effect on CPU or under autocast."""
-    channel_weight: float = 0.3
+    channel_weight: float = 0.2
     """With a reverse-direction model (`--channel`): the weight of its log p(source | candidate)
     beside the direct score when it reranks the n-best (translator/rerank.py)."""
     channel_candidates: int = 8
