@@ -226,6 +226,7 @@ def test_a_channel_recipe_trains_the_reverse_model_beside_and_reranks_with_it(
     session = json.loads((run_dir / "channel" / "manifest.json").read_text())["sessions"][-1]
     assert session["end_reason"] == "max_updates" and (run_dir / "channel" / "avg.pt").is_file()
     assert not (tmp_path / "elsewhere").exists() and manifest["budget"]["within"]
+    assert manifest["training"]["member_updates"] == [6, 6]  # the direct model, then the channel
     reranked = {n: s for n, s in manifest["valid"].items() if "reranked by channel/" in n}
     assert len(reranked) == len(recipe.CHANNEL_WEIGHTS)
     plain = manifest["valid"][single["chosen"]]["bleu"]

@@ -119,7 +119,9 @@ def run(
         "members": members,
         "hardware": hardware(),
         "versions": versions(),
-        **budget_record(member_dirs, budget_minutes, reserve_minutes, seconds["average"]),
+        **budget_record(
+            member_dirs + channel_dirs, budget_minutes, reserve_minutes, seconds["average"]
+        ),
         "averaged": [p.name for p in averaged],
         "valid": {name: dataclasses.asdict(s) for name, s in valid.items()},
         "chosen": chosen,
@@ -197,8 +199,9 @@ def budget_record(
 ) -> dict[str, Any]:
     """The manifest's `budget` (what it allowed, what was used) and `training` (its sessions).
 
-    Ensemble members train side by side: the longest one is what the budget used; `training`
-    describes the first member's sessions, and `member_updates` each member's last update.
+    Ensemble members (and a channel model, last) train side by side: the longest one is what the
+    budget used; `training` describes the first member's sessions, and `member_updates` each
+    one's last update.
     """
     trained = max(round(sum(s["seconds"] for s in train_sessions(d)), 1) for d in run_dirs)
     sessions = train_sessions(run_dirs[0])
