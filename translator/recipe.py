@@ -97,9 +97,10 @@ def run(
                 "run the recipe again: it resumes with the rest of the budget",
             )
     with stage(seconds, "average"):
+        averaged = {}  # per run directory, the step checkpoints in its avg.pt
         for member_dir in member_dirs + channel_dirs:
-            averaged = checkpoint.step_files(member_dir)[-average_last:]
-            checkpoint.average(averaged, member_dir / "avg.pt")
+            averaged[member_dir] = checkpoint.step_files(member_dir)[-average_last:]
+            checkpoint.average(averaged[member_dir], member_dir / "avg.pt")
     if channel is not None:
         valid, chosen, test = rerank_on_valid(
             run_dir, member_dirs, channel_dirs[0], seconds, quiet, score_test
@@ -122,7 +123,7 @@ def run(
         **budget_record(
             member_dirs + channel_dirs, budget_minutes, reserve_minutes, seconds["average"]
         ),
-        "averaged": [p.name for p in averaged],
+        "averaged": [p.name for p in averaged[member_dirs[0]]],  # the first member's
         "valid": {name: dataclasses.asdict(s) for name, s in valid.items()},
         "chosen": chosen,
         "test": dataclasses.asdict(test) if test else None,
