@@ -326,6 +326,7 @@ def translate(
     Bytes that are not UTF-8 are replaced (U+FFFD), with a warning naming the line.
 
     Example: echo "A man rides a bike." | translator translate runs/multi30k/best.pt
+    (reranked by a model of the reverse direction: ... --channel runs/multi30k-de-en/best.pt)
     """
     from translator import stream
 
