@@ -253,3 +253,22 @@ def test_a_channel_of_the_same_direction_is_refused_before_training(prepared, tm
     with pytest.raises(TranslatorError, match="reverse direction"):
         recipe.run(cfg, budget_minutes=10, average_last=2, quiet=True, channel=same)
     assert not (tmp_path / "run" / "manifest.json").exists()
+
+
+def test_an_ensemble_with_a_channel_reranks_the_ensembles_n_best(prepared, tmp_path):
+    run_dir = tmp_path / "run"
+    cfg = variant(prepared, run_dir, *SETTINGS)
+    flipped = ("data.src_lang=de", "data.tgt_lang=en", "data.name=tiny-de-en")
+    reverse = variant(prepared, tmp_path / "elsewhere", *SETTINGS, *flipped)
+    manifest = recipe.run(
+        cfg, budget_minutes=10, average_last=2, quiet=True, members=2, channel=reverse
+    )
+    assert manifest["training"]["member_updates"] == [6, 6, 6]  # two members, then the channel
+    reranked = [n for n in manifest["valid"] if "reranked by channel/" in n]
+    assert len(reranked) == len(recipe.CHANNEL_WEIGHTS)
+    assert all(n.startswith("member-1/") and " + member-2/" in n for n in reranked)
+    for weight in recipe.CHANNEL_WEIGHTS:
+        assert len(read_lines(run_dir / f"valid.ensemble.channel-{weight}.hyp")) == len(
+            read_lines(MULTI30K / "valid.en")
+        )
+    assert manifest["test"] is not None
