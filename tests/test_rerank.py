@@ -80,10 +80,17 @@ def test_an_ensemble_channel_scores_each_token_by_its_members_mean_probability(t
 
 
 class _Lengths:
-    """A stand-in tokenizer whose target side gives each source a fixed number of tokens."""
+    """A stand-in tokenizer whose target side gives each source a fixed number of tokens (and its
+    source side one token a word)."""
 
     def __init__(self, lengths: dict[str, int]) -> None:
         self.target_sp = SimpleNamespace(encode=lambda texts: [[7] * lengths[t] for t in texts])
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        return [[7] * len(t.split()) for t in texts]
+
+
+MODEL = SimpleNamespace(cfg=SimpleNamespace(max_positions=64))
 
 
 def test_the_combined_score_adds_the_weighted_length_normalised_channel_score(monkeypatch):
@@ -99,15 +106,29 @@ def test_the_combined_score_adds_the_weighted_length_normalised_channel_score(mo
     # |x| = 4 tokens + EOS = 5: lp = ((5 + 5) / 6) ** 1.0 = 10 / 6
     tokenizer = _Lengths({"x y z w": 4, "one": 1, "": 0})
     sources = ["x y z w", "one", ""]
-    plain = rerank.Channel(None, tokenizer, 0.0, 1.0, 8).rerank(sources, nbests)
+    plain = rerank.Channel(MODEL, tokenizer, 0.0, 1.0, 8).rerank(sources, nbests)
     assert plain == [[("a b", -1.0), ("a b c d", -1.2)], [("only", -0.5)], [("", 0.0)]]
-    weighed = rerank.Channel(None, tokenizer, 0.1, 1.0, 8).rerank(sources, nbests)
+    weighed = rerank.Channel(MODEL, tokenizer, 0.1, 1.0, 8).rerank(sources, nbests)
     # a b: -1.0 + 0.1 * -8 * 6/10 = -1.48; a b c d: -1.2 + 0.1 * -2 * 6/10 = -1.32
     assert [text for text, _ in weighed[0]] == ["a b c d", "a b"]
     torch.testing.assert_close([s for _, s in weighed[0]], [-1.32, -1.48])
     # a line with one candidate (empty, over-long) is kept as it is, and not scored
     assert weighed[1:] == nbests[1:]
     assert all("only" not in c and "" not in c for c in calls)
+
+
+def test_a_line_longer_than_the_channels_positions_keeps_the_direct_order(tiny, reverse):
+    short = copy.deepcopy(reverse.cfg.model)
+    short.max_positions = 8  # reads and scores at most 7 tokens
+    torch.manual_seed(1)
+    channel = rerank.Channel(Transformer(short).eval(), tiny.tokenizer, 1000.0, 1.0, 4)
+    long_source = SENTENCES[2]  # 16 words
+    nbests = [[("Ein Mädchen.", -1.0), ("Zwei Hunde.", -2.0)]]
+    assert channel.rerank([long_source], nbests) == nbests
+    # the same candidates for a short source are rescored
+    rescored = channel.rerank(["A girl."], nbests)[0]
+    assert {t for t, _ in rescored} == {"Ein Mädchen.", "Zwei Hunde."}
+    assert all(score < -10 for _, score in rescored)  # weight 1000 x a log-probability
 
 
 def test_translate_lines_reranks_the_channels_n_best_and_shows_the_nbest_asked(tiny, reverse):

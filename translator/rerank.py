@@ -44,8 +44,19 @@ class Channel:
         self, sources: list[str], nbests: list[list[tuple[str, float]]]
     ) -> list[list[tuple[str, float]]]:
         """Per source, its (translation, direct score) candidates -> (translation, combined score),
-        best first. A source with one candidate (an empty or over-long line) keeps it as it is."""
-        pairs = [(i, text) for i, nbest in enumerate(nbests) if len(nbest) > 1 for text, _ in nbest]
+        best first. A source with one candidate (an empty or over-long line), or with a side longer
+        than the channel model's positions, keeps its candidates as they are."""
+        limit = self.model.cfg.max_positions - 1  # tokens the channel reads or scores, with EOS
+        lengths = [len(ids) + 1 for ids in self.tokenizer.target_sp.encode(sources)]  # with EOS
+        longest = [
+            max((len(ids) for ids in self.tokenizer.encode([t for t, _ in nbest])), default=0)
+            for nbest in nbests
+        ]
+        scored = [
+            len(nbest) > 1 and max(length - 1, read) <= limit
+            for nbest, length, read in zip(nbests, lengths, longest)
+        ]
+        pairs = [(i, text) for i, nbest in enumerate(nbests) if scored[i] for text, _ in nbest]
         scores = source_log_probs(
             self.model,
             self.tokenizer,
@@ -53,11 +64,10 @@ class Channel:
             [text for _, text in pairs],
             self.batch_tokens,
         )
-        lengths = [len(ids) + 1 for ids in self.tokenizer.target_sp.encode(sources)]  # with EOS
         channel = iter(scores)
         out = []
         for i, nbest in enumerate(nbests):
-            if len(nbest) < 2:
+            if not scored[i]:
                 out.append(nbest)
                 continue
             norm = length_penalty(lengths[i], self.alpha)
