@@ -173,7 +173,7 @@ def test_alignments_and_a_channel_are_refused_together(tiny, reverse):
 
 def test_a_channel_of_the_same_direction_is_refused_in_one_line(tiny):
     with pytest.raises(TranslatorError, match="reverse direction") as err:
-        translate.load_channel(tiny.path, tiny.cfg, "cpu", "fp32")
+        translate.load_channel(tiny.path, tiny.cfg.data, tiny.cfg.decode, "cpu", "fp32")
     assert "\n" not in str(err.value)
 
 

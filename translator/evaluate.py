@@ -129,7 +129,7 @@ def run(
     bleu_metric(cfg.data.tgt_lang)  # a missing tokenizer fails before decoding
     reranker = None
     if channel is not None:
-        reranker = load_channel(channel, cfg, device, dtype)
+        reranker = load_channel(channel, cfg.data, cfg.decode, device, dtype)
     if src_file is None:
         folder = prepared_dir(cfg.data)
         src_file, ref_file = (

@@ -4,7 +4,6 @@ and flushed at once, a progress bar and warnings on stderr. The translating is `
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import select
 import sys
@@ -78,7 +77,7 @@ def run(
     )
     reranker = None
     if channel is not None:
-        reranker = load_channel(channel, dataclasses.replace(cfg, decode=decode), device, dtype)
+        reranker = load_channel(channel, cfg.data, decode, device, dtype)
     if not quiet:
         log(f"translate: {model_precision(model, dtype or cfg.decode.dtype)}")
     show = show_progress(quiet, sys.stdin, sys.stdout, sys.stderr)

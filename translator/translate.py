@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from translator import checkpoint
-from translator.config import Config, DecodeConfig
+from translator.config import Config, DataConfig, DecodeConfig
 from translator.data.batching import pad, padding_mask
 from translator.data.join import join_pieces
 from translator.data.tokenizer import EOS_ID, UNK_ID, Tokenizer
@@ -87,25 +87,23 @@ def load_models(
 
 def load_channel(
     ckpt: Checkpoints,
-    direct: Config,
+    direct: DataConfig,
+    decode: DecodeConfig,
     device: str | None = None,
     dtype: str | None = None,
 ) -> Channel:
-    """The reverse-direction model(s) of `ckpt` for reranking `direct`'s n-best
-    (translator/rerank.py), on the same device and dtype, weighed as `direct.decode` says (as the
-    caller overrode it; its length penalty normalises the channel's score too)."""
+    """The reverse-direction model(s) of `ckpt` for reranking the n-best of a model of `direct`'s
+    languages (translator/rerank.py), on the same device and dtype, weighed as `decode` (the
+    direct model's, as the caller overrode it) says; its length penalty normalises the channel's
+    score too."""
     model, cfg, tokenizer = load_models(ckpt, device, dtype)
-    langs, reverse = (
-        (cfg.data.src_lang, cfg.data.tgt_lang),
-        (direct.data.tgt_lang, direct.data.src_lang),
-    )
+    langs, reverse = (cfg.data.src_lang, cfg.data.tgt_lang), (direct.tgt_lang, direct.src_lang)
     if langs != reverse:
         raise TranslatorError(
             f"the channel model translates {'->'.join(langs)}, not {'->'.join(reverse)}",
             str(checkpoint_list(ckpt)[0]),
             "give a checkpoint of the reverse direction to --channel",
         )
-    decode = direct.decode
     return Channel(
         model,
         tokenizer,
