@@ -246,9 +246,12 @@ def test_sigterm_leaves_no_temporary_directory(tmp_path, multi30k):
         pytest.fail("prepare finished before SIGTERM could reach it, three times")
     proc.terminate()  # SIGTERM, as a job scheduler or `kill` sends; handled once it runs again
     os.kill(proc.pid, signal.SIGCONT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 143 and err == b"", err.decode()[-800:]
-    assert list(data.iterdir()) == []
+    out, err = proc.communicate(timeout=60)
+    left = sorted(p.name for p in data.iterdir())
+    # exit 0 was seen here once (a fresh-clone suite run) and not reproduced since: what was left
+    # tells an unheeded SIGTERM (the prepared directory) from an early exit (nothing)
+    assert proc.returncode == 143 and err == b"", (proc.returncode, left, out[-300:], err[-800:])
+    assert left == []
 
 
 def test_cli_bad_input_is_one_line_and_quiet_is_silent(tmp_path, corpus):
