@@ -4,8 +4,7 @@
 cd "$(dirname "$0")/../../.."  # the repository root
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 D=../shared/data/multi30k
-S="python docs/results/multi30k-en-de-r2l/rerank_r2l.py --src $D/valid.en --ref $D/valid.de"
-S=".venv/bin/$S"
+S=".venv/bin/python docs/results/multi30k-en-de-r2l/rerank_r2l.py --src $D/valid.en --ref $D/valid.de"
 echo "== pair 1"; $S --l2r runs/wd02/member-1/avg.pt --r2l runs/r2l/member-1/avg.pt
 echo "== pair 2"; $S --l2r runs/wd02/member-2/best.pt --r2l runs/r2l/member-2/avg.pt
 echo "== pair 3"; $S --l2r runs/seed3/member-1/avg.pt --r2l runs/r2l/member-1/avg.pt
