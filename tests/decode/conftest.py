@@ -90,6 +90,7 @@ class ToyScorer:
         dtype: torch.dtype,
         device: torch.device,
         fixed_shapes: bool = False,
+        beams: int = 1,
     ) -> ToyCache:
         return ToyCache(rows, max_len)
 

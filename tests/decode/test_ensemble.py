@@ -88,7 +88,7 @@ def test_an_ensemble_of_one_model_twice_finds_what_the_model_finds(make_model, s
 
 
 def test_an_ensemble_of_cpu_converted_members_drops_finished_sentences_consistently(make_model):
-    """Members converted for CPU decoding (dense-prefix caches, reordered together), with
+    """Members converted for CPU decoding (beam-slots caches, reordered together), with
     sentences leaving the batch, find what the plain members find stepping every row."""
     models = members(make_model)
     converted = [copy.deepcopy(m) for m in models]

@@ -324,7 +324,7 @@ def test_searches_over_the_fixed_shape_cache_find_what_the_plain_cache_finds(
 def test_searches_of_the_model_converted_for_cpu_find_what_the_plain_model_finds(
     make_model, src_batch, changes
 ):
-    """for_cpu_decoding (oneDNN linears, written-out decoder attention, dense-prefix cache) against
+    """for_cpu_decoding (oneDNN linears, written-out decoder attention, beam-slots cache) against
     the plain model: the same functions, so the same hypotheses (scores to fp32 rounding; in bf16
     rounding can change a search's path: tests/model/test_inference.py compares logits there)."""
     model, (src, src_mask) = make_model(**changes), src_batch
@@ -347,7 +347,7 @@ def test_dropping_finished_sentences_finds_what_stepping_every_row_finds(
 ):
     """Sentences leave the batch as they end (later steps decode fewer rows: counted), and each
     search still returns what it returns when every row is stepped to the end: the plain model's
-    slot cache, the CPU-converted model's dense-prefix cache, a sliding window's ring."""
+    slot cache, the CPU-converted model's beam slots, a sliding window's ring."""
     model = make_model(**changes)
     if convert:
         for_cpu_decoding(model)

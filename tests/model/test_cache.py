@@ -8,6 +8,7 @@ import weakref
 import pytest
 import torch
 
+from translator.model.attention import attention_mask
 from translator.model.cache import KVCache
 from translator.model.inference import for_cpu_decoding
 
@@ -23,16 +24,16 @@ SCHEMES = [
 LAYOUTS = [
     pytest.param("slots", id="slots"),
     pytest.param("fixed", id="fixed-shapes"),
-    pytest.param("dense", id="dense-prefix"),
+    pytest.param("beam-slots", id="beam-slots"),
 ]
 
 
-def _cache(model, rows, max_len, layout, dtype=torch.float32, device="cpu"):
-    """A cache of the given layout: slots (the plain one), fixed shapes (CUDA graphs), dense
-    prefixes (CPU)."""
-    model.dense_prefix_cache = layout == "dense"
+def _cache(model, rows, max_len, layout, dtype=torch.float32, device="cpu", beams=1):
+    """A cache of the given layout: slots (the plain one), fixed shapes (CUDA graphs), beam slots
+    (CPU)."""
+    model.beam_slots_cache = layout == "beam-slots"
     return model.new_cache(
-        rows, max_len, dtype, torch.device(device), fixed_shapes=layout == "fixed"
+        rows, max_len, dtype, torch.device(device), fixed_shapes=layout == "fixed", beams=beams
     )
 
 
@@ -90,7 +91,7 @@ def test_beams_share_memory_and_reorder_the_self_attention_cache(
     with torch.inference_mode():
         memory = model.encode(src, src_mask)  # (B, S, D): one row per sentence, never per beam
         tgt = torch.randint(4, model.cfg.vocab_size, (B * k, T))
-        cache = _cache(model, B * k, T, layout)
+        cache = _cache(model, B * k, T, layout, beams=k)
         history = tgt[:, :0]  # (B*k, t) tokens fed so far, reordered along with the cache
         for t in range(T):
             logits = model.decode(tgt[:, t : t + 1], memory, src_mask, cache)[:, 0]  # (B*k, V)
@@ -105,8 +106,13 @@ def test_beams_share_memory_and_reorder_the_self_attention_cache(
                 rows = torch.tensor([1, 0, 2, 2, 5, 4])
                 cache.reorder(rows)
                 history = history.index_select(0, rows)
-    for layer in cache.layers:  # cross-attention K/V: projected once, B rows, shared by the beams
-        assert layer.cross[0].shape[0] == B and layer.cross[1].shape[0] == B
+            if t == 4 and layout != "fixed":  # sentence 1 is done and leaves; 2's beams swap
+                rows, sentences = torch.tensor([0, 1, 5, 4]), torch.tensor([0, 2])
+                cache.reorder(rows, sentences=sentences)
+                history, tgt = history.index_select(0, rows), tgt.index_select(0, rows)
+                memory, src_mask = memory[sentences], src_mask[sentences]
+    for layer in cache.layers:  # cross-attention K/V: projected once, a row per sentence
+        assert layer.cross[0].shape[0] == memory.shape[0] == layer.cross[1].shape[0]
 
 
 @pytest.mark.cuda
@@ -126,54 +132,89 @@ def test_cached_decoding_reproduces_full_sequence_logits_cuda_bf16(
         torch.testing.assert_close(one_by_one.float(), full.float(), atol=5e-2, rtol=5e-2)
 
 
+def _beam_reorder(sentences: int, beams: int, keep: int, generator) -> torch.Tensor:
+    """A search's reorder: `keep` of the sentences, in any order, each of whose `beams` new rows
+    continues any row of that sentence (rows may be cloned or left)."""
+    kept = torch.randperm(sentences, generator=generator)[:keep]
+    pick = torch.randint(0, beams, (keep, beams), generator=generator)
+    return (kept[:, None] * beams + pick).view(-1)
+
+
+def _visible(cache, got: torch.Tensor, row: int, positions: torch.Tensor) -> torch.Tensor:
+    """The keys (G, L, K) that `row` attends to in a step: what the layer gave attention, where
+    the step's self-attention mask lets that row read."""
+    mask = cache.own_keys(attention_mask(positions, cache.key_positions(1), causal=True))
+    if mask.dim() == 2:  # (T, L): the layout gives each row its own keys
+        return got[row][:, mask[0]]
+    beams = cache.beams  # (B, 1, beams * T, L): a sentence's keys, the row's own ones unmasked
+    return got[row // beams][:, mask[row // beams, 0, row % beams]]
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_reorder_is_an_index_select_of_the_written_rows(layout):
     """Reorders compose (a row may be both a source and a destination) and, but for fixed shapes,
-    may drop rows (a search's finished sentences); what a layer holds and gives attention
-    afterwards is torch.index_select of what was written, then the new position."""
+    may drop sentences (a search's finished ones); what a layer holds, and what attention reads
+    of it afterwards through the step's mask, is torch.index_select of what was written, then
+    the new position."""
     generator = torch.Generator().manual_seed(0)
-    for _ in range(20):
-        rows = 8
-        cache = KVCache(
-            2,
-            8,
-            2,
-            10,
-            4,
-            torch.float32,
-            "cpu",
-            fixed_shapes=layout == "fixed",
-            dense_prefix=layout == "dense",
-        )
-        start = int(torch.randint(1, 9, (), generator=generator))
-        expected = []
-        for layer in cache.layers:
-            k, v = torch.randn(2, 8, 2, start, 4, generator=generator)
-            layer.update(k, v, cache.positions(start))
-            expected.append((k, v))
-        cache.advance(start)
-        for _ in range(int(torch.randint(1, 3, (), generator=generator))):  # one or two reorders
-            kept = (
-                rows
-                if layout == "fixed"
-                else int(torch.randint(1, rows + 1, (), generator=generator))
+    for beams in (1, 2, 3):
+        for _ in range(10):
+            sentences, T_max = 4, 10
+            rows = sentences * beams
+            cache = KVCache(
+                2,
+                rows,
+                2,
+                T_max,
+                4,
+                torch.float32,
+                "cpu",
+                fixed_shapes=layout == "fixed",
+                beam_slots=layout == "beam-slots",
+                beams=beams,
             )
-            origin = torch.randint(0, rows, (kept,), generator=generator)
-            cache.reorder(origin)
-            rows = kept
-            expected = [(k.index_select(0, origin), v.index_select(0, origin)) for k, v in expected]
-        positions = cache.positions(1)
-        for layer, (k, v) in zip(cache.layers, expected):
-            assert all(torch.equal(x, y) for x, y in zip(layer.written(), (k, v)))
-            new_k, new_v = torch.randn(2, rows, 2, 1, 4, generator=generator)
-            got_k, got_v = layer.update(new_k, new_v, positions)
-            L = start + 1  # a fixed-shape cache gives all its slots; the causal mask hides the rest
-            assert got_k.shape[2] == (10 if layout == "fixed" else L)
-            assert torch.equal(got_k[:, :, :L], torch.cat([k, new_k], dim=2))
-            assert torch.equal(got_v[:, :, :L], torch.cat([v, new_v], dim=2))
+            start = int(torch.randint(1, 9, (), generator=generator))
+            expected = []
+            for layer in cache.layers:
+                k, v = torch.randn(2, rows, 2, start, 4, generator=generator)
+                layer.update(k, v, cache.positions(start))
+                expected.append((k, v))
+            cache.advance(start)
+            for _ in range(int(torch.randint(1, 3, (), generator=generator))):  # 1 or 2 reorders
+                keep = (
+                    sentences
+                    if layout == "fixed"
+                    else int(torch.randint(1, sentences + 1, (), generator=generator))
+                )
+                origin = _beam_reorder(sentences, beams, keep, generator)
+                cache.reorder(origin)
+                sentences, rows = keep, keep * beams
+                expected = [
+                    (k.index_select(0, origin), v.index_select(0, origin)) for k, v in expected
+                ]
+            positions = cache.positions(1)
+            for layer, (k, v) in zip(cache.layers, expected):
+                assert all(torch.equal(x, y) for x, y in zip(layer.written(), (k, v)))
+                new_k, new_v = torch.randn(2, rows, 2, 1, 4, generator=generator)
+                got_k, got_v = layer.update(new_k, new_v, positions)
+                for row in range(rows):
+                    assert torch.equal(
+                        _visible(cache, got_k, row, positions), torch.cat([k, new_k], 2)[row]
+                    )
+                    assert torch.equal(
+                        _visible(cache, got_v, row, positions), torch.cat([v, new_v], 2)[row]
+                    )
 
 
-@pytest.mark.parametrize("layout", ["slots", "dense", "window"])
+def test_a_beam_slots_reorder_keeps_beams_in_their_sentence():
+    cache = KVCache(1, 4, 2, 5, 4, torch.float32, "cpu", beam_slots=True, beams=2)
+    cache.layers[0].update(torch.randn(4, 2, 1, 4), torch.randn(4, 2, 1, 4), cache.positions(1))
+    cache.advance(1)
+    with pytest.raises(ValueError, match="its own sentence"):
+        cache.reorder(torch.tensor([0, 2, 2, 3]))
+
+
+@pytest.mark.parametrize("layout", ["slots", "beam-slots", "window"])
 def test_dropping_sentences_keeps_their_cross_attention_rows(layout):
     """A reorder to fewer rows with `sentences` keeps those sentences' cross-attention K/V, in
     that order; a fixed-shape cache refuses to drop rows."""
@@ -185,7 +226,8 @@ def test_dropping_sentences_keeps_their_cross_attention_rows(layout):
         4,
         torch.float32,
         "cpu",
-        dense_prefix=layout == "dense",
+        beam_slots=layout == "beam-slots",
+        beams=2,
         window=3 if layout == "window" else 0,
     )
     cross = [(torch.randn(3, 2, 5, 4), torch.randn(3, 2, 5, 4)) for _ in cache.layers]

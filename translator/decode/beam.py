@@ -69,7 +69,7 @@ def beam_search(
     #    and the cache projects each sentence's cross-attention K/V once. Every buffer is made here.
     memory = model.encode(src, src_mask)  # (B, S, D)
     fixed_shapes = cuda_graphs and use_cuda_graph(device)  # for CUDA graphs
-    cache = model.new_cache(B * k, steps, memory.dtype, device, fixed_shapes=fixed_shapes)
+    cache = model.new_cache(B * k, steps, memory.dtype, device, fixed_shapes=fixed_shapes, beams=k)
     # on CUDA a replayed graph (decode/step.py)
     next_logits = decoding_step(model, memory, src_mask, cache)
     # BOS + open beams' outputs

@@ -14,12 +14,14 @@ Two layout choices, each made once when the cache is allocated:
   (`position`, advanced in place), writes go to device-side positions (as they do without
   graphs: one code path), and attention reads all T_max slots; the causal mask
   (model/attention.py) hides the ones not yet written, which lie after every query.
-- `dense_prefix` (CPU decoding, set by model/inference.py): a slice of the slots is not a dense
-  batch of matrices, and oneDNN's CPU `bmm` copies such operands whole at every step. So each
-  layer's K/V are kept as dense (N, G, L, K) tensors of exactly the written positions, and a
-  step writes the prefix plus the new positions into a second buffer: one copy, which also
-  applies a pending beam reorder (so `reorder` only composes an index). Why and how much:
-  docs/benchmarks/decode.md. The slot layout is its tested reference (tests/model/test_cache.py).
+- `beam_slots` (CPU decoding, set by model/inference.py): a beam reorder copies every row's
+  whole prefix, in every layer, at every step, and on CPU that copy was the largest cost of a
+  step after the products. Here a sentence's beams write side by side into its slots and their
+  keys never move; a reorder only rewrites each row's `ancestry` (which beam's slot holds its
+  history at each position), and a mask (`own_keys`) hides the other beams' keys from it, as
+  cross-attention's beams read their sentence's keys once (`shared_key_attention`). Why and how
+  much: docs/benchmarks/decode.md. The slot layout is its tested reference
+  (tests/model/test_cache.py).
 
 With a sliding window (model.attention_window = W < T_max) a layer keeps only W slots, a ring:
 position p lives in slot p % W, so memory stops growing with length. A step attends to the ring
@@ -48,26 +50,34 @@ class KVCache:
         device: torch.device | str,
         *,
         fixed_shapes: bool = False,
-        dense_prefix: bool = False,
+        beam_slots: bool = False,
+        beams: int = 1,
         window: int = 0,
     ) -> None:
-        if fixed_shapes and dense_prefix:
-            raise ValueError("a dense-prefix cache changes shape: no CUDA graph replays it")
+        """rows = sentences * beams; a search's beams of one sentence are consecutive rows."""
+        if fixed_shapes and beam_slots:
+            raise ValueError("a beam-slots cache changes shape: no CUDA graph replays it")
+        if rows % beams:
+            raise ValueError(f"{rows} rows are not whole sentences of {beams} beams")
         # shared with the layers, which never see self
         self._written = _Written(max_len, fixed_shapes)
         self.slot_positions: torch.Tensor | None = None  # (W,) a ring's position in each slot
-        if 0 < window < max_len:  # the ring is dense already: no dense-prefix layout
+        if 0 < window < max_len:  # the ring keeps W slots per row: no beam slots
             # "never written" lies further back than any window reaches
             self.slot_positions = torch.full((window,), -(2**30), device=device)
             shape = (rows, n_kv_heads, window, d_head)
             self.layers = [RingCache(self._written, shape, dtype, device) for _ in range(n_layers)]
+        elif beam_slots:
+            if beams > 1:  # (N, T_max): row i's key at position p is in beam ancestry[i, p]'s slot
+                self._written.ancestry = torch.zeros(rows, max_len, dtype=torch.long, device=device)
+            shape = (rows // beams, n_kv_heads, max_len * beams, d_head)
+            self.layers = [
+                BeamSlotsCache(self._written, shape, beams, dtype, device) for _ in range(n_layers)
+            ]
         else:
             shape = (rows, n_kv_heads, max_len, d_head)
-            self.layers = [
-                LayerCache(self._written, shape, dtype, device, dense_prefix)
-                for _ in range(n_layers)
-            ]
-        self.max_len, self.fixed_shapes = max_len, fixed_shapes
+            self.layers = [LayerCache(self._written, shape, dtype, device) for _ in range(n_layers)]
+        self.max_len, self.fixed_shapes, self.beams = max_len, fixed_shapes, beams
         self.position = torch.zeros(1, dtype=torch.long, device=device)  # `length`, on the device
         self._offsets = torch.arange(max_len, device=device)  # (T_max,)
 
@@ -86,12 +96,36 @@ class KVCache:
     def key_positions(self, T: int) -> torch.Tensor:
         """(L,) the absolute position of each key attention reads in a step of T new positions.
 
-        The written slots (all of them with fixed shapes: the causal mask hides the rest), or a
-        ring's slots followed by the T new positions.
+        The written slots (all of them with fixed shapes: the causal mask hides the rest), a
+        ring's slots followed by the T new positions, or each position's beam slots.
         """
         if self.slot_positions is not None:
             return torch.cat([self.slot_positions, self.positions(T)])
+        if self._written.ancestry is not None:  # slot p * beams + j holds position p
+            return self._offsets[: self.length + T].repeat_interleave(self.beams)
         return self._offsets[: self._written.n_keys(T)]
+
+    def own_keys(self, mask: torch.Tensor) -> torch.Tensor:
+        """mask (T, L) over the keys of `key_positions` -> the self-attention mask.
+
+        Unchanged, but where beams share their sentence's slots: there each row also hides the
+        slots its history did not write, (B, 1, beams * T, L), the beams' queries folded as
+        `shared_key_attention` folds them.
+        """
+        ancestry, beams = self._written.ancestry, self.beams
+        if ancestry is None:
+            return mask
+        T, L = mask.shape
+        N = ancestry.shape[0]
+        # (N, L / beams): the beam whose slot row i reads at each position; its own for new ones
+        history = ancestry[:, : self.length]
+        own = torch.arange(N, device=mask.device)[:, None].expand(N, T) % beams
+        beam = torch.cat([history, own], dim=1)
+        allowed = beam[..., None] == torch.arange(
+            beams, device=mask.device
+        )  # (N, L / beams, beams)
+        allowed = allowed.view(-1, beams, 1, L) & mask  # (B, beams, T, L)
+        return allowed.view(-1, 1, beams * T, L)
 
     def advance(self, T: int) -> None:
         """The caller's step wrote T positions."""
@@ -99,6 +133,12 @@ class KVCache:
             W = self.slot_positions.shape[0]
             written = self.positions(T)[-W:]
             self.slot_positions.index_copy_(0, written % W, written)
+        ancestry, start = self._written.ancestry, self.length
+        if ancestry is not None:  # each row wrote these positions into its own beam's slots
+            N = ancestry.shape[0]
+            ancestry[:, start : start + T] = (
+                torch.arange(N, device=ancestry.device)[:, None] % self.beams
+            )
         self._written.length += T
         self.position += T
 
@@ -110,6 +150,8 @@ class KVCache:
         """
         if self.fixed_shapes and origin.shape[0] != self.layers[0].k.shape[0]:
             raise ValueError("a fixed-shape cache keeps its rows: a CUDA graph replays them")
+        if self._written.ancestry is not None:  # beam slots: a row takes its origin's history
+            self._written.ancestry = self._written.ancestry.index_select(0, origin)
         for layer in self.layers:
             layer.reorder(origin)
             if sentences is not None and layer.cross is not None:
@@ -117,7 +159,8 @@ class KVCache:
 
 
 class _Written:
-    """The host-side count of written positions, shared by a KVCache and its layers.
+    """What a KVCache shares with its layers: the host-side count of written positions and,
+    with beam slots, each row's ancestry (KVCache.__init__).
 
     Layers hold this rather than their KVCache: no reference cycle, so a search's cache is freed
     when the search returns, not at the next garbage collection.
@@ -125,6 +168,7 @@ class _Written:
 
     def __init__(self, max_len: int, fixed_shapes: bool) -> None:
         self.length, self.max_len, self.fixed_shapes = 0, max_len, fixed_shapes
+        self.ancestry: torch.Tensor | None = None
 
     def n_keys(self, T: int) -> int:
         return self.max_len if self.fixed_shapes else self.length + T
@@ -139,29 +183,17 @@ class LayerCache:
         shape: tuple[int, int, int, int],
         dtype: torch.dtype,
         device: torch.device | str,
-        dense_prefix: bool,
     ) -> None:
         self.written_positions = written
         # (B, G, S, K) each, set on first use
         self.cross: tuple[torch.Tensor, torch.Tensor] | None = None
-        N, G, _, K = shape
-        if dense_prefix:  # two flat buffers each for K and V: a step reads one and writes the other
-            self._buffers = [
-                torch.empty(shape, dtype=dtype, device=device).view(-1) for _ in range(4)
-            ]
-            # (N, G, L, K)
-            self.k, self.v = (buffer[:0].view(N, G, 0, K) for buffer in self._buffers[:2])
-            self._origin: torch.Tensor | None = None  # a reorder the next update applies
-        else:  # zeros, not empty: a masked slot gets weight 0, and 0 * NaN (garbage) is NaN
-            self._buffers = []
-            self.k, self.v = (torch.zeros(shape, dtype=dtype, device=device) for _ in range(2))
+        # zeros, not empty: a masked slot gets weight 0, and 0 * NaN (garbage) is NaN
+        self.k, self.v = (torch.zeros(shape, dtype=dtype, device=device) for _ in range(2))
 
     def update(
         self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Write k, v (N, G, T, K) at `positions` (T,) -> the K, V attention reads (N, G, L, K)."""
-        if self._buffers:
-            return self._append_dense(k, v)
         # under autocast k, v come in the autocast dtype; the cache keeps the model's
         self.k.index_copy_(2, positions, k.to(self.k.dtype))
         self.v.index_copy_(2, positions, v.to(self.v.dtype))
@@ -169,11 +201,7 @@ class LayerCache:
         return self.k[:, :, :n], self.v[:, :, :n]
 
     def reorder(self, origin: torch.Tensor) -> None:
-        """Row i continues row origin[i] (N' <= N: rows not named are dropped): moved now, or
-        (dense) by the next update."""
-        if self._buffers:
-            self._origin = origin if self._origin is None else self._origin.index_select(0, origin)
-            return
+        """Row i continues row origin[i] (N' <= N: rows not named are dropped)."""
         if origin.shape[0] < self.k.shape[0]:  # rows dropped: smaller buffers
             self.k, self.v = self.k.index_select(0, origin), self.v.index_select(0, origin)
             return
@@ -182,20 +210,66 @@ class LayerCache:
             written.copy_(written.index_select(0, origin))
 
     def written(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """K, V (N, G, L, K) of the `length` positions written, any pending reorder applied."""
+        """K, V (N, G, L, K) of the `length` positions written."""
         L = self.written_positions.length
-        k, v = self.k[:, :, :L], self.v[:, :, :L]
-        if self._buffers and self._origin is not None:
-            return k.index_select(0, self._origin), v.index_select(0, self._origin)
-        return k, v
+        return self.k[:, :, :L], self.v[:, :, :L]
 
-    def _append_dense(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        start, origin, self._origin = self.written_positions.length, self._origin, None
-        spare_k, spare_v = self._buffers[2:]
-        self.k = _extend(self.k, k, spare_k, start, origin)
-        self.v = _extend(self.v, v, spare_v, start, origin)
-        self._buffers = self._buffers[2:] + self._buffers[:2]
-        return self.k, self.v
+
+class BeamSlotsCache:
+    """One decoder layer's part of a beam-slots KVCache: (B, G, T_max * beams, K) K and V.
+
+    Beam j of a sentence writes its key at position p into slot p * beams + j, and no key ever
+    moves: a reorder changes only the rows' ancestry (KVCache), unless whole sentences leave.
+    Attention reads a sentence's written slots in place for all its beams; each beam scores
+    `beams` times the keys it keeps, and the mask sets the others' weights to 0.
+    """
+
+    def __init__(
+        self,
+        written: _Written,
+        shape: tuple[int, int, int, int],
+        beams: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
+        self.written_positions, self.beams = written, beams
+        self.cross: tuple[torch.Tensor, torch.Tensor] | None = None  # (B, G, S, K) each
+        # every slot attention reads is written first (all beams write each position)
+        self.k, self.v = (torch.empty(shape, dtype=dtype, device=device) for _ in range(2))
+
+    def update(
+        self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k, v (N, G, T, K) -> K, V (B, G, L * beams, K): the sentences' written slots."""
+        N, G, T, K = k.shape
+        start = self.written_positions.length * self.beams
+        end = start + T * self.beams
+        for buffer, new in ((self.k, k), (self.v, v)):
+            # (B, beams, G, T, K) -> (B, G, T, beams, K): position p of beam j in slot p * beams + j
+            new = new.view(-1, self.beams, G, T, K).permute(0, 2, 3, 1, 4)
+            buffer[:, :, start:end] = new.reshape(-1, G, T * self.beams, K)
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+    def reorder(self, origin: torch.Tensor) -> None:
+        """Row i continues row origin[i], a row of its own sentence (N' rows: sentences not named
+        leave, with their slots)."""
+        sentence = origin.view(-1, self.beams) // self.beams  # (B', beams)
+        if not bool((sentence == sentence[:, :1]).all()):
+            raise ValueError("in a beam-slots cache a beam continues one of its own sentence")
+        sentences = sentence[:, 0]
+        if not torch.equal(sentences, torch.arange(self.k.shape[0], device=origin.device)):
+            self.k, self.v = self.k.index_select(0, sentences), self.v.index_select(0, sentences)
+
+    def written(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """K, V (N, G, L, K) of each row's own history: the slots its ancestors wrote."""
+        L, ancestry = self.written_positions.length, self.written_positions.ancestry
+        N = self.k.shape[0] * self.beams
+        beam = ancestry[:, :L] if ancestry is not None else torch.zeros(N, L, dtype=torch.long)
+        rows = torch.arange(N)[:, None]
+        slots = torch.arange(L) * self.beams + beam  # (N, L)
+        # advanced indices around a slice: (N, L, G, K) -> (N, G, L, K)
+        k, v = (x[rows // self.beams, :, slots].transpose(1, 2) for x in (self.k, self.v))
+        return k, v
 
 
 class RingCache:
@@ -240,22 +314,3 @@ class RingCache:
         L, W = self.written_positions.length, self.k.shape[2]
         slots = torch.arange(max(L - W, 0), L, device=self.k.device) % W
         return self.k.index_select(2, slots), self.v.index_select(2, slots)
-
-
-def _extend(
-    old: torch.Tensor,
-    new: torch.Tensor,
-    buffer: torch.Tensor,
-    start: int,
-    origin: torch.Tensor | None,
-) -> torch.Tensor:
-    """[old[origin][:, :, :start]; new] written into `buffer` as one dense (N, G, start + T, K)
-    tensor."""
-    N, G, T, K = new.shape
-    dense = buffer[: N * G * (start + T) * K].view(N, G, start + T, K)
-    if origin is None:
-        dense[:, :, :start] = old[:, :, :start]
-    else:  # one copy both moves and reorders the prefix
-        torch.index_select(old[:, :, :start], 0, origin, out=dense[:, :, :start])
-    dense[:, :, start:] = new
-    return dense

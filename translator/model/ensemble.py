@@ -78,7 +78,8 @@ class Ensemble(nn.Module):
         dtype: torch.dtype,
         device: torch.device,
         fixed_shapes: bool = False,
+        beams: int = 1,
     ) -> EnsembleCache:
         return EnsembleCache(
-            [m.new_cache(rows, max_len, dtype, device, fixed_shapes) for m in self.members]
+            [m.new_cache(rows, max_len, dtype, device, fixed_shapes, beams) for m in self.members]
         )

@@ -8,7 +8,8 @@ compute the same functions faster (why, with the measurements: docs/benchmarks/d
   fused, and each FFN's ReLU fused into its product;
 - the decoder's attention is written out: PyTorch's fused CPU kernel is slower for a decoding
   step's one query row;
-- the KV cache keeps dense prefixes (model/cache.py), which oneDNN's `bmm` reads without a copy.
+- the KV cache keeps a sentence's beams side by side (model/cache.py), so a beam reorder moves
+  no keys.
 With `int8=True` (`--dtype int8`) the linear layers become PyTorch's dynamically quantised int8
 ones instead of oneDNN fp32 ones: int8 weights with one scale per output row, each input
 quantised on the fly with one scale per call, products in int8, outputs in fp32 (`int8_linears`).
@@ -83,13 +84,13 @@ def for_cpu_decoding(model: Transformer, int8: bool = False) -> str:
     if int8 and dtype != torch.float32:
         raise ValueError(f"int8 linear layers are made from an fp32 model, not {dtype}")
     model.requires_grad_(False)
-    # a sliding window's ring cache is dense already (model/cache.py)
-    cache = "window KV cache" if model.cfg.attention_window else "dense-prefix KV cache"
+    # a sliding window keeps its ring cache (model/cache.py)
+    cache = "window KV cache" if model.cfg.attention_window else "beam-slots KV cache"
     done = ["decoder attention written out", cache]
     for layer in model.decoder:
         for attn in (layer.self_attn, layer.cross_attn):
             attn.kernel = attention
-    model.dense_prefix_cache = True
+    model.beam_slots_cache = True
     if int8:
         int8_linears(model)
         done.insert(0, "linear layers in dynamic int8")

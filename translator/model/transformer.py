@@ -62,7 +62,7 @@ class Transformer(nn.Module):
         self.out_proj = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.output_bias)
         if cfg.tie_embeddings:
             self.out_proj.weight = tgt_token.weight
-        self.dense_prefix_cache = False  # a KV cache layout for CPU decoding (model/inference.py)
+        self.beam_slots_cache = False  # the KV cache layout for CPU decoding (model/inference.py)
         self.init_weights()
 
     def init_weights(self) -> None:
@@ -136,6 +136,8 @@ class Transformer(nn.Module):
             tgt_mask = attention_mask(
                 positions, key_positions, causal=True, window=self.cfg.attention_window
             )
+            if cache is not None:  # beams sharing slots: each row's own keys
+                tgt_mask = cache.own_keys(tgt_mask)
         x = self.tgt_embed(tgt, positions)
         masks = _layer_masks(
             self.decoder_bias, tgt_mask, positions, key_positions, len(self.decoder)
@@ -166,10 +168,12 @@ class Transformer(nn.Module):
         dtype: torch.dtype,
         device: torch.device,
         fixed_shapes: bool = False,
+        beams: int = 1,
     ) -> KVCache:
         """An empty KV cache for `rows` decoder rows and at most `max_len` target positions.
 
-        fixed_shapes: the layout CUDA graphs replay; otherwise the one `dense_prefix_cache` names.
+        fixed_shapes: the layout CUDA graphs replay; otherwise the one `beam_slots_cache` names.
+        beams: rows per sentence (consecutive), for beam slots.
         """
         cfg = self.cfg
         return KVCache(
@@ -181,7 +185,8 @@ class Transformer(nn.Module):
             dtype,
             device,
             fixed_shapes=fixed_shapes,
-            dense_prefix=self.dense_prefix_cache and not fixed_shapes,
+            beam_slots=self.beam_slots_cache and not fixed_shapes,
+            beams=beams,
             window=cfg.attention_window,
         )
 
