@@ -24,8 +24,9 @@ class MultiHeadAttention(nn.Module):
     forward: project, get keys and values (from the cache when decoding), attend under one mask
     (bool, True = may attend, broadcastable to (N, H, T, L); with relative positions the additive
     float mask model/relative.py makes of it), merge the heads. `kernel` computes the attention
-    itself and is chosen once: `sdpa_attention` (one fused call), the written-out `attention`
-    that model/inference.py sets for decoding on CPU, or `linear_attention` (model.attention).
+    itself and is chosen once: `sdpa_attention` (one fused call), `linear_attention`
+    (model.attention), or the written-out `attention`, the fused call's tested reference (the
+    diagnostics record its weights: diagnostics/capture.py).
     """
 
     def __init__(
@@ -109,7 +110,9 @@ def shared_key_attention(
     """q (B*beams, H, T, K), k and v (B, G, L, K) -> (B*beams, H, T, K): beams share their keys.
 
     The beams' queries are folded into one query axis, so K/V are read once per sentence
-    (beams = 1, the usual case, folds nothing). Masks broadcast over the folded axis.
+    (beams = 1, the usual case, folds nothing): cross-attention's memory, and self-attention's
+    keys in a beam-slots cache (model/cache.py). Masks broadcast over the folded axis, or come
+    folded (KVCache.own_keys).
     """
     N, H, T, K = q.shape
     beams = N // k.shape[0]
