@@ -116,14 +116,11 @@ class KVCache:
         if ancestry is None:
             return mask
         T, L = mask.shape
-        N = ancestry.shape[0]
+        N, device = ancestry.shape[0], mask.device
         # (N, L / beams): the beam whose slot row i reads at each position; its own for new ones
-        history = ancestry[:, : self.length]
-        own = torch.arange(N, device=mask.device)[:, None].expand(N, T) % beams
-        beam = torch.cat([history, own], dim=1)
-        allowed = beam[..., None] == torch.arange(
-            beams, device=mask.device
-        )  # (N, L / beams, beams)
+        own = torch.arange(N, device=device)[:, None].expand(N, T) % beams
+        beam = torch.cat([ancestry[:, : self.length], own], dim=1)
+        allowed = beam[..., None] == torch.arange(beams, device=device)  # (N, L / beams, beams)
         allowed = allowed.view(-1, beams, 1, L) & mask  # (B, beams, T, L)
         return allowed.view(-1, 1, beams * T, L)
 
@@ -263,10 +260,11 @@ class BeamSlotsCache:
     def written(self) -> tuple[torch.Tensor, torch.Tensor]:
         """K, V (N, G, L, K) of each row's own history: the slots its ancestors wrote."""
         L, ancestry = self.written_positions.length, self.written_positions.ancestry
-        N = self.k.shape[0] * self.beams
-        beam = ancestry[:, :L] if ancestry is not None else torch.zeros(N, L, dtype=torch.long)
-        rows = torch.arange(N)[:, None]
-        slots = torch.arange(L) * self.beams + beam  # (N, L)
+        N, device = self.k.shape[0] * self.beams, self.k.device
+        if ancestry is None:  # one beam: its own slots
+            ancestry = torch.zeros(N, L, dtype=torch.long, device=device)
+        rows = torch.arange(N, device=device)[:, None]
+        slots = torch.arange(L, device=device) * self.beams + ancestry[:, :L]  # (N, L)
         # advanced indices around a slice: (N, L, G, K) -> (N, G, L, K)
         k, v = (x[rows // self.beams, :, slots].transpose(1, 2) for x in (self.k, self.v))
         return k, v
