@@ -27,13 +27,13 @@ import argparse
 import datetime
 import importlib.util
 import json
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench.machine import cpu_model, load_average, versions
 from translator.data.tokenizer import Tokenizer, train_sentencepiece
 
 WMT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wmt"
@@ -252,6 +252,7 @@ def main() -> None:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.load_average = load_average()  # before this run adds its own load
     if args.worker:  # the CTranslate2 worker must not import torch: nothing above does
         print(json.dumps(worker(json.loads(args.worker), args.data)))
         return
@@ -289,10 +290,17 @@ def report(args: argparse.Namespace) -> None:
 
             export_ct2(workdir / "spm.model", workdir / "ct2")
         results, passes = run_all(specs, workdir, args.repeats)
-    machine = (
-        f"{platform.processor() or platform.machine()}, threads per system: {threads}, "
-        f"torch {torch.__version__}"
-        + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "")
+    machine = ", ".join(
+        part
+        for part in (
+            cpu_model(),
+            f"threads per system: {threads}",
+            f"torch {torch.__version__}",
+            versions("transformers", "ctranslate2"),
+            args.load_average,
+            torch.cuda.get_device_name() if torch.cuda.is_available() else "",
+        )
+        if part
     )
     command = "python -m bench.decode " + " ".join(sys.argv[1:])
     section = "\n".join(

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import platform
 import resource
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from bench.machine import cpu_model, load_average
 from translator import config, prepare
 from translator.config import Config, ModelConfig
 from translator.data.batching import Batch
@@ -231,8 +231,7 @@ def report(args, device: torch.device, results: list[dict]) -> str:
     machine = (
         torch.cuda.get_device_name(device)
         if on_cuda
-        else f"CPU ({platform.machine()}), torch threads: {args.threads}; "
-        "the 2-core machine was shared with other jobs, so the numbers are indicative"
+        else f"CPU ({cpu_model()}), torch threads: {args.threads}; {args.load_average}"
     )
     memory = "peak allocated (MiB)" if on_cuda else "peak RSS (MiB) | RSS before the model (MiB)"
     lines = [
@@ -270,7 +269,10 @@ def main(argv: list[str] | None = None) -> None:
         "--updates", type=int, default=0, help="timed updates; default 20 on CUDA, 3 on CPU"
     )
     parser.add_argument(
-        "--warmup", type=int, default=0, help="untimed updates first; default 5 on CUDA, 1 on CPU"
+        "--warmup",
+        type=int,
+        default=None,
+        help="untimed updates first; default 5 on CUDA, 1 on CPU",
     )
     parser.add_argument(
         "--max-tokens", type=int, default=0, help="override train.max_tokens (CPU default: small)"
@@ -293,9 +295,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one config, print JSON
     args = parser.parse_args(argv)
     args.argv = argv if argv is not None else sys.argv[1:]
+    args.load_average = load_average()  # before this run adds its own load
     device = resolve_device(args.device)
     args.updates = args.updates or (20 if device.type == "cuda" else 3)
-    args.warmup = args.warmup or (5 if device.type == "cuda" else 1)
+    if args.warmup is None:  # 0 is a choice: no warm-up
+        args.warmup = 5 if device.type == "cuda" else 1
     torch.set_num_threads(args.threads)
     if args.one:
         print(json.dumps(bench_config(args.one, device, args)))

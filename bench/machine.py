@@ -1,0 +1,52 @@
+"""What a benchmark page says about the machine it ran on."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+from pathlib import Path
+
+ISA = [
+    ("amx_bf16", "AMX"),
+    ("avx512_bf16", "AVX512-BF16"),
+    ("avx512f", "AVX-512"),
+    ("avx2", "AVX2"),
+]
+
+
+def cpu_model() -> str:
+    """The CPU's model name, widest matrix instructions and core count ("Intel(R) Xeon(R)
+    Processor with AMX, 2 cores"); the architecture where /proc/cpuinfo is not there."""
+    name, flags = platform.processor() or platform.machine(), set()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                name = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+                break
+    # the widest matrix instructions, which set what bf16 and int8 products cost
+    isa = next((label for flag, label in ISA if flag in flags), "")
+    return f"{name}{' with ' + isa if isa else ''}, {os.cpu_count()} cores"
+
+
+def load_average() -> str:
+    """The 1-minute load average now (what else ran), or "" where the OS does not say."""
+    try:
+        return f"load average {os.getloadavg()[0]:.2f} at the start"
+    except (OSError, AttributeError):
+        return ""
+
+
+def versions(*packages: str) -> str:
+    """ "transformers 5.25.0, ctranslate2 4.8.5" for those of `packages` that are installed."""
+    found = []
+    for package in packages:
+        try:
+            found.append(f"{package} {importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return ", ".join(found)
