@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import platform
 import statistics
 import tempfile
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from bench.machine import cpu_model, load_average
 from translator import checkpoint
 from translator.config import DiagnosticsConfig
 from translator.files import atomic_write
@@ -56,8 +56,8 @@ def main() -> None:
         "",
         f"`python -m bench.attention {args.ckpt} --repeats {args.repeats} --threads {args.threads}"
         f"{' --bleu-sentences ' + bleu if bleu else ''}`, "
-        f"{datetime.date.today()}, {platform.machine()} CPU, {torch.get_num_threads()} thread, "
-        "fp32, wall-clock seconds (other jobs shared the cores: both columns slow alike).",
+        f"{datetime.date.today()}, {cpu_model()}, {torch.get_num_threads()} thread, "
+        f"fp32, wall-clock seconds; {load_average()}.",
         "",
         f"Model: {cfg.model.n_encoder_layers}+{cfg.model.n_decoder_layers} layers, d_model "
         f"{cfg.model.d_model}, {cfg.model.n_heads} heads. Validation: loss over the valid split, "

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import platform
 import resource
 import shlex
 import shutil
@@ -40,6 +39,7 @@ from pathlib import Path
 
 import torch
 
+from bench.machine import cpu_model
 from translator import checkpoint, config, evaluate, prepare
 from translator.device import resolve_device
 from translator.files import atomic_write, read_lines
@@ -232,7 +232,7 @@ def report(
 ) -> str:
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     on_cuda = device.type == "cuda"
-    machine = torch.cuda.get_device_name(device) if on_cuda else f"CPU ({platform.machine()})"
+    machine = torch.cuda.get_device_name(device) if on_cuda else f"CPU ({cpu_model()})"
     memory = "peak allocated MiB" if on_cuda else "peak RSS MiB"
     lines = [
         "Command: `"

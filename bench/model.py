@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import platform
 import sys
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
+from bench.machine import cpu_model, load_average
 from translator.config import ModelConfig
 from translator.device import resolve_device
 from translator.files import atomic_write
@@ -154,9 +154,8 @@ def report(args, device: torch.device, plain: dict, ckpt: dict) -> str:
         method = "`torch.cuda.max_memory_allocated` / `memory_allocated`"
     else:
         machine = (
-            f"CPU ({platform.processor() or platform.machine()}), fp32, torch threads: "
-            f"{torch.get_num_threads()}; the 2-core machine was shared with other jobs, "
-            "so times are indicative"
+            f"CPU ({cpu_model()}), fp32, torch threads: {torch.get_num_threads()}; "
+            f"{args.load_average}"
         )
         method = (
             "replay of the allocation/free log of `torch.profiler.profile(profile_memory=True)`"
@@ -227,6 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--out", default="docs/benchmarks/model.md")
     args = parser.parse_args(argv)
+    args.load_average = load_average()  # before this run adds its own load
     args.argv = argv if argv is not None else sys.argv[1:]
     device = resolve_device(args.device)
     on_cuda = device.type == "cuda"

@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.machine import cpu_model, load_average
 from translator import config
 from translator.files import atomic_write
 
@@ -101,6 +102,7 @@ def main() -> None:
         "--no-write", action="store_true", help="print only; leave docs/benchmarks/prepare.md"
     )
     args = parser.parse_args()
+    args.load_average = load_average()  # before this run adds its own load
     corpus, data_dir = args.work / "corpus", args.work / "data"
     settings = [f"data.source={corpus}", f"data.data_dir={data_dir}", *DATA_SETTINGS, *args.set]
     started = time.time()
@@ -146,10 +148,9 @@ def write_results(
     lines = [
         "# `translator prepare` at WMT scale",
         "",
-        f"Date: {datetime.date.today()}. Machine: {platform.machine()}, {os.cpu_count()} cores, "
+        f"Date: {datetime.date.today()}. Machine: {cpu_model()}, "
         f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, Python "
-        f"{platform.python_version()}; the 2 cores were shared with other jobs, so the numbers are "
-        "indicative.",
+        f"{platform.python_version()}; {args.load_average}.",
         "",
         f"Command: `.venv/bin/python -m bench.prepare --pairs {args.pairs}` (data section of "
         f"{args.config}: {data['spm_model_type']} SentencePiece, "
