@@ -320,7 +320,9 @@ def test_searches_over_the_fixed_shape_cache_find_what_the_plain_cache_finds(
     _assert_same_searches(_searches(model, src, src_mask), plain, 1e-5)
 
 
-@pytest.mark.parametrize("changes", [{}, {"positions": "rope", "n_kv_heads": 2}])
+@pytest.mark.parametrize(
+    "changes", [{}, {"positions": "rope", "n_kv_heads": 2}, {"positions": "relative"}]
+)
 def test_searches_of_the_model_converted_for_cpu_find_what_the_plain_model_finds(
     make_model, src_batch, changes
 ):
