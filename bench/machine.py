@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import platform
-from pathlib import Path
+
+from translator.device import cpu_features, cpu_name
 
 ISA = [
     ("amx_bf16", "AMX"),
@@ -18,19 +18,10 @@ ISA = [
 def cpu_model() -> str:
     """The CPU's model name, widest matrix instructions and core count ("Intel(R) Xeon(R)
     Processor with AMX, 2 cores"); the architecture where /proc/cpuinfo is not there."""
-    name, flags = platform.processor() or platform.machine(), set()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                name = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-                break
+    flags = cpu_features()
     # the widest matrix instructions, which set what bf16 and int8 products cost
     isa = next((label for flag, label in ISA if flag in flags), "")
-    return f"{name}{' with ' + isa if isa else ''}, {os.cpu_count()} cores"
+    return f"{cpu_name()}{' with ' + isa if isa else ''}, {os.cpu_count()} cores"
 
 
 def load_average() -> str:

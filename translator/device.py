@@ -9,6 +9,7 @@ AMX, Arm BF16) it decodes and trains faster at the same BLEU (docs/benchmarks/de
 from __future__ import annotations
 
 import functools
+import platform
 from pathlib import Path
 
 import torch
@@ -83,20 +84,36 @@ def cpu_native_bf16() -> bool:
         check = getattr(torch.cpu, probe, None)
         if check is not None and check():
             return True
-    return "bf16" in _linux_cpu_features()  # Arm: the kernel lists FEAT_BF16 as `bf16`
+    return "bf16" in cpu_features()  # Arm: the kernel lists FEAT_BF16 as `bf16`
 
 
-def _linux_cpu_features() -> set[str]:
+def cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo; the architecture where it does not say."""
+    for key, value in _cpuinfo_first_cpu():
+        if key == "model name":
+            return value.strip()
+    return platform.processor() or platform.machine()
+
+
+def cpu_features() -> set[str]:
     """The first CPU's `flags` (x86) or `Features` (Arm) in /proc/cpuinfo; empty elsewhere."""
+    for key, value in _cpuinfo_first_cpu():
+        if key in ("flags", "Features"):
+            return set(value.split())
+    return set()
+
+
+def _cpuinfo_first_cpu() -> list[tuple[str, str]]:
+    """(key, value) lines of the first CPU in /proc/cpuinfo; none where there is no such file."""
     try:
         text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return set()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return set(value.split())
-    return set()
+        return []
+    first = text.split("\n\n", 1)[0]
+    return [
+        (key.strip(), value)
+        for key, _, value in (line.partition(":") for line in first.splitlines())
+    ]
 
 
 def describe(device: torch.device, dtype: torch.dtype, asked: str) -> str:

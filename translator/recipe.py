@@ -32,7 +32,7 @@ from translator import checkpoint, config, evaluate, prepare
 from translator.config import Config
 from translator.data.corpus import source_files
 from translator.data.tokenizer import sha256_file
-from translator.device import cpu_native_bf16
+from translator.device import cpu_name, cpu_native_bf16
 from translator.errors import TranslatorError
 from translator.files import atomic_write
 from translator.train import loop
@@ -438,15 +438,9 @@ def data_files(cfg: Config) -> dict[str, Any]:
 
 def hardware() -> dict[str, Any]:
     """CPU model and cores, native bf16, GPU (if any), torch build and threads."""
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
-            if line.startswith("model name"):
-                cpu = line.partition(":")[2].strip()
-                break
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {
-        "cpu": cpu,
+        "cpu": cpu_name(),
         "cores": cores,
         "cpu_native_bf16": cpu_native_bf16(),
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
