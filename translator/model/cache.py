@@ -62,12 +62,14 @@ class KVCache:
         # shared with the layers, which never see self
         self._written = _Written(max_len, fixed_shapes)
         self.slot_positions: torch.Tensor | None = None  # (W,) a ring's position in each slot
+        self.beam_slots = False  # the layout chosen below (a window keeps its ring)
         if 0 < window < max_len:  # the ring keeps W slots per row: no beam slots
             # "never written" lies further back than any window reaches
             self.slot_positions = torch.full((window,), -(2**30), device=device)
             shape = (rows, n_kv_heads, window, d_head)
             self.layers = [RingCache(self._written, shape, dtype, device) for _ in range(n_layers)]
         elif beam_slots:
+            self.beam_slots = True
             if beams > 1:  # (N, T_max): row i's key at position p is in beam ancestry[i, p]'s slot
                 self._written.ancestry = torch.zeros(rows, max_len, dtype=torch.long, device=device)
             shape = (rows // beams, n_kv_heads, max_len * beams, d_head)
@@ -147,12 +149,27 @@ class KVCache:
         """
         if self.fixed_shapes and origin.shape[0] != self.layers[0].k.shape[0]:
             raise ValueError("a fixed-shape cache keeps its rows: a CUDA graph replays them")
-        if self._written.ancestry is not None:  # beam slots: a row takes its origin's history
-            self._written.ancestry = self._written.ancestry.index_select(0, origin)
+        if self.beam_slots:
+            self._reorder_beam_slots(origin)
+        else:
+            for layer in self.layers:
+                layer.reorder(origin)
         for layer in self.layers:
-            layer.reorder(origin)
             if sentences is not None and layer.cross is not None:
                 layer.cross = tuple(x.index_select(0, sentences) for x in layer.cross)
+
+    def _reorder_beam_slots(self, origin: torch.Tensor) -> None:
+        """Keys stay: each row takes its origin's history (a row of its own sentence), and the
+        slots of sentences not named leave. Once per step, for all layers."""
+        sentence = origin.view(-1, self.beams) // self.beams  # (B', beams)
+        if not bool((sentence == sentence[:, :1]).all()):
+            raise ValueError("in a beam-slots cache a beam continues one of its own sentence")
+        if self._written.ancestry is not None:
+            self._written.ancestry = self._written.ancestry.index_select(0, origin)
+        kept = sentence[:, 0]
+        if not torch.equal(kept, torch.arange(self.layers[0].k.shape[0], device=origin.device)):
+            for layer in self.layers:
+                layer.keep(kept)
 
 
 class _Written:
@@ -216,7 +233,8 @@ class BeamSlotsCache:
     """One decoder layer's part of a beam-slots KVCache: (B, G, T_max * beams, K) K and V.
 
     Beam j of a sentence writes its key at position p into slot p * beams + j, and no key ever
-    moves: a reorder changes only the rows' ancestry (KVCache), unless whole sentences leave.
+    moves: a reorder changes only the rows' ancestry (KVCache), unless whole sentences leave
+    (`keep`).
     Attention reads a sentence's written slots in place for all its beams; each beam scores
     `beams` times the keys it keeps, and the mask sets the others' weights to 0.
     """
@@ -247,15 +265,9 @@ class BeamSlotsCache:
             buffer[:, :, start:end] = new.reshape(-1, G, T * self.beams, K)
         return self.k[:, :, :end], self.v[:, :, :end]
 
-    def reorder(self, origin: torch.Tensor) -> None:
-        """Row i continues row origin[i], a row of its own sentence (N' rows: sentences not named
-        leave, with their slots)."""
-        sentence = origin.view(-1, self.beams) // self.beams  # (B', beams)
-        if not bool((sentence == sentence[:, :1]).all()):
-            raise ValueError("in a beam-slots cache a beam continues one of its own sentence")
-        sentences = sentence[:, 0]
-        if not torch.equal(sentences, torch.arange(self.k.shape[0], device=origin.device)):
-            self.k, self.v = self.k.index_select(0, sentences), self.v.index_select(0, sentences)
+    def keep(self, sentences: torch.Tensor) -> None:
+        """Only these sentences' slots (B',), in this order (KVCache.reorder)."""
+        self.k, self.v = self.k.index_select(0, sentences), self.v.index_select(0, sentences)
 
     def written(self) -> tuple[torch.Tensor, torch.Tensor]:
         """K, V (N, G, L, K) of each row's own history: the slots its ancestors wrote."""
