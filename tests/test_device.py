@@ -57,6 +57,19 @@ def test_native_bf16_detection_agrees_with_the_kernels_cpu_flags():
 
 
 @pytest.mark.parametrize(
+    "lines, vendor",
+    [
+        ([("processor", "0"), ("vendor_id", " AuthenticAMD"), ("flags", "fpu")], "AuthenticAMD"),
+        ([("processor", "0"), ("Features", "fp asimd bf16")], ""),  # Arm names no vendor_id
+        ([], ""),  # no /proc/cpuinfo
+    ],
+)
+def test_cpu_vendor_reads_the_first_cpus_vendor_id(lines, vendor, monkeypatch):
+    monkeypatch.setattr(device, "_cpuinfo_first_cpu", lambda: lines)
+    assert device.cpu_vendor.__wrapped__() == vendor  # past the per-process cache
+
+
+@pytest.mark.parametrize(
     "asked, dtype, expected",
     [
         (

@@ -103,6 +103,16 @@ def cpu_features() -> set[str]:
     return set()
 
 
+@functools.cache
+def cpu_vendor() -> str:
+    """The x86 vendor in /proc/cpuinfo (`GenuineIntel`, `AuthenticAMD`); empty elsewhere. Some CPU
+    training kernels are chosen by it (train/linear.py, train/precision.py)."""
+    for key, value in _cpuinfo_first_cpu():
+        if key == "vendor_id":
+            return value.strip()
+    return ""
+
+
 def _cpuinfo_first_cpu() -> list[tuple[str, str]]:
     """(key, value) lines of the first CPU in /proc/cpuinfo; none where there is no such file."""
     try:

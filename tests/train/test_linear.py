@@ -9,6 +9,7 @@ from torch import nn
 
 from tests.model.conftest import tiny_config
 from translator.model.transformer import Transformer
+from translator.train import linear
 from translator.train.linear import (
     OneDNNTrainingLinear,
     onednn_fp32_available,
@@ -89,10 +90,19 @@ def test_a_training_step_computes_the_plain_models_loss_and_gradients():
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
-def test_training_model_uses_onednn_linears_on_cpu_unless_compiled():
+def test_training_model_uses_onednn_linears_on_an_amd_cpu_unless_compiled(monkeypatch):
+    monkeypatch.setattr(linear, "cpu_vendor", lambda: "AuthenticAMD")
     cfg = small_model().cfg
     eager = training_model(cfg, torch.device("cpu"))
     compiled = training_model(cfg, torch.device("cpu"), compiled=True)
     assert any(isinstance(m, OneDNNTrainingLinear) for m in eager.modules())
     assert not any(isinstance(m, OneDNNTrainingLinear) for m in compiled.modules())
     assert any(type(m) is nn.Linear for m in compiled.modules())
+
+
+def test_training_model_keeps_plain_linears_on_an_intel_cpu(monkeypatch):
+    """MKL's sgemm, PyTorch's own fp32 path, is Intel's library and was the faster one there."""
+    monkeypatch.setattr(linear, "cpu_vendor", lambda: "GenuineIntel")
+    model = training_model(small_model().cfg, torch.device("cpu"))
+    assert not any(isinstance(m, OneDNNTrainingLinear) for m in model.modules())
+    assert any(type(m) is nn.Linear for m in model.modules())

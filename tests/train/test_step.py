@@ -232,13 +232,19 @@ def test_weight_decay_shrinks_linear_matrices_only():
     assert parameter_groups(model, 0.0)[0]["params"] == list(model.parameters())
 
 
-@pytest.mark.parametrize("length, flash", [(12, False), (70, True)])
-def test_fp32_cpu_step_runs_short_batches_through_the_math_attention(length, flash):
-    """Up to SHORT_ATTENTION positions the step's attention is the math path (faster there on
-    CPU); longer batches keep PyTorch's flash kernel."""
-    from translator.train.precision import SHORT_ATTENTION
+@pytest.mark.parametrize(
+    "vendor, length, flash",
+    [("AuthenticAMD", 12, False), ("AuthenticAMD", 70, True), ("GenuineIntel", 12, True)],
+)
+def test_fp32_cpu_step_runs_short_batches_through_the_math_attention(
+    vendor, length, flash, monkeypatch
+):
+    """On an AMD CPU, up to SHORT_ATTENTION positions the step's attention is the math path
+    (faster there); longer batches, and every batch on an Intel CPU, keep PyTorch's flash kernel."""
+    from translator.train import precision
 
-    assert (length > SHORT_ATTENTION) == flash
+    assert 12 <= precision.SHORT_ATTENTION < 70  # the lengths above, on either side of it
+    monkeypatch.setattr(precision, "cpu_vendor", lambda: vendor)
     s = session("model.max_positions=128")
     rows = [[4 + i % 36 for i in range(length - 1)]] * 2  # + EOS / BOS: `length` positions
     batch = make_batch(rows, rows)

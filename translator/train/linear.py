@@ -2,9 +2,11 @@
 
 PyTorch sends CPU fp32 linears to MKL's sgemm; bf16 (autocast) already goes to oneDNN. On the
 project's AMD EPYC, oneDNN computes a training step's forward products and input gradients
-faster than sgemm, while sgemm is as fast or faster for the weight gradient
-(docs/benchmarks/train.md). `OneDNNTrainingLinear` takes the faster kernel for each of the three
-products of y = x W^T + b; `use_onednn_linears` swaps the modules once, at setup. The swapped
+faster than sgemm, while sgemm is as fast or faster for the weight gradient; on an Intel Xeon,
+MKL's home, sgemm was as fast or faster in all three, so there the linears stay plain
+(`onednn_fp32_pays`; docs/benchmarks/train.md). `OneDNNTrainingLinear` takes the faster kernel
+for each of the three products of y = x W^T + b; `use_onednn_linears` swaps the modules once, at
+setup. The swapped
 module holds the same parameters under the same names (ties, the optimizer and checkpoints are
 unchanged), and under autocast, in another dtype or off the CPU it is F.linear.
 """
@@ -15,10 +17,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from translator.device import cpu_vendor
+
 
 def onednn_fp32_available() -> bool:
     """Whether this PyTorch build has oneDNN's linear op (CPU builds from pytorch.org do)."""
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def onednn_fp32_pays() -> bool:
+    """Whether fp32 training linears run faster through oneDNN on this CPU: on AMD's, not on
+    Intel's (where MKL's sgemm is Intel's own and was as fast or faster)."""
+    return onednn_fp32_available() and cpu_vendor() != "GenuineIntel"
 
 
 def _onednn_product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,7 @@ from contextlib import ExitStack, contextmanager
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from translator.device import resolve_dtype
+from translator.device import cpu_vendor, resolve_dtype
 
 
 def amp_dtype(precision: str, device: torch.device) -> torch.dtype | None:
@@ -27,18 +27,21 @@ def grad_scaler(device: torch.device, dtype: torch.dtype | None) -> torch.amp.Gr
     return torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
 
 
-# fp32 on CPU: for sequences up to this many positions the math path (batched products and a
-# softmax) trains faster than the flash kernel; from ~128 on the flash kernel is faster
-# (docs/benchmarks/train.md)
+# fp32 on an AMD CPU: for sequences up to this many positions the math path (batched products
+# and a softmax) trains faster than the flash kernel; from ~128 on the flash kernel is faster. On
+# an Intel CPU the flash kernel was the faster one at every length (docs/benchmarks/train.md).
 SHORT_ATTENTION = 64
 
 
-def cpu_attention_kernels(dtype: torch.dtype | None, longest: int | None) -> list[SDPBackend]:
+def cpu_attention_kernels(
+    dtype: torch.dtype | None, longest: int | None, vendor: str = ""
+) -> list[SDPBackend]:
     """The SDPA kernels a CPU training step allows (empty: PyTorch's own choice). `longest`: the
-    batch's longest sequence, None when unknown."""
+    batch's longest sequence, None when unknown; `vendor`: the CPU's (device.cpu_vendor)."""
     if dtype is not None:  # bf16: the flash backward is several times slower (measured 2x/update)
         return [SDPBackend.MATH]
-    if longest is not None and longest <= SHORT_ATTENTION:
+    short = longest is not None and longest <= SHORT_ATTENTION
+    if short and vendor != "GenuineIntel":
         return [SDPBackend.MATH]
     return []
 
@@ -49,7 +52,7 @@ def autocast(
 ) -> Iterator[None]:
     """Mixed precision for the enclosed forward passes (no-op for fp32), and on CPU the attention
     kernels of `cpu_attention_kernels` (`longest`: the batch's longest sequence, if known)."""
-    kernels = cpu_attention_kernels(dtype, longest) if device.type == "cpu" else []
+    kernels = cpu_attention_kernels(dtype, longest, cpu_vendor()) if device.type == "cpu" else []
     with ExitStack() as stack:
         if dtype is not None:
             stack.enter_context(torch.autocast(device.type, dtype=dtype))

@@ -21,7 +21,7 @@ from translator.train.allocator import keep_freed_memory
 from translator.train.attention import AttentionMonitor
 from translator.train.distributed import Dist, gather, sum_all
 from translator.train.dropout import use_bits_dropout
-from translator.train.linear import use_onednn_linears
+from translator.train.linear import onednn_fp32_pays, use_onednn_linears
 from translator.train.metrics import Metrics
 from translator.train.precision import amp_dtype, grad_scaler
 from translator.train.state import (
@@ -141,12 +141,13 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 def training_model(cfg: ModelConfig, device: torch.device, compiled: bool = False) -> Transformer:
     """The model as training runs it; on CPU its dropout draws 16-bit numbers (train/dropout.py),
-    its fp32 linears run through oneDNN (train/linear.py; not when torch.compile generates the
-    kernels) and the process keeps freed memory for reuse (train/allocator.py)."""
+    its fp32 linears run through oneDNN where that is faster (train/linear.py; not when
+    torch.compile generates the kernels) and the process keeps freed memory for reuse
+    (train/allocator.py)."""
     model = Transformer(cfg).to(device)
     if device.type == "cpu":  # CUDA's fused dropout is fast, and its allocator caches
         use_bits_dropout(model)
-        if not compiled:
+        if not compiled and onednn_fp32_pays():
             use_onednn_linears(model)
         keep_freed_memory()
     return model
