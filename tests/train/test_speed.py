@@ -32,8 +32,8 @@ def test_bits_dropout_is_the_dropout_formula_for_its_mask():
 def test_bits_dropout_drops_each_element_independently_with_probability_p(p):
     torch.manual_seed(1)
     n = 1 << 20
-    keep = keep_mask(torch.Size([n]), BitsDropout(p).dropped, torch.device("cpu"))
-    assert keep.dtype == torch.int8 and set(keep.unique().tolist()) == {0, 1}
+    keep = keep_mask(torch.Size([n]), BitsDropout(p).dropped, torch.device("cpu"), torch.float32)
+    assert keep.dtype == torch.float32 and set(keep.unique().tolist()) == {0, 1}
     dropped = keep == 0
     sigma = math.sqrt(p * (1 - p) / n)
     assert abs(dropped.float().mean().item() - p) < 6 * sigma

@@ -1,8 +1,9 @@
 """Dropout for training on CPU with cheaper random numbers: nn.Dropout stays the model's definition.
 
 PyTorch's CPU dropout draws one float per element and keeps a float mask for the backward pass;
-`BitsDropout` cuts four 16-bit draws from each 64-bit random word and keeps a one-byte 0/1 mask,
-several times faster (docs/benchmarks/train.md). The drop probability is p rounded to a multiple of
+`BitsDropout` cuts four 16-bit draws from each 64-bit random word, several times faster
+(docs/benchmarks/train.md). Its 0/1 mask is kept in the input's dtype, as PyTorch's is: a
+one-byte mask saved memory but had to be converted again for each of its two products. The drop probability is p rounded to a multiple of
 2^-16 (at most 7.7e-6 away) and the kept values are scaled by the inverse of the rounded keep
 probability, so the output stays unbiased. `use_bits_dropout` swaps the modules once, at setup.
 """
@@ -17,14 +18,16 @@ from torch import nn
 LEVELS = 1 << 16  # the values a 16-bit draw takes
 
 
-def keep_mask(shape: torch.Size, dropped: int, device: torch.device) -> torch.Tensor:
-    """int8 mask of `shape`: each element 0 (dropped) with probability dropped / 2^16, else 1,
-    independently. 0 < dropped < 2^16."""
+def keep_mask(
+    shape: torch.Size, dropped: int, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
+    """0/1 mask of `shape` and `dtype`: each element 0 (dropped) with probability dropped / 2^16,
+    else 1, independently. 0 < dropped < 2^16."""
     n = math.prod(shape)
     words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device)
     words.random_(-(2**63), None)  # every bit uniform (the default range leaves the top bit 0)
     draws = words.view(torch.int16)[:n].view(shape)  # uniform over [-2^15, 2^15)
-    return at_least(draws, dropped - LEVELS // 2).to(torch.int8)
+    return at_least(draws, dropped - LEVELS // 2).to(dtype)
 
 
 def at_least(draws: torch.Tensor, threshold: int) -> torch.Tensor:
@@ -38,21 +41,19 @@ def at_least(draws: torch.Tensor, threshold: int) -> torch.Tensor:
 
 
 class _MaskedScale(torch.autograd.Function):
-    """x * keep * scale, saving the one-byte 0/1 mask (not a float one) for the backward pass.
-
-    The mask is cast to x's dtype for each product: a product of two tensors of one dtype is the
-    fast path on CPU (mixed dtypes take a slow, casting one)."""
+    """x * keep * scale with `keep` a 0/1 mask in x's dtype (a product of two tensors of one dtype
+    is the fast path on CPU); the scale is a product of its own, in fp32, as nn.Dropout's."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, keep: torch.Tensor, scale: float) -> torch.Tensor:
         ctx.save_for_backward(keep)
         ctx.scale = scale
-        return x.mul(keep.to(x.dtype)).mul_(scale)
+        return x.mul(keep).mul_(scale)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         (keep,) = ctx.saved_tensors
-        return grad.mul(keep.to(grad.dtype)).mul_(ctx.scale), None, None
+        return grad.mul(keep).mul_(ctx.scale), None, None
 
 
 class BitsDropout(nn.Module):
@@ -69,7 +70,8 @@ class BitsDropout(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or not self.dropped:
             return x
-        return _MaskedScale.apply(x, keep_mask(x.shape, self.dropped, x.device), self.scale)
+        keep = keep_mask(x.shape, self.dropped, x.device, x.dtype)
+        return _MaskedScale.apply(x, keep, self.scale)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
