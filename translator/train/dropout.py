@@ -3,9 +3,10 @@
 PyTorch's CPU dropout draws one float per element and keeps a float mask for the backward pass;
 `BitsDropout` cuts four 16-bit draws from each 64-bit random word, several times faster
 (docs/benchmarks/train.md). Its 0/1 mask is kept in the input's dtype, as PyTorch's is: a
-one-byte mask saved memory but had to be converted again for each of its two products. The drop probability is p rounded to a multiple of
-2^-16 (at most 7.7e-6 away) and the kept values are scaled by the inverse of the rounded keep
-probability, so the output stays unbiased. `use_bits_dropout` swaps the modules once, at setup.
+one-byte mask saved memory but was converted again for each of its two products. The drop
+probability is p rounded to a multiple of 2^-16 (at most 7.7e-6 away) and the kept values are
+scaled by the inverse of the rounded keep probability, so the output stays unbiased.
+`use_bits_dropout` swaps the modules once, at setup.
 """
 
 from __future__ import annotations

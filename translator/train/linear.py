@@ -6,9 +6,9 @@ faster than sgemm, while sgemm is as fast or faster for the weight gradient; on 
 MKL's home, sgemm was as fast or faster in all three, so there the linears stay plain
 (`onednn_fp32_pays`; docs/benchmarks/train.md). `OneDNNTrainingLinear` takes the faster kernel
 for each of the three products of y = x W^T + b; `use_onednn_linears` swaps the modules once, at
-setup. The swapped
-module holds the same parameters under the same names (ties, the optimizer and checkpoints are
-unchanged), and under autocast, in another dtype or off the CPU it is F.linear.
+setup. The swapped module holds the same parameters under the same names (ties, the optimizer
+and checkpoints are unchanged), and under autocast, in another dtype or off the CPU it is
+F.linear.
 """
 
 from __future__ import annotations
