@@ -8,7 +8,8 @@ has; where it has none the difference is named in NOT_MAPPED). Each round takes 
 to round, so a slow spell of a shared machine hits both; the ratio is taken per round. Both
 losses are the label-smoothed sum over the logits (HF's the plain `token_loss`, as MarianMTModel
 computes it; ours on CPU the chunked one that `translator train` runs); both optimizers are
-torch's AdamW with the config's settings. Peak memory: each system again in its own short
+torch's fused AdamW with the config's settings (HF's Trainer builds it so by default with
+torch >= 2.8). Peak memory: each system again in its own short
 subprocess (`--memory SYSTEM`), as the process's peak resident set above the resident set
 before the model was built (CPU), or torch.cuda.max_memory_allocated (CUDA).
 """
@@ -97,12 +98,13 @@ def build_peer(cfg: Config, device: torch.device, dtype: torch.dtype | None) -> 
     torch.manual_seed(cfg.train.seed)
     model = MarianMTModel(marian_config(cfg.model)).to(device).train()
     t = cfg.train
-    optimizer = torch.optim.AdamW(  # torch's defaults for the rest, as a HF user gets them
+    optimizer = torch.optim.AdamW(  # as HF's Trainer builds it (optim="adamw_torch_fused")
         model.parameters(),
         lr=t.lr,
         betas=(t.adam_beta1, t.adam_beta2),
         eps=t.adam_eps,
         weight_decay=t.weight_decay,
+        fused=True,
     )
     return Peer(cfg, model, optimizer, dtype, device)
 
@@ -284,8 +286,9 @@ Each round feeds the same prepared batches (`--steps` per round, `max_tokens` pe
 systems, in alternating order; round 0 warms both up and is not shown. Both are built from the
 config's model section at its sizes (joint vocabulary, tied embeddings, sinusoidal positions,
 ReLU, dropout, embedding scale); the loss of both is the label-smoothed sum, padding left out
-(HF's the plain `token_loss`, as MarianMTModel computes it) and both optimizers are torch's AdamW
-with the config's settings. Ours is the `translator train` step as it runs (train/session.py:
+(HF's the plain `token_loss`, as MarianMTModel computes it) and both optimizers are torch's fused
+AdamW with the config's settings (HF's Trainer default since torch 2.8; the peer's AdamW was the
+per-parameter loop before 2026-12-06). Ours is the `translator train` step as it runs (train/session.py:
 on CPU BitsDropout, the chunked loss, fused AdamW, glibc keeping freed memory); one process,
 so HF's step runs under the same allocator setting. On CUDA HF's step gets our choice of SDPA
 kernels too (all but cuDNN's, whose plan for each new shape dominated short runs:
