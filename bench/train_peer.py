@@ -288,8 +288,9 @@ config's model section at its sizes (joint vocabulary, tied embeddings, sinusoid
 ReLU, dropout, embedding scale); the loss of both is the label-smoothed sum, padding left out
 (HF's the plain `token_loss`, as MarianMTModel computes it) and both optimizers are torch's fused
 AdamW with the config's settings (HF's Trainer default since torch 2.8; the peer's AdamW was the
-per-parameter loop before 2026-12-06). Ours is the `translator train` step as it runs (train/session.py:
-on CPU BitsDropout, the chunked loss, fused AdamW, glibc keeping freed memory); one process,
+per-parameter loop before 2026-12-06). Ours is the `translator train` step as it runs
+(train/session.py: on CPU BitsDropout, the chunked loss, fused AdamW, glibc keeping freed
+memory); one process,
 so HF's step runs under the same allocator setting. On CUDA HF's step gets our choice of SDPA
 kernels too (all but cuDNN's, whose plan for each new shape dominated short runs:
 docs/benchmarks/train.md). Peak memory: each system alone in a fresh
