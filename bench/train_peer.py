@@ -9,9 +9,9 @@ to round, so a slow spell of a shared machine hits both; the ratio is taken per 
 losses are the label-smoothed sum over the logits (HF's the plain `token_loss`, as MarianMTModel
 computes it; ours on CPU the chunked one that `translator train` runs); both optimizers are
 torch's fused AdamW with the config's settings (HF's Trainer builds it so by default with
-torch >= 2.8). Peak memory: each system again in its own short
-subprocess (`--memory SYSTEM`), as the process's peak resident set above the resident set
-before the model was built (CPU), or torch.cuda.max_memory_allocated (CUDA).
+torch >= 2.8). Peak memory: each system again in its own short subprocess (`--memory SYSTEM`),
+as the process's peak resident set above the resident set before the model was built (CPU), or
+torch.cuda.max_memory_allocated (CUDA).
 """
 
 from __future__ import annotations
@@ -284,19 +284,18 @@ def table(rows: list[dict], on_cuda: bool) -> list[str]:
 METHOD = """\
 Each round feeds the same prepared batches (`--steps` per round, `max_tokens` per side) to both
 systems, in alternating order; round 0 warms both up and is not shown. Both are built from the
-config's model section at its sizes (joint vocabulary, tied embeddings, sinusoidal positions,
-ReLU, dropout, embedding scale); the loss of both is the label-smoothed sum, padding left out
-(HF's the plain `token_loss`, as MarianMTModel computes it) and both optimizers are torch's fused
-AdamW with the config's settings (HF's Trainer default since torch 2.8; the peer's AdamW was the
-per-parameter loop before 2026-12-06). Ours is the `translator train` step as it runs
-(train/session.py: on CPU BitsDropout, the chunked loss, fused AdamW, glibc keeping freed
-memory); one process,
-so HF's step runs under the same allocator setting. On CUDA HF's step gets our choice of SDPA
-kernels too (all but cuDNN's, whose plan for each new shape dominated short runs:
-docs/benchmarks/train.md). Peak memory: each system alone in a fresh
-subprocess for `--steps` updates of the first batches; CPU: the rise of the kernel's peak
-resident set (VmHWM, reset just before the model is built), so model, gradients, optimizer state
-and activations, with allocator slack; CUDA: torch.cuda.max_memory_allocated."""
+config's model section at its sizes (joint vocabulary, tied embeddings, sinusoidal positions, ReLU,
+dropout, embedding scale); the loss of both is the label-smoothed sum, padding left out (HF's the
+plain `token_loss`, as MarianMTModel computes it) and both optimizers are torch's fused AdamW with
+the config's settings (HF's Trainer default since torch 2.8; the peer's AdamW was the per-parameter
+loop before 2026-12-06). Ours is the `translator train` step as it runs (train/session.py: on CPU
+BitsDropout, the chunked loss, fused AdamW, glibc keeping freed memory); one process, so HF's step
+runs under the same allocator setting. On CUDA HF's step gets our choice of SDPA kernels too (all
+but cuDNN's, whose plan for each new shape dominated short runs: docs/benchmarks/train.md). Peak
+memory: each system alone in a fresh subprocess for `--steps` updates of the first batches; CPU: the
+rise of the kernel's peak resident set (VmHWM, reset just before the model is built), so model,
+gradients, optimizer state and activations, with allocator slack; CUDA:
+torch.cuda.max_memory_allocated."""
 
 
 def section(device: torch.device, args) -> str:

@@ -236,7 +236,7 @@ def test_weight_decay_shrinks_linear_matrices_only():
     "vendor, length, flash",
     [("AuthenticAMD", 12, False), ("AuthenticAMD", 70, True), ("GenuineIntel", 12, True)],
 )
-def test_fp32_cpu_step_runs_short_batches_through_the_math_attention(
+def test_fp32_cpu_step_chooses_its_attention_kernel_by_cpu_vendor_and_length(
     vendor, length, flash, monkeypatch
 ):
     """On an AMD CPU, up to SHORT_ATTENTION positions the step's attention is the math path
