@@ -103,6 +103,9 @@ def cpu_features() -> set[str]:
     return set()
 
 
+INTEL = "GenuineIntel"  # cpu_vendor() of an Intel CPU
+
+
 @functools.cache
 def cpu_vendor() -> str:
     """The x86 vendor in /proc/cpuinfo (`GenuineIntel`, `AuthenticAMD`); empty elsewhere. Some CPU

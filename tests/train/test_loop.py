@@ -83,6 +83,24 @@ def test_max_epochs_keep_last_and_a_skipped_update(prepared, tmp_path, monkeypat
     assert f"stopped at update {last['step']} (max_epochs); 1 updates skipped" in log
 
 
+@pytest.mark.parametrize(
+    ("vendor", "linears"), [("AuthenticAMD", "oneDNN"), ("GenuineIntel", "PyTorch's own kernels")]
+)
+def test_the_log_names_the_fp32_linears_this_cpu_trains_with(
+    prepared, tmp_path, monkeypatch, vendor, linears
+):
+    from translator.train import linear
+
+    if not linear.onednn_fp32_available():
+        pytest.skip("this PyTorch build has no oneDNN linear")
+    monkeypatch.setattr(linear, "cpu_vendor", lambda: vendor)
+    run_dir = tmp_path / "run"
+    cfg = variant(prepared, run_dir, "train.precision=fp32", "train.max_updates=1")
+    loop.run(cfg, quiet=True)
+    log = (run_dir / "train.log").read_text()
+    assert f"fp32 linears through {linears}" in log
+
+
 def test_early_stopping_after_patience_validations_without_gain(prepared, tmp_path):
     run_dir = tmp_path / "run"
     cfg = variant(

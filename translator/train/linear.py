@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from translator.device import cpu_vendor
+from translator.device import INTEL, cpu_vendor
 
 
 def onednn_fp32_available() -> bool:
@@ -28,7 +28,7 @@ def onednn_fp32_available() -> bool:
 def onednn_fp32_pays() -> bool:
     """Whether fp32 training linears run faster through oneDNN on this CPU: on AMD's, not on
     Intel's (where MKL's sgemm is Intel's own and was as fast or faster)."""
-    return onednn_fp32_available() and cpu_vendor() != "GenuineIntel"
+    return onednn_fp32_available() and cpu_vendor() != INTEL
 
 
 def _onednn_product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -291,9 +291,10 @@ def start_logging(s: Session, n_pairs: int) -> None:
         onednn = s.dtype is None and any(
             isinstance(m, OneDNNTrainingLinear) for m in s.model.modules()
         )
+        linears = ", fp32 linears through " + ("oneDNN" if onednn else "PyTorch's own kernels")
         s.metrics.line(
             "CPU training: dropout from 16-bit draws, the loss in chunks of rows, freed memory "
-            "kept for reuse" + (", fp32 linears through oneDNN" if onednn else "")
+            "kept for reuse" + (linears if s.dtype is None else "")
         )
     over, total = too_long_pairs(cfg)  # said now, not after eval_every updates
     if over:

@@ -8,7 +8,7 @@ from contextlib import ExitStack, contextmanager
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from translator.device import cpu_vendor, resolve_dtype
+from translator.device import INTEL, cpu_vendor, resolve_dtype
 
 
 def amp_dtype(precision: str, device: torch.device) -> torch.dtype | None:
@@ -41,7 +41,7 @@ def cpu_attention_kernels(
     if dtype is not None:  # bf16: the flash backward is several times slower (measured 2x/update)
         return [SDPBackend.MATH]
     short = longest is not None and longest <= SHORT_ATTENTION
-    if short and vendor != "GenuineIntel":
+    if short and vendor != INTEL:
         return [SDPBackend.MATH]
     return []
 
