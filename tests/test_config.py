@@ -123,6 +123,24 @@ def test_decode_values_out_of_range_are_refused(override, where):
         config.load(None, [override])
 
 
+@pytest.mark.parametrize(
+    "override, where, fix",
+    [
+        ("data.name=", "data.name", "plain name"),  # would be data_dir itself, replaced whole
+        ("data.name=..", "data.name", "plain name"),
+        ("data.name=../elsewhere", "data.name", "plain name"),
+        ("data.name=a/b", "data.name", "plain name"),
+        ("data.splits.vaild=valid", "data.splits.vaild", "did you mean data.splits.valid"),
+        ("data.splits.dev=dev", "data.splits.dev", "train, valid or test"),
+        ("train.run_dir=", "train.run_dir", "name a directory"),
+    ],
+)
+def test_bad_data_names_split_keys_and_an_empty_run_dir_are_refused(override, where, fix):
+    with pytest.raises(TranslatorError) as err:
+        config.load(None, [override])
+    assert err.value.where == where and fix in err.value.fix
+
+
 def test_an_output_limit_of_zero_is_refused():
     with pytest.raises(TranslatorError, match="allow no output"):
         config.load(None, ["decode.max_len_a=0", "decode.max_len_b=0"])

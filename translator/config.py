@@ -123,6 +123,21 @@ class DataConfig:
                 "data.tgt_lang",
                 "give two different language codes",
             )
+        # a directory of its own under data_dir: prepare replaces it whole
+        if self.name in ("", ".", "..") or any(sep in self.name for sep in "/\\"):
+            raise TranslatorError(
+                f"name={self.name!r} is not one directory name",
+                "data.name",
+                "use a plain name such as multi30k: the data lands in data_dir/NAME",
+            )
+        unknown = sorted(set(self.splits) - {"train", "valid", "test"})
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], ["train", "valid", "test"], n=1)
+            raise TranslatorError(
+                f"unknown split {unknown[0]!r}",
+                f"data.splits.{unknown[0]}",
+                f"did you mean data.splits.{close[0]}?" if close else "use train, valid or test",
+            )
 
 
 @dataclass(kw_only=True)
@@ -348,6 +363,10 @@ class TrainConfig:
     """Stop after this many validations without a better BLEU (0 = never)."""
 
     def __post_init__(self) -> None:
+        if not self.run_dir.strip():  # the current directory would take checkpoints and logs
+            raise TranslatorError(
+                "run_dir is empty", "train.run_dir", "name a directory, e.g. runs/my-run"
+            )
         _check_range(
             "train", self, "max_tokens grad_accum_steps max_updates log_every eval_every", 1
         )
