@@ -72,6 +72,7 @@ def run(
             f"{out} is up to date (same data config); use --force to prepare again"
         )
         return out
+    refuse_foreign(out)
     started = time.time()
     with Bars(quiet) as bars, atomic_dir(out) as tmp:
         manifest = _prepare(data, tmp, bars, vocab)
@@ -248,6 +249,19 @@ def _drops(drops: Counter) -> str:
     return ", ".join(f"{rule} {n}" for rule, n in drops.items() if n) or "none"
 
 
+def refuse_foreign(folder: Path) -> None:
+    """Prepared data replaces its directory whole: refuse one that holds something else."""
+    if (folder / "manifest.json").is_file() or not folder.exists():
+        return
+    if folder.is_dir() and not any(folder.iterdir()):
+        return
+    raise TranslatorError(
+        "exists but holds no prepared data (no manifest.json)",
+        str(folder),
+        "move it away, or set another data.name or data.data_dir",
+    )
+
+
 def ensure(cfg: Config, quiet: bool = False, vocab_from: str | None = None) -> dict:
     """The manifest of `cfg.data`'s prepared directory, which is prepared first when missing
     (`train`).
@@ -257,11 +271,5 @@ def ensure(cfg: Config, quiet: bool = False, vocab_from: str | None = None) -> d
     """
     folder = prepared_dir(cfg.data)
     if not (folder / "manifest.json").is_file():
-        if folder.is_dir() and any(folder.iterdir()):
-            raise TranslatorError(
-                "exists but holds no prepared data (no manifest.json)",
-                str(folder),
-                "move it away, or set another data.name or data.data_dir",
-            )
         run(cfg, quiet=quiet)
     return load_manifest(cfg.data, vocab_from)

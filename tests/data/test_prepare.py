@@ -168,6 +168,17 @@ def test_hub_source_goes_through_the_same_path(tmp_path, monkeypatch):
     }
 
 
+def test_a_directory_that_holds_other_files_is_not_prepared_over(tmp_path, corpus):
+    cfg = tiny_config(corpus, tmp_path / "data")
+    mine = prepared_dir(cfg.data) / "notes.txt"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("mine")
+    with pytest.raises(TranslatorError, match="no manifest.json") as err:
+        run(cfg, force=True)
+    assert err.value.where == str(mine.parent) and mine.read_text() == "mine"
+    assert sorted(p.name for p in mine.parent.iterdir()) == ["notes.txt"]
+
+
 def test_failure_leaves_nothing_and_keeps_the_previous_result(tmp_path, corpus):
     cfg = tiny_config(corpus, tmp_path / "data")
     out = run(cfg)
