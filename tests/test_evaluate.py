@@ -326,6 +326,24 @@ def test_average_refuses_checkpoints_of_another_tokenizer(prepared, tmp_path):
     assert not (tmp_path / "avg.pt").exists()
 
 
+def test_average_refuses_another_direction_and_its_own_inputs_as_output(prepared, tmp_path):
+    a, b = (
+        save_tiny(prepared, tmp_path / "a.pt", seed=1),
+        save_tiny(prepared, tmp_path / "b.pt", seed=2),
+    )
+    payload = checkpoint.read(b)
+    data = payload["config"]["data"]
+    data["src_lang"], data["tgt_lang"] = data["tgt_lang"], data["src_lang"]
+    torch.save(payload, b)  # the same joint vocabulary and shapes, the other direction
+    with pytest.raises(TranslatorError, match="translates de->en, the first checkpoint en->de"):
+        checkpoint.average([a, b], tmp_path / "avg.pt")
+    assert not (tmp_path / "avg.pt").exists()
+    before = a.read_bytes()
+    with pytest.raises(TranslatorError, match="one of the checkpoints it averages"):
+        checkpoint.average([a, tmp_path / "." / "a.pt"], a)
+    assert a.read_bytes() == before
+
+
 def test_eval_flags_reach_the_run(monkeypatch):
     """Every `translator eval` flag lands in its own keyword of evaluate.run (none swapped, none
     dropped)."""

@@ -177,6 +177,18 @@ def test_a_channel_of_the_same_direction_is_refused_in_one_line(tiny):
     assert "\n" not in str(err.value)
 
 
+def test_models_of_two_directions_are_not_one_ensemble_nor_one_channel(tiny, reverse):
+    """The tiny model and its reverse share one joint vocabulary: only the languages differ."""
+    with pytest.raises(TranslatorError, match="translates de->en") as err:
+        translate.load_models([tiny.path, reverse.path], "cpu", "fp32")
+    assert err.value.where == str(reverse.path) and "one direction" in err.value.fix
+    with pytest.raises(TranslatorError, match="translates en->de") as err:
+        translate.load_channel(
+            [reverse.path, tiny.path], tiny.cfg.data, tiny.cfg.decode, "cpu", "fp32"
+        )
+    assert err.value.where == str(tiny.path)
+
+
 def test_eval_and_translate_take_a_channel(tiny, reverse, tmp_path):
     from typer.testing import CliRunner
 

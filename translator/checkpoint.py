@@ -154,8 +154,13 @@ def average(paths: list[str | Path], out: str | Path) -> int:
     """
     if not paths:
         raise TranslatorError("no checkpoints to average", "average", "give one or more .pt files")
+    if any(Path(out).resolve() == Path(path).resolve() for path in paths):
+        raise TranslatorError(
+            "is one of the checkpoints it averages", str(out), "write the average to a new file"
+        )
     first = read(paths[0])
     weights = first["model"]
+    direction = _direction(first)
     total = {k: v.double() for k, v in weights.items() if v.is_floating_point()}
     for path in paths[1:]:
         payload = read(path)
@@ -163,6 +168,12 @@ def average(paths: list[str | Path], out: str | Path) -> int:
         if diff or payload["model"].keys() != weights.keys():
             raise TranslatorError(
                 f"architecture differs from the first checkpoint ({diff or 'parameter names'})",
+                str(path),
+                "average checkpoints of one training run",
+            )
+        if _direction(payload) != direction:  # a joint vocabulary serves both directions
+            raise TranslatorError(
+                f"it translates {_direction(payload)}, the first checkpoint {direction}",
                 str(path),
                 "average checkpoints of one training run",
             )
@@ -186,3 +197,8 @@ def average(paths: list[str | Path], out: str | Path) -> int:
     with atomic_write(out, "wb") as handle:
         torch.save(first, handle)
     return len(paths)
+
+
+def _direction(payload: dict) -> str:
+    data = payload["config"]["data"]
+    return f"{data['src_lang']}->{data['tgt_lang']}"

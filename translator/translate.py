@@ -75,7 +75,16 @@ def load_models(
     if len(loaded) == 1:
         return loaded[0]
     model, cfg, tokenizer = loaded[0]
-    for ckpt, (_, _, other) in zip(ckpts[1:], loaded[1:]):
+    direction = (cfg.data.src_lang, cfg.data.tgt_lang)
+    for ckpt, (_, other_cfg, other) in zip(ckpts[1:], loaded[1:]):
+        # a joint vocabulary can be shared by both directions: the languages tell them apart
+        if (other_cfg.data.src_lang, other_cfg.data.tgt_lang) != direction:
+            raise TranslatorError(
+                f"it translates {other_cfg.data.src_lang}->{other_cfg.data.tgt_lang}, "
+                f"{ckpts[0]} {'->'.join(direction)}",
+                str(ckpt),
+                "ensemble only checkpoints of one direction",
+            )
         if other.checksum() != tokenizer.checksum():
             raise TranslatorError(
                 f"its SentencePiece model differs from {ckpts[0]}'s",
