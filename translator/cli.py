@@ -188,7 +188,8 @@ def train(
     Prepares the data first (as `translator prepare` does) when data/<name>/ has none;
     data prepared with other data settings is refused, never replaced.
     Fine-tune with --set train.init_from=CKPT: its weights, architecture and SentencePiece model(s).
-    Resumes exactly from run_dir/last.pt when it exists; Ctrl-C or SIGTERM saves last.pt and exits.
+    Resumes exactly from run_dir/last.pt when it exists; Ctrl-C or SIGTERM saves last.pt and exits
+    with 130 or 143, as an interrupted program does.
     Several GPUs (or CPU processes): torchrun --nproc_per_node 4 -m translator train CONFIG
     (rank 0 prepares, the others wait)
 

@@ -58,7 +58,9 @@ def runs(prepared, tmp_path_factory):
     loop.run(variant(prepared, root / "straight", *SETTINGS), quiet=True)
     with pytest.MonkeyPatch.context() as monkeypatch:
         interrupt_at(monkeypatch, 2)
-        loop.run(variant(prepared, root / "resumed", *SETTINGS), quiet=True)
+        with pytest.raises(SystemExit) as stopped:  # saved, and the shell sees an interruption
+            loop.run(variant(prepared, root / "resumed", *SETTINGS), quiet=True)
+        assert stopped.value.code == 128 + signal.SIGINT
     stopped = checkpoint.read(root / "resumed" / "last.pt")
     loop.run(variant(prepared, root / "resumed", *SETTINGS), quiet=True)
     return root / "straight", root / "resumed", stopped
@@ -212,7 +214,9 @@ def test_a_corrupt_last_checkpoint_says_how_to_go_on(prepared, tmp_path):
 
 def test_sigterm_saves_and_stops_like_ctrl_c(prepared, tmp_path, monkeypatch):
     interrupt_at(monkeypatch, 2, signal.SIGTERM)
-    loop.run(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)
+    with pytest.raises(SystemExit) as stopped:
+        loop.run(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)
+    assert stopped.value.code == 128 + signal.SIGTERM
     assert checkpoint.read(tmp_path / "run" / "last.pt")["state"]["train"]["step"] == 2
     assert "stopped at update 2 (interrupted)" in (tmp_path / "run" / "train.log").read_text()
 

@@ -156,6 +156,7 @@ class StopRequest:
 
     def __init__(self) -> None:
         self.requested = False
+        self.signum = signal.SIGINT  # the one received (another process's under DDP: Ctrl-C's)
         self.previous = {}
         # signal handlers live in the main thread
         if threading.current_thread() is threading.main_thread():
@@ -166,7 +167,7 @@ class StopRequest:
     def _handle(self, signum, frame) -> None:
         if self.requested and signum == signal.SIGINT:
             raise KeyboardInterrupt
-        self.requested = True
+        self.requested, self.signum = True, signum
 
     def restore(self) -> None:
         for sig, handler in self.previous.items():
@@ -186,7 +187,8 @@ class Throughput:
 
 def run(cfg: Config, quiet: bool = False) -> Transformer:
     """Train until max_updates, max_epochs, max_minutes or early stopping; resume from
-    run_dir/last.pt.
+    run_dir/last.pt. Ctrl-C or SIGTERM saves last.pt, then raises SystemExit(130 or 143): the
+    process ends as an interrupted program does.
 
     Returns the trained model (its moving average with train.ema_decay); checkpoints,
     config.yaml, train.log, manifest.json and TensorBoard events are in train.run_dir (written by
@@ -263,6 +265,8 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
             manifest.finish(state.step, reason, s.saved_step)
         s.metrics.close()
         distributed.close(s.dist)
+    if reason == "interrupted":  # saved, but not done: `train ... && eval ...` must not go on
+        raise SystemExit(128 + stop.signum)
     return s.decoding_model()
 
 
