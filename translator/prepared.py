@@ -103,6 +103,7 @@ def build_manifest(
             "src_lang": data.src_lang,
             "tgt_lang": data.tgt_lang,
             "file_sizes": {name: size for name, size, _ in source_fingerprint(data)},
+            "fingerprint": source_fingerprint(data),
         },
         "src_lang": data.src_lang,
         "tgt_lang": data.tgt_lang,
@@ -122,6 +123,31 @@ def build_manifest(
         },
         "versions": _versions(),
     }
+
+
+def source_change(data: DataConfig, manifest: dict) -> str:
+    """What differs between the source the prepared data were made from and `data.source` now
+    (another source, or its files edited since); empty when nothing does. Training reads the
+    prepared copy either way: data settings are checked, the source is not (load_manifest)."""
+    spec = manifest.get("source_spec", {})
+    made = spec.get("source", manifest.get("source"))
+    if made is None:
+        return ""
+    if not _same_source(made, data.source):
+        return f"{prepared_dir(data)} was prepared from {made}, not {data.source}"
+    now = source_fingerprint(data)
+    then = spec.get("fingerprint")
+    if then is None:  # written before the fingerprint was kept: sizes only
+        now, then = {n: size for n, size, _ in now}, spec.get("file_sizes", {})
+    if now != then:
+        return f"the files of {data.source} changed after {prepared_dir(data)} was prepared"
+    return ""
+
+
+def _same_source(a: str, b: str) -> bool:
+    if is_hub(a) or is_hub(b):
+        return a == b
+    return Path(a).resolve() == Path(b).resolve()
 
 
 def _vocab_origin(vocab_from: str | None) -> str:

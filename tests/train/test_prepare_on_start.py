@@ -134,3 +134,23 @@ def test_a_directory_that_is_not_prepared_data_is_not_replaced(tmp_path):
     assert [p.name for p in theirs.parent.iterdir()] == [
         "notes.txt"
     ] and theirs.read_text() == "mine"
+
+
+def test_training_warns_when_its_source_is_not_what_the_data_were_prepared_from(tmp_path, capsys):
+    """Prepared data are reused by their settings; another or an edited source is not read, and
+    the log says so (on stderr too, quiet or not)."""
+    source = write_text_corpus(tmp_path / "corpus", small_splits())
+    prepare.run(small_config(source, tmp_path), quiet=True)
+    log = tmp_path / "run" / "train.log"
+    loop.run(small_config(source, tmp_path), quiet=True)
+    assert "warning" not in log.read_text() and "warning" not in capsys.readouterr().err
+
+    other = write_text_corpus(tmp_path / "other", small_splits(train=200))
+    loop.run(small_config(other, tmp_path, "train.max_updates=3"), quiet=True)
+    said = f"was prepared from {source}, not {other}; training reads the prepared copy"
+    assert said in log.read_text() and said in capsys.readouterr().err
+
+    train_en = source / "train.en"
+    train_en.write_text(train_en.read_text().replace("A ", "One ", 1), encoding="utf-8")
+    loop.run(small_config(source, tmp_path, "train.max_updates=4"), quiet=True)
+    assert f"the files of {source} changed after" in log.read_text()

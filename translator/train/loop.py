@@ -24,7 +24,7 @@ from translator.data.shards import TokenArray
 from translator.errors import TranslatorError
 from translator.files import atomic_write
 from translator.model.transformer import Transformer, count_parameters
-from translator.prepared import prepared_dir, vocab_files
+from translator.prepared import load_manifest, prepared_dir, source_change, vocab_files
 from translator.train import distributed, oom
 from translator.train.distributed import Dist, no_sync, sum_all
 from translator.train.linear import OneDNNTrainingLinear
@@ -299,6 +299,12 @@ def start_logging(s: Session, n_pairs: int) -> None:
         s.metrics.line(
             "CPU training: dropout from 16-bit draws, the loss in chunks of rows, freed memory "
             "kept for reuse" + (linears if s.dtype is None else "")
+        )
+    change = source_change(cfg.data, load_manifest(cfg.data, s.vocab_from))
+    if change:  # prepared data are reused by their settings, wherever they came from
+        s.metrics.warning(
+            f"{change}; training reads the prepared copy (to prepare the source again: "
+            "`translator prepare` with this config, --data and --force; or set another data.name)"
         )
     over, total = too_long_pairs(cfg)  # said now, not after eval_every updates
     if over:

@@ -8,6 +8,7 @@ gets the log lines only, one record per line: no bar, no wrapping at the console
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -86,6 +87,13 @@ class Metrics:
         self.log_file.flush()
         if not self.quiet:  # Text: brackets (the sacreBLEU signature) are not markup
             self.console.print(Text(message), soft_wrap=not self.console.is_terminal)
+
+    def warning(self, message: str) -> None:
+        """A warning: into train.log, and onto stderr even when quiet."""
+        if self.enabled:
+            self.line(f"warning: {message}")
+            if self.quiet:
+                print(f"warning: {message}", file=sys.stderr)
 
     def close(self) -> None:
         self.progress.stop()
