@@ -125,7 +125,49 @@ def test_rope_is_refused_with_the_option_named(prepared, tmp_path):
     assert not (tmp_path / "ct2").exists()
 
 
-def test_cli_export_writes_a_loadable_model_and_refuses_an_unknown_format(prepared, tmp_path):
+def test_export_refuses_a_file_or_a_foreign_directory_and_keeps_it(prepared, tmp_path):
+    """Replacing `out` would lose it: refused in one line before any work, nothing touched (the
+    file was once moved aside and replaced by the model)."""
+    path, _, _ = saved_model(prepared, tmp_path)
+    notes, folder = tmp_path / "notes.txt", tmp_path / "folder"
+    notes.write_text("keep me")
+    folder.mkdir()
+    (folder / "important.txt").write_text("keep me too")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    for out, message in [
+        (notes, "is a file, not a model directory"),
+        (folder, "not empty and not a CTranslate2 model directory"),
+    ]:
+        with pytest.raises(TranslatorError, match=message) as err:
+            export.export_ctranslate2(path, out)
+        assert str(out) in str(err.value) and "\n" not in str(err.value)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert notes.read_text() == "keep me"
+    assert (folder / "important.txt").read_text() == "keep me too"
+
+
+def test_export_replaces_an_empty_directory_or_an_earlier_export(prepared, tmp_path):
+    path, _, _ = saved_model(prepared, tmp_path)
+    out = tmp_path / "ct2"
+    out.mkdir()
+    export.export_ctranslate2(path, out)
+    (out / "stale.txt").write_text("from an earlier export")
+    export.export_ctranslate2(path, out)  # model.bin and config.json: ours, replaced whole
+    assert not (out / "stale.txt").exists() and (out / "model.bin").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ct2", "model.pt"]  # no temporaries
+
+
+def test_unknown_quantization_is_refused_with_the_accepted_types(prepared, tmp_path):
+    path, _, _ = saved_model(prepared, tmp_path)
+    with pytest.raises(
+        TranslatorError, match=r"--quantization: unknown quantization 'int4'"
+    ) as err:
+        export.export_ctranslate2(path, tmp_path / "ct2", quantization="int4")
+    assert "int8, int8_float32" in str(err.value)  # ctranslate2's own list
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]
+
+
+def test_cli_export_writes_a_loadable_model_and_refuses_bad_options(prepared, tmp_path):
     import subprocess
     import sys
 
@@ -147,6 +189,11 @@ def test_cli_export_writes_a_loadable_model_and_refuses_an_unknown_format(prepar
         and bad.stderr.strip() == "error: --format: unknown export format 'onnx' (use ctranslate2)"
     )
     assert not (tmp_path / "x").exists()
+    int4 = run("-o", str(tmp_path / "x"), "--quantization", "int4")
+    assert int4.returncode == 1 and int4.stderr.startswith(
+        "error: --quantization: unknown quantization 'int4' (use one of int8, "
+    )
+    assert int4.stderr.count("\n") == 1 and not (tmp_path / "x").exists()
     good = run("-o", str(tmp_path / "int8"), "--quantization", "int8")
     assert good.returncode == 0, good.stderr
     ct2 = ctranslate2.Translator(str(tmp_path / "int8"), device="cpu", compute_type="int8")

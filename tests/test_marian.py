@@ -158,6 +158,52 @@ def test_unsupported_marian_option_is_named(opus, tmp_path, option):
     assert not (tmp_path / "x.pt").exists()
 
 
+def cut_short(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:1000])
+
+
+def garbage_pickle(path: Path) -> None:
+    (path.parent / "model.safetensors").unlink()  # so the .bin is the weights read
+    path.write_bytes(b"garbage\n")
+
+
+@pytest.mark.parametrize(
+    ("name", "damage", "message"),
+    [
+        ("model.safetensors", cut_short, "not a readable safetensors file"),
+        ("pytorch_model.bin", garbage_pickle, "not readable PyTorch weights"),
+        ("vocab.json", lambda p: p.write_text("[1,2]"), r"not a JSON object \(a list\)"),
+        ("source.spm", lambda p: p.write_text("junk"), "not a SentencePiece model"),
+        ("target.spm", lambda p: p.write_bytes(b""), "not a SentencePiece model"),
+        (
+            "config.json",
+            lambda p: p.write_text('{"model_type":"marian"}'),
+            "missing or not a positive integer: d_model, encoder_attention_heads",
+        ),
+    ],
+    ids=[
+        "safetensors-cut",
+        "bin-garbage",
+        "vocab-list",
+        "source-spm-junk",
+        "target-spm-empty",
+        "config-no-sizes",
+    ],
+)
+def test_damaged_model_file_is_named_in_one_line(opus, tmp_path, name, damage, message):
+    root, _, _ = opus
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    for path in root.iterdir():
+        (damaged / path.name).write_bytes(path.read_bytes())
+    damage(damaged / name)
+    with pytest.raises(TranslatorError, match=message) as err:
+        marian.import_marian(damaged, tmp_path / "x.pt")
+    assert str(err.value).startswith(f"{damaged / name}: ") and "\n" not in str(err.value)
+    assert "download the model again" in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged"]  # no checkpoint, no temporary
+
+
 def test_separate_vocabularies_need_the_target_table(opus_separate, tmp_path):
     root, _, _ = opus_separate
     partial = tmp_path / "partial"

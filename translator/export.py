@@ -44,7 +44,8 @@ def unsupported(cfg: ModelConfig) -> list[str]:
 
 
 def export_ctranslate2(ckpt: str | Path, out: str | Path, quantization: str | None = None) -> Path:
-    """Write `out/` (model.bin, config.json, vocabularies) plus the SentencePiece model(s)."""
+    """Write `out/` (model.bin, config.json, vocabularies) plus the SentencePiece model(s); an
+    existing `out` is replaced only if it is empty or an earlier export."""
     try:
         import ctranslate2  # noqa: F401  (an optional extra)
     except ImportError:
@@ -53,6 +54,16 @@ def export_ctranslate2(ckpt: str | Path, out: str | Path, quantization: str | No
             "export",
             "pip install 'translator[bench]' (or ctranslate2)",
         ) from None
+    from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
+
+    # spec.optimize checks it too, but only after the checkpoint is loaded and converted
+    if quantization is not None and quantization not in ACCEPTED_MODEL_TYPES:
+        raise TranslatorError(
+            f"unknown quantization {quantization!r}",
+            "--quantization",
+            f"use one of {', '.join(ACCEPTED_MODEL_TYPES)}",
+        )
+    _check_out(Path(out))
     model, cfg, tokenizer = checkpoint.load(ckpt)
     problems = unsupported(cfg.model)
     if problems:
@@ -72,6 +83,20 @@ def export_ctranslate2(ckpt: str | Path, out: str | Path, quantization: str | No
             (tmp / "source.spm").write_bytes(tokenizer.proto())
             (tmp / "target.spm").write_bytes(tokenizer.target_proto())
     return Path(out)
+
+
+def _check_out(out: Path) -> None:
+    """Refuse an `out` that replacing would lose: a file, or a directory holding anything but a
+    model that an export wrote (spec.save's model.bin and config.json); an empty one is fine."""
+    if out.exists() and not out.is_dir():
+        raise TranslatorError("is a file, not a model directory", str(out), "give a directory path")
+    exported = (out / "model.bin").is_file() and (out / "config.json").is_file()
+    if out.is_dir() and not exported and any(out.iterdir()):
+        raise TranslatorError(
+            "not empty and not a CTranslate2 model directory: export will not replace it",
+            str(out),
+            "give a new or empty directory",
+        )
 
 
 def build_spec(model: Transformer, tokenizer: Tokenizer):

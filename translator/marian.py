@@ -42,6 +42,15 @@ SPECIALS = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
 # finite, so that label smoothing's mean of -log p over the vocabulary stays finite in fine-tuning
 PAD_LOGIT = -100.0
 LANG_CODE = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")  # what data file suffixes and columns can be
+# config.json's sizes that have no default here: every config.json that HF writes has them
+SIZES = (
+    "d_model",
+    "encoder_attention_heads",
+    "encoder_ffn_dim",
+    "encoder_layers",
+    "decoder_layers",
+)
+DAMAGED = "download the model again"  # the fix for a file of the download that cannot be read
 
 
 def languages(directory: Path, src_lang: str | None, tgt_lang: str | None) -> tuple[str, str]:
@@ -87,13 +96,13 @@ def import_marian(
     languages default to the directory's tokenizer_config.json."""
     directory = Path(directory)
     hf = _read_json(directory / "config.json")
-    vocab = _read_json(directory / "vocab.json")
+    vocab = _read_vocab(directory / "vocab.json")
     shared = hf.get("share_encoder_decoder_embeddings", True)
-    target_vocab = vocab if shared else _read_json(directory / "target_vocab.json")
+    target_vocab = vocab if shared else _read_vocab(directory / "target_vocab.json")
     weights = _read_weights(directory)
-    src_proto = reorder_pieces(_read_bytes(directory / "source.spm"), [])
+    src_proto = reorder_pieces(_read_spm(directory / "source.spm"), [])
     # every piece it can emit
-    tgt_proto = reorder_pieces(_read_bytes(directory / "target.spm"), list(target_vocab))
+    tgt_proto = reorder_pieces(_read_spm(directory / "target.spm"), list(target_vocab))
     tokenizer = Tokenizer.from_proto(src_proto, tgt_proto)
 
     model_cfg = model_config(hf, tokenizer, str(directory / "config.json"))
@@ -109,6 +118,11 @@ def import_marian(
 
 def model_config(hf: dict[str, Any], tokenizer: Tokenizer, where: str) -> ModelConfig:
     """Our ModelConfig for a Marian config.json; options we cannot express are refused by name."""
+    missing = [key for key in SIZES if not _is_count(hf.get(key))]
+    if missing:
+        raise TranslatorError(
+            f"missing or not a positive integer: {', '.join(missing)}", where, DAMAGED
+        )
     activation = hf.get("activation_function", "swish")
     problems = [
         f"activation_function={activation!r}" if activation not in ACTIVATIONS else "",
@@ -260,9 +274,14 @@ def residual_permutation(d_model: int) -> torch.Tensor:
     return torch.stack([half, half + d_model // 2], dim=1).flatten()
 
 
-def _read_json(path: Path) -> Any:
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """A JSON object (every file of the model's directory holds one)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise TranslatorError(
             "not found",
@@ -271,24 +290,73 @@ def _read_json(path: Path) -> Any:
             "(config.json, weights, source.spm, target.spm, vocab.json)",
         ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise TranslatorError(f"not valid JSON ({err})", str(path)) from None
+        raise TranslatorError(f"not valid JSON ({err})", str(path), DAMAGED) from None
+    if not isinstance(value, dict):
+        raise TranslatorError(f"not a JSON object (a {type(value).__name__})", str(path), DAMAGED)
+    return value
 
 
-def _read_bytes(path: Path) -> bytes:
+def _read_vocab(path: Path) -> dict[str, int]:
+    """Piece -> Marian id; </s> and <unk> must be there (they are read by name)."""
+    vocab = _read_json(path)
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in vocab.values()):
+        raise TranslatorError("not a table of piece -> integer id", str(path), DAMAGED)
+    missing = [piece for piece in ("</s>", "<unk>") if piece not in vocab]
+    if missing:
+        raise TranslatorError(f"no {' or '.join(missing)} entry", str(path), DAMAGED)
+    return vocab
+
+
+def _read_spm(path: Path) -> bytes:
+    """A SentencePiece model's bytes, checked to parse and hold pieces (the model proto parses
+    `b""` as a model with none)."""
+    from google.protobuf.message import DecodeError
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
     if not path.is_file():
         raise TranslatorError(
             "not found", str(path), "OPUS-MT models ship source.spm and target.spm"
         )
-    return path.read_bytes()
+    proto = path.read_bytes()
+    try:
+        pieces = len(pb.ModelProto.FromString(proto).pieces)
+    except DecodeError:
+        pieces = 0
+    if not pieces:
+        raise TranslatorError("not a SentencePiece model", str(path), DAMAGED)
+    return proto
 
 
 def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
-    if (directory / "model.safetensors").is_file():
+    """The state dict of model.safetensors, else of pytorch_model.bin; a damaged file is named."""
+    safetensors, pickled = directory / "model.safetensors", directory / "pytorch_model.bin"
+    if safetensors.is_file():
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        return load_file(directory / "model.safetensors")
-    if (directory / "pytorch_model.bin").is_file():
-        return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise TranslatorError(
-        "no weights found", str(directory), "expected model.safetensors or pytorch_model.bin"
-    )
+        path = safetensors
+        try:
+            weights = load_file(path)
+        except SafetensorError as err:
+            raise TranslatorError(
+                f"not a readable safetensors file ({err})", str(path), DAMAGED
+            ) from None
+    elif pickled.is_file():
+        path = pickled
+        try:
+            weights = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # torch raises many kinds for a corrupt file (as in checkpoint)
+            raise TranslatorError(
+                f"not readable PyTorch weights ({type(err).__name__}: cut short or damaged)",
+                str(path),
+                DAMAGED,
+            ) from None
+    else:
+        raise TranslatorError(
+            "no weights found", str(directory), "expected model.safetensors or pytorch_model.bin"
+        )
+    if not isinstance(weights, dict) or not all(
+        isinstance(v, torch.Tensor) for v in weights.values()
+    ):
+        raise TranslatorError("not a state dict of tensors", str(path), DAMAGED)
+    return weights
