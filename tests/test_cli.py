@@ -241,6 +241,28 @@ def test_bad_config_key_is_one_line_error(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["translate", "x.pt", "--beam", "0"], "translate: Invalid value for '--beam'"),
+        (["translate", "x.pt", "--bogus"], "translate: No such option: --bogus"),
+        (["translate"], "translate: Missing argument"),
+        (["frobnicate"], "translator: No such command 'frobnicate'"),
+    ],
+)
+def test_usage_errors_are_one_line_with_exit_code_2(args, said):
+    result = run_cli(*args, stdin="")
+    assert result.returncode == 2 and result.stdout == ""
+    # `python -m translator` here, `translator` when installed
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert said in result.stderr and result.stderr.rstrip().endswith(" -h`)")  # the help to read
+
+
+def test_the_bare_command_prints_its_help():
+    result = run_cli()
+    assert result.returncode == 0 and "Usage: " in result.stdout and "Commands" in result.stdout
+
+
 def test_info_refuses_overrides_on_a_checkpoint_whatever_its_name(tmp_path):
     import torch
 
@@ -264,6 +286,19 @@ def test_missing_checkpoint_is_one_line_error(tmp_path):
     assert "checkpoint not found" in result.stderr and result.stdout == ""
 
 
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["translate", "DIR"], "DIR: a directory, not a checkpoint"),
+        (["info", "DIR"], "DIR: a directory, not a config file"),
+    ],
+)
+def test_a_directory_where_a_file_belongs_is_named_as_one(tmp_path, args, said):
+    result = run_cli(*[str(tmp_path) if a == "DIR" else a for a in args], stdin="")
+    assert result.returncode == 1 and result.stderr.count("\n") == 1
+    assert said.replace("DIR", str(tmp_path)) in result.stderr
+
+
 def test_missing_split_leaves_nothing_behind(tmp_path, multi30k):
     overrides = tiny_overrides(tmp_path / "data", tmp_path / "run") + [
         "data.splits.test=nosuchsplit"
@@ -279,7 +314,7 @@ def test_missing_split_leaves_nothing_behind(tmp_path, multi30k):
 def test_an_oserror_is_one_line_naming_its_file(monkeypatch, capsys, filename):
     from translator import cli
 
-    def fail():
+    def fail(**kwargs):
         raise PermissionError(13, "Permission denied", filename)
 
     monkeypatch.setattr(cli, "app", fail)

@@ -366,8 +366,16 @@ def test_eval_flags_reach_the_run(monkeypatch):
         "h.txt",
         "--beam",
         "3",
+        "--max-len-a",
+        "0.5",
+        "--max-len-b",
+        "7",
+        "--min-len",
+        "2",
         "--length-penalty",
         "1.5",
+        "--batch-tokens",
+        "99",
         "--device",
         "cpu",
         "--dtype",
@@ -395,7 +403,11 @@ def test_eval_flags_reach_the_run(monkeypatch):
                 ref_file=Path("r.de"),
                 hyp_file=Path("h.txt"),
                 beam=3,
+                max_len_a=0.5,
+                max_len_b=7,
+                min_len=2,
                 length_penalty=1.5,
+                batch_tokens=99,
                 lc_tok=True,
                 device="cpu",
                 dtype="bf16",
@@ -409,12 +421,16 @@ def test_eval_flags_reach_the_run(monkeypatch):
         (
             ([Path("m.pt")],),
             dict(
-                split="test",
+                split=None,
                 src_file=None,
                 ref_file=None,
                 hyp_file=None,
                 beam=None,
+                max_len_a=None,
+                max_len_b=None,
+                min_len=None,
                 length_penalty=None,
+                batch_tokens=None,
                 lc_tok=False,
                 device=None,
                 dtype=None,
@@ -453,6 +469,18 @@ def test_eval_decode_overrides_reach_the_search(prepared, tmp_path, monkeypatch)
         (3, 0.0, False),
         (2, 1.5, True),
     ]
+    limits = dict(max_len_a=0.5, max_len_b=7, min_len=1, batch_tokens=50)
+    evaluate.run(ckpt, src_file=src, ref_file=ref, quiet=True, **limits)
+    assert {key: getattr(seen[-1], key) for key in limits} == limits
+
+
+def test_eval_refuses_a_split_beside_src_and_ref(prepared, tmp_path):
+    ckpt = save_tiny(prepared, tmp_path / "tiny.pt")
+    src, ref = tmp_path / "src.en", tmp_path / "ref.de"
+    src.write_text("A dog.\n"), ref.write_text("Ein Hund.\n")
+    with pytest.raises(TranslatorError, match="--split and --src/--ref"):
+        evaluate.run(ckpt, split="valid", src_file=src, ref_file=ref, quiet=True)
+    assert not list(tmp_path.glob("*.hyp"))
 
 
 def test_eval_quiet_draws_no_bar_even_on_a_terminal(prepared, tmp_path, capsys, monkeypatch):
@@ -518,3 +546,6 @@ def test_average_last_n_takes_the_newest_step_checkpoints_by_update(prepared, tm
     )
     with pytest.raises(TranslatorError, match="3 step checkpoints found, 4 asked for"):
         checkpoint.latest_steps(run, 4)
+    with pytest.raises(TranslatorError, match="--last takes a run directory") as err:
+        checkpoint.latest_steps(run / "step-9.pt", 2)
+    assert err.value.where == str(run / "step-9.pt")

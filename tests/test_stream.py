@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import SENTENCES
 from translator import stream, translate
+from translator.errors import TranslatorError
 
 
 def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
@@ -32,7 +33,10 @@ def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
             seen.update(decode=decode, nbest=nbest, alignment_layer=alignment_layer)
         ),
     )
+    monkeypatch.setattr(stream, "load_channel", lambda *a: "channel")  # loading is tested apart
     flags = [
+        "--channel",
+        "back.pt",
         "--beam",
         "3",
         "--nbest",
@@ -77,6 +81,15 @@ def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
             cli.app, ["translate", str(tiny.path), *flags, *extra], input="A dog.\n"
         )
         assert result.exit_code == 0 and seen["alignment_layer"] == layer, result.output
+    # flags that need another flag to mean anything are refused without it
+    for alone, needs in [
+        (["--alignment-layer", "1"], "--alignments"),
+        (["--channel-weight", "0.4"], "--channel"),
+        (["--channel-candidates", "4"], "--channel"),
+    ]:
+        result = CliRunner().invoke(cli.app, ["translate", str(tiny.path), *alone], input="")
+        assert isinstance(result.exception, TranslatorError), result.output
+        assert f"without {needs}" in str(result.exception)
 
 
 def test_translate_device_dtype_and_quiet_flags_reach_load_and_the_bar(tiny, monkeypatch):
@@ -128,6 +141,18 @@ def test_nbest_tsv_is_numbered_and_sorted(tiny):
     for first in (0, 4):
         scores = [float(r[2]) for r in rows[first : first + 3]]
         assert scores == sorted(scores, reverse=True)
+
+
+def test_nbest_1_gives_the_best_as_a_scored_row_and_no_nbest_the_text_alone(tiny):
+    lines = [SENTENCES[0], "", SENTENCES[1]]
+    plain, rows = io.StringIO(), io.StringIO()
+    stream.translate_chunks(tiny.model, tiny.tokenizer, tiny.cfg.decode, iter([lines]), plain)
+    stream.translate_chunks(
+        tiny.model, tiny.tokenizer, tiny.cfg.decode, iter([lines]), rows, nbest=1
+    )
+    rows = [row.split("\t") for row in rows.getvalue().splitlines()]
+    assert [r[0] for r in rows] == ["0", "1", "2"] and all(float(r[2]) <= 0 for r in rows)
+    assert [r[1] for r in rows] == plain.getvalue().splitlines()
 
 
 def test_nbest_rows_keep_three_fields_when_a_translation_holds_a_tab(tiny, monkeypatch):

@@ -90,7 +90,9 @@ def _open(path: str | Path, mmap: bool) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise TranslatorError(
-            "checkpoint not found", str(path), "give a .pt file written by `translator train`"
+            "a directory, not a checkpoint" if path.is_dir() else "checkpoint not found",
+            str(path),
+            "give a .pt file written by `translator train`, e.g. RUN_DIR/best.pt",
         )
     if path.stat().st_size == 0:
         raise TranslatorError(
@@ -135,6 +137,10 @@ def step_files(run_dir: str | Path) -> list[Path]:
 
 def latest_steps(run_dir: str | Path, count: int) -> list[Path]:
     """The newest `count` step checkpoints of a run directory, for `average --last N`."""
+    if not Path(run_dir).is_dir():
+        raise TranslatorError(
+            "not a directory: --last takes a run directory", str(run_dir), "give its run_dir"
+        )
     found = step_files(run_dir)
     if len(found) < count:
         raise TranslatorError(

@@ -26,6 +26,11 @@ app = typer.Typer(
     help="Train, evaluate and serve encoder-decoder Transformers for machine translation.",
 )
 
+# the usage errors of the click that typer runs on (its own copy in recent versions): the
+# bases of the BadParameter it exports
+UsageError = typer.BadParameter.__base__
+ClickException = UsageError.__base__
+
 ConfigArg = Annotated[
     Path, typer.Argument(help="YAML config, e.g. configs/multi30k.yaml.", show_default=False)
 ]
@@ -100,6 +105,19 @@ ChannelCandidatesOpt = Annotated[
         min=2,
         help="n-best size --channel reranks; default from the checkpoint.",
     ),
+]
+MaxLenAOpt = Annotated[
+    Optional[float],
+    typer.Option("--max-len-a", min=0, help="Output length limit a*|src|+b: a."),
+]
+MaxLenBOpt = Annotated[
+    Optional[int], typer.Option("--max-len-b", min=0, help="Output length limit: b.")
+]
+MinLenOpt = Annotated[
+    Optional[int], typer.Option("--min-len", min=0, help="Output tokens before EOS is allowed.")
+]
+BatchTokensOpt = Annotated[
+    Optional[int], typer.Option("--batch-tokens", min=1, help="Source tokens per batch.")
 ]
 DeviceOpt = Annotated[
     Optional[str],
@@ -205,8 +223,11 @@ def train(
 def evaluate(
     ckpt: CkptsArg,
     split: Annotated[
-        str, typer.Option("--split", help="Prepared split to score: valid or test.")
-    ] = "test",
+        Optional[str],
+        typer.Option(
+            "--split", show_default="test", help="Prepared split to score: valid or test."
+        ),
+    ] = None,
     src: Annotated[
         Optional[Path], typer.Option("--src", help="Source file (instead of a split).")
     ] = None,
@@ -217,7 +238,11 @@ def evaluate(
         Optional[Path], typer.Option("--out", "-o", help="Where to write hypotheses.")
     ] = None,
     beam: BeamOpt = None,
+    max_len_a: MaxLenAOpt = None,
+    max_len_b: MaxLenBOpt = None,
+    min_len: MinLenOpt = None,
     length_penalty: LengthPenaltyOpt = None,
+    batch_tokens: BatchTokensOpt = None,
     channel: ChannelOpt = None,
     channel_weight: ChannelWeightOpt = None,
     channel_candidates: ChannelCandidatesOpt = None,
@@ -240,6 +265,7 @@ def evaluate(
     """
     from translator import evaluate as evaluate_mod
 
+    _needs_channel("eval", channel, channel_weight, channel_candidates)
     scores = evaluate_mod.run(
         ckpt,
         split=split,
@@ -247,7 +273,11 @@ def evaluate(
         ref_file=ref,
         hyp_file=out,
         beam=beam,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        min_len=min_len,
         length_penalty=length_penalty,
+        batch_tokens=batch_tokens,
         lc_tok=lc_tok,
         device=device,
         dtype=dtype,
@@ -265,30 +295,21 @@ def translate(
     ckpt: CkptsArg,
     beam: BeamOpt = None,
     nbest: Annotated[
-        int,
+        Optional[int],
         typer.Option(
             "--nbest",
             min=1,
             help=(
-                "Print up to N best as TSV: line (from 0), text, score; "
-                "the beam widens to N if narrower."
+                "Print up to N best as TSV: line (from 0), text, score (1 too: the best with "
+                "its score); the beam widens to N if narrower."
             ),
         ),
-    ] = 1,
-    max_len_a: Annotated[
-        Optional[float],
-        typer.Option("--max-len-a", min=0, help="Output length limit a*|src|+b: a."),
     ] = None,
-    max_len_b: Annotated[
-        Optional[int], typer.Option("--max-len-b", min=0, help="Output length limit: b.")
-    ] = None,
-    min_len: Annotated[
-        Optional[int], typer.Option("--min-len", min=0, help="Output tokens before EOS is allowed.")
-    ] = None,
+    max_len_a: MaxLenAOpt = None,
+    max_len_b: MaxLenBOpt = None,
+    min_len: MinLenOpt = None,
     length_penalty: LengthPenaltyOpt = None,
-    batch_tokens: Annotated[
-        Optional[int], typer.Option("--batch-tokens", min=1, help="Source tokens per batch.")
-    ] = None,
+    batch_tokens: BatchTokensOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     cuda_graphs: GraphsOpt = None,
@@ -303,15 +324,16 @@ def translate(
         ),
     ] = False,
     alignment_layer: Annotated[
-        int,
+        Optional[int],
         typer.Option(
             "--alignment-layer",
+            show_default="-1",
             help=(
                 "Decoder layer whose cross-attention (mean of heads) gives --alignments; "
                 "from 0, negative from the last."
             ),
         ),
-    ] = -1,
+    ] = None,
     channel: ChannelOpt = None,
     channel_weight: ChannelWeightOpt = None,
     channel_candidates: ChannelCandidatesOpt = None,
@@ -331,6 +353,11 @@ def translate(
     """
     from translator import stream
 
+    if alignment_layer is not None and not alignments:
+        raise TranslatorError(
+            "--alignment-layer without --alignments", "translate", "add --alignments"
+        )
+    _needs_channel("translate", channel, channel_weight, channel_candidates)
     stream.run(
         ckpt,
         nbest=nbest,
@@ -343,7 +370,9 @@ def translate(
         cuda_graphs=cuda_graphs,
         device=device,
         dtype=dtype,
-        alignment_layer=alignment_layer if alignments else None,
+        alignment_layer=(-1 if alignment_layer is None else alignment_layer)
+        if alignments
+        else None,
         channel=channel or None,
         channel_weight=channel_weight,
         channel_candidates=channel_candidates,
@@ -468,7 +497,12 @@ def info(
 def export(
     ckpt: CkptArg,
     out: Annotated[
-        Path, typer.Option("--out", "-o", help="Model directory to write (replaced if it exists).")
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Model directory to write (an existing one only if empty or an earlier export).",
+        ),
     ],
     format: Annotated[
         str, typer.Option("--format", help="Target format: ctranslate2.")
@@ -543,6 +577,13 @@ def import_hf(
     )
 
 
+def _needs_channel(command: str, channel, weight, candidates) -> None:
+    """--channel-weight and --channel-candidates mean nothing without --channel: refuse them."""
+    for flag, value in (("--channel-weight", weight), ("--channel-candidates", candidates)):
+        if value is not None and not channel:
+            raise TranslatorError(f"{flag} without --channel", command, "add --channel CKPT")
+
+
 def _terminate(signum, frame) -> None:
     # unwinds like Ctrl-C: temporary files and directories are removed
     raise SystemExit(128 + signum)
@@ -550,11 +591,23 @@ def _terminate(signum, frame) -> None:
 
 def main() -> None:
     """Entry point: a TranslatorError, or an OSError (disk full, permissions), becomes one
-    `error: ...` line and exit code 1. SIGTERM exits 143 through the same clean-ups as Ctrl-C
-    (train installs its own handler: it saves first)."""
+    `error: ...` line and exit code 1; a usage error (an unknown flag, a value out of range) one
+    line and exit code 2. SIGTERM exits 143 through the same clean-ups as Ctrl-C (train installs
+    its own handler: it saves first)."""
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        app()
+        # not standalone: click's usage errors come here, to be printed as one line
+        code = app(args=sys.argv[1:] or ["--help"], standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)  # an int: --help's 0, Ctrl-C's 130
+    except UsageError as err:
+        where = err.ctx.command_path if err.ctx else "translator"
+        typer.echo(f"error: {where}: {err.format_message()} (see `{where} -h`)", err=True)
+        sys.exit(err.exit_code)
+    except ClickException as err:
+        typer.echo(f"error: {err.format_message()}", err=True)
+        sys.exit(err.exit_code)
+    except typer.Abort:  # end of input at a prompt
+        sys.exit(1)
     except TranslatorError as err:
         typer.echo(f"error: {err}", err=True)
         sys.exit(1)

@@ -491,7 +491,10 @@ def load(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -
     if path is not None:
         where = str(path)
         if not Path(path).is_file():
-            raise TranslatorError("config file not found", where, "give the path to a YAML file")
+            what = (
+                "a directory, not a config file" if Path(path).is_dir() else "config file not found"
+            )
+            raise TranslatorError(what, where, "give the path to a YAML file")
         try:
             raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as err:

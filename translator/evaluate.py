@@ -91,12 +91,16 @@ def bleu_metric(tgt_lang: str) -> sacrebleu.BLEU:
 def run(
     ckpt: Checkpoints,
     *,
-    split: str = "test",
+    split: str | None = None,
     src_file: str | Path | None = None,
     ref_file: str | Path | None = None,
     hyp_file: str | Path | None = None,
     beam: int | None = None,
+    max_len_a: float | None = None,
+    max_len_b: int | None = None,
+    min_len: int | None = None,
     length_penalty: float | None = None,
+    batch_tokens: int | None = None,
     lc_tok: bool = False,
     device: str | None = None,
     dtype: str | None = None,
@@ -106,8 +110,8 @@ def run(
     channel_candidates: int | None = None,
     quiet: bool = False,
 ) -> Scores:
-    """The `eval` command: decode a prepared split (or --src/--ref files), write the hypotheses, and
-    score them.
+    """The `eval` command: decode a prepared split (`split`, default test; or --src/--ref files),
+    write the hypotheses, and score them.
 
     Hypotheses go to `hyp_file`, by default `<reference file name>.hyp` beside the checkpoint. BLEU
     is tokenized for the checkpoint's target language (data.tgt_lang). `channel`: checkpoint(s) of
@@ -117,11 +121,20 @@ def run(
         raise TranslatorError(
             "--src and --ref go together", "eval", "give both, or neither to use a split"
         )
+    if src_file is not None and split is not None:
+        raise TranslatorError(
+            "--split and --src/--ref both name what to score", "eval", "give one of them"
+        )
+    split = split or "test"
     model, cfg, tokenizer = load_models(ckpt, device, dtype)
     cfg.decode = with_overrides(
         cfg.decode,
         beam_size=beam,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        min_len=min_len,
         length_penalty=length_penalty,
+        batch_tokens=batch_tokens,
         cuda_graphs=cuda_graphs,
         channel_weight=channel_weight,
         channel_candidates=channel_candidates,

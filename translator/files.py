@@ -95,7 +95,8 @@ def read_lines(path: str | Path) -> list[str]:
     """Lines of a UTF-8 text file without their line endings; bad bytes name the line."""
     path = Path(path)
     if not path.is_file():
-        raise TranslatorError("file not found", str(path), "check the path")
+        what = "a directory, not a text file" if path.is_dir() else "file not found"
+        raise TranslatorError(what, str(path), "check the path")
     lines = []
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, 1):

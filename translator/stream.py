@@ -35,7 +35,7 @@ from translator.translate import (
 def run(
     ckpt: Checkpoints,
     *,
-    nbest: int = 1,
+    nbest: int | None = None,
     beam: int | None = None,
     max_len_a: float | None = None,
     max_len_b: int | None = None,
@@ -168,15 +168,16 @@ def translate_chunks(
     decode: DecodeConfig,
     lines_in: Iterable[list[str]],
     out: TextIO,
-    nbest: int = 1,
+    nbest: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     alignment_layer: int | None = None,
     channel: Channel | None = None,
 ) -> int:
     """Translate chunks of lines, writing each chunk as soon as it is done; returns the line count.
 
-    With nbest > 1 each input line gives up to nbest TSV rows `line<TAB>text<TAB>score` (line from
-    0): one for an empty or over-long line, fewer when the search finds fewer distinct hypotheses.
+    Each input line gives its best translation; with `nbest` (1 too) up to nbest TSV rows
+    `line<TAB>text<TAB>score` (line from 0): one for an empty or over-long line, fewer when the
+    search finds fewer distinct hypotheses.
     With `alignment_layer`, each line (or row) ends in a TAB and its Pharaoh word alignment.
     `progress(done, total)` counts sentences over all chunks; total is what has been read so far.
     """
@@ -195,16 +196,16 @@ def translate_chunks(
             tokenizer,
             chunk,
             decode,
-            nbest,
+            nbest or 1,
             warn=warn_stderr,
             first_line=count + 1,
             progress=report if progress is not None else None,
             alignment_layer=alignment_layer,
             channel=channel,
         ):
-            if nbest == 1 and alignment_layer is None:
+            if nbest is None and alignment_layer is None:
                 out.write(hyps[0][0] + "\n")
-            elif nbest == 1:
+            elif nbest is None:
                 out.write(f"{hyps[0][0].replace(chr(9), ' ')}\t{hyps[0][2]}\n")
             else:
                 out.write(
