@@ -141,6 +141,17 @@ def test_bad_data_names_split_keys_and_an_empty_run_dir_are_refused(override, wh
     assert err.value.where == where and fix in err.value.fix
 
 
+def test_a_minimum_length_above_a_fixed_limit_is_refused_and_equal_is_a_forced_length():
+    with pytest.raises(TranslatorError, match="min_len=9 is above the output limit max_len_b=5"):
+        config.load(None, ["decode.min_len=9", "decode.max_len_a=0", "decode.max_len_b=5"])
+    config.load(None, ["decode.min_len=5", "decode.max_len_a=0", "decode.max_len_b=5"])
+
+
+def test_infinity_is_refused_as_not_finite_where_a_range_has_no_upper_end():
+    with pytest.raises(TranslatorError, match=r"lr=inf is out of range .*at least 0 \(finite\)"):
+        config.load(None, ["train.lr=.inf"])
+
+
 def test_an_output_limit_of_zero_is_refused():
     with pytest.raises(TranslatorError, match="allow no output"):
         config.load(None, ["decode.max_len_a=0", "decode.max_len_b=0"])

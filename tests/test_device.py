@@ -33,6 +33,16 @@ def test_device_and_dtype_names():
             device.resolve_device("cuda")
 
 
+def test_a_device_error_names_the_setting_that_asked(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(TranslatorError, match="CUDA is not available") as err:
+        device.resolve_device("cuda:0", "train.device")
+    assert err.value.where == "train.device"
+    with pytest.raises(TranslatorError) as err:
+        device.resolve_device("cuda")
+    assert err.value.where == "--device"
+
+
 @pytest.mark.parametrize("native, expected", [(True, torch.bfloat16), (False, torch.float32)])
 def test_auto_is_bf16_exactly_where_the_cpu_has_it(native, expected, monkeypatch):
     assert device.resolve_dtype("auto", CPU, cpu_bf16=native) == expected

@@ -41,7 +41,7 @@ def _check_range(
         rule = (
             f"in [{low}, {high}{')' if high_open else ']'}"
             if high is not None
-            else f"of at least {low}"
+            else f"of at least {low} (finite)"
             if low > -math.inf
             else "that is a finite number"
         )
@@ -421,6 +421,12 @@ class DecodeConfig:
         _check_range("decode", self, "max_len_a max_len_b min_len", 0)
         # finite: negative favours short outputs
         _check_range("decode", self, "length_penalty", -math.inf)
+        if self.max_len_a == 0 and self.min_len > self.max_len_b > 0:
+            raise TranslatorError(
+                f"min_len={self.min_len} is above the output limit max_len_b={self.max_len_b}",
+                "decode.min_len",
+                "lower min_len or raise the limit",
+            )
         if self.max_len_a == 0 and self.max_len_b == 0:
             raise TranslatorError(
                 "max_len_a=0 and max_len_b=0 allow no output",
@@ -547,7 +553,8 @@ def _set_dotted(raw: dict[str, Any], key: str, value: Any, item: str) -> None:
 
 def _build(cls: type, raw: Any, where: str, prefix: str) -> Any:
     if not isinstance(raw, dict):
-        raise TranslatorError(f"{prefix or 'config'} must be a mapping", where)
+        section = prefix.rstrip(".") or "config"
+        raise TranslatorError(f"{section} must be a mapping of keys to values", where)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     values = {}

@@ -20,24 +20,23 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 
 
-def resolve_device(name: str) -> torch.device:
-    """`auto` -> CUDA when present, else CPU; asking for absent CUDA is a user error."""
+def resolve_device(name: str, where: str = "--device") -> torch.device:
+    """`auto` -> CUDA when present, else CPU; asking for absent CUDA is a user error, named as
+    `where` (the flag or config key that asked)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         device = torch.device(name)
     except RuntimeError:
         raise TranslatorError(
-            f"unknown device {name!r}", "--device", "use auto, cpu, cuda or cuda:N"
+            f"unknown device {name!r}", where, "use auto, cpu, cuda or cuda:N"
         ) from None
     if device.type not in ("cpu", "cuda"):
         raise TranslatorError(
-            f"unsupported device {name!r}", "--device", "use auto, cpu, cuda or cuda:N"
+            f"unsupported device {name!r}", where, "use auto, cpu, cuda or cuda:N"
         )
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise TranslatorError(
-            "CUDA is not available on this machine", "--device", "use --device cpu or auto"
-        )
+        raise TranslatorError("CUDA is not available on this machine", where, "use cpu or auto")
     return device
 
 

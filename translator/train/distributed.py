@@ -46,7 +46,7 @@ class Dist:
 
 def init(device_name: str) -> Dist:
     """Join the process group when launched with WORLD_SIZE > 1 (NCCL on CUDA, gloo on CPU)."""
-    device = resolve_device(device_name)
+    device = resolve_device(device_name, "train.device")
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size == 1:
         return Dist(device)
