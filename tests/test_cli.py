@@ -258,6 +258,13 @@ def test_usage_errors_are_one_line_with_exit_code_2(args, said):
     assert said in result.stderr and result.stderr.rstrip().endswith(" -h`)")  # the help to read
 
 
+def test_help_piped_to_a_file_keeps_whole_option_names():
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    result = run_cli("eval", "--help", env=env)
+    assert result.returncode == 0
+    assert "--channel-candidates " in result.stdout and "--no-cuda-graphs " in result.stdout
+
+
 def test_the_bare_command_prints_its_help():
     result = run_cli()
     assert result.returncode == 0 and "Usage: " in result.stdout and "Commands" in result.stdout

@@ -596,8 +596,12 @@ def main() -> None:
     its own handler: it saves first)."""
     signal.signal(signal.SIGTERM, _terminate)
     try:
+        args = sys.argv[1:] or ["--help"]
+        if {"-h", "--help"} & set(args) and not sys.stdout.isatty():
+            # piped to a pager or a file: rich's default of 80 columns cuts option names short
+            os.environ.setdefault("COLUMNS", "120")
         # not standalone: click's usage errors come here, to be printed as one line
-        code = app(args=sys.argv[1:] or ["--help"], standalone_mode=False)
+        code = app(args=args, standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)  # an int: --help's 0, Ctrl-C's 130
     except UsageError as err:
         where = err.ctx.command_path if err.ctx else "translator"
