@@ -145,7 +145,7 @@ def token_ids(
 
 
 def _fit(ids: list[list[int]], limit: int, where: str) -> list[list[int]]:
-    for number, seq in enumerate(ids, 1):
+    for number, seq in enumerate(ids):  # from 0, as the printed list and the file names
         if len(seq) > limit:
             raise TranslatorError(
                 f"sentence {number} has {len(seq)} tokens, more than the model's {limit}",

@@ -64,7 +64,9 @@ def test_attention_bad_input_is_a_user_error(copy_model):
     for sources, targets, message in [
         (["ka", "lo"], ["ka"], "1 --target for 2 sentences"),
         (["ka", "  "], None, "no source sentence"),
-        (["ka " * 40], None, "sentence 1 has 40 tokens, more than the model's 31"),
+        # numbered from 0, as the printed list and the PNG file names
+        (["ka", "ka " * 40], None, "sentence 1 has 40 tokens, more than the model's 31"),
+        (["ka " * 40], None, "sentence 0 has 40 tokens, more than the model's 31"),
     ]:
         with pytest.raises(TranslatorError, match=message):
             attention.run(
