@@ -84,3 +84,12 @@ def test_atomic_dir_sweeps_what_a_killed_run_left_and_keeps_a_live_runs(tmp_path
         (tmp / "new.txt").write_text("new")
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == sorted(["prepared", live.name, other.name, dotted.name]), left
+
+
+def test_atomic_dir_refuses_a_file_and_keeps_it(tmp_path):
+    target = tmp_path / "notes.txt"
+    target.write_text("mine")
+    with pytest.raises(TranslatorError, match="is a file, not a directory"):
+        with atomic_dir(target):
+            pass
+    assert target.read_text() == "mine" and [p.name for p in tmp_path.iterdir()] == ["notes.txt"]

@@ -46,8 +46,11 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
 
 @contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary directory beside `path`; it replaces `path` only if the block succeeds."""
+    """Yield a temporary directory beside `path`; it replaces `path` only if the block succeeds.
+    A file at `path` is refused: it would be moved aside and lost."""
     path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise TranslatorError("is a file, not a directory", str(path), "give a directory path")
     path.parent.mkdir(parents=True, exist_ok=True)
     _sweep_dead_owners(path)
     # the owner's pid in the name: a later run can tell a killed run's leftover from a live one's
