@@ -179,6 +179,21 @@ def test_a_directory_that_holds_other_files_is_not_prepared_over(tmp_path, corpu
     assert sorted(p.name for p in mine.parent.iterdir()) == ["notes.txt"]
 
 
+def test_a_missing_split_fails_before_the_training_split_is_loaded(tmp_path, monkeypatch):
+    corpus = write_text_corpus(tmp_path / "corpus", {**small_splits(), "valid": ([], [])})
+    for lang in ("en", "de"):
+        (corpus / f"valid.{lang}").unlink()
+    loaded, real = [], prepare.load_split
+    monkeypatch.setattr(
+        prepare,
+        "load_split",
+        lambda data, split, *a, **k: loaded.append(split) or real(data, split, *a, **k),
+    )
+    with pytest.raises(TranslatorError, match="valid"):
+        run(tiny_config(corpus, tmp_path / "data"))
+    assert "train" not in loaded
+
+
 def test_failure_leaves_nothing_and_keeps_the_previous_result(tmp_path, corpus):
     cfg = tiny_config(corpus, tmp_path / "data")
     out = run(cfg)
