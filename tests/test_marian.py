@@ -167,10 +167,37 @@ def garbage_pickle(path: Path) -> None:
     path.write_bytes(b"garbage\n")
 
 
+def edit_weights(path: Path, edit) -> None:
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(path)
+    edit(weights)
+    save_file(weights, path)
+
+
+def drop_a_weight(weights: dict) -> None:
+    del weights[next(k for k in weights if k.endswith("fc1.weight"))]
+
+
+def halve_a_weight(weights: dict) -> None:
+    key = next(k for k in weights if k.endswith("fc1.weight"))
+    weights[key] = weights[key][: len(weights[key]) // 2].contiguous()
+
+
 @pytest.mark.parametrize(
     ("name", "damage", "message"),
     [
         ("model.safetensors", cut_short, "not a readable safetensors file"),
+        (
+            "model.safetensors",
+            lambda p: edit_weights(p, drop_a_weight),
+            r"no weight named '.*fc1.weight' for its config.json",
+        ),
+        (
+            "model.safetensors",
+            lambda p: edit_weights(p, halve_a_weight),
+            "weights do not fit its config.json .*size mismatch",
+        ),
         ("pytorch_model.bin", garbage_pickle, "not readable PyTorch weights"),
         ("vocab.json", lambda p: p.write_text("[1,2]"), r"not a JSON object \(a list\)"),
         ("source.spm", lambda p: p.write_text("junk"), "not a SentencePiece model"),
@@ -183,6 +210,8 @@ def garbage_pickle(path: Path) -> None:
     ],
     ids=[
         "safetensors-cut",
+        "safetensors-missing-weight",
+        "safetensors-wrong-shape",
         "bin-garbage",
         "vocab-list",
         "source-spm-junk",

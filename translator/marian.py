@@ -111,7 +111,21 @@ def import_marian(
     cfg = Config(data=data, model=model_cfg)
     model = Transformer(cfg.model)
     vocabs = (vocab, target_vocab)
-    model.load_state_dict(our_weights(weights, cfg.model, vocabs, hf, tokenizer))
+    read = directory / "model.safetensors"  # the file _read_weights took them from
+    if not read.is_file():
+        read = directory / "pytorch_model.bin"
+    try:
+        model.load_state_dict(our_weights(weights, cfg.model, vocabs, hf, tokenizer))
+    except KeyError as err:  # a weight that config.json's layers need is not in the file
+        raise TranslatorError(
+            f"no weight named {err.args[0]!r} for its config.json", str(read), DAMAGED
+        ) from None
+    except (RuntimeError, IndexError) as err:  # shapes that config.json or vocab.json do not give
+        lines = str(err).splitlines()
+        detail = next((line.strip() for line in lines if "size mismatch" in line), lines[0])
+        raise TranslatorError(
+            f"weights do not fit its config.json ({detail})", str(read), DAMAGED
+        ) from None
     checkpoint.save(out, model, cfg, tokenizer, {"imported_from": "marian"})
     return cfg
 
