@@ -357,6 +357,9 @@ def translate(
         raise TranslatorError(
             "--alignment-layer without --alignments", "translate", "add --alignments"
         )
+    layer = None  # no alignment pass
+    if alignments:
+        layer = -1 if alignment_layer is None else alignment_layer
     _needs_channel("translate", channel, channel_weight, channel_candidates)
     stream.run(
         ckpt,
@@ -370,9 +373,7 @@ def translate(
         cuda_graphs=cuda_graphs,
         device=device,
         dtype=dtype,
-        alignment_layer=(-1 if alignment_layer is None else alignment_layer)
-        if alignments
-        else None,
+        alignment_layer=layer,
         channel=channel or None,
         channel_weight=channel_weight,
         channel_candidates=channel_candidates,
