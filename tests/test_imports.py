@@ -26,6 +26,7 @@ LAYERS = [
         "translator.summary",
         "translator.export",
         "translator.marian",
+        "translator.marian_files",
         "translator.attention",
     },
     {"translator.evaluate"},

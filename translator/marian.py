@@ -23,7 +23,6 @@ from the caller; it becomes the checkpoint's data.src_lang/tgt_lang, which fine-
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,14 @@ from translator import checkpoint
 from translator.config import Config, DataConfig, ModelConfig
 from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from translator.errors import TranslatorError
+from translator.marian_files import (
+    DAMAGED,
+    is_count,
+    read_json,
+    read_spm,
+    read_vocab,
+    read_weights,
+)
 from translator.model.transformer import Transformer
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "silu", "silu": "silu"}
@@ -50,13 +57,12 @@ SIZES = (
     "encoder_layers",
     "decoder_layers",
 )
-DAMAGED = "download the model again"  # the fix for a file of the download that cannot be read
 
 
 def languages(directory: Path, src_lang: str | None, tgt_lang: str | None) -> tuple[str, str]:
     """The language pair: the given codes, else tokenizer_config.json's source_lang/target_lang."""
     meta_path = directory / "tokenizer_config.json"
-    meta = _read_json(meta_path) if meta_path.is_file() else {}
+    meta = read_json(meta_path) if meta_path.is_file() else {}
     codes = []
     for flag, given, key in (
         ("--src-lang", src_lang, "source_lang"),
@@ -95,14 +101,14 @@ def import_marian(
     """Read a MarianMT directory and write an equivalent translator checkpoint to `out`; the
     languages default to the directory's tokenizer_config.json."""
     directory = Path(directory)
-    hf = _read_json(directory / "config.json")
-    vocab = _read_vocab(directory / "vocab.json")
+    hf = read_json(directory / "config.json")
+    vocab = read_vocab(directory / "vocab.json")
     shared = hf.get("share_encoder_decoder_embeddings", True)
-    target_vocab = vocab if shared else _read_vocab(directory / "target_vocab.json")
-    weights = _read_weights(directory)
-    src_proto = reorder_pieces(_read_spm(directory / "source.spm"), [])
+    target_vocab = vocab if shared else read_vocab(directory / "target_vocab.json")
+    weights = read_weights(directory)
+    src_proto = reorder_pieces(read_spm(directory / "source.spm"), [])
     # every piece it can emit
-    tgt_proto = reorder_pieces(_read_spm(directory / "target.spm"), list(target_vocab))
+    tgt_proto = reorder_pieces(read_spm(directory / "target.spm"), list(target_vocab))
     tokenizer = Tokenizer.from_proto(src_proto, tgt_proto)
 
     model_cfg = model_config(hf, tokenizer, str(directory / "config.json"))
@@ -111,7 +117,7 @@ def import_marian(
     cfg = Config(data=data, model=model_cfg)
     model = Transformer(cfg.model)
     vocabs = (vocab, target_vocab)
-    read = directory / "model.safetensors"  # the file _read_weights took them from
+    read = directory / "model.safetensors"  # the file read_weights took them from
     if not read.is_file():
         read = directory / "pytorch_model.bin"
     try:
@@ -132,7 +138,7 @@ def import_marian(
 
 def model_config(hf: dict[str, Any], tokenizer: Tokenizer, where: str) -> ModelConfig:
     """Our ModelConfig for a Marian config.json; options we cannot express are refused by name."""
-    missing = [key for key in SIZES if not _is_count(hf.get(key))]
+    missing = [key for key in SIZES if not is_count(hf.get(key))]
     if missing:
         raise TranslatorError(
             f"missing or not a positive integer: {', '.join(missing)}", where, DAMAGED
@@ -286,91 +292,3 @@ def residual_permutation(d_model: int) -> torch.Tensor:
     (column i), our dim 2i+1 its cosine i (column D/2 + i)."""
     half = torch.arange(d_model // 2)
     return torch.stack([half, half + d_model // 2], dim=1).flatten()
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    """A JSON object (every file of the model's directory holds one)."""
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TranslatorError(
-            "not found",
-            str(path),
-            "give the directory of a MarianMT model "
-            "(config.json, weights, source.spm, target.spm, vocab.json)",
-        ) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise TranslatorError(f"not valid JSON ({err})", str(path), DAMAGED) from None
-    if not isinstance(value, dict):
-        raise TranslatorError(f"not a JSON object (a {type(value).__name__})", str(path), DAMAGED)
-    return value
-
-
-def _read_vocab(path: Path) -> dict[str, int]:
-    """Piece -> Marian id; </s> and <unk> must be there (they are read by name)."""
-    vocab = _read_json(path)
-    if not all(isinstance(i, int) and not isinstance(i, bool) for i in vocab.values()):
-        raise TranslatorError("not a table of piece -> integer id", str(path), DAMAGED)
-    missing = [piece for piece in ("</s>", "<unk>") if piece not in vocab]
-    if missing:
-        raise TranslatorError(f"no {' or '.join(missing)} entry", str(path), DAMAGED)
-    return vocab
-
-
-def _read_spm(path: Path) -> bytes:
-    """A SentencePiece model's bytes, checked to parse and hold pieces (the model proto parses
-    `b""` as a model with none)."""
-    from google.protobuf.message import DecodeError
-    from sentencepiece import sentencepiece_model_pb2 as pb
-
-    if not path.is_file():
-        raise TranslatorError(
-            "not found", str(path), "OPUS-MT models ship source.spm and target.spm"
-        )
-    proto = path.read_bytes()
-    try:
-        pieces = len(pb.ModelProto.FromString(proto).pieces)
-    except DecodeError:
-        pieces = 0
-    if not pieces:
-        raise TranslatorError("not a SentencePiece model", str(path), DAMAGED)
-    return proto
-
-
-def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
-    """The state dict of model.safetensors, else of pytorch_model.bin; a damaged file is named."""
-    safetensors, pickled = directory / "model.safetensors", directory / "pytorch_model.bin"
-    if safetensors.is_file():
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
-        path = safetensors
-        try:
-            weights = load_file(path)
-        except SafetensorError as err:
-            raise TranslatorError(
-                f"not a readable safetensors file ({err})", str(path), DAMAGED
-            ) from None
-    elif pickled.is_file():
-        path = pickled
-        try:
-            weights = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as err:  # torch raises many kinds for a corrupt file (as in checkpoint)
-            raise TranslatorError(
-                f"not readable PyTorch weights ({type(err).__name__}: cut short or damaged)",
-                str(path),
-                DAMAGED,
-            ) from None
-    else:
-        raise TranslatorError(
-            "no weights found", str(directory), "expected model.safetensors or pytorch_model.bin"
-        )
-    if not isinstance(weights, dict) or not all(
-        isinstance(v, torch.Tensor) for v in weights.values()
-    ):
-        raise TranslatorError("not a state dict of tensors", str(path), DAMAGED)
-    return weights
