@@ -256,3 +256,17 @@ def test_resume_from_weights_only_is_refused_in_one_line(runs, prepared, tmp_pat
     checkpoint.average([straight / "last.pt"], tmp_path / "run" / "last.pt")
     with pytest.raises(TranslatorError, match="holds no training state"):
         loop.run(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)
+
+
+def test_a_resume_after_a_kill_hides_the_updates_logged_past_the_last_save(prepared, tmp_path):
+    """A kill after update 6 with last.pt at update 3 (step-3.pt put back as last.pt): updates 4-6
+    are trained and logged again, and TensorBoard shows each once, the later ones."""
+    run_dir = tmp_path / "run"
+    cfg = variant(prepared, run_dir, *SETTINGS, "train.keep_last=5")
+    loop.run(cfg, quiet=True)
+    (run_dir / "last.pt").write_bytes((run_dir / "step-3.pt").read_bytes())
+    first = dict(scalars(run_dir, "train/lr"))
+    loop.run(cfg, quiet=True)
+    logged = scalars(run_dir, "train/lr")
+    assert [step for step, _ in logged] == [1, 2, 3, 4, 5, 6]
+    assert dict(logged) == first  # the same schedule: the values are the resumed session's own

@@ -46,6 +46,13 @@ class Metrics:
         self.progress.start()
         self.started = time.time()
 
+    def resumed_at(self, step: int) -> None:
+        """Training goes on from `step`: TensorBoard hides what a killed session logged after it
+        (those updates are done again), so the curves do not double back."""
+        if self.enabled:
+            self.writer.close()
+            self.writer = SummaryWriter(self.writer.log_dir, purge_step=step + 1)
+
     def scalars(self, step: int, values: dict[str, float], prefix: str) -> None:
         if self.enabled:
             for name, value in values.items():

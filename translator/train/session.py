@@ -247,6 +247,7 @@ def resume(s: Session, path: Path) -> None:
     state, d = s.state, s.dist
     state.load_state_dict(payload["state"]["train"])
     s.saved_step = state.step
+    s.metrics.resumed_at(state.step)
     if state.world_size == d.world_size:
         set_rng_state(state.rng[d.rank])
     else:
