@@ -115,6 +115,11 @@ def test_early_stopping_after_patience_validations_without_gain(prepared, tmp_pa
     state = checkpoint.read(run_dir / "last.pt")["state"]["train"]
     # update 1 sets the best; 2 and 3 do not beat it
     assert state["step"] == 3 and state["bad_evals"] == 2
+    loop.run(cfg, quiet=True)  # the same command again: the run is done, as after max_updates
+    assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 3
+    log = (run_dir / "train.log").read_text()
+    assert log.count("stopped at update 3 (early stopping)") == 2
+    assert log.count("session started 20") == 2  # each session's times count from its own start
     assert (
         json.loads((run_dir / "manifest.json").read_text())["sessions"][0]["end_reason"]
         == "early stopping"
@@ -317,3 +322,20 @@ def test_each_process_has_its_own_dropout_stream_and_the_same_initial_weights(
         weights.append(s.model.state_dict())
     assert not torch.equal(draws[0], draws[1])
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (
+            ["/x/translator/__main__.py", "train", "a b.yaml"],
+            "python -m translator train 'a b.yaml'",
+        ),
+        (["/venv/bin/translator", "train", "c.yaml"], "translator train c.yaml"),
+    ],
+)
+def test_the_manifest_records_a_command_one_can_type_again(monkeypatch, argv, command):
+    from translator.train import manifest
+
+    monkeypatch.setattr(manifest.sys, "argv", argv)
+    assert manifest.command_line() == command

@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 import torch
@@ -219,6 +220,9 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
             if state.step >= t.max_updates or (t.max_epochs and state.epoch >= t.max_epochs):
                 reason = "max_updates" if state.step >= t.max_updates else "max_epochs"
                 break
+            if t.patience and state.bad_evals >= t.patience:  # a rerun of a run that stopped early
+                reason = "early stopping"
+                break
             group = data.take(state, t.grad_accum_steps)
             if state.warmup_end_seconds < 0 and state.step + 1 >= t.warmup_steps:
                 state.warmup_end_seconds = seconds
@@ -285,6 +289,8 @@ def start_logging(s: Session, n_pairs: int) -> None:
     }
     s.metrics.hparams(state.step, flat, ["valid/bleu", "valid/chrf", "valid/loss", "train/loss"])
     on_off = {True: "on", False: "off"}
+    # each session's times count from its start: this line tells the sessions apart
+    s.metrics.line(f"session started {datetime.now().astimezone():%Y-%m-%d %H:%M:%S %z}")
     s.metrics.line(
         f"model: {count_parameters(s.model):,} parameters; {s.dist.world_size} x {s.dist.device}, "
         f"precision {s.dtype or torch.float32}, gradient checkpointing "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -92,7 +93,7 @@ class RunManifest:
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "ended": None,
             "seconds": 0.0,
-            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+            "command": command_line(),
             "host": platform.node(),
             "git": git_state(),
             "versions": versions(),
@@ -126,3 +127,11 @@ class RunManifest:
         self.data["wall_seconds"] = round(sum(s["seconds"] for s in self.data["sessions"]), 1)
         with atomic_write(self.path) as handle:
             handle.write(json.dumps(self.data, indent=2) + "\n")
+
+
+def command_line() -> str:
+    """The command that started this process, as one can type it again (`python -m translator`
+    and torchrun run the package's __main__.py)."""
+    name = Path(sys.argv[0]).name
+    program = "python -m translator" if name == "__main__.py" else name
+    return " ".join([program, *map(shlex.quote, sys.argv[1:])])
