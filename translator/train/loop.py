@@ -209,6 +209,7 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
     # in training seconds, as state.seconds counts them
     deadline = state.seconds + 60 * t.max_minutes if t.max_minutes else math.inf
     seconds = state.seconds  # as every process measured it, averaged (so their lr agree)
+    session_start = (state.step, state.seconds)  # for the bar's end under max_minutes
     window = Throughput(start=time.time())
     try:
         if s.fine_tuning:  # the starting point, which the fine-tuned model is to beat
@@ -240,6 +241,10 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
                 s.dist, [float(stop.requested), float(now > deadline), now]
             )
             seconds /= s.dist.world_size
+            done, spent = state.step - session_start[0], seconds - session_start[1]
+            if deadline < math.inf and spent > 0:  # the bar ends where the time budget will
+                left = int((deadline - seconds) * done / spent)
+                s.metrics.expect_total(min(t.max_updates, state.step + max(left, 0)))
             if interrupted or late:
                 reason = "interrupted" if interrupted else "max_minutes"
                 break

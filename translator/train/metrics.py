@@ -82,6 +82,10 @@ class Metrics:
             for summary in hparams(clean, dict.fromkeys(metric_tags, 0.0)):
                 self.writer.file_writer.add_summary(summary, step)
 
+    def expect_total(self, updates: int) -> None:
+        """The update the run is now expected to end at (the bar's total, hence its ETA)."""
+        self.progress.update(self.task, total=updates)
+
     def advance(self, step: int, status: str) -> None:
         self.progress.update(self.task, completed=step, status=status)
 
