@@ -465,7 +465,7 @@ def average(
 ) -> None:
     """Average the parameters of several checkpoints into one (optimizer state is dropped).
 
-    Example: translator average runs/multi30k --last 10 -o runs/multi30k/avg.pt
+    Example: translator average runs/multi30k --last 3 -o runs/multi30k/avg.pt
     """
     from translator import checkpoint
 

@@ -103,10 +103,16 @@ def test_unknown_hub_name_says_it_needs_internet(tmp_path, monkeypatch):
         )
 
     monkeypatch.setattr(datasets, "load_dataset", unreachable)
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
     started = time.time()
     with pytest.raises(TranslatorError, match="needs internet.*local path"):
         load_split(tiny_config("hf:nobody/nothing", tmp_path / "data").data, "train")
     assert time.time() - started < 2
+    # offline by the environment's choice: the line says which variable, not "no internet"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(TranslatorError, match="HF_HUB_OFFLINE set: unset it to download"):
+        load_split(tiny_config("hf:nobody/nothing", tmp_path / "data").data, "train")
 
 
 def test_mismatched_line_counts_name_both_files(tmp_path):

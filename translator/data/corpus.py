@@ -158,13 +158,17 @@ def _load_hub(source: str, split: str, bars: bool):
                 source,
                 "map ours with --set data.splits.NAME=THEIRS",
             ) from None
-        raise TranslatorError(
-            f"cannot load hub dataset {repo!r}: {first}",
-            source,
-            "a hub source needs internet; offline, give a local path with --data PATH",
-        ) from None
+        offline = [v for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if _env_on(v)]
+        fix = "a hub source needs internet; offline, give a local path with --data PATH"
+        if offline:  # the hub may well be reachable: the environment forbids asking it
+            fix = f"{' and '.join(offline)} set: unset it to download, or give --data PATH"
+        raise TranslatorError(f"cannot load hub dataset {repo!r}: {first}", source, fix) from None
     finally:
         datasets.disable_progress_bars()
+
+
+def _env_on(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _load_local(root: Path, split: str, data: DataConfig, cache_dir: Path | None):
