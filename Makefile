@@ -10,16 +10,31 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 # Every target that runs the package depends on it, so `make test` or `make demo` sets itself up.
 STAMP  := $(VENV)/.installed
 
-.PHONY: FORCE install bench-install test cuda-check lint demo multi30k bench bench-model bench-train bench-decode bench-launches bench-prepare bench-attention-options tensorboard clean
+.PHONY: FORCE help install bench-install test cuda-check lint demo multi30k bench bench-model bench-train bench-decode bench-launches bench-prepare bench-attention-options tensorboard clean
+.DEFAULT_GOAL := help
 
-install: $(STAMP)  ## only the set-up (`rm $(STAMP)` first to redo it)
+help:  ## this list (`make TARGET`; variables such as DATA=, DIR=, TORCH_INDEX= are in the Makefile)
+	@awk -F ':.*## ' '/^[a-zA-Z0-9_-]+:.*## / {printf "  %-24s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-# TORCH_INDEX as last installed: a different one reinstalls torch (pip takes any installed
-# 2.13.0 build as satisfying torch==2.13.0, so it is forced to replace it).
+install: $(STAMP)  ## only the set-up (`rm .venv/.installed` first to redo it)
+
+# TORCH_INDEX is sticky: the index of the last install, recorded in $(TORCH_INDEX_FILE), is kept
+# by every later command that does not give one (`make test` keeps the CPU build), also when
+# pyproject.toml changes; only a given, different one (`TORCH_INDEX=` for pip's default index)
+# reinstalls torch (pip takes any installed 2.13.0 build as satisfying torch==2.13.0, so it is
+# forced to replace it).
 TORCH_INDEX_FILE := $(VENV)/torch-index
+RECORDED_INDEX := $(shell cat $(TORCH_INDEX_FILE) 2>/dev/null)
+ifeq ($(origin TORCH_INDEX),undefined)
+TORCH_INDEX := $(RECORDED_INDEX)
+endif
+# rewritten only when missing or changed, so that a finished install is a no-op (`make -n` too)
+ifneq ($(TORCH_INDEX),$(RECORDED_INDEX))
 $(TORCH_INDEX_FILE): FORCE
+endif
+$(TORCH_INDEX_FILE):
 	@mkdir -p $(VENV)
-	@echo '$(TORCH_INDEX)' | cmp -s - $@ || echo '$(TORCH_INDEX)' > $@
+	@echo '$(TORCH_INDEX)' > $@
 FORCE:
 
 # The test install includes the peers (transformers, ctranslate2: the `bench` extra) so that the
@@ -49,7 +64,7 @@ cuda-check: $(STAMP)  ## on a machine with a CUDA GPU: the CUDA tests, then the 
 	$(BIN)/python -m bench.model --device cuda --out docs/benchmarks/model-cuda.md
 	$(BIN)/python -m bench.train --device cuda --out docs/benchmarks/train-cuda.md
 
-lint: $(STAMP)
+lint: $(STAMP)  ## ruff check and ruff format --check
 	$(BIN)/ruff check translator tests bench
 	$(BIN)/ruff format --check translator tests bench
 
@@ -66,7 +81,7 @@ SAMPLE := A man in a blue shirt is playing the guitar on a stage.
 # Read when the recipe runs (after the install), not when make parses this file.
 RUN_DIR = $$($(BIN)/python -c "from translator import config; print(config.load('$(CONFIG)').train.run_dir)")
 
-demo: $(STAMP)
+demo: $(STAMP)  ## train, eval and translate with CONFIG (DATA=../shared/data/multi30k: local files)
 	$(BIN)/translator train $(CONFIG) $(DATA_ARGS)
 	$(BIN)/translator eval "$(RUN_DIR)/best.pt" --split test
 	@echo "source:      $(SAMPLE)"
@@ -90,17 +105,30 @@ AVERAGE ?= $(AVERAGE_$(DIR))
 MEMBERS_en-de := 2
 MEMBERS_de-en := 2
 MEMBERS ?= $(MEMBERS_$(DIR))
-multi30k: $(STAMP)
-	$(BIN)/python -m translator.recipe configs/multi30k-$(DIR).yaml $(DATA_ARGS) \
+# An unknown DIR is refused before anything runs (else `--average  --members` come out empty).
+MULTI30K_CONFIG := configs/multi30k-$(DIR).yaml
+ifneq ($(filter multi30k,$(MAKECMDGOALS)),)
+ifeq ($(wildcard $(MULTI30K_CONFIG)),)
+$(error DIR=$(DIR): no $(MULTI30K_CONFIG) (DIR is one of: $(patsubst configs/multi30k-%.yaml,%,$(wildcard configs/multi30k-*.yaml))))
+endif
+ifeq ($(strip $(AVERAGE)),)
+$(error DIR=$(DIR): no AVERAGE chosen for it in the Makefile (give AVERAGE=N and MEMBERS=N))
+endif
+ifeq ($(strip $(MEMBERS)),)
+$(error DIR=$(DIR): no MEMBERS chosen for it in the Makefile (give MEMBERS=N))
+endif
+endif
+multi30k: $(STAMP)  ## one results row of the Multi30k recipe (DIR=en-de or de-en, BUDGET=, ARGS=)
+	$(BIN)/python -m translator.recipe $(MULTI30K_CONFIG) $(DATA_ARGS) \
 		--budget $(BUDGET) --average $(AVERAGE) --members $(MEMBERS) $(ARGS)
 
 # Speed and memory benchmarks; each writes docs/benchmarks/<name>.md (see docs/benchmarks.md).
-bench: bench-model bench-train bench-decode bench-launches
+bench: bench-model bench-train bench-decode bench-launches  ## the four benchmarks below
 
-bench-model: $(STAMP)
+bench-model: $(STAMP)  ## model speed and memory
 	$(BIN)/python -m bench.model
 
-bench-train: $(STAMP)
+bench-train: $(STAMP)  ## training step speed and memory
 	$(BIN)/python -m bench.train
 
 # Ours, HF generate and CTranslate2 (ours exported), fp32 and int8 (+ bf16 where the CPU has it),
@@ -118,8 +146,8 @@ bench-attention-options: $(STAMP)  ## hours: the 48-min multi30k recipe per atte
 bench-prepare: $(STAMP)  ## ~7 minutes; builds a 4.5M-pair corpus under /tmp
 	$(BIN)/python -m bench.prepare
 
-tensorboard: $(STAMP)
+tensorboard: $(STAMP)  ## TensorBoard on runs/
 	$(BIN)/tensorboard --logdir runs
 
-clean:
+clean:  ## remove runs/ and the caches
 	rm -rf runs .pytest_cache .ruff_cache

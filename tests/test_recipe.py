@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ import torch
 
 from tests.conftest import MULTI30K, REPO
 from tests.train.conftest import variant
-from translator import recipe
+from translator import cli, recipe
 from translator.errors import TranslatorError
 from translator.evaluate import Scores
 from translator.files import read_lines
@@ -180,6 +181,71 @@ def test_too_few_kept_checkpoints_are_refused_in_one_line_before_training(prepar
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1
     assert "train.keep_last" in done.stderr and not (tmp_path / "runs").exists()
+
+
+def test_a_budget_not_above_the_reserve_is_refused_in_one_line_before_anything_runs(tmp_path):
+    config = tmp_path / "recipe.yaml"
+    config.write_text("train:\n  keep_last: 2\n")
+    done = subprocess.run(  # --budget 1 and the default reserve of 1 minute: nothing would train
+        [sys.executable, "-m", "translator.recipe", str(config), "--budget", "1", "--average", "1"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith("error: --budget: ") and done.stderr.count("\n") == 1
+    assert "budget (1 min) must exceed the reserve (1 min)" in done.stderr
+    assert "--reserve" in done.stderr and not (tmp_path / "runs").exists()
+    cfg = recipe.config.load(config, [f"train.run_dir={tmp_path / 'run'}"])
+    with pytest.raises(
+        TranslatorError, match=r"budget \(0.5 min\) must exceed the reserve \(2 min"
+    ):
+        recipe.run(cfg, budget_minutes=0.5, average_last=1, reserve_minutes=2.0, quiet=True)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "args,named",
+    [
+        (["--bogus"], "--bogus"),
+        (["--average", "x"], "--average"),
+        (["--average", "0"], "--average"),
+        (["--budget", "0"], "--budget"),
+    ],
+)
+def test_usage_errors_are_one_line_with_exit_code_2(tmp_path, monkeypatch, capsys, args, named):
+    config = tmp_path / "recipe.yaml"
+    config.write_text("{}\n")
+    argv = ["recipe.py", str(config), "--budget", "5", "--average", "1", *args]
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.setattr(cli.signal, "signal", lambda *a: None)  # leave pytest's SIGTERM alone
+    with pytest.raises(SystemExit) as stopped:
+        cli.run_command(recipe.app)  # as `python -m translator.recipe` runs it
+    out, err = capsys.readouterr()
+    assert stopped.value.code == 2 and out == ""
+    assert err.startswith("error: ") and err.count("\n") == 1 and named in err
+    assert err.rstrip().endswith("-h`)")  # says where to look
+
+
+def test_an_unknown_multi30k_direction_is_refused_in_one_line_naming_its_config(tmp_path):
+    def make(*args):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE") and k != "MFLAGS"}
+        command = ["make", "--no-print-directory", "-n", "-C", str(REPO), "multi30k", *args]
+        command.append(f"VENV={tmp_path / 'venv'}")  # -n: nothing runs; not the checkout's venv
+        return subprocess.run(command, capture_output=True, text=True, env=env)
+
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    done = make("DIR=fr-en", "DATA=../shared/data/multi30k")
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1
+    assert "configs/multi30k-fr-en.yaml" in done.stderr
+    assert "en-de" in done.stderr and "de-en" in done.stderr
+    known = make("DIR=de-en")
+    assert known.returncode == 0
+    assert (
+        "configs/multi30k-de-en.yaml" in known.stdout and "--average 1 --members 2" in known.stdout
+    )
 
 
 def test_an_ensemble_recipe_trains_its_members_side_by_side_and_scores_them_as_one(

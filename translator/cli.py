@@ -591,10 +591,16 @@ def _terminate(signum, frame) -> None:
 
 
 def main() -> None:
-    """Entry point: a TranslatorError, or an OSError (disk full, permissions), becomes one
-    `error: ...` line and exit code 1; a usage error (an unknown flag, a value out of range) one
-    line and exit code 2. SIGTERM exits 143 through the same clean-ups as Ctrl-C (train installs
-    its own handler: it saves first)."""
+    """The `translator` command."""
+    run_command(app)
+
+
+def run_command(command: typer.Typer) -> None:
+    """Run a typer app as a command (`translator`, `python -m translator.recipe`): a
+    TranslatorError, or an OSError (disk full, permissions), becomes one `error: ...` line and
+    exit code 1; a usage error (an unknown flag, a value out of range) one line and exit code 2.
+    SIGTERM exits 143 through the same clean-ups as Ctrl-C (train installs its own handler: it
+    saves first)."""
     signal.signal(signal.SIGTERM, _terminate)
     try:
         args = sys.argv[1:] or ["--help"]
@@ -602,10 +608,10 @@ def main() -> None:
             # piped to a pager or a file: rich's default of 80 columns cuts option names short
             os.environ.setdefault("COLUMNS", "120")
         # not standalone: click's usage errors come here, to be printed as one line
-        code = app(args=args, standalone_mode=False)
+        code = command(args=args, standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)  # an int: --help's 0, Ctrl-C's 130
     except UsageError as err:
-        where = err.ctx.command_path if err.ctx else "translator"
+        where = err.ctx.command_path if err.ctx else Path(sys.argv[0]).name
         typer.echo(f"error: {where}: {err.format_message()} (see `{where} -h`)", err=True)
         sys.exit(err.exit_code)
     except ClickException as err:

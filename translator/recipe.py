@@ -29,6 +29,7 @@ import torch
 import typer
 
 from translator import checkpoint, config, evaluate, prepare
+from translator.cli import run_command
 from translator.config import Config
 from translator.data.corpus import source_files
 from translator.data.tokenizer import sha256_file
@@ -74,7 +75,7 @@ def run(
     run_dir = Path(cfg.train.run_dir)
     if score_test and (run_dir / MANIFEST).is_file():
         return score_chosen_on_test(run_dir, quiet)
-    check_start(run_dir, cfg, average_last)
+    check_start(run_dir, cfg, average_last, budget_minutes, reserve_minutes)
     code = git_state()  # the code that runs: the checkout may move on during an hour-long recipe
     seconds: dict[str, float] = {}
     with stage(seconds, "prepare"):
@@ -183,8 +184,11 @@ def finished_already(run_dir: Path, detail: str) -> TranslatorError:
     )
 
 
-def check_start(run_dir: Path, cfg: Config, average_last: int) -> None:
-    """Refuse a finished recipe's run directory, and keep_last too small to average."""
+def check_start(
+    run_dir: Path, cfg: Config, average_last: int, budget_minutes: float, reserve_minutes: float
+) -> None:
+    """Refuse a finished recipe's run directory, keep_last too small to average, and a budget
+    with no training time left after the reserve."""
     if (run_dir / MANIFEST).is_file():
         raise finished_already(run_dir, "a choosing run is scored on test without --valid-only")
     if cfg.train.keep_last < average_last:
@@ -192,6 +196,13 @@ def check_start(run_dir: Path, cfg: Config, average_last: int) -> None:
             f"--average {average_last} needs that many step checkpoints kept",
             "train.keep_last",
             f"set train.keep_last to at least {average_last}",
+        )
+    if budget_minutes <= reserve_minutes:  # else nothing trains, and averaging finds nothing
+        raise TranslatorError(
+            f"the budget ({budget_minutes:g} min) must exceed the reserve ({reserve_minutes:g} "
+            "min), or nothing trains",
+            "--budget",
+            f"give a --budget above {reserve_minutes:g}, or a smaller --reserve",
         )
 
 
@@ -538,8 +549,4 @@ def main(
 
 
 if __name__ == "__main__":
-    try:
-        app()
-    except TranslatorError as err:
-        typer.echo(f"error: {err}", err=True)
-        sys.exit(1)
+    run_command(app)
