@@ -123,7 +123,7 @@ multi30k: $(STAMP)  ## one results row of the Multi30k recipe (DIR=en-de or de-e
 		--budget $(BUDGET) --average $(AVERAGE) --members $(MEMBERS) $(ARGS)
 
 # Speed and memory benchmarks; each writes docs/benchmarks/<name>.md (see docs/benchmarks.md).
-bench: bench-model bench-train bench-decode bench-launches  ## the four benchmarks below
+bench: bench-model bench-train bench-decode bench-launches  ## bench-model, bench-train, bench-decode and bench-launches
 
 bench-model: $(STAMP)  ## model speed and memory
 	$(BIN)/python -m bench.model

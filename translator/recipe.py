@@ -532,7 +532,7 @@ def main(
     """Prepare, train within --budget minutes, average, pick on valid, score test; see recipe.json.
 
     Example: python -m translator.recipe configs/multi30k-en-de.yaml --data ../shared/data/multi30k
-    --set data.splits.valid=valid --set data.splits.test=test2016 --budget 48 --average 5
+    --set data.splits.valid=valid --set data.splits.test=test2016 --budget 48 --average 1
     """
     cfg = config.load(config_path, set or [])
     reverse = None
