@@ -311,7 +311,7 @@ def start_logging(s: Session, n_pairs: int) -> None:
             "CPU training: dropout from 16-bit draws, the loss in chunks of rows, freed memory "
             "kept for reuse" + (linears if s.dtype is None else "")
         )
-    change = source_change(cfg.data, load_manifest(cfg.data, s.vocab_from))
+    change = source_change(cfg.data, load_manifest(cfg.data, s.vocab_from)) if s.dist.main else ""
     if change:  # prepared data are reused by their settings, wherever they came from
         s.metrics.warning(
             f"{change}; training reads the prepared copy (to prepare the source again: "
