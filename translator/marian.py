@@ -105,7 +105,7 @@ def import_marian(
     vocab = read_vocab(directory / "vocab.json")
     shared = hf.get("share_encoder_decoder_embeddings", True)
     target_vocab = vocab if shared else read_vocab(directory / "target_vocab.json")
-    weights = read_weights(directory)
+    weights, read = read_weights(directory)
     src_proto = reorder_pieces(read_spm(directory / "source.spm"), [])
     # every piece it can emit
     tgt_proto = reorder_pieces(read_spm(directory / "target.spm"), list(target_vocab))
@@ -117,9 +117,6 @@ def import_marian(
     cfg = Config(data=data, model=model_cfg)
     model = Transformer(cfg.model)
     vocabs = (vocab, target_vocab)
-    read = directory / "model.safetensors"  # the file read_weights took them from
-    if not read.is_file():
-        read = directory / "pytorch_model.bin"
     try:
         model.load_state_dict(our_weights(weights, cfg.model, vocabs, hf, tokenizer))
     except KeyError as err:  # a weight that config.json's layers need is not in the file

@@ -68,8 +68,9 @@ def read_spm(path: Path) -> bytes:
     return proto
 
 
-def read_weights(directory: Path) -> dict[str, torch.Tensor]:
-    """The state dict of model.safetensors, else of pytorch_model.bin; a damaged file is named."""
+def read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
+    """The state dict of model.safetensors, else of pytorch_model.bin, and the file it came from;
+    a damaged file is named."""
     safetensors, pickled = directory / "model.safetensors", directory / "pytorch_model.bin"
     if safetensors.is_file():
         from safetensors import SafetensorError
@@ -100,4 +101,4 @@ def read_weights(directory: Path) -> dict[str, torch.Tensor]:
         isinstance(v, torch.Tensor) for v in weights.values()
     ):
         raise TranslatorError("not a state dict of tensors", str(path), DAMAGED)
-    return weights
+    return weights, path

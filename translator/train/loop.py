@@ -241,8 +241,8 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
                 s.dist, [float(stop.requested), float(now > deadline), now]
             )
             seconds /= s.dist.world_size
-            done, spent = state.step - session_start[0], seconds - session_start[1]
-            if deadline < math.inf and spent > 0:  # the bar ends where the time budget will
+            if deadline < math.inf and seconds > session_start[1]:  # the bar ends with the budget
+                done, spent = state.step - session_start[0], seconds - session_start[1]
                 left = int((deadline - seconds) * done / spent)
                 s.metrics.expect_total(min(t.max_updates, state.step + max(left, 0)))
             if interrupted or late:
