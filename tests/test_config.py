@@ -173,6 +173,6 @@ def test_unreadable_config_text_and_override_values_are_one_line_errors(tmp_path
 
 
 def test_data_option_is_taken_literally(tmp_path):
-    from translator import cli
+    from translator.cli.options import load_config
 
-    assert cli._config(None, [], "corpora/wmt #2: v1").data.source == "corpora/wmt #2: v1"
+    assert load_config(None, [], "corpora/wmt #2: v1").data.source == "corpora/wmt #2: v1"

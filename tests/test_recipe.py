@@ -16,10 +16,12 @@ import torch
 from tests.conftest import MULTI30K, REPO
 from tests.train.conftest import variant
 from translator import cli, recipe
+from translator.config import load as load_config
 from translator.errors import TranslatorError
 from translator.evaluate import Scores
 from translator.files import read_lines
 from translator.prepared import prepared_dir
+from translator.recipe import choose, command
 
 SETTINGS = (
     "train.max_updates=6",
@@ -74,15 +76,15 @@ def test_test_split_is_scored_once_with_the_checkpoint_better_on_valid(
         bleu = {"avg.pt": avg_bleu, "best.pt": 29.5}[name] if split == "valid" else 1.0
         return Scores(bleu, 0.0, "", "")
 
-    monkeypatch.setattr(recipe, "score", fake_score)
+    monkeypatch.setattr(choose, "score", fake_score)
     seconds = {}
-    valid, picked, test = recipe.choose_on_valid(tmp_path, seconds, quiet=True)
+    valid, picked, test = choose.choose_on_valid(tmp_path, seconds, quiet=True)
     assert picked == chosen and test.bleu == 1.0
     assert asked == [("avg.pt", "valid"), ("best.pt", "valid"), (chosen, "test")]
     assert {k: v.bleu for k, v in valid.items()} == {"avg.pt": avg_bleu, "best.pt": 29.5}
     assert set(seconds) == {"eval_valid", "eval_test"}
     asked.clear()
-    assert recipe.choose_on_valid(tmp_path, {}, quiet=True, score_test=False)[2] is None
+    assert choose.choose_on_valid(tmp_path, {}, quiet=True, score_test=False)[2] is None
     assert [split for _, split in asked] == ["valid", "valid"]  # a choosing run never sees test
 
 
@@ -197,7 +199,7 @@ def test_a_budget_not_above_the_reserve_is_refused_in_one_line_before_anything_r
     assert done.stderr.startswith("error: --budget: ") and done.stderr.count("\n") == 1
     assert "budget (1 min) must exceed the reserve (1 min)" in done.stderr
     assert "--reserve" in done.stderr and not (tmp_path / "runs").exists()
-    cfg = recipe.config.load(config, [f"train.run_dir={tmp_path / 'run'}"])
+    cfg = load_config(config, [f"train.run_dir={tmp_path / 'run'}"])
     with pytest.raises(
         TranslatorError, match=r"budget \(0.5 min\) must exceed the reserve \(2 min"
     ):
@@ -221,7 +223,7 @@ def test_usage_errors_are_one_line_with_exit_code_2(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(sys, "argv", argv)
     monkeypatch.setattr(cli.signal, "signal", lambda *a: None)  # leave pytest's SIGTERM alone
     with pytest.raises(SystemExit) as stopped:
-        cli.run_command(recipe.app)  # as `python -m translator.recipe` runs it
+        cli.run_command(command.app)  # as `python -m translator.recipe` runs it
     out, err = capsys.readouterr()
     assert stopped.value.code == 2 and out == ""
     assert err.startswith("error: ") and err.count("\n") == 1 and named in err
@@ -294,21 +296,21 @@ def test_a_channel_recipe_trains_the_reverse_model_beside_and_reranks_with_it(
     assert not (tmp_path / "elsewhere").exists() and manifest["budget"]["within"]
     assert manifest["training"]["member_updates"] == [6, 6]  # the direct model, then the channel
     reranked = {n: s for n, s in manifest["valid"].items() if "reranked by channel/" in n}
-    assert len(reranked) == len(recipe.CHANNEL_WEIGHTS)
+    assert len(reranked) == len(choose.CHANNEL_WEIGHTS)
     plain = manifest["valid"][single["chosen"]]["bleu"]
     chosen = manifest["chosen"]
     if isinstance(chosen, dict):  # a weight is kept only when it beats the plain search on valid
-        assert reranked[recipe.described(chosen)]["bleu"] == max(
+        assert reranked[choose.described(chosen)]["bleu"] == max(
             s["bleu"] for s in reranked.values()
         )
-        assert reranked[recipe.described(chosen)]["bleu"] > plain
+        assert reranked[choose.described(chosen)]["bleu"] > plain
         hyp = run_dir / f"test.{chosen['checkpoints'][:-3]}.channel-{chosen['channel_weight']}.hyp"
     else:
         assert all(s["bleu"] <= plain for s in reranked.values())
         hyp = run_dir / f"test.{chosen[:-3]}.hyp"
     assert len(read_lines(hyp)) == len(read_lines(MULTI30K / "test2016.en"))
     assert (
-        f"test, {recipe.described(chosen)} (the better on valid)"
+        f"test, {choose.described(chosen)} (the better on valid)"
         in (run_dir / "scores.txt").read_text()
     )
 
@@ -331,9 +333,9 @@ def test_an_ensemble_with_a_channel_reranks_the_ensembles_n_best(prepared, tmp_p
     )
     assert manifest["training"]["member_updates"] == [6, 6, 6]  # two members, then the channel
     reranked = [n for n in manifest["valid"] if "reranked by channel/" in n]
-    assert len(reranked) == len(recipe.CHANNEL_WEIGHTS)
+    assert len(reranked) == len(choose.CHANNEL_WEIGHTS)
     assert all(n.startswith("member-1/") and " + member-2/" in n for n in reranked)
-    for weight in recipe.CHANNEL_WEIGHTS:
+    for weight in choose.CHANNEL_WEIGHTS:
         assert len(read_lines(run_dir / f"valid.ensemble.channel-{weight}.hyp")) == len(
             read_lines(MULTI30K / "valid.en")
         )

@@ -83,7 +83,7 @@ def test_a_disk_that_fills_during_a_save_leaves_the_last_complete_checkpoint(
     run_dir = tmp_path / "run"
     cfg = small(small_data, run_dir)
     monkeypatch.setattr(sys, "argv", ["translator", "train", "-", "--quiet"])
-    monkeypatch.setattr(cli, "_config", lambda *args: cfg)
+    monkeypatch.setattr(cli.training, "load_config", lambda *args: cfg)
     with pytest.raises(SystemExit) as exit_code:
         cli.main()
     err = capsys.readouterr().err

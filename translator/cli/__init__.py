@@ -1,0 +1,115 @@
+"""The `translator` command line: thin typer commands; each loads a config and makes one call.
+
+The commands live by what they do with a model: training.py makes one, decoding.py runs one,
+interop.py moves one to or from another toolkit; options.py holds what they share. torch is
+imported inside the command bodies so that `--help` stays instant.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from translator import __version__
+from translator.cli import decoding, interop, training
+from translator.errors import TranslatorError
+
+app = typer.Typer(
+    name="translator",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help="Train, evaluate and serve encoder-decoder Transformers for machine translation.",
+)
+
+# the usage errors of the click that typer runs on (its own copy in recent versions): the
+# bases of the BadParameter it exports
+UsageError = typer.BadParameter.__base__
+ClickException = UsageError.__base__
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"translator {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Train, evaluate and serve encoder-decoder Transformers for machine translation."""
+
+
+# `translator -h` lists them in this order
+app.command()(training.prepare)
+app.command()(training.train)
+app.command("eval")(decoding.evaluate)
+app.command()(decoding.translate)
+app.command()(decoding.attention)
+app.command()(training.average)
+app.command()(training.info)
+app.command()(interop.export)
+app.command("import-hf")(interop.import_hf)
+
+
+def _terminate(signum, frame) -> None:
+    # unwinds like Ctrl-C: temporary files and directories are removed
+    raise SystemExit(128 + signum)
+
+
+def main() -> None:
+    """The `translator` command."""
+    run_command(app)
+
+
+def run_command(command: typer.Typer) -> None:
+    """Run a typer app as a command (`translator`, `python -m translator.recipe`): a
+    TranslatorError, or an OSError (disk full, permissions), becomes one `error: ...` line and
+    exit code 1; a usage error (an unknown flag, a value out of range) one line and exit code 2.
+    SIGTERM exits 143 through the same clean-ups as Ctrl-C (train installs its own handler: it
+    saves first)."""
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        args = sys.argv[1:] or ["--help"]
+        if {"-h", "--help"} & set(args) and not sys.stdout.isatty():
+            # piped to a pager or a file: rich's default of 80 columns cuts option names short
+            os.environ.setdefault("COLUMNS", "120")
+        # not standalone: click's usage errors come here, to be printed as one line
+        code = command(args=args, standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)  # an int: --help's 0, Ctrl-C's 130
+    except UsageError as err:
+        where = err.ctx.command_path if err.ctx else Path(sys.argv[0]).name
+        typer.echo(f"error: {where}: {err.format_message()} (see `{where} -h`)", err=True)
+        sys.exit(err.exit_code)
+    except ClickException as err:
+        typer.echo(f"error: {err.format_message()}", err=True)
+        sys.exit(err.exit_code)
+    except typer.Abort:  # end of input at a prompt
+        sys.exit(1)
+    except TranslatorError as err:
+        typer.echo(f"error: {err}", err=True)
+        sys.exit(1)
+    except OSError as err:  # click already turns a closed pipe (EPIPE) into a quiet exit
+        # a bytes name too (TensorBoard)
+        where = f"{os.fsdecode(err.filename)}: " if err.filename else ""
+        typer.echo(
+            f"error: {where}{err.strerror or err} (check the path, its permissions and free space)",
+            err=True,
+        )
+        sys.exit(1)
+    finally:
+        # the work is done or cleaned up: a SIGTERM during interpreter teardown ends the process
+        # as by default, not as a SystemExit that Python can only print and ignore (exit 0)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)

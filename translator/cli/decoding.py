@@ -1,0 +1,254 @@
+"""Commands that run a model: eval, translate, attention."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from translator.cli.options import (
+    BatchTokensOpt,
+    BeamOpt,
+    ChannelCandidatesOpt,
+    ChannelOpt,
+    ChannelWeightOpt,
+    CkptArg,
+    CkptsArg,
+    DeviceOpt,
+    DtypeOpt,
+    GraphsOpt,
+    LengthPenaltyOpt,
+    MaxLenAOpt,
+    MaxLenBOpt,
+    MinLenOpt,
+    QuietOpt,
+    needs_channel,
+)
+from translator.errors import TranslatorError
+
+
+def evaluate(
+    ckpt: CkptsArg,
+    split: Annotated[
+        Optional[str],
+        typer.Option(
+            "--split", show_default="test", help="Prepared split to score: valid or test."
+        ),
+    ] = None,
+    src: Annotated[
+        Optional[Path], typer.Option("--src", help="Source file (instead of a split).")
+    ] = None,
+    ref: Annotated[
+        Optional[Path], typer.Option("--ref", help="Reference file, line-aligned with --src.")
+    ] = None,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", "-o", help="Where to write hypotheses.")
+    ] = None,
+    beam: BeamOpt = None,
+    max_len_a: MaxLenAOpt = None,
+    max_len_b: MaxLenBOpt = None,
+    min_len: MinLenOpt = None,
+    length_penalty: LengthPenaltyOpt = None,
+    batch_tokens: BatchTokensOpt = None,
+    channel: ChannelOpt = None,
+    channel_weight: ChannelWeightOpt = None,
+    channel_candidates: ChannelCandidatesOpt = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    cuda_graphs: GraphsOpt = None,
+    lc_tok: Annotated[
+        bool,
+        typer.Option(
+            "--lc-tok", help="Also print lowercased, tokenized BLEU (as Multi30k papers report)."
+        ),
+    ] = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Translate a test set and print sacreBLEU (with signature) and chrF; hypotheses go to a file.
+
+    Example: translator eval runs/multi30k/best.pt --split test --beam 4 --length-penalty 1.0
+    (an ensemble: translator eval runs/a/best.pt runs/b/best.pt --split test; reranked by a
+    model of the reverse direction: ... --channel runs/multi30k-de-en/best.pt)
+    """
+    from translator import evaluate as evaluate_mod
+
+    needs_channel("eval", channel, channel_weight, channel_candidates)
+    scores = evaluate_mod.run(
+        ckpt,
+        split=split,
+        src_file=src,
+        ref_file=ref,
+        hyp_file=out,
+        beam=beam,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        min_len=min_len,
+        length_penalty=length_penalty,
+        batch_tokens=batch_tokens,
+        lc_tok=lc_tok,
+        device=device,
+        dtype=dtype,
+        cuda_graphs=cuda_graphs,
+        channel=channel or None,
+        channel_weight=channel_weight,
+        channel_candidates=channel_candidates,
+        quiet=quiet,
+    )
+    typer.echo("\n".join(scores.lines()))
+
+
+def translate(
+    ckpt: CkptsArg,
+    beam: BeamOpt = None,
+    nbest: Annotated[
+        Optional[int],
+        typer.Option(
+            "--nbest",
+            min=1,
+            help=(
+                "Print up to N best as TSV: line (from 0), text, score (1 too: the best with "
+                "its score); the beam widens to N if narrower."
+            ),
+        ),
+    ] = None,
+    max_len_a: MaxLenAOpt = None,
+    max_len_b: MaxLenBOpt = None,
+    min_len: MinLenOpt = None,
+    length_penalty: LengthPenaltyOpt = None,
+    batch_tokens: BatchTokensOpt = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    cuda_graphs: GraphsOpt = None,
+    alignments: Annotated[
+        bool,
+        typer.Option(
+            "--alignments",
+            help=(
+                "Append a TAB and the source-target word alignment read from cross-attention, "
+                "as Pharaoh pairs (0-0 1-2 ...)."
+            ),
+        ),
+    ] = False,
+    alignment_layer: Annotated[
+        Optional[int],
+        typer.Option(
+            "--alignment-layer",
+            show_default="-1",
+            help=(
+                "Decoder layer whose cross-attention (mean of heads) gives --alignments; "
+                "from 0, negative from the last."
+            ),
+        ),
+    ] = None,
+    channel: ChannelOpt = None,
+    channel_weight: ChannelWeightOpt = None,
+    channel_candidates: ChannelCandidatesOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Translate stdin to stdout: one output line per input line; an empty line gives an empty line.
+
+    Streams: a line typed interactively is answered at once; piped input is batched,
+    with a progress bar on stderr when output goes to a file and stderr to a terminal.
+
+    A line too long for the model is split at sentence ends or word starts, translated in pieces
+    and joined, with a warning (never truncated).
+    Bytes that are not UTF-8 are replaced (U+FFFD), with a warning naming the line.
+
+    Example: echo "A man rides a bike." | translator translate runs/multi30k/best.pt
+    (reranked by a model of the reverse direction: ... --channel runs/multi30k-de-en/best.pt)
+    """
+    from translator import stream
+
+    if alignment_layer is not None and not alignments:
+        raise TranslatorError(
+            "--alignment-layer without --alignments", "translate", "add --alignments"
+        )
+    layer = None  # no alignment pass
+    if alignments:
+        layer = -1 if alignment_layer is None else alignment_layer
+    needs_channel("translate", channel, channel_weight, channel_candidates)
+    stream.run(
+        ckpt,
+        nbest=nbest,
+        beam=beam,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        min_len=min_len,
+        length_penalty=length_penalty,
+        batch_tokens=batch_tokens,
+        cuda_graphs=cuda_graphs,
+        device=device,
+        dtype=dtype,
+        alignment_layer=layer,
+        channel=channel or None,
+        channel_weight=channel_weight,
+        channel_candidates=channel_candidates,
+        quiet=quiet,
+    )
+
+
+def attention(
+    ckpt: CkptArg,
+    sentences: Annotated[
+        Optional[list[str]],
+        typer.Argument(
+            help="Source sentences; without any, stdin (one a line).", show_default=False
+        ),
+    ] = None,
+    target: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--target",
+            "-t",
+            help=(
+                "A translation to force-decode, one per sentence in order (repeatable); "
+                "default: the model's own search output."
+            ),
+        ),
+    ] = None,
+    out: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--out",
+            "-o",
+            help=(
+                "Directory for PNG heatmaps (sentenceI-KIND-layerL.png) "
+                "and head divergences (diversity-KIND.png)."
+            ),
+        ),
+    ] = None,
+    html: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--html", help="Write one self-contained, offline HTML page to explore the maps."
+        ),
+    ] = None,
+    words: Annotated[
+        bool,
+        typer.Option("--words", help="Merge SentencePiece pieces into words in figures and page."),
+    ] = False,
+    beam: BeamOpt = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+) -> None:
+    """Show a model's attention for a few sentences: per-head entropy table, heatmaps, an HTML page.
+
+    Encoder self-, decoder self- and cross-attention of every layer; flags near-uniform,
+    near-one-hot and near-duplicate heads (thresholds: the checkpoint's diagnostics.* config).
+
+    Example: translator attention runs/multi30k/best.pt "A dog runs on the beach." \\
+    -o attn/ --html attn.html
+    """
+    from translator import attention as attention_mod
+    from translator import translate as translate_mod
+
+    model, cfg, tokenizer = translate_mod.load(ckpt, device, dtype)
+    lines = sentences or [line for line in sys.stdin.read().splitlines() if line.strip()]
+    decode = translate_mod.with_overrides(cfg.decode, beam_size=beam)
+    typer.echo(
+        attention_mod.run(
+            model, tokenizer, cfg.diagnostics, decode, lines, target, out, html, words
+        )
+    )

@@ -1,0 +1,95 @@
+"""Commands that move a model between toolkits: export, import-hf."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from translator.cli.options import (
+    CkptArg,
+)
+from translator.errors import TranslatorError
+
+
+def export(
+    ckpt: CkptArg,
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Model directory to write (an existing one only if empty or an earlier export).",
+        ),
+    ],
+    format: Annotated[
+        str, typer.Option("--format", help="Target format: ctranslate2.")
+    ] = "ctranslate2",
+    quantization: Annotated[
+        Optional[str],
+        typer.Option(
+            "--quantization",
+            help=(
+                "CTranslate2 weight type: int8, int8_float32, float16, bfloat16... "
+                "(default: float32)."
+            ),
+        ),
+    ] = None,
+) -> None:
+    """Export a checkpoint for deployment: a CTranslate2 model directory and its SentencePiece.
+
+    Needs the optional ctranslate2 package.
+
+    Example: translator export runs/multi30k/best.pt -o ct2-multi30k
+    """
+    from translator import export as export_mod
+
+    if format != "ctranslate2":
+        raise TranslatorError(f"unknown export format {format!r}", "--format", "use ctranslate2")
+    export_mod.export_ctranslate2(ckpt, out, quantization)
+    typer.echo(f"exported {ckpt} to {out}")
+
+
+def import_hf(
+    directory: Annotated[
+        Path,
+        typer.Argument(
+            help=(
+                "A MarianMT model saved in Hugging Face format "
+                "(config.json, weights, source.spm, target.spm, vocab.json), "
+                "e.g. an OPUS-MT download."
+            ),
+            show_default=False,
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Checkpoint to write.")],
+    src_lang: Annotated[
+        Optional[str],
+        typer.Option(
+            "--src-lang",
+            show_default="tokenizer_config.json's source_lang",
+            help="Source language code, as the data to fine-tune on spells it (data.src_lang).",
+        ),
+    ] = None,
+    tgt_lang: Annotated[
+        Optional[str],
+        typer.Option(
+            "--tgt-lang",
+            show_default="tokenizer_config.json's target_lang",
+            help="Target language code (data.tgt_lang).",
+        ),
+    ] = None,
+) -> None:
+    """Import an OPUS-MT (MarianMT) model as a checkpoint: translate, eval, fine-tune it.
+
+    Example: translator import-hf opus-mt-en-de -o runs/opus-en-de.pt
+    """
+    from translator import marian
+
+    cfg = marian.import_marian(directory, out, src_lang, tgt_lang)
+    typer.echo(
+        f"imported {directory} ({cfg.data.src_lang}->{cfg.data.tgt_lang}, "
+        f"{cfg.model.n_encoder_layers}+{cfg.model.n_decoder_layers} layers, "
+        f"d_model {cfg.model.d_model}) into {out}"
+    )

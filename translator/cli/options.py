@@ -1,0 +1,143 @@
+"""What the commands share: their common arguments and options, and loading a config."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from translator.errors import TranslatorError
+
+ConfigArg = Annotated[
+    Path, typer.Argument(help="YAML config, e.g. configs/multi30k.yaml.", show_default=False)
+]
+CkptArg = Annotated[
+    Path, typer.Argument(help="Checkpoint written by `translator train`.", show_default=False)
+]
+CkptsArg = Annotated[
+    list[Path],
+    typer.Argument(
+        help="Checkpoint written by `translator train`; several: decoded as one ensemble "
+        "(the mean of their next-token probabilities; one vocabulary).",
+        show_default=False,
+    ),
+]
+SetOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--set",
+        "-s",
+        metavar="KEY=VALUE",
+        help="Override a config value, e.g. train.lr=5e-4 (repeatable).",
+    ),
+]
+DataOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--data",
+        metavar="PATH_OR_HF",
+        help=(
+            "Data source: hf:NAME[:CONFIG], or a directory of {split}.{lang}[.gz] / {split}.tsv / "
+            "{split}.jsonl files or a save_to_disk dataset."
+        ),
+    ),
+]
+QuietOpt = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="No progress bars or log lines (warnings about the input still print).",
+    ),
+]
+BeamOpt = Annotated[
+    Optional[int],
+    typer.Option("--beam", min=1, help="Beam size (1 = greedy); default from the checkpoint."),
+]
+LengthPenaltyOpt = Annotated[
+    Optional[float],
+    typer.Option("--length-penalty", help="GNMT length-penalty alpha (0 = none)."),
+]
+ChannelOpt = Annotated[
+    Optional[list[Path]],
+    typer.Option(
+        "--channel",
+        help="Checkpoint of the reverse direction (repeat: an ensemble): reranks each n-best by "
+        "how well it reads the source back (noisy channel).",
+        show_default=False,
+    ),
+]
+ChannelWeightOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--channel-weight",
+        min=0,
+        help="Weight of the --channel score; default from the checkpoint (decode.channel_weight).",
+    ),
+]
+ChannelCandidatesOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--channel-candidates",
+        min=2,
+        help="n-best size --channel reranks; default from the checkpoint.",
+    ),
+]
+MaxLenAOpt = Annotated[
+    Optional[float],
+    typer.Option("--max-len-a", min=0, help="Output length limit a*|src|+b: a."),
+]
+MaxLenBOpt = Annotated[
+    Optional[int], typer.Option("--max-len-b", min=0, help="Output length limit: b.")
+]
+MinLenOpt = Annotated[
+    Optional[int], typer.Option("--min-len", min=0, help="Output tokens before EOS is allowed.")
+]
+BatchTokensOpt = Annotated[
+    Optional[int], typer.Option("--batch-tokens", min=1, help="Source tokens per batch.")
+]
+DeviceOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--device",
+        show_default="checkpoint's decode.device: auto",
+        help="auto (CUDA when present), cpu, cuda or cuda:N.",
+    ),
+]
+DtypeOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--dtype",
+        show_default="checkpoint's decode.dtype: auto",
+        help="auto (bf16 where the GPU or CPU has it natively, fp16 on older GPUs, else fp32), "
+        "fp32, bf16, fp16, or int8 (CPU: linear layers in dynamic int8).",
+    ),
+]
+GraphsOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--cuda-graphs/--no-cuda-graphs",
+        show_default="checkpoint's decode.cuda_graphs: on",
+        help="On CUDA, replay each decoding step as one CUDA graph.",
+    ),
+]
+
+
+def load_config(path: Path, overrides: list[str] | None, data: str | None):
+    """The config at path with --set overrides and --data applied."""
+    from translator import config
+
+    cfg = config.load(path, overrides or [])
+    # a path or hub name taken literally (through --set it would be parsed as YAML: "a #2" is "a")
+    if data:
+        cfg.data = dataclasses.replace(cfg.data, source=data)
+    return cfg
+
+
+def needs_channel(command: str, channel, weight, candidates) -> None:
+    """--channel-weight and --channel-candidates mean nothing without --channel: refuse them."""
+    for flag, value in (("--channel-weight", weight), ("--channel-candidates", candidates)):
+        if value is not None and not channel:
+            raise TranslatorError(f"{flag} without --channel", command, "add --channel CKPT")

@@ -1,0 +1,105 @@
+"""Commands that make a model: prepare, train, average, info."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from translator.cli.options import (
+    ConfigArg,
+    DataOpt,
+    QuietOpt,
+    SetOpt,
+    load_config,
+)
+from translator.errors import TranslatorError
+
+
+def prepare(
+    config: ConfigArg,
+    set: SetOpt = None,
+    data: DataOpt = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Prepare again even if up to date.")
+    ] = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Clean the corpus, train SentencePiece, write id arrays to data/<name>/ (cached by config).
+
+    A rerun with the same data config is a cache hit. `train` does this itself when the data is
+    missing; run it alone to prepare on one machine and train on another.
+
+    Example: translator prepare configs/multi30k.yaml --data ../shared/data/multi30k \\
+    --set data.splits.valid=valid --set data.splits.test=test2016
+    """
+    from translator import prepare as prepare_mod
+
+    prepare_mod.run(load_config(config, set, data), force=force, quiet=quiet)
+
+
+def train(
+    config: ConfigArg, set: SetOpt = None, data: DataOpt = None, quiet: QuietOpt = False
+) -> None:
+    """Train a Transformer; checkpoints, log and TensorBoard events go to train.run_dir.
+
+    Prepares the data first (as `translator prepare` does) when data/<name>/ has none;
+    data prepared with other data settings is refused, never replaced.
+    Fine-tune with --set train.init_from=CKPT: its weights, architecture and SentencePiece model(s).
+    Resumes exactly from run_dir/last.pt when it exists; Ctrl-C or SIGTERM saves last.pt and exits
+    with 130 or 143, as an interrupted program does.
+    Several GPUs (or CPU processes): torchrun --nproc_per_node 4 -m translator train CONFIG
+    (rank 0 prepares, the others wait)
+
+    Example: translator train configs/multi30k.yaml --data ../shared/data/multi30k \\
+    --set data.splits.valid=valid --set data.splits.test=test2016
+    """
+    from translator.train import loop
+
+    loop.run(load_config(config, set, data), quiet=quiet)
+
+
+def average(
+    ckpts: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Checkpoints of one run, or with --last its run directory.", show_default=False
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Averaged checkpoint to write.")],
+    last: Annotated[
+        Optional[int],
+        typer.Option(
+            "--last", min=1, help="Average the newest N step-*.pt of the run directory given."
+        ),
+    ] = None,
+) -> None:
+    """Average the parameters of several checkpoints into one (optimizer state is dropped).
+
+    Example: translator average runs/multi30k --last 3 -o runs/multi30k/avg.pt
+    """
+    from translator import checkpoint
+
+    if last is not None and len(ckpts) != 1:
+        raise TranslatorError(
+            "--last takes one run directory", "average", "give the run directory alone"
+        )
+    paths = checkpoint.latest_steps(ckpts[0], last) if last is not None else ckpts
+    count = checkpoint.average([str(p) for p in paths], out)
+    typer.echo(f"averaged {count} checkpoint{'s' if count != 1 else ''} into {out}")
+
+
+def info(
+    source: Annotated[
+        Path, typer.Argument(help="A YAML config or a checkpoint.", show_default=False)
+    ],
+    set: SetOpt = None,
+) -> None:
+    """Print the model architecture and its parameter count.
+
+    Example: translator info configs/base.yaml --set model.vocab_size=37000
+    """
+    from translator import summary
+
+    typer.echo(summary.describe(str(source), set or []))

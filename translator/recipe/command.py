@@ -1,0 +1,80 @@
+"""`python -m translator.recipe`: the recipe's command line (its code is the package's)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from translator import config
+from translator.recipe import run
+from translator.recipe.results import MANIFEST
+
+app = typer.Typer(
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.command()
+def main(
+    config_path: Annotated[Path, typer.Argument(metavar="CONFIG", help="YAML config.")],
+    budget: Annotated[
+        float, typer.Option("--budget", min=0.1, help="Minutes of training and averaging.")
+    ],
+    average: Annotated[int, typer.Option("--average", min=1, help="Checkpoints to average.")],
+    reserve: Annotated[
+        float,
+        typer.Option("--reserve", min=0, help="Minutes of the budget kept for the last steps."),
+    ] = 1.0,
+    data: Annotated[Optional[str], typer.Option("--data", help="Data source (as train).")] = None,
+    set: Annotated[
+        Optional[list[str]], typer.Option("--set", "-s", metavar="KEY=VALUE", help="Override.")
+    ] = None,
+    valid_only: Annotated[
+        bool,
+        typer.Option(
+            "--valid-only",
+            help="Score valid only (runs that make a choice; run again without it to score test).",
+        ),
+    ] = False,
+    members: Annotated[
+        int,
+        typer.Option(
+            "--members",
+            min=1,
+            help="Models trained side by side (seeds seed, seed + 1, ...) and decoded as one "
+            "ensemble.",
+        ),
+    ] = 1,
+    channel: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--channel",
+            metavar="CONFIG",
+            help="Also train a model of the reverse direction (its YAML config; --data and the "
+            "data.* overrides apply to it too) and rerank each n-best with it.",
+        ),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or log lines.")] = False,
+) -> None:
+    """Prepare, train within --budget minutes, average, pick on valid, score test; see recipe.json.
+
+    Example: python -m translator.recipe configs/multi30k-en-de.yaml --data ../shared/data/multi30k
+    --set data.splits.valid=valid --set data.splits.test=test2016 --budget 48 --average 1
+    """
+    cfg = config.load(config_path, set or [])
+    reverse = None
+    if channel is not None:
+        reverse = config.load(channel, [s for s in set or [] if s.startswith("data.")])
+    for c in (cfg, reverse):
+        if data and c is not None:  # taken literally, as `translator train --data`
+            c.data = dataclasses.replace(c.data, source=data)
+    manifest = run(
+        cfg, budget, average, reserve, quiet, not valid_only, members=members, channel=reverse
+    )
+    typer.echo((Path(cfg.train.run_dir) / "scores.txt").read_text().rstrip())
+    typer.echo(f"manifest: {Path(cfg.train.run_dir) / MANIFEST} (chosen: {manifest['chosen']})")
