@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import sacrebleu
 import torch
 
-from tests.conftest import MULTI30K, REPO
+from tests.conftest import MULTI30K, REPO, tiny_overrides
 from tests.train.conftest import variant
 from translator import cli, recipe
 from translator.config import load as load_config
@@ -248,6 +252,36 @@ def test_an_unknown_multi30k_direction_is_refused_in_one_line_naming_its_config(
     assert (
         "configs/multi30k-de-en.yaml" in known.stdout and "--average 1 --members 2" in known.stdout
     )
+
+
+def test_a_sigterm_to_the_recipe_stops_its_members_too(prepared, tmp_path):
+    """A scheduler's `kill PID` reaches the recipe alone: its members must save and stop with it,
+    not train on to the end of the budget while it waits for them."""
+    run_dir = tmp_path / "run"
+    overrides = [*tiny_overrides(Path(prepared.data.data_dir), run_dir), "train.max_updates=100000"]
+    command = [sys.executable, "-m", "translator.recipe", str(REPO / "configs" / "tiny.yaml")]
+    for override in [*overrides, "train.precision=fp32"]:
+        command += ["--set", override]
+    command += ["--budget", "10", "--average", "1", "--members", "2", "--valid-only", "--quiet"]
+    recipe_process = subprocess.Popen(  # its own process group, for the clean-up below
+        command, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True
+    )
+    logs = [run_dir / f"member-{i}" / "train.log" for i in (1, 2)]
+    try:
+        deadline = time.time() + 120
+        while not all(log.is_file() and "update 2:" in log.read_text() for log in logs):
+            assert recipe_process.poll() is None and time.time() < deadline, "no member trained"
+            time.sleep(0.2)
+        recipe_process.send_signal(signal.SIGTERM)  # the recipe alone, as `kill PID` does
+        assert recipe_process.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:  # members left running would train on for the budget's 10 minutes
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(recipe_process.pid, signal.SIGKILL)
+    for member in ("member-1", "member-2"):
+        session = json.loads((run_dir / member / "manifest.json").read_text())["sessions"][-1]
+        assert session["end_reason"] == "interrupted" and session["saved_update"] >= 2
+        assert (run_dir / member / "last.pt").is_file()
+    assert not (run_dir / recipe.MANIFEST).exists()
 
 
 def test_an_ensemble_recipe_trains_its_members_side_by_side_and_scores_them_as_one(

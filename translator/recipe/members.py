@@ -86,8 +86,15 @@ def train_members(configs: list[Config], budget_minutes: float, quiet: bool) -> 
     ]
     for process in processes:
         process.start()
-    for process in processes:
-        process.join()
+    try:
+        for process in processes:
+            process.join()
+    except BaseException:  # Ctrl-C, or a SIGTERM sent to the recipe alone: stop the members too
+        for process in processes:
+            process.terminate()  # SIGTERM: each saves last.pt and exits, as `translator train`
+        for process in processes:
+            process.join()
+        raise
     failed = [c.train.run_dir for c, p in zip(todo, processes) if p.exitcode != 0]
     if failed:
         raise TranslatorError(
