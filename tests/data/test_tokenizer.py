@@ -9,7 +9,15 @@ import pytest
 
 from tests.data.conftest import multi30k_lines
 from translator import config
-from translator.data.tokenizer import UNK_ID, Tokenizer, train_sentencepiece
+from translator.data.tokenizer import (
+    BATCH_FROM,
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    UNK_ID,
+    Tokenizer,
+    train_sentencepiece,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 UNSEEN = (
@@ -57,3 +65,16 @@ def test_an_interrupt_while_sentencepiece_reads_stays_an_interrupt(sentences, tm
     with pytest.raises(type(stop)) as raised:
         train_sentencepiece(interrupted(), tmp_path / "spm", vocab_size=200)
     assert raised.value is stop and not (tmp_path / "spm.model").exists()
+
+
+@pytest.mark.parametrize("count", [1, BATCH_FROM - 1, BATCH_FROM, 3 * BATCH_FROM])
+def test_a_few_lines_and_a_batch_encode_and_decode_as_sentencepiece_does_line_by_line(
+    sentences, tmp_path, count
+):
+    # a few lines go through SentencePiece one at a time, a batch in one call: the same results
+    tokenizer = Tokenizer(train_sentencepiece(sentences, tmp_path / "spm", vocab_size=300))
+    lines = ([""] + sentences[::7])[:count]
+    ids = tokenizer.encode(lines)
+    assert ids == [tokenizer.sp.encode(line) for line in lines]
+    with_specials = [[BOS_ID, *seq, EOS_ID, PAD_ID] for seq in ids]  # as a search returns them
+    assert tokenizer.decode(with_specials) == [tokenizer.sp.decode(seq) for seq in ids]

@@ -8,6 +8,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import sentencepiece as spm
 
@@ -143,11 +144,26 @@ class Tokenizer:
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Source ids without BOS/EOS; callers add them where the model needs them."""
-        return self.sp.encode(texts)
+        return _each_or_batch(self.sp.encode, texts)
 
     def decode(self, ids: list[list[int]]) -> list[str]:
         """Text from target ids; special tokens are dropped."""
-        return self.target_sp.decode([[i for i in seq if i > EOS_ID] for seq in ids])
+        return _each_or_batch(
+            self.target_sp.decode, [[i for i in seq if i > EOS_ID] for seq in ids]
+        )
+
+
+# SentencePiece's batch calls start a pool of threads every time: that pays for a file's lines,
+# not for the one line or n-best list that translating detokenizes at a time
+BATCH_FROM = 64
+
+
+def _each_or_batch(call: Callable[[Any], Any], items: list) -> list:
+    """call(items) for a batch of at least BATCH_FROM, else [call(item) for each]: the same
+    results (a one-item call returns the item's result)."""
+    if len(items) >= BATCH_FROM:
+        return call(items)
+    return [call(item) for item in items]
 
 
 def _processor(proto: bytes) -> spm.SentencePieceProcessor:
