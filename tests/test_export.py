@@ -135,7 +135,7 @@ def test_export_refuses_a_file_or_a_foreign_directory_and_keeps_it(prepared, tmp
     (folder / "important.txt").write_text("keep me too")
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     for out, message in [
-        (notes, "is a file, not a model directory"),
+        (notes, "is a file, not a directory"),
         (folder, "not empty and not a CTranslate2 model directory"),
     ]:
         with pytest.raises(TranslatorError, match=message) as err:

@@ -17,7 +17,7 @@ from translator import checkpoint
 from translator.config import ModelConfig
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
-from translator.files import atomic_dir
+from translator.files import atomic_dir, refuse_foreign_dir
 from translator.model.layers import sinusoids
 from translator.model.transformer import Transformer
 
@@ -63,7 +63,13 @@ def export_ctranslate2(ckpt: str | Path, out: str | Path, quantization: str | No
             "--quantization",
             f"use one of {', '.join(ACCEPTED_MODEL_TYPES)}",
         )
-    _check_out(Path(out))
+    # replacing anything but an earlier export (spec.save's files) or an empty directory loses it
+    refuse_foreign_dir(
+        Path(out),
+        ("model.bin", "config.json"),
+        "not empty and not a CTranslate2 model directory: export will not replace it",
+        "give a new or empty directory",
+    )
     model, cfg, tokenizer = checkpoint.load(ckpt)
     problems = unsupported(cfg.model)
     if problems:
@@ -83,20 +89,6 @@ def export_ctranslate2(ckpt: str | Path, out: str | Path, quantization: str | No
             (tmp / "source.spm").write_bytes(tokenizer.proto())
             (tmp / "target.spm").write_bytes(tokenizer.target_proto())
     return Path(out)
-
-
-def _check_out(out: Path) -> None:
-    """Refuse an `out` that replacing would lose: a file, or a directory holding anything but a
-    model that an export wrote (spec.save's model.bin and config.json); an empty one is fine."""
-    if out.exists() and not out.is_dir():
-        raise TranslatorError("is a file, not a model directory", str(out), "give a directory path")
-    exported = (out / "model.bin").is_file() and (out / "config.json").is_file()
-    if out.is_dir() and not exported and any(out.iterdir()):
-        raise TranslatorError(
-            "not empty and not a CTranslate2 model directory: export will not replace it",
-            str(out),
-            "give a new or empty directory",
-        )
 
 
 def build_spec(model: Transformer, tokenizer: Tokenizer):

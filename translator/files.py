@@ -71,6 +71,17 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
         raise
 
 
+def refuse_foreign_dir(path: Path, marks: tuple[str, ...], what: str, fix: str) -> None:
+    """Refuse a `path` that atomic_dir would replace at a loss: a file, or a directory holding
+    anything but an earlier output of the same command (which has all of `marks`); an empty or
+    missing one is fine. `what` and `fix` word the error for the command."""
+    if path.exists() and not path.is_dir():
+        raise TranslatorError("is a file, not a directory", str(path), "give a directory path")
+    ours = all((path / mark).is_file() for mark in marks)
+    if path.is_dir() and not ours and any(path.iterdir()):
+        raise TranslatorError(what, str(path), fix)
+
+
 def _sweep_dead_owners(path: Path) -> None:
     """Remove the temporary directories that a killed atomic_dir left beside `path` (their owner
     process is gone); a concurrent live one's stays."""

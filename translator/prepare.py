@@ -29,7 +29,7 @@ from translator.data.progress import Bars, bytes_read
 from translator.data.shards import write_ids
 from translator.data.tokenizer import Tokenizer, train_sentencepiece
 from translator.errors import TranslatorError
-from translator.files import atomic_dir
+from translator.files import atomic_dir, refuse_foreign_dir
 from translator.prepared import (
     build_manifest,
     load_manifest,
@@ -72,7 +72,13 @@ def run(
             f"{out} is up to date (same data config); use --force to prepare again"
         )
         return out
-    refuse_foreign(out)
+    # replaced whole: refuse a directory that holds something else
+    refuse_foreign_dir(
+        out,
+        ("manifest.json",),
+        "exists but holds no prepared data (no manifest.json)",
+        "move it away, or set another data.name or data.data_dir",
+    )
     started = time.time()
     with Bars(quiet) as bars, atomic_dir(out) as tmp:
         manifest = _prepare(data, tmp, bars, vocab)
@@ -247,19 +253,6 @@ def _write_eval_split(
 
 def _drops(drops: Counter) -> str:
     return ", ".join(f"{rule} {n}" for rule, n in drops.items() if n) or "none"
-
-
-def refuse_foreign(folder: Path) -> None:
-    """Prepared data replaces its directory whole: refuse one that holds something else."""
-    if (folder / "manifest.json").is_file() or not folder.exists():
-        return
-    if folder.is_dir() and not any(folder.iterdir()):
-        return
-    raise TranslatorError(
-        "exists but holds no prepared data (no manifest.json)",
-        str(folder),
-        "move it away, or set another data.name or data.data_dir",
-    )
 
 
 def ensure(cfg: Config, quiet: bool = False, vocab_from: str | None = None) -> dict:
