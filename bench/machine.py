@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 
 from translator.device import cpu_features, cpu_name
+from translator.versions import installed
 
 ISA = [
     ("amx_bf16", "AMX"),
@@ -34,10 +34,5 @@ def load_average() -> str:
 
 def versions(*packages: str) -> str:
     """ "transformers 5.25.0, ctranslate2 4.8.5" for those of `packages` that are installed."""
-    found = []
-    for package in packages:
-        try:
-            found.append(f"{package} {importlib.metadata.version(package)}")
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return ", ".join(found)
+    found = installed(*packages)
+    return ", ".join(f"{p} {found[p]}" for p in packages if p in found)

@@ -11,6 +11,7 @@ LAYERS = [
         "translator.device",
         "translator.errors",
         "translator.files",
+        "translator.versions",
     },
     {"translator.data"},
     {"translator.model"},

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import platform
-from importlib import metadata
 from pathlib import Path
 
 from translator import __version__
@@ -17,6 +15,7 @@ from translator.data.corpus import is_hub
 from translator.data.shards import id_dtype
 from translator.data.tokenizer import Tokenizer, sha256_file
 from translator.errors import TranslatorError
+from translator.versions import installed
 
 FORMAT = 2  # layout of the prepared directory; part of the config hash
 # Settings of SentencePiece training, which a checkpoint's tokenizer (train.init_from) makes moot
@@ -121,7 +120,7 @@ def build_manifest(
         "files": {
             p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.suffix in (".npy", ".model")
         },
-        "versions": _versions(),
+        "versions": installed("datasets", "pyarrow", "sentencepiece", "numpy", "torch"),
     }
 
 
@@ -154,16 +153,6 @@ def _vocab_origin(vocab_from: str | None) -> str:
     if vocab_from is None:
         return "a SentencePiece model trained on the data"
     return f"the SentencePiece model(s) of a checkpoint (tokenizer sha256 {vocab_from[:12]})"
-
-
-def _versions() -> dict[str, str]:
-    found = {"translator": __version__, "python": platform.python_version()}
-    for package in ("datasets", "pyarrow", "sentencepiece", "numpy", "torch"):
-        try:
-            found[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            pass
-    return found
 
 
 def summary_rows(manifest: dict) -> list[tuple[str, str]]:

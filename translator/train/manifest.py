@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from translator import __version__
 from translator.files import atomic_write
 from translator.prepared import load_manifest, prepared_dir
+from translator.versions import installed
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,20 +64,10 @@ def data_checksums(cfg_data, vocab_from: str | None = None) -> dict[str, Any]:
 
 
 def versions() -> dict[str, str]:
-    import numpy
-    import sacrebleu
-    import sentencepiece
     import torch
 
-    return {
-        "translator": __version__,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": str(torch.version.cuda),
-        "numpy": numpy.__version__,
-        "sentencepiece": sentencepiece.__version__,
-        "sacrebleu": sacrebleu.__version__,
-    }
+    packages = installed("torch", "numpy", "sentencepiece", "sacrebleu")
+    return {**packages, "cuda": str(torch.version.cuda)}
 
 
 class RunManifest:
