@@ -315,7 +315,7 @@ def test_a_full_disk_is_a_one_line_error(tiny):
         and result.stderr.startswith("error: ")
         and result.stderr.count("\n") == 1
     )
-    assert "No space left on device" in result.stderr
+    assert "<stdout>: cannot write the translations: No space left on device" in result.stderr
 
 
 def test_translate_streams_through_a_pipe(tiny):

@@ -203,21 +203,39 @@ def translate_chunks(
             alignment_layer=alignment_layer,
             channel=channel,
         ):
-            if nbest is None and alignment_layer is None:
-                out.write(hyps[0][0] + "\n")
-            elif nbest is None:
-                out.write(f"{hyps[0][0].replace(chr(9), ' ')}\t{hyps[0][2]}\n")
-            else:
-                out.write(
-                    "".join(
-                        f"{count}\t{h[0].replace(chr(9), ' ')}\t{h[1]:.4f}{_tail(h)}\n"
-                        for h in hyps
+            with _output_errors(out):
+                if nbest is None and alignment_layer is None:
+                    out.write(hyps[0][0] + "\n")
+                elif nbest is None:
+                    out.write(f"{hyps[0][0].replace(chr(9), ' ')}\t{hyps[0][2]}\n")
+                else:
+                    out.write(
+                        "".join(
+                            f"{count}\t{h[0].replace(chr(9), ' ')}\t{h[1]:.4f}{_tail(h)}\n"
+                            for h in hyps
+                        )
                     )
-                )
             count += 1
-        out.flush()
+        with _output_errors(out):
+            out.flush()
         decoded += chunk_total[0]
     return count
+
+
+@contextmanager
+def _output_errors(out: TextIO) -> Iterator[None]:
+    """A write that fails (a full disk) is named as the output's: an OSError alone names no
+    file. A reader that left (`| head`) stays a BrokenPipeError, which ends the command quietly."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as err:
+        raise TranslatorError(
+            f"cannot write the translations: {err.strerror or err}",
+            getattr(out, "name", "the output"),
+            "free space where the output goes, or send it elsewhere",
+        ) from None
 
 
 def _tail(translation: tuple) -> str:
