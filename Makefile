@@ -55,9 +55,10 @@ $(STAMP): pyproject.toml Makefile $(TORCH_INDEX_FILE)  ## venv with torch pinned
 
 bench-install: $(STAMP)  ## kept for old habits: the install already has the benchmark peers
 
-# one worker per CPU core (pytest-xdist): each test runs on one torch thread (tests/conftest.py)
+# one worker per logical CPU (pytest-xdist; "auto" would count physical cores where psutil is
+# installed): each test runs on one torch thread (tests/conftest.py)
 test: $(STAMP)  ## the whole suite, one process per core (CPU; CUDA tests skip without a GPU)
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python -m pytest -q -n auto
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python -m pytest -q -n logical
 
 cuda-check: $(STAMP)  ## on a machine with a CUDA GPU: the CUDA tests, then the CUDA halves of the benchmarks
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python -m pytest -q -m cuda -p no:cacheprovider
