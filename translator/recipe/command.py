@@ -1,4 +1,4 @@
-"""`python -m translator.recipe`: the recipe's command line (its code is the package's)."""
+"""The recipe's command line, run by `python -m translator.recipe` (recipe/__main__.py)."""
 
 from __future__ import annotations
 
