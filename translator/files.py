@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -18,22 +19,30 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
     """Open a temporary file beside `path`; rename it over `path` only if the block succeeds.
 
     A path that cannot be written fails here, before the block runs (eval opens its output before
-    decoding).
+    decoding). A symlink keeps pointing where it did: the file it names is replaced. A device or
+    pipe (`-o /dev/null`, `/dev/stdout`) is written through, never replaced. A write that fails
+    (a full disk) is one error naming `path`.
     """
-    path = Path(path)
+    given = path = Path(path)
     if path.is_dir():
         raise TranslatorError("is a directory", str(path), "give a file name")
+    if path.exists() and not path.is_file():
+        with _named(given), open(path, mode, encoding=None if "b" in mode else encoding) as handle:
+            yield handle
+        return
+    if path.is_symlink():  # replace the file it names (or would name), not the link
+        path = Path(os.path.realpath(path))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as err:
         raise TranslatorError(
-            f"cannot write: {err.strerror}", str(path), "check the path and its permissions"
+            f"cannot write: {err.strerror}", str(given), "check the path and its permissions"
         ) from None
     os.close(fd)
     os.chmod(tmp, 0o644)  # mkstemp makes it private; the result is an ordinary file
     try:
-        with open(tmp, mode, encoding=None if "b" in mode else encoding) as handle:
+        with _named(given), open(tmp, mode, encoding=None if "b" in mode else encoding) as handle:
             yield handle
             handle.flush()
             # on disk before the rename: a crash leaves the old file or the whole new one
@@ -42,6 +51,27 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+# errors of a write itself, whatever the block was doing when one came
+WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS)
+
+
+@contextmanager
+def _named(path: Path) -> Iterator[None]:
+    """A write that fails (WRITE_FAILURES), also inside a RuntimeError as torch.save raises it,
+    becomes a TranslatorError naming `path`: the OSError names the temporary file, or nothing."""
+    try:
+        yield
+    except (OSError, RuntimeError) as err:
+        cause = err if isinstance(err, OSError) else err.__context__ or err.__cause__
+        if not isinstance(cause, OSError) or cause.errno not in WRITE_FAILURES:
+            raise
+        raise TranslatorError(
+            f"cannot write: {cause.strerror or cause}",
+            str(path),
+            "free some space, or write elsewhere",
+        ) from None
 
 
 @contextmanager

@@ -100,7 +100,9 @@ def test_a_disk_that_fills_during_a_save_leaves_the_last_complete_checkpoint(
 def test_a_failed_atomic_write_keeps_the_old_file_whole(tmp_path, fail_after):
     path = tmp_path / "hyps.txt"
     path.write_text("old\n")
-    with pytest.raises(OSError), atomic_write(path) as handle:
-        handle.write("new line\n" * fail_after)
-        raise OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(TranslatorError, match="No space left on device") as err:
+        with atomic_write(path) as handle:
+            handle.write("new line\n" * fail_after)
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert err.value.where == str(path)  # the file asked for, not the temporary one
     assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["hyps.txt"]
