@@ -146,15 +146,21 @@ def test_export_refuses_a_file_or_a_foreign_directory_and_keeps_it(prepared, tmp
     assert (folder / "important.txt").read_text() == "keep me too"
 
 
-def test_export_replaces_an_empty_directory_or_an_earlier_export(prepared, tmp_path):
+def test_export_replaces_an_empty_directory_or_an_earlier_export_but_not_files_put_beside(
+    prepared, tmp_path
+):
     path, _, _ = saved_model(prepared, tmp_path)
     out = tmp_path / "ct2"
     out.mkdir()
-    export.export_ctranslate2(path, out)
-    (out / "stale.txt").write_text("from an earlier export")
-    export.export_ctranslate2(path, out)  # model.bin and config.json: ours, replaced whole
-    assert not (out / "stale.txt").exists() and (out / "model.bin").is_file()
+    export.export_ctranslate2(path, out, quantization="int8")
+    int8_size = (out / "model.bin").stat().st_size
+    export.export_ctranslate2(path, out)  # an earlier export: replaced whole
+    assert (out / "model.bin").stat().st_size > int8_size  # float32 now
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ct2", "model.pt"]  # no temporaries
+    (out / "NOTES.md").write_text("how we deploy it")
+    with pytest.raises(TranslatorError, match=r"holds files of its own \(NOTES.md\)"):
+        export.export_ctranslate2(path, out)
+    assert (out / "NOTES.md").read_text() == "how we deploy it"
 
 
 def test_unknown_quantization_is_refused_with_the_accepted_types(prepared, tmp_path):

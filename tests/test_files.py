@@ -6,7 +6,9 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import tempfile
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -147,3 +149,47 @@ def test_a_full_disk_is_one_error_naming_the_path_and_leaves_the_old_file(tmp_pa
             raise RuntimeError("[enforce fail at inline_container.cc] unexpected pos") from None
     assert err.value.where == str(target) and "free some space" in err.value.fix
     assert sorted(p.name for p in tmp_path.iterdir()) == ["avg.pt"] and target.read_text() == "old"
+
+
+def test_atomic_dir_replaces_the_directory_a_symlink_names_and_keeps_the_link(tmp_path):
+    (tmp_path / "volume" / "models").mkdir(parents=True)
+    (tmp_path / "volume" / "models" / "old.txt").write_text("old")
+    link = tmp_path / "deploy"
+    link.symlink_to(tmp_path / "volume" / "models")
+    with atomic_dir(link) as tmp:
+        (tmp / "model.bin").write_text("new")
+    assert link.is_symlink() and sorted(p.name for p in link.iterdir()) == ["model.bin"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deploy", "volume"]
+    assert sorted(p.name for p in (tmp_path / "volume").iterdir()) == ["models"]
+
+
+def test_atomic_dir_fills_a_mount_point_in_place(tmp_path, monkeypatch):
+    # a mount point cannot be renamed (EBUSY): its new contents are built inside it
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    (volume / "old.txt").write_text("old")
+    real_ismount = os.path.ismount
+    monkeypatch.setattr(os.path, "ismount", lambda p: Path(p) == volume or real_ismount(p))
+    renamed = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: renamed.append(Path(a)) or real_replace(a, b))
+    with pytest.raises(RuntimeError), atomic_dir(volume) as tmp:
+        (tmp / "half.bin").write_text("half")
+        raise RuntimeError("interrupted")
+    assert sorted(p.name for p in volume.iterdir()) == ["old.txt"]  # nothing of the failed run
+    with atomic_dir(volume) as tmp:
+        assert tmp.parent == volume
+        (tmp / "model.bin").write_text("new")
+    assert sorted(p.name for p in volume.iterdir()) == ["model.bin"]
+    assert volume not in renamed and sorted(p.name for p in tmp_path.iterdir()) == ["volume"]
+
+
+def test_atomic_dir_in_a_read_only_directory_names_the_path_asked_for(tmp_path, monkeypatch):
+    def read_only(*args, **kwargs):  # as mkdtemp fails there (root itself may write anywhere)
+        raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / ".ct2.1.x.tmp"))
+
+    monkeypatch.setattr(tempfile, "mkdtemp", read_only)
+    with pytest.raises(TranslatorError, match="cannot write there: Permission denied") as err:
+        with atomic_dir(tmp_path / "ct2"):
+            pass
+    assert err.value.where == str(tmp_path / "ct2")  # not the temporary directory's name

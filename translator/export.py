@@ -21,6 +21,16 @@ from translator.files import atomic_dir, refuse_foreign_dir
 from translator.model.layers import sinusoids
 from translator.model.transformer import Transformer
 
+# what an export writes: CTranslate2's spec.save (the vocabularies as .json, .txt in older
+# versions) and our SentencePiece model(s)
+EXPORTED = frozenset(
+    ["config.json", "model.bin", "spm.model", "source.spm", "target.spm"]
+    + [
+        f"{side}_vocabulary.{ext}"
+        for side in ("shared", "source", "target")
+        for ext in ("json", "txt")
+    ]
+)
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default; CTranslate2 assumes 1e-6 unless told
 
 
@@ -69,6 +79,7 @@ def export_ctranslate2(ckpt: str | Path, out: str | Path, quantization: str | No
         ("model.bin", "config.json"),
         "not empty and not a CTranslate2 model directory: export will not replace it",
         "give a new or empty directory",
+        only=EXPORTED,
     )
     model, cfg, tokenizer = checkpoint.load(ckpt)
     problems = unsupported(cfg.model)

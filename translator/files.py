@@ -77,19 +77,37 @@ def _named(path: Path) -> Iterator[None]:
 @contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
     """Yield a temporary directory beside `path`; it replaces `path` only if the block succeeds.
-    A file at `path` is refused: it would be moved aside and lost."""
-    path = Path(path)
+
+    A file at `path` is refused: it would be moved aside and lost. A symlink keeps pointing where
+    it did: the directory it names is replaced. A mount point (a container's volume) cannot be
+    renamed: the temporary directory is made inside it and its contents moved in at the end.
+    """
+    given = path = Path(path)
     if path.exists() and not path.is_dir():
         raise TranslatorError("is a file, not a directory", str(path), "give a directory path")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _sweep_dead_owners(path)
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
+    inside = path.is_dir() and os.path.ismount(path)
+    home = path if inside else path.parent
     # the owner's pid in the name: a later run can tell a killed run's leftover from a live one's
     prefix = f".{path.name}.{os.getpid()}."
-    tmp = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=path.parent))
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        _sweep_dead_owners(path, home)
+        tmp = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=home))
+    except OSError as err:
+        raise TranslatorError(
+            f"cannot write there: {err.strerror}",
+            str(given),
+            "check that its directory is writable, or choose another path",
+        ) from None
     tmp.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary directory
     try:
-        yield tmp
-        if path.exists():  # moved aside, not deleted, until the new one is in place
+        with _named(given):
+            yield tmp
+        if inside:
+            _move_in(tmp, path)
+        elif path.exists():  # moved aside, not deleted, until the new one is in place
             old = tmp.with_name(f"{tmp.name}.old")
             os.replace(path, old)
             os.replace(tmp, path)
@@ -101,21 +119,47 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
         raise
 
 
-def refuse_foreign_dir(path: Path, marks: tuple[str, ...], what: str, fix: str) -> None:
+def _move_in(tmp: Path, path: Path) -> None:
+    """The finished `tmp`, made inside `path`, becomes its contents: the old ones go first."""
+    for entry in path.iterdir():
+        if entry == tmp:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    for entry in tmp.iterdir():
+        os.replace(entry, path / entry.name)
+    tmp.rmdir()
+
+
+def refuse_foreign_dir(
+    path: Path, marks: tuple[str, ...], what: str, fix: str, only: frozenset[str] | None = None
+) -> None:
     """Refuse a `path` that atomic_dir would replace at a loss: a file, or a directory holding
-    anything but an earlier output of the same command (which has all of `marks`); an empty or
-    missing one is fine. `what` and `fix` word the error for the command."""
+    anything but an earlier output of the same command (which has all of `marks`, and, given
+    `only`, no entry outside it); an empty or missing one is fine. `what` and `fix` word the error
+    for the command."""
     if path.exists() and not path.is_dir():
         raise TranslatorError("is a file, not a directory", str(path), "give a directory path")
-    ours = all((path / mark).is_file() for mark in marks)
-    if path.is_dir() and not ours and any(path.iterdir()):
+    if not path.is_dir():
+        return
+    entries = {entry.name for entry in path.iterdir()}
+    if not entries:
+        return
+    if not all((path / mark).is_file() for mark in marks):
         raise TranslatorError(what, str(path), fix)
+    if only is not None and entries - only:
+        others = ", ".join(sorted(entries - only)[:3])
+        raise TranslatorError(
+            f"holds files of its own ({others}): they would be lost", str(path), fix
+        )
 
 
-def _sweep_dead_owners(path: Path) -> None:
-    """Remove the temporary directories that a killed atomic_dir left beside `path` (their owner
-    process is gone); a concurrent live one's stays."""
-    for leftover in path.parent.glob(f".{path.name}.*.tmp*"):
+def _sweep_dead_owners(path: Path, home: Path) -> None:
+    """Remove the temporary directories that a killed atomic_dir left for `path` in `home` (its
+    parent, or itself for a mount point) whose owner process is gone; a live one's stays."""
+    for leftover in home.glob(f".{path.name}.*.tmp*"):
         # `.NAME.PID.RANDOM.tmp[.old]`, or `.NAME.RANDOM.tmp` from before the pid was in the name;
         # anything else (`.NAME.bak.123.x.tmp`) belongs to another directory
         name = re.fullmatch(
