@@ -246,6 +246,9 @@ def test_bad_config_key_is_one_line_error(tmp_path):
     [
         (["translate", "x.pt", "--beam", "0"], "translate: Invalid value for '--beam'"),
         (["translate", "x.pt", "--bogus"], "translate: No such option: --bogus"),
+        # checked before the (here missing) checkpoint is read
+        (["translate", "x.pt", "--dtype", "FP32"], "translate: Invalid value for '--dtype'"),
+        (["eval", "x.pt", "--device", "tpu"], "eval: Invalid value for '--device'"),
         (["translate"], "translate: Missing argument"),
         (["frobnicate"], "translator: No such command 'frobnicate'"),
     ],

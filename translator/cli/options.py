@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -98,10 +99,32 @@ MinLenOpt = Annotated[
 BatchTokensOpt = Annotated[
     Optional[int], typer.Option("--batch-tokens", min=1, help="Source tokens per batch.")
 ]
+
+
+def _device_name(value: str | None) -> str | None:
+    """--device checked as the command line is read (a usage error), before any model loads."""
+    if value is not None and not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
+        raise typer.BadParameter(f"{value!r} is not auto, cpu, cuda or cuda:N")
+    return value
+
+
+def _dtype_name(value: str | None) -> str | None:
+    """--dtype checked as the command line is read (a usage error), before any model loads."""
+    if value is None:
+        return value
+    from translator.device import DTYPES
+
+    names = ["auto", *DTYPES, "int8"]
+    if value not in names:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(names)}")
+    return value
+
+
 DeviceOpt = Annotated[
     Optional[str],
     typer.Option(
         "--device",
+        callback=_device_name,
         show_default="checkpoint's decode.device: auto",
         help="auto (CUDA when present), cpu, cuda or cuda:N.",
     ),
@@ -110,6 +133,7 @@ DtypeOpt = Annotated[
     Optional[str],
     typer.Option(
         "--dtype",
+        callback=_dtype_name,
         show_default="checkpoint's decode.dtype: auto",
         help="auto (bf16 where the GPU or CPU has it natively, fp16 on older GPUs, else fp32), "
         "fp32, bf16, fp16, or int8 (CPU: linear layers in dynamic int8).",
