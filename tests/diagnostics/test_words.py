@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from tests.data.conftest import multi30k_lines
+from translator.data.tokenizer import Tokenizer, train_sentencepiece
 from translator.diagnostics.words import alignment, merge_words, pharaoh, word_ids, word_labels
 
 W = "\u2581"
@@ -15,6 +17,16 @@ def test_words_start_at_the_space_mark_and_specials_stand_alone():
     assert word_labels(pieces) == ["<s>", "Ein", "Hunde", "läuft.", "</s>"]
     # a first piece without the mark is still a word
     assert word_ids(["un", f"{W}do", "ne"]) == [0, 1, 1]
+
+
+def test_words_of_sentencepiece_pieces_are_the_lines_whitespace_words(tmp_path):
+    # characters the vocabulary lacks become <unk> pieces inside their word, not words of their own
+    lines = multi30k_lines("train", "en", 1000)
+    tokenizer = Tokenizer(train_sentencepiece(lines, tmp_path / "spm", vocab_size=300))
+    odd = ["A dog \u263a runs on the beach.", "A <dog> runs.", "\u263a", "x \u263a\u263a y"]
+    for line in odd + lines[:200]:
+        pieces = tokenizer.sp.id_to_piece(tokenizer.encode([line])[0])
+        assert max(word_ids(pieces)) + 1 == len(line.split()), (line, pieces)
 
 
 def test_merge_sums_key_pieces_and_averages_query_pieces():

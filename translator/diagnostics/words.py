@@ -2,7 +2,8 @@
 
 A word starts at a piece that begins with U+2581 (SentencePiece's mark for a preceding space) and
 takes the pieces up to the next such piece; special tokens (`<s>`, `</s>`) are words of their own.
-Words counted this way are the whitespace-separated words of the detokenized text.
+`<unk>` is not: it stands for characters inside a word (a "☺" or "<" the vocabulary lacks). Words
+counted this way are the whitespace-separated words of the text.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import torch
 
 WORD_START = "\u2581"
-SPECIALS = ("<s>", "</s>", "<pad>", "<unk>")
+SPECIALS = ("<s>", "</s>", "<pad>")
 
 
 def word_ids(pieces: list[str]) -> list[int]:
