@@ -25,6 +25,7 @@ SETTINGS = (
     "train.log_every=1",
     "train.max_updates=6",
     "train.eval_every=3",
+    "train.keep_last=5",  # every step-N.pt stays, to be compared
 )
 
 
@@ -79,6 +80,14 @@ def test_interrupt_saves_a_resumable_checkpoint(runs):
         (0, 2, 2),
         (2, 6, 6),
     ]
+
+
+def test_an_interrupt_saves_last_pt_alone_so_averaging_sees_the_same_checkpoints(runs):
+    # step-N.pt are the validated updates (3 and 6) that `average --last N` takes; the update the
+    # interrupt came at (2) is in last.pt only, as if the run had not been interrupted
+    straight, resumed, _ = runs
+    steps = [sorted(p.name for p in run.glob("step-*.pt")) for run in (straight, resumed)]
+    assert steps[0] == steps[1] == ["step-3.pt", "step-6.pt"]
 
 
 def test_resumed_run_equals_uninterrupted_bit_for_bit(runs):

@@ -255,7 +255,7 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
                     break
                 window.start += time.time() - began  # throughput counts training time only
         if reason == "interrupted":
-            save(s, best=False)
+            save(s, best=False, validated=False)  # last.pt: no step-N.pt for averaging
             s.metrics.line(f"interrupted: saved {s.run_dir / 'last.pt'} at update {state.step}")
         elif state.last_valid_step != state.step:
             evaluate_and_save(s)

@@ -278,9 +278,9 @@ def resume(s: Session, path: Path) -> None:
     )
 
 
-def save(s: Session, best: bool) -> None:
+def save(s: Session, best: bool, validated: bool = True) -> None:
     """Checkpoint from rank 0, with every process's RNG states (a collective: all processes call
-    it)."""
+    it). Not `validated` (an interrupted run's): last.pt alone, no step-N.pt."""
     rngs = gather(s.dist, rng_state())
     if not s.dist.main:
         return
@@ -295,7 +295,9 @@ def save(s: Session, best: bool) -> None:
     }
     if s.ema is not None:  # the checkpoint's "model" is the average; training resumes from these
         payload["train_weights"] = s.model.state_dict()
-    save_checkpoints(s.run_dir, s.decoding_model(), s.cfg, s.tokenizer, payload, s.state.step, best)
+    save_checkpoints(
+        s.run_dir, s.decoding_model(), s.cfg, s.tokenizer, payload, s.state.step, best, validated
+    )
     s.saved_step = s.state.step
 
 

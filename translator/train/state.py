@@ -89,14 +89,15 @@ def save_checkpoints(
     payload: dict[str, Any],
     step: int,
     best: bool,
+    validated: bool = True,
 ) -> None:
-    """last.pt always; best.pt when validation improved; step-N.pt with only the newest keep_last
-    kept.
+    """last.pt always; best.pt when validation improved; step-N.pt, of validated updates only
+    (what `average --last N` takes), with only the newest keep_last kept.
 
     The state is serialized once; the other names are hard links (copies where links fail), each
     put in place by an atomic rename.
     """
-    keep = cfg.train.keep_last
+    keep = cfg.train.keep_last if validated else 0
     first = run_dir / (f"step-{step}.pt" if keep else "last.pt")
     checkpoint.save(first, model, cfg, tokenizer, payload)
     for name in ["last.pt"] * bool(keep) + ["best.pt"] * best:
