@@ -176,3 +176,30 @@ def test_data_option_is_taken_literally(tmp_path):
     from translator.cli.options import load_config
 
     assert load_config(None, [], "corpora/wmt #2: v1").data.source == "corpora/wmt #2: v1"
+
+
+def test_yaml_11_booleans_in_overrides_are_text_for_strings_and_truth_for_booleans():
+    # Norwegian's code is `no`: YAML 1.1 would read it as False
+    cfg = config.load(
+        None, ["data.tgt_lang=no", "data.name=on", "model.gradient_checkpointing=yes"]
+    )
+    assert (cfg.data.tgt_lang, cfg.data.name) == ("no", "on")
+    assert cfg.model.gradient_checkpointing is True
+    assert (
+        config.load(None, ["model.gradient_checkpointing=off"]).model.gradient_checkpointing
+        is False
+    )
+
+
+@pytest.mark.parametrize(
+    "override, said",
+    [
+        ("model.d_model=abc", "model.d_model expects int"),
+        ("train.lrr=1", "unknown key 'train.lrr'"),
+        ("traing.lr=1", "unknown key 'traing'"),
+    ],
+)
+def test_an_override_error_names_the_override_not_the_file(override, said):
+    with pytest.raises(TranslatorError, match=said) as err:
+        config.load(Path(__file__).parents[1] / "configs" / "tiny.yaml", [override])
+    assert err.value.where == f"--set {override}"

@@ -489,11 +489,17 @@ class Config:
     their off switch."""
 
 
+# YAML 1.1's other booleans: an override keeps them as text for a string setting (a language code
+# `no`) and gives a boolean setting its truth value
+YAML11_BOOLS = {"yes": True, "on": True, "no": False, "off": False}
+
+
 def load(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read a YAML config (or the defaults when `path` is None) and apply `key.sub=value`
     overrides."""
     raw: dict[str, Any] = {}
     where = "defaults"
+    overridden: dict[str, str] = {}  # dotted key -> the --set that gave its value (errors name it)
     if path is not None:
         where = str(path)
         if not Path(path).is_file():
@@ -517,6 +523,8 @@ def load(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -
             )
         try:
             value = yaml.safe_load(text) if text.strip() else ""
+            if text.strip().lower() in YAML11_BOOLS:  # `data.tgt_lang=no` is Norwegian
+                value = text.strip()
         except yaml.YAMLError:
             raise TranslatorError(
                 f"the value in {item!r} is not valid YAML",
@@ -524,12 +532,13 @@ def load(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -
                 "quote it, e.g. --set 'data.source=\"a b\"'",
             ) from None
         _set_dotted(raw, key.strip(), value, item)
-    return from_dict(raw, where)
+        overridden[key.strip()] = f"--set {item}"
+    return _build(Config, raw, where, "", overridden)
 
 
 def from_dict(raw: dict[str, Any], where: str = "config") -> Config:
     """Build a checked Config from plain nested dicts (as stored in checkpoints)."""
-    return _build(Config, raw, where, "")
+    return _build(Config, raw, where, "", {})
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -551,7 +560,7 @@ def _set_dotted(raw: dict[str, Any], key: str, value: Any, item: str) -> None:
     node[leaf] = value
 
 
-def _build(cls: type, raw: Any, where: str, prefix: str) -> Any:
+def _build(cls: type, raw: Any, where: str, prefix: str, overridden: dict[str, str]) -> Any:
     if not isinstance(raw, dict):
         section = prefix.rstrip(".") or "config"
         raise TranslatorError(f"{section} must be a mapping of keys to values", where)
@@ -565,12 +574,14 @@ def _build(cls: type, raw: Any, where: str, prefix: str) -> Any:
             fix = (
                 f"did you mean {prefix}{close[0]}?" if close else "valid keys: " + ", ".join(fields)
             )
-            raise TranslatorError(f"unknown key {dotted!r}", where, fix)
+            # a --set that made it (`traing.lr=1` makes section traing), else the file
+            named = [w for k, w in overridden.items() if f"{k}.".startswith(f"{dotted}.")]
+            raise TranslatorError(f"unknown key {dotted!r}", (named or [where])[0], fix)
         hint = hints[key]
         if dataclasses.is_dataclass(hint):
-            values[key] = _build(hint, value, where, f"{dotted}.")
+            values[key] = _build(hint, value, where, f"{dotted}.", overridden)
         else:
-            values[key] = _convert(value, hint, dotted, where)
+            values[key] = _convert(value, hint, dotted, overridden.get(dotted, where))
             if isinstance(values[key], dict):  # a mapping adds to (and overrides) its defaults
                 values[key] = {**fields[key].default_factory(), **values[key]}
     return cls(**values)
@@ -600,6 +611,8 @@ def _convert(value: Any, hint: Any, key: str, where: str) -> Any:
             pass
     if hint is str and isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
+    if hint is bool and isinstance(value, str) and value.lower() in YAML11_BOOLS:
+        return YAML11_BOOLS[value.lower()]
     if isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
         return value
     raise TranslatorError(f"{key} expects {hint.__name__}, got {value!r}", where)
