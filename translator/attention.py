@@ -129,6 +129,10 @@ def token_ids(
             "attention",
             "give sentences as arguments or on stdin, one a line",
         )
+    if targets is not None and not all(t.strip() for t in targets):
+        raise TranslatorError(
+            "an empty --target", "--target", "give the translation to force-decode, or leave it out"
+        )
     if targets is not None and len(targets) != len(sources):
         raise TranslatorError(
             f"{len(targets)} --target for {len(sources)} sentences",

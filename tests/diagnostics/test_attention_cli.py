@@ -60,10 +60,19 @@ def test_attention_forced_target_and_words_from_stdin(copy_model, tmp_path):
     assert "-> mi mi ka" in result.stdout
 
 
+def test_attention_reads_stdin_lines_ending_at_newline_alone(copy_model):
+    # CRLF ends a line; U+2028 inside a line does not (translate reads lines the same way)
+    result = run_cli("attention", str(copy_model.path), stdin="ka lo mi\r\n\nmi\u2028ka lo\n")
+    assert result.returncode == 0, result.stderr
+    assert "0: ka lo mi\n" in result.stdout and "1: mi\u2028ka lo\n" in result.stdout
+    assert "2: " not in result.stdout
+
+
 def test_attention_bad_input_is_a_user_error(copy_model):
     for sources, targets, message in [
         (["ka", "lo"], ["ka"], "1 --target for 2 sentences"),
         (["ka", "  "], None, "no source sentence"),
+        (["ka"], [" "], "an empty --target"),
         # numbered from 0, as the printed list and the PNG file names
         (["ka", "ka " * 40], None, "sentence 1 has 40 tokens, more than the model's 31"),
         (["ka " * 40], None, "sentence 0 has 40 tokens, more than the model's 31"),

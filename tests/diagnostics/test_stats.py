@@ -144,3 +144,11 @@ def test_uniform_and_one_hot_heads_are_flagged():
     assert stats.uniform == [0, 1] and stats.one_hot == [2]
     assert stats.duplicates == []  # two uniform heads are alike trivially: reported as uniform only
     assert 0 < stats.diversity <= 1
+
+
+def test_a_map_without_a_row_that_has_a_choice_flags_no_head():
+    # a one-token decoder (an empty forced or found translation): each row sees one key, so no
+    # head can be called one-hot or uniform from it
+    allowed = torch.ones(2, 1, 1, 1, dtype=torch.bool)
+    stats = layer_stats(torch.ones(2, 4, 1, 1), allowed, DiagnosticsConfig())
+    assert stats.uniform == [] and stats.one_hot == [] and stats.duplicates == []

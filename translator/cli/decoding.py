@@ -194,7 +194,8 @@ def attention(
     sentences: Annotated[
         Optional[list[str]],
         typer.Argument(
-            help="Source sentences; without any, stdin (one a line).", show_default=False
+            help="Source sentences; without any, stdin (one a line; blank lines skipped).",
+            show_default=False,
         ),
     ] = None,
     target: Annotated[
@@ -245,7 +246,9 @@ def attention(
     from translator import translate as translate_mod
 
     model, cfg, tokenizer = translate_mod.load(ckpt, device, dtype)
-    lines = sentences or [line for line in sys.stdin.read().splitlines() if line.strip()]
+    # lines end at "\n" alone (as for translate: U+2028 inside a sentence does not split it)
+    text = sys.stdin.read() if not sentences else ""
+    lines = sentences or [line.rstrip("\r") for line in text.split("\n") if line.strip()]
     decode = translate_mod.with_overrides(cfg.decode, beam_size=beam)
     typer.echo(
         attention_mod.run(

@@ -126,6 +126,8 @@ def layer_stats(weights: torch.Tensor, allowed: torch.Tensor, cfg: DiagnosticsCo
     `allowed` (B, 1, T, L)."""
     entropy, normalised = head_entropy(weights, allowed)
     divergence = head_divergence(weights, allowed)
+    if not _informative_rows(allowed)[0].any():  # no row with a choice (a one-token target):
+        return LayerStats(entropy.tolist(), normalised.tolist(), divergence)  # nothing to flag
     uniform = [h for h, v in enumerate(normalised.tolist()) if v >= cfg.uniform_entropy]
     one_hot = [h for h, v in enumerate(normalised.tolist()) if v <= cfg.one_hot_entropy]
     # heads that attend to nothing in particular are alike trivially: "near-uniform" says it better
