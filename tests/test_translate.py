@@ -291,3 +291,20 @@ def test_unk_message_names_ten_lines_then_counts_the_rest():
         many.startswith("24 <unk> tokens")
         and "lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 2 more;" in many
     )
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+def test_a_greedy_score_is_on_the_beam_searchs_scale(tiny, alpha):
+    # --nbest prints one kind of score at any --beam: beam search of width 1 finds the greedy
+    # path, so both must score it alike (the summed log-prob under the length penalty)
+    from translator.data.batching import pad, padding_mask
+    from translator.data.tokenizer import EOS_ID
+    from translator.decode.beam import beam_search
+
+    decode = dataclasses.replace(tiny.cfg.decode, beam_size=1, length_penalty=alpha)
+    ids = tiny.tokenizer.encode(SENTENCES)
+    greedy = translate.search(tiny.model, ids, decode)
+    src = pad(ids, suffix=[EOS_ID])
+    beam = beam_search(tiny.model, src, padding_mask(src), beam_size=1, alpha=alpha)
+    for (g,), (b, *_) in zip(greedy, beam):
+        assert g.tokens == b.tokens and g.score == pytest.approx(b.score, abs=1e-4)

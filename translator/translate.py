@@ -26,7 +26,7 @@ from translator.data.batching import pad, padding_mask
 from translator.data.join import join_pieces
 from translator.data.tokenizer import EOS_ID, UNK_ID, Tokenizer
 from translator.decode import Hypothesis
-from translator.decode.beam import beam_search
+from translator.decode.beam import beam_search, length_penalty
 from translator.decode.greedy import greedy_search
 from translator.device import int8_device, resolve_device, resolve_dtype
 from translator.diagnostics.alignment import align_hypotheses, check_layer, join_alignments
@@ -153,7 +153,12 @@ def search(
             cuda_graphs=decode.cuda_graphs,
             drop_finished=drop_finished,
         )
-        return [[h] for h in hyps]
+        # scored as beam search scores (tokens + EOS under the length penalty): a score, as --nbest
+        # prints it, means the same at any --beam
+        alpha = decode.length_penalty
+        return [
+            [Hypothesis(h.tokens, h.score / length_penalty(len(h.tokens) + 1, alpha))] for h in hyps
+        ]
     return beam_search(
         model,
         src,
