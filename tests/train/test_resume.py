@@ -7,6 +7,7 @@ import copy
 import json
 import math
 import signal
+from pathlib import Path
 
 import pytest
 import torch
@@ -279,3 +280,37 @@ def test_a_resume_after_a_kill_hides_the_updates_logged_past_the_last_save(prepa
     logged = scalars(run_dir, "train/lr")
     assert [step for step, _ in logged] == [1, 2, 3, 4, 5, 6]
     assert dict(logged) == first  # the same schedule: the values are the resumed session's own
+
+
+def test_a_killed_session_is_on_record_to_its_last_save(prepared, tmp_path):
+    # SIGKILL runs no clean-up: manifest.json must already say what last.pt holds and the time
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO, tiny_overrides
+
+    run_dir = tmp_path / "run"
+    overrides = [*tiny_overrides(Path(prepared.data.data_dir), run_dir), "train.max_updates=100000"]
+    command = [sys.executable, "-m", "translator", "train", str(REPO / "configs" / "tiny.yaml")]
+    for override in [*overrides, "train.precision=fp32", "train.eval_every=2", "train.keep_last=0"]:
+        command += ["--set", override]
+    trainer = subprocess.Popen([*command, "-q"], env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        deadline = time.time() + 120
+        while not (run_dir / "last.pt").is_file() or "update 6:" not in _log(run_dir):
+            assert trainer.poll() is None and time.time() < deadline, "no checkpoint came"
+            time.sleep(0.1)
+    finally:
+        trainer.kill()
+        trainer.wait()
+    saved = checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"]
+    (session,) = json.loads((run_dir / "manifest.json").read_text())["sessions"]
+    assert session["end_reason"] is None and session["saved_update"] == saved >= 4
+    assert session["last_update"] == saved and session["seconds"] > 0
+
+
+def _log(run_dir) -> str:
+    path = run_dir / "train.log"
+    return path.read_text() if path.is_file() else ""

@@ -250,7 +250,10 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
                 break
             if state.step % t.eval_every == 0:
                 began = time.time()
-                if evaluate_and_save(s):
+                stopping = evaluate_and_save(s)
+                if manifest:  # so that a killed session is still on record to its last save
+                    manifest.saved(state.step, s.saved_step)
+                if stopping:
                     reason = "early stopping"
                     break
                 window.start += time.time() - began  # throughput counts training time only

@@ -101,6 +101,15 @@ class RunManifest:
         self.data["sessions"].append(self.session)
         self.write()
 
+    def saved(self, step: int, saved_step: int) -> None:
+        """After a checkpoint: the session so far, as a SIGKILL would leave it (end_reason None)."""
+        self.session.update(
+            seconds=round(time.time() - self.started, 1),
+            last_update=step,
+            saved_update=saved_step,
+        )
+        self.write()
+
     def finish(self, step: int, reason: str, saved_step: int) -> None:
         """last_update: the last update trained; saved_update: the one last.pt holds (less if a save
         failed)."""
