@@ -344,3 +344,11 @@ def test_missing_or_bad_languages_are_refused(opus, tmp_path, flags, message):
         marian.import_marian(bare, tmp_path / "x.pt", **flags)
     assert "\n" not in str(err.value)
     assert not (tmp_path / "x.pt").exists()
+
+
+def test_a_file_given_for_the_model_directory_is_named_as_one(tmp_path):
+    config_file = tmp_path / "config.json"
+    config_file.write_text("{}")
+    with pytest.raises(TranslatorError, match="is a file, not a model directory") as err:
+        marian.import_marian(config_file, tmp_path / "m.pt")
+    assert err.value.where == str(config_file) and not (tmp_path / "m.pt").exists()

@@ -101,6 +101,12 @@ def import_marian(
     """Read a MarianMT directory and write an equivalent translator checkpoint to `out`; the
     languages default to the directory's tokenizer_config.json."""
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise TranslatorError(
+            "is a file, not a model directory",
+            str(directory),
+            "give the directory the MarianMT model was saved to, with config.json and weights",
+        )
     hf = read_json(directory / "config.json")
     vocab = read_vocab(directory / "vocab.json")
     shared = hf.get("share_encoder_decoder_embeddings", True)
