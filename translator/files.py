@@ -27,7 +27,10 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
     if path.is_dir():
         raise TranslatorError("is a directory", str(path), "give a file name")
     if path.exists() and not path.is_file():
-        with _named(given), open(path, mode, encoding=None if "b" in mode else encoding) as handle:
+        with (
+            write_errors(given),
+            open(path, mode, encoding=None if "b" in mode else encoding) as handle,
+        ):
             yield handle
         return
     if path.is_symlink():  # replace the file it names (or would name), not the link
@@ -42,7 +45,10 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
     os.close(fd)
     os.chmod(tmp, 0o644)  # mkstemp makes it private; the result is an ordinary file
     try:
-        with _named(given), open(tmp, mode, encoding=None if "b" in mode else encoding) as handle:
+        with (
+            write_errors(given),
+            open(tmp, mode, encoding=None if "b" in mode else encoding) as handle,
+        ):
             yield handle
             handle.flush()
             # on disk before the rename: a crash leaves the old file or the whole new one
@@ -58,9 +64,11 @@ WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROF
 
 
 @contextmanager
-def _named(path: Path) -> Iterator[None]:
+def write_errors(where: str | Path, what: str = "cannot write") -> Iterator[None]:
     """A write that fails (WRITE_FAILURES), also inside a RuntimeError as torch.save raises it,
-    becomes a TranslatorError naming `path`: the OSError names the temporary file, or nothing."""
+    becomes a TranslatorError naming `where`: the OSError names a temporary file, or nothing. A
+    reader that left a pipe (EPIPE) is not one: it stays an OSError, which ends a command
+    quietly."""
     try:
         yield
     except (OSError, RuntimeError) as err:
@@ -68,9 +76,7 @@ def _named(path: Path) -> Iterator[None]:
         if not isinstance(cause, OSError) or cause.errno not in WRITE_FAILURES:
             raise
         raise TranslatorError(
-            f"cannot write: {cause.strerror or cause}",
-            str(path),
-            "free some space, or write elsewhere",
+            f"{what}: {cause.strerror or cause}", str(where), "free some space, or write elsewhere"
         ) from None
 
 
@@ -103,7 +109,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
         ) from None
     tmp.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary directory
     try:
-        with _named(given):
+        with write_errors(given):
             yield tmp
         if inside:
             _move_in(tmp, path)

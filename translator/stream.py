@@ -19,6 +19,7 @@ from translator.data.progress import StatsColumn
 from translator.data.tokenizer import Tokenizer
 from translator.device import describe
 from translator.errors import TranslatorError
+from translator.files import write_errors
 from translator.model.ensemble import Ensemble
 from translator.model.inference import is_int8
 from translator.model.transformer import Transformer
@@ -182,6 +183,7 @@ def translate_chunks(
     `progress(done, total)` counts sentences over all chunks; total is what has been read so far.
     """
     count, decoded = 0, 0  # lines written; sentences decoded in earlier chunks
+    output = getattr(out, "name", "the output")  # <stdout>, as a failed write names it
     for chunk in lines_in:
         chunk_total = [0]  # this chunk's sentences, once its first batch is done
 
@@ -203,7 +205,7 @@ def translate_chunks(
             alignment_layer=alignment_layer,
             channel=channel,
         ):
-            with _output_errors(out):
+            with write_errors(output, "cannot write the translations"):
                 if nbest is None and alignment_layer is None:
                     out.write(hyps[0][0] + "\n")
                 elif nbest is None:
@@ -216,26 +218,10 @@ def translate_chunks(
                         )
                     )
             count += 1
-        with _output_errors(out):
+        with write_errors(output, "cannot write the translations"):
             out.flush()
         decoded += chunk_total[0]
     return count
-
-
-@contextmanager
-def _output_errors(out: TextIO) -> Iterator[None]:
-    """A write that fails (a full disk) is named as the output's: an OSError alone names no
-    file. A reader that left (`| head`) stays a BrokenPipeError, which ends the command quietly."""
-    try:
-        yield
-    except BrokenPipeError:
-        raise
-    except OSError as err:
-        raise TranslatorError(
-            f"cannot write the translations: {err.strerror or err}",
-            getattr(out, "name", "the output"),
-            "free space where the output goes, or send it elsewhere",
-        ) from None
 
 
 def _tail(translation: tuple) -> str:

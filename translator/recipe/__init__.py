@@ -29,8 +29,8 @@ from translator.recipe.choose import (
     choose_on_valid,
     ensemble_on_valid,
     first,
+    on_test,
     rerank_on_valid,
-    score,
     stage,
 )
 from translator.recipe.members import (
@@ -144,8 +144,7 @@ def score_chosen_on_test(run_dir: Path, quiet: bool) -> dict[str, Any]:
     if manifest["test"] is not None:
         raise finished_already(run_dir, "test scored")
     seconds = manifest["stage_seconds"]
-    with stage(seconds, "eval_test"):
-        test = score(run_dir, manifest["chosen"], "test", quiet)
+    test = on_test(run_dir, manifest["chosen"], seconds, quiet)
     manifest["test"] = dataclasses.asdict(test)
     # the training above was made by manifest["command"] at manifest["git"]; the test score by:
     manifest["test_scored"] = {

@@ -47,11 +47,7 @@ def choose_on_valid(
     with stage(seconds, "eval_valid"):
         valid = {name: score(run_dir, name, "valid", quiet) for name in ("avg.pt", "best.pt")}
     chosen = max(valid, key=lambda name: valid[name].bleu)
-    if not score_test:
-        return valid, chosen, None
-    with stage(seconds, "eval_test"):
-        test = score(run_dir, chosen, "test", quiet)
-    return valid, chosen, test
+    return valid, chosen, on_test(run_dir, chosen, seconds, quiet) if score_test else None
 
 
 def ensemble_on_valid(
@@ -74,11 +70,7 @@ def ensemble_on_valid(
             valid |= scores
             chosen.append(max(scores, key=lambda n: scores[n].bleu))
         valid["ensemble"] = score(run_dir, chosen, "valid", quiet)
-    if not score_test:
-        return valid, chosen, None
-    with stage(seconds, "eval_test"):
-        test = score(run_dir, chosen, "test", quiet)
-    return valid, chosen, test
+    return valid, chosen, on_test(run_dir, chosen, seconds, quiet) if score_test else None
 
 
 def rerank_on_valid(
@@ -114,11 +106,15 @@ def rerank_on_valid(
             reranked[described(option)] = option
     best = max(reranked, key=lambda n: valid[n].bleu)
     chosen = reranked[best] if valid[best].bleu > plain.bleu else direct
-    if not score_test:
-        return valid, chosen, None
+    return valid, chosen, on_test(run_dir, chosen, seconds, quiet) if score_test else None
+
+
+def on_test(
+    run_dir: Path, chosen: Chosen, seconds: dict[str, float], quiet: bool
+) -> evaluate.Scores:
+    """The chosen checkpoint(s) scored on the test split, timed as seconds["eval_test"]."""
     with stage(seconds, "eval_test"):
-        test = score(run_dir, chosen, "test", quiet)
-    return valid, chosen, test
+        return score(run_dir, chosen, "test", quiet)
 
 
 def score(run_dir: Path, chosen: Chosen, split: str, quiet: bool) -> evaluate.Scores:
