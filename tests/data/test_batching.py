@@ -98,3 +98,9 @@ def test_make_batch_adds_eos_bos_and_masks_padding():
     assert batch.tgt_out.tolist() == [[5, EOS_ID, PAD_ID], [5, 6, EOS_ID]]
     assert batch.src_mask.shape == (2, 1, 1, 4)
     assert batch.src_mask[:, 0, 0].tolist() == [[True] * 4, [True, True, False, False]]
+
+
+def test_target_rows_are_the_real_positions_of_the_flattened_targets():
+    batch = make_batch([[7, 8, 9], [7], [9]], [[5], [5, 6], [6, 6, 5]])
+    # tgt_out, 3 x 4, row by row: 5 EOS . . | 5 6 EOS . | 6 6 5 EOS  (. = PAD)
+    assert batch.target_rows().tolist() == [0, 1, 4, 5, 6, 8, 9, 10, 11]

@@ -68,6 +68,22 @@ def test_padded_source_positions_do_not_change_outputs(make_model, src_batch, sc
     assert not torch.allclose(memory_changed[~real], memory[~real])  # pad positions did change
 
 
+@pytest.mark.parametrize("output_bias", [False, True])
+def test_logits_of_chosen_rows_are_those_rows_of_the_whole_targets_logits(
+    make_model, src_batch, output_bias
+):
+    model = make_model(output_bias=output_bias)
+    src, src_mask = src_batch
+    tgt = torch.randint(4, 40, (3, 5))
+    everything = model(src, tgt, src_mask)  # (3, 5, V)
+    rows = torch.tensor([0, 1, 2, 5, 6, 12])  # (batch row, position): (0, 0-2), (1, 0-1), (2, 2)
+    chosen = model(src, tgt, src_mask, rows)
+    expected = torch.stack(
+        [everything[b, t] for b, t in [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 2)]]
+    )
+    torch.testing.assert_close(chosen, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_tied_and_untied_embeddings(make_model):
     tied, untied = make_model(), make_model(tie_embeddings=False)
     assert tied.out_proj.weight is tied.src_embed.token.weight is tied.tgt_embed.token.weight

@@ -27,13 +27,13 @@ def inject_oom(monkeypatch, too_big, pollute: bool = True) -> list[int]:
     returns the rows of each OOM."""
     real, seen = loop.loss_sums, []
 
-    def loss_sums(net, batch, label_smoothing):
+    def loss_sums(net, batch, label_smoothing, rows=None):
         if too_big(batch):
             seen.append(len(batch.src))
             if pollute:
-                real(net, batch, label_smoothing)[0].backward()
+                real(net, batch, label_smoothing, rows)[0].backward()
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real(net, batch, label_smoothing)
+        return real(net, batch, label_smoothing, rows)
 
     monkeypatch.setattr(loop, "loss_sums", loss_sums)
     return seen

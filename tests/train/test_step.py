@@ -15,6 +15,7 @@ from translator.device import cpu_native_bf16
 from translator.model.transformer import Transformer
 from translator.train.distributed import Dist
 from translator.train.loop import loss_sums, train_step
+from translator.train.loss import token_loss
 from translator.train.precision import amp_dtype, grad_scaler
 from translator.train.session import Session
 
@@ -98,9 +99,11 @@ def test_accumulated_batches_give_the_gradient_of_one_big_batch():
 
 
 def test_the_update_is_minus_the_gradient_of_the_mean_loss_per_target_token():
+    """The reference: every position's logits (padding's too), and the plain loss over them."""
     s = session(sgd=True)
     reference = session(sgd=True).model  # same seed: the same starting parameters
-    loss, _ = loss_sums(reference, BOTH, s.cfg.train.label_smoothing)
+    logits = reference(BOTH.src, BOTH.tgt_in, BOTH.src_mask)  # (B, T, V)
+    loss, _ = token_loss(logits, BOTH.tgt_out, s.cfg.train.label_smoothing)
     (loss / BOTH.n_tgt_tokens).backward()
     delta, _, _ = update(s, [BOTH])
     assert_close(delta, {k: -p.grad for k, p in reference.named_parameters()}, rtol=1e-4, atol=1e-6)

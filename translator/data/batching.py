@@ -25,6 +25,10 @@ class Batch:
     def n_tgt_tokens(self) -> int:
         return int((self.tgt_out != PAD_ID).sum())
 
+    def target_rows(self) -> torch.Tensor:
+        """(n,) indices of the real (not PAD) positions of tgt_out.flatten(): the loss's rows."""
+        return (self.tgt_out.flatten() != PAD_ID).nonzero().squeeze(1)
+
     def to(self, device: torch.device | str) -> Batch:
         move = lambda t: t.to(device, non_blocking=True)  # noqa: E731
         return Batch(move(self.src), move(self.tgt_in), move(self.tgt_out), move(self.src_mask))

@@ -120,11 +120,14 @@ class Transformer(nn.Module):
         memory: torch.Tensor,
         src_mask: torch.Tensor,
         cache: KVCache | None = None,
+        rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """tgt (N, T) ids -> logits (N, T, V); N is B or B * beams (beams share memory rows).
 
         With a cache, `tgt` holds only the new positions, which start at the cache's length;
-        the caller advances the cache afterwards.
+        the caller advances the cache afterwards. rows: (n,) indices into the N * T positions
+        whose logits are wanted -> logits (n, V) (training leaves padding's out of the output
+        projection, the largest product of a step).
         """
         T = tgt.shape[1]
         if cache is None:  # the whole target
@@ -153,13 +156,20 @@ class Transformer(nn.Module):
                 )
             else:
                 x = layer(x, memory, src_mask, mask, positions, kv)
+        if rows is not None:
+            x = x.flatten(0, 1).index_select(0, rows)
         return self.out_proj(self.decoder_norm(x))
 
     def forward(
-        self, src: torch.Tensor, tgt_in: torch.Tensor, src_mask: torch.Tensor
+        self,
+        src: torch.Tensor,
+        tgt_in: torch.Tensor,
+        src_mask: torch.Tensor,
+        rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Teacher forcing: src (B, S), tgt_in (B, T) -> logits (B, T, V)."""
-        return self.decode(tgt_in, self.encode(src, src_mask), src_mask)
+        """Teacher forcing: src (B, S), tgt_in (B, T) -> logits (B, T, V), or (n, V) for `rows`
+        of the B * T positions (see `decode`)."""
+        return self.decode(tgt_in, self.encode(src, src_mask), src_mask, rows=rows)
 
     def new_cache(
         self,

@@ -101,15 +101,20 @@ class TrainBatches:
 
 
 def loss_sums(
-    net: torch.nn.Module, batch: Batch, label_smoothing: float
+    net: torch.nn.Module, batch: Batch, label_smoothing: float, rows: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Label-smoothed cross-entropy summed over target tokens (padding ignored), and the NLL sum.
 
+    rows: `batch.target_rows()` on the batch's device, made before the batch was moved there
+    (on CUDA, made from the moved batch, they would wait for the GPU). Only those positions go
+    through the output projection and the loss: a padding position's logits have no gradient.
     On CPU the chunked form of the loss (train/loss.py), elsewhere the plain one.
     """
-    logits = net(batch.src, batch.tgt_in, batch.src_mask)  # (B, T, V)
+    if rows is None:
+        rows = batch.target_rows()
+    logits = net(batch.src, batch.tgt_in, batch.src_mask, rows)  # (n, V)
     loss = chunked_token_loss if logits.device.type == "cpu" else token_loss
-    return loss(logits, batch.tgt_out, label_smoothing)
+    return loss(logits, batch.tgt_out.flatten()[rows], label_smoothing)
 
 
 def train_step(
@@ -127,7 +132,8 @@ def train_step(
         with no_sync(s.net, sync=last):
             longest = max(batch.src.shape[1], batch.tgt_in.shape[1])
             with autocast(device, s.dtype, longest):
-                loss, nll = loss_sums(s.net, batch.to(device), t.label_smoothing)
+                rows = batch.target_rows().to(device, non_blocking=True)
+                loss, nll = loss_sums(s.net, batch.to(device), t.label_smoothing, rows)
             s.scaler.scale(loss * factor).backward()
         return torch.stack([loss.detach(), nll])
 
