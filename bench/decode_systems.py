@@ -21,7 +21,7 @@ BASE = dict(vocab=32000, d_model=512, layers=6, heads=8, ffn=2048, max_positions
 def build_ours(device: torch.device, dtype: str, cpu_kernels: bool = True) -> torch.nn.Module:
     """Our randomly initialised base model in eval mode; `dtype` int8 is fp32 with int8 linears.
 
-    On CPU it gets the conversion `translate.load` applies (model/inference.py) unless not
+    On CPU it gets the conversion `loading.load` applies (model/inference.py) unless not
     `cpu_kernels`.
     """
     from translator.config import ModelConfig

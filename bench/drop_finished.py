@@ -18,7 +18,8 @@ import time
 
 import torch
 
-from translator.translate import length_batches, load, search, with_overrides
+from translator.loading import load
+from translator.translate import length_batches, search, with_overrides
 
 
 def main() -> None:

@@ -16,8 +16,9 @@ import time
 
 import torch
 
+from translator.loading import load_models
 from translator.model.ensemble import Ensemble
-from translator.translate import load_models, translate_lines
+from translator.translate import translate_lines
 
 
 def stacked_decode(self: Ensemble, tgt, memory, src_mask, cache) -> torch.Tensor:

@@ -34,8 +34,9 @@ from translator.data.tokenizer import PAD_ID
 from translator.device import resolve_device
 from translator.files import atomic_write
 from translator.model.transformer import count_parameters
+from translator.train.batches import TrainBatches
 from translator.train.distributed import Dist
-from translator.train.loop import TrainBatches, train_step
+from translator.train.loop import train_step
 from translator.train.precision import amp_dtype, grad_scaler
 from translator.train.session import Session, make_optimizer, training_model
 from translator.train.state import TrainState

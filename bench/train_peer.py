@@ -33,8 +33,9 @@ from translator.data.batching import Batch
 from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from translator.device import cpu_native_bf16
 from translator.model.attention import sdpa_kernels
+from translator.train.batches import TrainBatches
 from translator.train.distributed import Dist
-from translator.train.loop import TrainBatches, train_step
+from translator.train.loop import train_step
 from translator.train.loss import token_loss
 from translator.train.state import TrainState
 

@@ -24,9 +24,9 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from bench import train_peer
 from translator.device import resolve_device
 from translator.train import loop
+from translator.train.batches import TrainBatches
 from translator.train.distributed import Dist
 from translator.train.dropout import BitsDropout
-from translator.train.loop import TrainBatches
 from translator.train.state import TrainState
 
 ENGINE = "autograd::engine::evaluate_function: "

@@ -11,7 +11,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.train.conftest import variant
-from translator import checkpoint, export, summary, translate
+from translator import checkpoint, export, loading, summary, translate
 from translator.config import ModelConfig
 from translator.errors import TranslatorError
 from translator.train import loop
@@ -59,7 +59,7 @@ def test_trained_with_the_option_and_recorded(prepared, tmp_path, overrides, fie
     linear = fields.get("attention") == "linear"  # no weights to measure in a linear encoder
     assert entropy == ({"decoder", "cross"} if linear else {"encoder", "decoder", "cross"})
 
-    model, cfg, tokenizer = translate.load(ckpt, "cpu", "fp32")  # converted for CPU decoding
+    model, cfg, tokenizer = loading.load(ckpt, "cpu", "fp32")  # converted for CPU decoding
     for beam in (1, 3):
         decode = translate.with_overrides(cfg.decode, beam_size=beam)
         out = translate.translate_lines(model, tokenizer, ["A dog runs.", "Two men."], decode)

@@ -100,14 +100,14 @@ def test_load_and_the_translate_log_follow_the_cpu(tiny, monkeypatch):
     says so."""
     from typer.testing import CliRunner
 
-    from translator import cli, stream, translate
+    from translator import cli, loading, stream
 
     for native, dtype, said in (
         (True, torch.bfloat16, "bf16 (auto: this CPU has native bf16"),
         (False, torch.float32, "fp32 (auto: this CPU has no native bf16)"),
     ):
         monkeypatch.setattr(device, "cpu_native_bf16", lambda native=native: native)
-        model, _, _ = translate.load(tiny.path, "cpu", "auto")
+        model, _, _ = loading.load(tiny.path, "cpu", "auto")
         assert next(model.parameters()).dtype == dtype
         result = CliRunner().invoke(
             cli.app, ["translate", str(tiny.path), "--dtype", "auto"], input="A dog.\n"

@@ -10,7 +10,7 @@ import pytest
 import sacrebleu
 import torch
 
-from translator import checkpoint, evaluate, translate
+from translator import checkpoint, evaluate, loading, translate
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
 from translator.model.transformer import Transformer
@@ -141,7 +141,7 @@ def test_eval_on_files_writes_hypotheses_and_scores(prepared, tmp_path, capsys, 
     assert beams == [2]  # --beam reached the search
     hyps = (tmp_path / "ref.de.hyp").read_text(encoding="utf-8").split("\n")
     assert len(hyps) == 4 and hyps[1] == "" and hyps[3] == ""  # three lines, newline-ended
-    model, cfg, tokenizer = translate.load(ckpt)
+    model, cfg, tokenizer = loading.load(ckpt)
     cfg.decode.beam_size = 2
     expected = [h[0][0] for h in real(model, tokenizer, src.read_text().splitlines(), cfg.decode)]
     assert hyps[:3] == expected  # the file holds the translations, in input order
@@ -162,7 +162,7 @@ def test_eval_in_int8_says_so_and_scores_its_own_hypotheses(prepared, tmp_path, 
     src.write_text("A man rides a bike.\nTwo dogs play in the snow.\n", encoding="utf-8")
     ref.write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Schnee.\n", encoding="utf-8")
     scores = evaluate.run(ckpt, src_file=src, ref_file=ref, dtype="int8")
-    model, cfg, tokenizer = translate.load(ckpt, "cpu", "int8")
+    model, cfg, tokenizer = loading.load(ckpt, "cpu", "int8")
     expected = [
         h[0][0]
         for h in translate.translate_lines(
@@ -498,7 +498,7 @@ def test_a_checkpoint_gives_back_its_config(prepared, tmp_path):
     """The decode.* and model.* values saved with the weights are the ones loading returns (not the
     defaults)."""
     ckpt = save_tiny(prepared, tmp_path / "tiny.pt")
-    for _, cfg, _ in (checkpoint.load(ckpt), translate.load(ckpt)):
+    for _, cfg, _ in (checkpoint.load(ckpt), loading.load(ckpt)):
         assert (
             cfg.decode.beam_size,
             cfg.decode.max_len_a,

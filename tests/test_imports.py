@@ -22,6 +22,7 @@ LAYERS = [
         "translator.prepare",
         "translator.prepared",
         "translator.translate",
+        "translator.loading",
         "translator.rerank",
         "translator.stream",
         "translator.summary",

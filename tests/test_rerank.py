@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.conftest import SENTENCES
-from translator import checkpoint, rerank, translate
+from translator import checkpoint, loading, rerank, translate
 from translator.data.batching import pad, padding_mask
 from translator.data.tokenizer import BOS_ID, EOS_ID
 from translator.errors import TranslatorError
@@ -173,17 +173,17 @@ def test_alignments_and_a_channel_are_refused_together(tiny, reverse):
 
 def test_a_channel_of_the_same_direction_is_refused_in_one_line(tiny):
     with pytest.raises(TranslatorError, match="reverse direction") as err:
-        translate.load_channel(tiny.path, tiny.cfg.data, tiny.cfg.decode, "cpu", "fp32")
+        loading.load_channel(tiny.path, tiny.cfg.data, tiny.cfg.decode, "cpu", "fp32")
     assert "\n" not in str(err.value)
 
 
 def test_models_of_two_directions_are_not_one_ensemble_nor_one_channel(tiny, reverse):
     """The tiny model and its reverse share one joint vocabulary: only the languages differ."""
     with pytest.raises(TranslatorError, match="translates de->en") as err:
-        translate.load_models([tiny.path, reverse.path], "cpu", "fp32")
+        loading.load_models([tiny.path, reverse.path], "cpu", "fp32")
     assert err.value.where == str(reverse.path) and "one direction" in err.value.fix
     with pytest.raises(TranslatorError, match="translates en->de") as err:
-        translate.load_channel(
+        loading.load_channel(
             [reverse.path, tiny.path], tiny.cfg.data, tiny.cfg.decode, "cpu", "fp32"
         )
     assert err.value.where == str(tiny.path)

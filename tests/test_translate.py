@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.conftest import SENTENCES
-from translator import translate
+from translator import loading, translate
 from translator.data.tokenizer import UNK_ID
 from translator.decode import Hypothesis
 from translator.errors import TranslatorError
@@ -127,7 +127,7 @@ def test_a_beam_wider_than_the_vocabulary_is_refused(tiny):
 
 
 def test_load_puts_the_model_in_the_asked_dtype_and_it_translates(tiny):
-    model, cfg, tokenizer = translate.load(tiny.path, "cpu", "bf16")
+    model, cfg, tokenizer = loading.load(tiny.path, "cpu", "bf16")
     assert next(model.parameters()).dtype == torch.bfloat16 and not model.training
     out = translate.translate_lines(model, tokenizer, ["", SENTENCES[0]], cfg.decode)
     assert out[0][0][0] == "" and len(out) == 2
@@ -137,7 +137,7 @@ def test_load_in_int8_quantises_the_fp32_model_on_the_cpu_and_it_translates(tiny
     from translator.model.inference import is_int8
 
     # auto: the CPU, even with CUDA
-    model, cfg, tokenizer = translate.load(tiny.path, "auto", "int8")
+    model, cfg, tokenizer = loading.load(tiny.path, "auto", "int8")
     weight = next(model.parameters())
     assert is_int8(model) and weight.dtype == torch.float32 and weight.device.type == "cpu"
     for beam_size in (1, 3):
@@ -145,16 +145,16 @@ def test_load_in_int8_quantises_the_fp32_model_on_the_cpu_and_it_translates(tiny
         out = translate.translate_lines(model, tokenizer, ["", *SENTENCES], decode)
         assert len(out) == len(SENTENCES) + 1 and out[0][0][0] == ""
     with pytest.raises(TranslatorError, match="CPU only"):
-        translate.load(tiny.path, "cuda:0", "int8")
+        loading.load(tiny.path, "cuda:0", "int8")
     with pytest.raises(TranslatorError, match="int8"):  # an unknown dtype's hint names it
-        translate.load(tiny.path, "cpu", "int4")
+        loading.load(tiny.path, "cpu", "int4")
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_translate_lines_on_cuda(tiny, dtype):
-    model, cfg, tokenizer = translate.load(tiny.path, "auto", dtype)
+    model, cfg, tokenizer = loading.load(tiny.path, "auto", dtype)
     assert next(model.parameters()).is_cuda
     for beam_size in (1, 4):
         cfg.decode.beam_size = beam_size
@@ -201,10 +201,10 @@ def test_only_lines_over_the_limit_are_split(tiny):
 def test_load_takes_the_device_flag_over_the_checkpoints(tiny, monkeypatch):
     seen = []
     monkeypatch.setattr(
-        translate, "resolve_device", lambda name: seen.append(name) or torch.device("cpu")
+        loading, "resolve_device", lambda name: seen.append(name) or torch.device("cpu")
     )
-    translate.load(tiny.path)
-    translate.load(tiny.path, "cuda:1", "fp32")
+    loading.load(tiny.path)
+    loading.load(tiny.path, "cuda:1", "fp32")
     # None falls back to the checkpoint's decode.device; a flag wins
     assert seen == ["cpu", "cuda:1"]
 

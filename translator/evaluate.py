@@ -10,13 +10,10 @@ import sacrebleu
 
 from translator.errors import TranslatorError
 from translator.files import atomic_write, read_lines
+from translator.loading import Checkpoints, checkpoint_list, load_channel, load_models
 from translator.prepared import prepared_dir
 from translator.stream import log, model_precision, sentence_progress, warn_stderr
 from translator.translate import (
-    Checkpoints,
-    checkpoint_list,
-    load_channel,
-    load_models,
     translate_lines,
     with_overrides,
 )

@@ -20,14 +20,12 @@ from translator.data.tokenizer import Tokenizer
 from translator.device import describe
 from translator.errors import TranslatorError
 from translator.files import write_errors
+from translator.loading import Checkpoints, load_channel, load_models
 from translator.model.ensemble import Ensemble
 from translator.model.inference import is_int8
 from translator.model.transformer import Transformer
 from translator.rerank import Channel
 from translator.translate import (
-    Checkpoints,
-    load_channel,
-    load_models,
     translate_lines,
     with_overrides,
 )

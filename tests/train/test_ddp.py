@@ -14,9 +14,11 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from tests.train.conftest import variant
 from translator.train import loop
+from translator.train.batches import TrainBatches
 from translator.train.distributed import Dist
 from translator.train.schedule import learning_rate
 from translator.train.session import setup
+from translator.train.state import TrainState
 
 SETTINGS = (
     "model.dropout=0.0",
@@ -53,8 +55,8 @@ def single_process_reference(cfg) -> tuple[dict[str, torch.Tensor], list[float],
     Returns its final weights, and the gradient norm and loss per token of every update.
     """
     s = setup(cfg, quiet=True)
-    ranks = [loop.TrainBatches(cfg, Dist(s.dist.device, rank=r, world_size=2)) for r in range(2)]
-    states = [loop.TrainState() for _ in ranks]
+    ranks = [TrainBatches(cfg, Dist(s.dist.device, rank=r, world_size=2)) for r in range(2)]
+    states = [TrainState() for _ in ranks]
     norms, losses = [], []
     for step in range(cfg.train.max_updates):
         batches = [data.take(state, 1)[0] for data, state in zip(ranks, states)]

@@ -14,6 +14,7 @@ from tests.train.conftest import variant
 from translator import checkpoint
 from translator.errors import TranslatorError
 from translator.train import loop
+from translator.train.batches import TrainBatches
 from translator.train.distributed import Dist
 from translator.train.metrics import Metrics
 from translator.train.state import TrainState
@@ -21,13 +22,13 @@ from translator.train.state import TrainState
 
 def test_data_position_resumes_mid_epoch_and_rolls_into_the_next(prepared):
     cfg = variant(prepared, "unused", "train.max_tokens=8192")
-    data, state = loop.TrainBatches(cfg, Dist(torch.device("cpu"))), TrainState()
+    data, state = TrainBatches(cfg, Dist(torch.device("cpu"))), TrainState()
     per_epoch = len(data.epoch(0))
     data.take(state, per_epoch - 2)
     saved = copy.deepcopy(state)
     straight = data.take(state, 4)
     assert (state.epoch, state.batch_index) == (1, 2)
-    again = loop.TrainBatches(cfg, Dist(torch.device("cpu"))).take(saved, 4)
+    again = TrainBatches(cfg, Dist(torch.device("cpu"))).take(saved, 4)
     for a, b in zip(straight, again):
         assert torch.equal(a.src, b.src) and torch.equal(a.tgt_out, b.tgt_out)
     # shuffled anew
@@ -35,13 +36,13 @@ def test_data_position_resumes_mid_epoch_and_rolls_into_the_next(prepared):
 
 
 def test_positions_too_few_for_the_training_data_are_refused_before_training(prepared):
-    longest = loop.TrainBatches(prepared, Dist(torch.device("cpu")))
+    longest = TrainBatches(prepared, Dist(torch.device("cpu")))
     need = int(max(longest.src.lengths.max(), longest.tgt.lengths.max())) + 1
-    loop.TrainBatches(
+    TrainBatches(
         variant(prepared, "unused", f"model.max_positions={need}"), Dist(torch.device("cpu"))
     )
     with pytest.raises(TranslatorError, match=f"up to {need} positions.*use at least {need}"):
-        loop.TrainBatches(
+        TrainBatches(
             variant(prepared, "unused", f"model.max_positions={need - 1}"),
             Dist(torch.device("cpu")),
         )
@@ -71,7 +72,7 @@ def test_max_epochs_keep_last_and_a_skipped_update(prepared, tmp_path, monkeypat
     )
     loop.run(cfg, quiet=True)
     last = checkpoint.read(run_dir / "last.pt")["state"]["train"]
-    per_epoch = len(loop.TrainBatches(cfg, Dist(torch.device("cpu"))).epoch(0))
+    per_epoch = len(TrainBatches(cfg, Dist(torch.device("cpu"))).epoch(0))
     assert (last["step"], last["epoch"], last["batch_index"]) == (per_epoch, 1, 0)
     assert last["skipped_steps"] == 1
     assert sorted(p.name for p in run_dir.glob("*.pt")) == [

@@ -15,7 +15,7 @@ from translator.data.sampling import SubwordSampler
 from translator.data.shards import TokenArray
 from translator.errors import TranslatorError
 from translator.prepared import prepared_dir
-from translator.train import loop
+from translator.train.batches import TrainBatches
 from translator.train.distributed import Dist
 from translator.train.state import TrainState
 
@@ -70,8 +70,8 @@ def test_a_sample_longer_than_the_positions_keeps_the_prepared_segmentation(targ
 
 def test_training_batches_are_cut_on_the_sampled_lengths_and_resume_exactly(prepared):
     cfg = variant(prepared, "unused", "train.max_tokens=1024", "train.subword_alpha=0.3")
-    data, state = loop.TrainBatches(cfg, CPU), TrainState()
-    plain = loop.TrainBatches(variant(prepared, "unused", "train.max_tokens=1024"), CPU)
+    data, state = TrainBatches(cfg, CPU), TrainState()
+    plain = TrainBatches(variant(prepared, "unused", "train.max_tokens=1024"), CPU)
     per_epoch = len(data.epoch(0))
     batches = data.take(state, per_epoch)
     for batch in batches:  # every batch within max_tokens per side, padding included
@@ -90,7 +90,7 @@ def test_training_batches_are_cut_on_the_sampled_lengths_and_resume_exactly(prep
     data.take(state, per_epoch - 2)  # into epoch 1, two batches before its end
     saved = copy.deepcopy(state)
     straight = data.take(state, 4)  # rolls into epoch 2
-    again = loop.TrainBatches(cfg, CPU).take(saved, 4)
+    again = TrainBatches(cfg, CPU).take(saved, 4)
     for a, b in zip(straight, again):
         assert torch.equal(a.src, b.src) and torch.equal(a.tgt_out, b.tgt_out)
 

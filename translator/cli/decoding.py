@@ -243,13 +243,14 @@ def attention(
     -o attn/ --html attn.html
     """
     from translator import attention as attention_mod
-    from translator import translate as translate_mod
+    from translator.loading import load
+    from translator.translate import with_overrides
 
-    model, cfg, tokenizer = translate_mod.load(ckpt, device, dtype)
+    model, cfg, tokenizer = load(ckpt, device, dtype)
     # lines end at "\n" alone (as for translate: U+2028 inside a sentence does not split it)
     text = sys.stdin.read() if not sentences else ""
     lines = sentences or [line.rstrip("\r") for line in text.split("\n") if line.strip()]
-    decode = translate_mod.with_overrides(cfg.decode, beam_size=beam)
+    decode = with_overrides(cfg.decode, beam_size=beam)
     typer.echo(
         attention_mod.run(
             model, tokenizer, cfg.diagnostics, decode, lines, target, out, html, words

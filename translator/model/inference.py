@@ -1,4 +1,4 @@
-"""Speed for decoding on CPU, applied to a loaded model as one explicit conversion (translate.load).
+"""Speed for decoding on CPU, applied to a loaded model as one explicit conversion (loading.load).
 
 The model's own code is the plain algorithm: nn.Linear, one fused SDPA call, a KV cache of
 (N, G, T_max, K) slots. For a search's shapes on CPU, `for_cpu_decoding` swaps in kernels that
@@ -19,7 +19,7 @@ The plain model is the reference the converted one is tested against
 The conversion is for inference only: it turns autograd off for the parameters, a converted
 linear refuses to run under autocast, which its private op would bypass, and a converted model
 holds its linear weights in oneDNN's opaque layout only (not in its state dict; it cannot be copied
-or saved: convert a copy, as translate.load converts a freshly loaded checkpoint).
+or saved: convert a copy, as loading.load converts a freshly loaded checkpoint).
 """
 
 from __future__ import annotations

@@ -12,92 +12,21 @@ import math
 import signal
 import threading
 import time
-from dataclasses import dataclass
-from datetime import datetime
 
-import numpy as np
 import torch
 
-from translator.config import Config, dump, to_dict
-from translator.data.batching import Batch, make_batch, token_batches
-from translator.data.sampling import SubwordSampler
-from translator.data.shards import TokenArray
-from translator.errors import TranslatorError
-from translator.files import atomic_write
-from translator.model.transformer import Transformer, count_parameters
-from translator.prepared import load_manifest, prepared_dir, source_change, vocab_files
+from translator.config import Config
+from translator.data.batching import Batch
+from translator.model.transformer import Transformer
 from translator.train import distributed, oom
-from translator.train.distributed import Dist, no_sync, sum_all
-from translator.train.linear import OneDNNTrainingLinear
+from translator.train.batches import TrainBatches
+from translator.train.distributed import no_sync, sum_all
 from translator.train.loss import chunked_token_loss, token_loss
 from translator.train.manifest import RunManifest
 from translator.train.precision import autocast
+from translator.train.report import Throughput, log_update, start_logging
 from translator.train.schedule import budget_progress, learning_rate
 from translator.train.session import Session, evaluate_and_save, save, setup
-from translator.train.state import TrainState
-from translator.train.validate import too_long_pairs
-
-
-class TrainBatches:
-    """This process's training batches, epoch after epoch, read from the position in TrainState."""
-
-    def __init__(self, cfg: Config, d: Dist) -> None:
-        folder = prepared_dir(cfg.data)
-        self.src, self.tgt = TokenArray(folder / "train.src"), TokenArray(folder / "train.tgt")
-        # + EOS / BOS
-        longest = int(max(self.src.lengths.max(initial=0), self.tgt.lengths.max(initial=0))) + 1
-        if longest > cfg.model.max_positions:  # found now, not at the first long batch
-            raise TranslatorError(
-                f"training sequences take up to {longest} positions, more than "
-                f"max_positions={cfg.model.max_positions}",
-                "model.max_positions",
-                f"use at least {longest}, or prepare with a smaller data.max_tokens_per_side",
-            )
-        self.args = (cfg.train.max_tokens, cfg.train.seed)
-        self.rank, self.world_size = d.rank, d.world_size
-        self.samplers: list[SubwordSampler] = []
-        if cfg.train.subword_alpha:  # + EOS / BOS: rows of at most max_positions - 1 tokens
-            files, alpha = vocab_files(cfg.data), cfg.train.subword_alpha
-            self.samplers = [
-                SubwordSampler(str(folder / files[side]), rows, alpha, cfg.model.max_positions - 1)
-                for side, rows in (("src", self.src), ("tgt", self.tgt))
-            ]
-        # (epoch, its batches of row indices, its source rows, its target rows)
-        Cached = tuple[int, list[np.ndarray], TokenArray, TokenArray]
-        self.cached: Cached = (-1, [], self.src, self.tgt)
-
-    def epoch(self, epoch: int) -> list[np.ndarray]:
-        if self.cached[0] != epoch:
-            src, tgt = self.src, self.tgt
-            if self.samplers:  # this epoch's segmentation; batches are cut on its lengths
-                seed = self.args[1]
-                src, tgt = (s.epoch(seed, epoch, side) for side, s in enumerate(self.samplers))
-            order = token_batches(
-                src.lengths, tgt.lengths, *self.args, epoch, self.rank, self.world_size
-            )
-            if not order:
-                raise TranslatorError(
-                    f"the training split has fewer batches than the {self.world_size} processes",
-                    "train",
-                    "use fewer processes or a smaller train.max_tokens",
-                )
-            self.cached = (epoch, order, src, tgt)
-        return self.cached[1]
-
-    def roll(self, state: TrainState) -> None:
-        """Move to the next epoch (a new shuffle) once this one is used up."""
-        if state.batch_index >= len(self.epoch(state.epoch)):
-            state.epoch, state.batch_index = state.epoch + 1, 0
-
-    def take(self, state: TrainState, count: int) -> list[Batch]:
-        out = []
-        for _ in range(count):
-            self.roll(state)
-            rows = self.epoch(state.epoch)[state.batch_index]
-            src, tgt = self.cached[2:]
-            state.batch_index += 1
-            out.append(make_batch([src[i] for i in rows], [tgt[i] for i in rows]))
-        return out
 
 
 def loss_sums(
@@ -179,17 +108,6 @@ class StopRequest:
     def restore(self) -> None:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
-
-
-@dataclass
-class Throughput:
-    """Target tokens per second over the current logging window (all processes)."""
-
-    tokens: float = 0.0
-    start: float = 0.0
-
-    def rate(self) -> float:
-        return self.tokens / max(time.time() - self.start, 1e-9)
 
 
 def run(cfg: Config, quiet: bool = False) -> Transformer:
@@ -286,105 +204,3 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
     if reason == "interrupted":  # saved, but not done: `train ... && eval ...` must not go on
         raise SystemExit(128 + stop.signum)
     return s.decoding_model()
-
-
-def start_logging(s: Session, n_pairs: int) -> None:
-    """config.yaml, the hyperparameters for TensorBoard, and the opening log line (rank 0)."""
-    cfg, state = s.cfg, s.state
-    if s.dist.main:
-        with atomic_write(s.run_dir / "config.yaml") as handle:
-            handle.write(dump(cfg))
-    s.metrics.advance(state.step, "")
-    s.metrics.text(state.step, "config", "```yaml\n" + dump(cfg) + "```")
-    flat = {
-        f"{section}.{key}": value
-        for section in ("model", "train", "decode")
-        for key, value in to_dict(getattr(cfg, section)).items()
-    }
-    s.metrics.hparams(state.step, flat, ["valid/bleu", "valid/chrf", "valid/loss", "train/loss"])
-    on_off = {True: "on", False: "off"}
-    # each session's times count from its start: this line tells the sessions apart
-    s.metrics.line(f"session started {datetime.now().astimezone():%Y-%m-%d %H:%M:%S %z}")
-    s.metrics.line(
-        f"model: {count_parameters(s.model):,} parameters; {s.dist.world_size} x {s.dist.device}, "
-        f"precision {s.dtype or torch.float32}, gradient checkpointing "
-        f"{on_off[cfg.model.gradient_checkpointing]}, compile {on_off[cfg.train.compile]}; "
-        f"{n_pairs:,} training pairs; starting at update {state.step}"
-    )
-    if s.dist.device.type == "cpu":  # the choices session.training_model made
-        onednn = s.dtype is None and any(
-            isinstance(m, OneDNNTrainingLinear) for m in s.model.modules()
-        )
-        linears = ", fp32 linears through " + ("oneDNN" if onednn else "PyTorch's own kernels")
-        s.metrics.line(
-            "CPU training: dropout from 16-bit draws, the loss in chunks of rows, freed memory "
-            "kept for reuse" + (linears if s.dtype is None else "")
-        )
-    change = source_change(cfg.data, load_manifest(cfg.data, s.vocab_from)) if s.dist.main else ""
-    if change:  # prepared data are reused by their settings, wherever they came from
-        s.metrics.warning(
-            f"{change}; training reads the prepared copy (to prepare the source again: "
-            "`translator prepare` with this config, --data and --force; or set another data.name)"
-        )
-    over, total = too_long_pairs(cfg)  # said now, not after eval_every updates
-    if over:
-        s.metrics.line(
-            f"valid: {over} of {total} pairs take more than "
-            f"model.max_positions={cfg.model.max_positions} positions; validation leaves them out "
-            "of its loss (BLEU translates their sources in pieces)"
-        )
-
-
-def log_update(
-    s: Session,
-    loss: float,
-    nll: float,
-    tokens: float,
-    grad_norm: float,
-    ok: bool,
-    lr: float,
-    window: Throughput,
-) -> None:
-    """Progress bar every update; scalars and a log line every log_every updates; skipped updates
-    reported."""
-    state, t = s.state, s.cfg.train
-    if ok:
-        state.window_loss += loss
-        state.window_nll += nll
-        state.window_tokens += int(tokens)
-    else:
-        state.skipped_steps += 1
-        s.metrics.line(
-            f"update {state.step}: non-finite loss ({loss:.3g}) or gradient norm "
-            f"({grad_norm:.3g}); not applied ({state.skipped_steps} skipped so far)"
-        )
-    s.metrics.advance(
-        state.step, f"loss {loss / max(tokens, 1):.3f}  lr {lr:.2e}  {window.rate():,.0f} tok/s"
-    )
-    if state.step % t.log_every:
-        return
-    values = {
-        "lr": lr,
-        "grad_norm": grad_norm,
-        "tokens_per_s": window.rate(),
-        "skipped_steps": state.skipped_steps,
-        "oom_splits": state.oom_splits,
-        "oom_skipped": state.oom_skipped,
-    }
-    if state.window_tokens:
-        values["loss"] = state.window_loss / state.window_tokens
-        values["nll_loss"] = state.window_nll / state.window_tokens
-        values["ppl"] = math.exp(min(values["nll_loss"], 50.0))
-    if s.scaler.is_enabled():
-        values["loss_scale"] = s.scaler.get_scale()
-    if s.dist.device.type == "cuda":
-        values["gpu_mem_gb"] = torch.cuda.max_memory_allocated(s.dist.device) / 2**30
-    s.metrics.scalars(state.step, values, "train")
-    s.metrics.line(
-        f"update {state.step}: "
-        + ", ".join(f"{k} {v:.4g}" for k, v in values.items())
-        + f", epoch {state.epoch}"
-    )
-    state.window_loss = state.window_nll = 0.0
-    state.window_tokens = 0
-    window.tokens, window.start = 0.0, time.time()

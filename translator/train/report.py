@@ -1,0 +1,132 @@
+"""What a training run tells: config.yaml and the opening lines, then each update's progress bar,
+scalars and log line (rank 0 writes; train/metrics.py is where they go)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+import torch
+
+from translator.config import dump, to_dict
+from translator.files import atomic_write
+from translator.model.transformer import count_parameters
+from translator.prepared import load_manifest, source_change
+from translator.train.linear import OneDNNTrainingLinear
+from translator.train.session import Session
+from translator.train.validate import too_long_pairs
+
+
+@dataclass
+class Throughput:
+    """Target tokens per second over the current logging window (all processes)."""
+
+    tokens: float = 0.0
+    start: float = 0.0
+
+    def rate(self) -> float:
+        return self.tokens / max(time.time() - self.start, 1e-9)
+
+
+def start_logging(s: Session, n_pairs: int) -> None:
+    """config.yaml, the hyperparameters for TensorBoard, and the opening log line (rank 0)."""
+    cfg, state = s.cfg, s.state
+    if s.dist.main:
+        with atomic_write(s.run_dir / "config.yaml") as handle:
+            handle.write(dump(cfg))
+    s.metrics.advance(state.step, "")
+    s.metrics.text(state.step, "config", "```yaml\n" + dump(cfg) + "```")
+    flat = {
+        f"{section}.{key}": value
+        for section in ("model", "train", "decode")
+        for key, value in to_dict(getattr(cfg, section)).items()
+    }
+    s.metrics.hparams(state.step, flat, ["valid/bleu", "valid/chrf", "valid/loss", "train/loss"])
+    on_off = {True: "on", False: "off"}
+    # each session's times count from its start: this line tells the sessions apart
+    s.metrics.line(f"session started {datetime.now().astimezone():%Y-%m-%d %H:%M:%S %z}")
+    s.metrics.line(
+        f"model: {count_parameters(s.model):,} parameters; {s.dist.world_size} x {s.dist.device}, "
+        f"precision {s.dtype or torch.float32}, gradient checkpointing "
+        f"{on_off[cfg.model.gradient_checkpointing]}, compile {on_off[cfg.train.compile]}; "
+        f"{n_pairs:,} training pairs; starting at update {state.step}"
+    )
+    if s.dist.device.type == "cpu":  # the choices session.training_model made
+        onednn = s.dtype is None and any(
+            isinstance(m, OneDNNTrainingLinear) for m in s.model.modules()
+        )
+        linears = ", fp32 linears through " + ("oneDNN" if onednn else "PyTorch's own kernels")
+        s.metrics.line(
+            "CPU training: dropout from 16-bit draws, the loss in chunks of rows, freed memory "
+            "kept for reuse" + (linears if s.dtype is None else "")
+        )
+    change = source_change(cfg.data, load_manifest(cfg.data, s.vocab_from)) if s.dist.main else ""
+    if change:  # prepared data are reused by their settings, wherever they came from
+        s.metrics.warning(
+            f"{change}; training reads the prepared copy (to prepare the source again: "
+            "`translator prepare` with this config, --data and --force; or set another data.name)"
+        )
+    over, total = too_long_pairs(cfg)  # said now, not after eval_every updates
+    if over:
+        s.metrics.line(
+            f"valid: {over} of {total} pairs take more than "
+            f"model.max_positions={cfg.model.max_positions} positions; validation leaves them out "
+            "of its loss (BLEU translates their sources in pieces)"
+        )
+
+
+def log_update(
+    s: Session,
+    loss: float,
+    nll: float,
+    tokens: float,
+    grad_norm: float,
+    ok: bool,
+    lr: float,
+    window: Throughput,
+) -> None:
+    """Progress bar every update; scalars and a log line every log_every updates; skipped updates
+    reported."""
+    state, t = s.state, s.cfg.train
+    if ok:
+        state.window_loss += loss
+        state.window_nll += nll
+        state.window_tokens += int(tokens)
+    else:
+        state.skipped_steps += 1
+        s.metrics.line(
+            f"update {state.step}: non-finite loss ({loss:.3g}) or gradient norm "
+            f"({grad_norm:.3g}); not applied ({state.skipped_steps} skipped so far)"
+        )
+    s.metrics.advance(
+        state.step, f"loss {loss / max(tokens, 1):.3f}  lr {lr:.2e}  {window.rate():,.0f} tok/s"
+    )
+    if state.step % t.log_every:
+        return
+    values = {
+        "lr": lr,
+        "grad_norm": grad_norm,
+        "tokens_per_s": window.rate(),
+        "skipped_steps": state.skipped_steps,
+        "oom_splits": state.oom_splits,
+        "oom_skipped": state.oom_skipped,
+    }
+    if state.window_tokens:
+        values["loss"] = state.window_loss / state.window_tokens
+        values["nll_loss"] = state.window_nll / state.window_tokens
+        values["ppl"] = math.exp(min(values["nll_loss"], 50.0))
+    if s.scaler.is_enabled():
+        values["loss_scale"] = s.scaler.get_scale()
+    if s.dist.device.type == "cuda":
+        values["gpu_mem_gb"] = torch.cuda.max_memory_allocated(s.dist.device) / 2**30
+    s.metrics.scalars(state.step, values, "train")
+    s.metrics.line(
+        f"update {state.step}: "
+        + ", ".join(f"{k} {v:.4g}" for k, v in values.items())
+        + f", epoch {state.epoch}"
+    )
+    state.window_loss = state.window_nll = 0.0
+    state.window_tokens = 0
+    window.tokens, window.start = 0.0, time.time()
