@@ -308,3 +308,18 @@ def test_a_greedy_score_is_on_the_beam_searchs_scale(tiny, alpha):
     beam = beam_search(tiny.model, src, padding_mask(src), beam_size=1, alpha=alpha)
     for (g,), (b, *_) in zip(greedy, beam):
         assert g.tokens == b.tokens and g.score == pytest.approx(b.score, abs=1e-4)
+
+
+def test_a_line_break_in_a_decoded_output_stays_inside_its_line(tiny, monkeypatch):
+    # a byte-fallback model can emit <0x0A> or <0x0D>: decoded, a line break inside the text
+    breaks = "\n\r\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+    real = tiny.tokenizer.decode
+    monkeypatch.setattr(
+        tiny.tokenizer, "decode", lambda rows: [f"a{breaks}b {text}" for text in real(rows)]
+    )
+    lines = ["Two dogs.", " ".join(SENTENCES * 2), "People walk."]  # the second is split
+    decode = dataclasses.replace(tiny.cfg.decode, beam_size=2)
+    out = translate.translate_lines(tiny.model, tiny.tokenizer, lines, decode, nbest=2)
+    texts = [text for hyps in out for text, _ in hyps]
+    assert len(texts) == 5 and all(text.startswith("a") and "b" in text for text in texts)
+    assert all(len(text.splitlines()) == 1 for text in texts)

@@ -33,6 +33,9 @@ from translator.model.transformer import Transformer
 from translator.rerank import Channel
 
 SENTENCE_END = (".", "!", "?", ";", ":")
+# an output is one line: a line break a model spells in bytes (byte fallback's <0x0A>, <0x0D>)
+# would split it and shift every later line; these are all that str.splitlines breaks at
+ONE_LINE = str.maketrans(dict.fromkeys("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029", " "))
 
 
 def with_overrides(decode: DecodeConfig, **values) -> DecodeConfig:
@@ -255,10 +258,11 @@ def _detokenize(
         return [("", 0.0)]
     if len(pieces_hyps) == 1:
         texts = tokenizer.decode([h.tokens for h in pieces_hyps[0]])
-        return [(text, h.score) for text, h in zip(texts, pieces_hyps[0])]
+        return [(text.translate(ONE_LINE), h.score) for text, h in zip(texts, pieces_hyps[0])]
     # over-long: join the best of each
     texts = tokenizer.decode([hyps[0].tokens for hyps in pieces_hyps])
-    return [(join_pieces(texts), sum(hyps[0].score for hyps in pieces_hyps))]
+    joined = join_pieces(texts).translate(ONE_LINE)
+    return [(joined, sum(hyps[0].score for hyps in pieces_hyps))]
 
 
 def _unk_count(pieces_hyps: list[list[Hypothesis]]) -> int:
