@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> None:
         for name, (model, decode) in ways.items():
             Ensemble.decode = decode
             start = time.perf_counter()
-            outputs[name] = [h[0][0] for h in translate_lines(model, tokenizer, lines, cfg.decode)]
+            outputs[name] = [
+                h[0][0] for h in translate_lines(model, tokenizer, lines, cfg.decode, data=cfg.data)
+            ]
             times.append(f"{name} {time.perf_counter() - start:.1f} s")
         Ensemble.decode = in_place
         same = sum(a == b for a, b in zip(outputs["in place"], outputs["stacked"]))

@@ -323,3 +323,35 @@ def test_a_line_break_in_a_decoded_output_stays_inside_its_line(tiny, monkeypatc
     texts = [text for hyps in out for text, _ in hyps]
     assert len(texts) == 5 and all(text.startswith("a") and "b" in text for text in texts)
     assert all(len(text.splitlines()) == 1 for text in texts)
+
+
+def test_sources_are_cleaned_as_the_training_text_was(tiny):
+    # controls that prepare's cleaner turns into a space (NEL, U+001F) or removes (NUL)
+    raw = ["Two\x85dogs run.", "Two\x1fdogs run.", "Two\x00 dogs run.\u200b", " Two  dogs run. "]
+    clean = "Two dogs run."
+    assert all(ids != tiny.tokenizer.encode([clean])[0] for ids in tiny.tokenizer.encode(raw[:3]))
+    decode = tiny.cfg.decode
+    expected = translate.translate_lines(tiny.model, tiny.tokenizer, [clean], decode)[0]
+    out = translate.translate_lines(tiny.model, tiny.tokenizer, raw, decode, data=tiny.cfg.data)
+    assert out == [expected] * len(raw)
+
+
+def test_translate_and_eval_clean_their_sources(tiny, tmp_path):
+    from typer.testing import CliRunner
+
+    from translator import cli
+
+    raw, clean = "Two\x85dogs run.\n", "Two dogs run.\n"
+    said = [
+        CliRunner().invoke(cli.app, ["translate", str(tiny.path), "-q"], input=text).stdout
+        for text in (raw, clean)
+    ]
+    assert said[0] == said[1] != ""
+    (tmp_path / "src").write_text(raw + clean, encoding="utf-8")
+    (tmp_path / "ref").write_text("Zwei Hunde.\nZwei Hunde.\n", encoding="utf-8")
+    hyp = tmp_path / "hyp"
+    args = ["eval", str(tiny.path), "--src", str(tmp_path / "src"), "--ref", str(tmp_path / "ref")]
+    result = CliRunner().invoke(cli.app, [*args, "-o", str(hyp), "-q"])
+    assert result.exit_code == 0, result.output
+    first, second = hyp.read_text(encoding="utf-8").split("\n")[:2]
+    assert first == second == said[1].rstrip("\n")

@@ -185,6 +185,7 @@ def run(
                 warn=warn_stderr,
                 progress=progress,
                 channel=reranker,
+                data=cfg.data,
             )
         hyps = [h[0][0] for h in translated]
         handle.write("".join(h + "\n" for h in hyps))

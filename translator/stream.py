@@ -14,7 +14,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from translator.config import DecodeConfig
+from translator.config import DataConfig, DecodeConfig
 from translator.data.progress import StatsColumn
 from translator.data.tokenizer import Tokenizer
 from translator.device import describe
@@ -92,6 +92,7 @@ def run(
             progress=progress,
             alignment_layer=alignment_layer,
             channel=reranker,
+            data=cfg.data,
         )
 
 
@@ -171,6 +172,7 @@ def translate_chunks(
     progress: Callable[[int, int], None] | None = None,
     alignment_layer: int | None = None,
     channel: Channel | None = None,
+    data: DataConfig | None = None,
 ) -> int:
     """Translate chunks of lines, writing each chunk as soon as it is done; returns the line count.
 
@@ -202,6 +204,7 @@ def translate_chunks(
             progress=report if progress is not None else None,
             alignment_layer=alignment_layer,
             channel=channel,
+            data=data,
         ):
             with write_errors(output, "cannot write the translations"):
                 if nbest is None and alignment_layer is None:

@@ -18,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator
 
-from translator.config import DecodeConfig
+from translator.config import DataConfig, DecodeConfig
 from translator.data.batching import pad, padding_mask
+from translator.data.clean import normalize
 from translator.data.join import join_pieces
 from translator.data.tokenizer import EOS_ID, UNK_ID, Tokenizer
 from translator.decode import Hypothesis
@@ -131,8 +132,13 @@ def translate_lines(
     first_line: int = 1,
     alignment_layer: int | None = None,
     channel: Channel | None = None,
+    data: DataConfig | None = None,
 ) -> list[list[tuple]]:
     """Translate `lines`; returns, per input line and in input order, (text, score) best first.
+
+    `data`: the model's data settings; each line is then normalised as its training sources were
+    (data/clean.py: control characters, whitespace runs, NFC), so a character the cleaner took
+    out of the training text is not an `<unk>` here. None: lines are only stripped.
 
     With a `channel` model the search finds `channel.candidates` hypotheses per line and they are
     reranked with it (translator/rerank.py); scores are then the combined ones.
@@ -169,7 +175,8 @@ def translate_lines(
     limit = model.cfg.max_positions - 1  # source tokens; with EOS they fill the positions
     pieces: list[list[int]] = []  # sub-sequences to decode
     owner: list[int] = []  # which line each piece belongs to
-    for number, ids in enumerate(tokenizer.encode([line.strip() for line in lines])):
+    sources = [source_text(line, data) for line in lines]
+    for number, ids in enumerate(tokenizer.encode(sources)):
         if len(ids) > limit:
             parts = split_long(ids, limit, tokenizer.sp.id_to_piece(ids))
             if warn is not None:
@@ -211,7 +218,7 @@ def translate_lines(
         warn(unk_message(unknown))
     out = [_detokenize(tokenizer, line_hyps) for line_hyps in by_line]
     if channel is not None:
-        out = channel.rerank([line.strip() for line in lines], out)
+        out = channel.rerank(sources, out)
     if alignment_layer is None:
         return [candidates[:shown] for candidates in out]
     parts: list[list[int]] = [[] for _ in lines]  # each line's pieces
@@ -227,6 +234,13 @@ def translate_lines(
         )
         for translations, ks in zip(out, parts)
     ]
+
+
+def source_text(line: str, data: DataConfig | None) -> str:
+    """One input line as the tokenizer gets it (see `translate_lines`)."""
+    if data is None:
+        return line.strip()
+    return normalize(line, data.nfc, data.normalize_spaces).strip()
 
 
 def _with_alignments(

@@ -88,7 +88,8 @@ def validate(
     limit = cfg.train.valid_bleu_sentences or len(sources)
     decode = replace(cfg.decode, beam_size=cfg.train.valid_beam_size or cfg.decode.beam_size)
     with autocast(device, dtype):
-        hyps = [h[0][0] for h in translate_lines(model, tokenizer, sources[:limit], decode)]
+        translated = translate_lines(model, tokenizer, sources[:limit], decode, data=cfg.data)
+        hyps = [h[0][0] for h in translated]
     scores = score(hyps, refs[:limit], tgt_lang=cfg.data.tgt_lang)
     model.train()
     mean = loss / tokens if tokens else math.nan  # no pair fits: no loss to report
