@@ -549,3 +549,25 @@ def test_average_last_n_takes_the_newest_step_checkpoints_by_update(prepared, tm
     with pytest.raises(TranslatorError, match="--last takes a run directory") as err:
         checkpoint.latest_steps(run / "step-9.pt", 2)
     assert err.value.where == str(run / "step-9.pt")
+
+
+def test_references_not_in_nfc_are_warned_about(tiny, tmp_path):
+    import unicodedata
+
+    from typer.testing import CliRunner
+
+    from translator import cli
+
+    refs = ["Zwei Hunde über der Wiese.", "Ein Mann.", "Männer spielen."]
+    (tmp_path / "src").write_text("Two dogs.\nA man.\nMen play.\n", encoding="utf-8")
+    nfd = [unicodedata.normalize("NFD", r) for r in refs]
+    assert sum(a != b for a, b in zip(refs, nfd)) == 2
+    said = {}
+    for name, lines in (("nfc", refs), ("nfd", nfd)):
+        (tmp_path / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        args = ["eval", str(tiny.path), "--src", str(tmp_path / "src"), "--ref"]
+        result = CliRunner().invoke(cli.app, [*args, str(tmp_path / name), "-q"])
+        assert result.exit_code == 0, result.output
+        said[name] = result.stderr
+    assert "NFC" not in said["nfc"]
+    assert f"{tmp_path / 'nfd'}: 2 of 3 references are not in Unicode NFC" in said["nfd"]

@@ -57,6 +57,23 @@ def test_atomic_write_gives_an_ordinary_file_and_no_debris(tmp_path):
     assert (tmp_path / "out.txt").stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600
 
 
+def test_read_lines_drops_a_byte_order_mark_opening_the_file_only(tmp_path):
+    from translator.files import read_lines
+
+    (tmp_path / "ref.de").write_bytes("\ufeffEin Hund.\n\ufeffZwei.\n".encode())
+    assert read_lines(tmp_path / "ref.de") == ["Ein Hund.", "\ufeffZwei."]
+
+
+def test_read_lines_names_a_gzip_file(tmp_path):
+    import gzip
+
+    from translator.files import read_lines
+
+    (tmp_path / "ref.de.gz").write_bytes(gzip.compress(b"Ein Hund.\n"))
+    with pytest.raises(TranslatorError, match=r"ref\.de\.gz: a gzip file, not text.*gunzip"):
+        read_lines(tmp_path / "ref.de.gz")
+
+
 def test_read_lines_drops_crlf_line_endings(tmp_path):
     from translator.files import read_lines
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from unicodedata import is_normalized
 
 import sacrebleu
 
@@ -162,6 +163,13 @@ def run(
     if not sources:
         raise TranslatorError(
             "nothing to score: the files are empty", str(src_file), "give a non-empty test set"
+        )
+    if cfg.data.nfc and (decomposed := sum(not is_normalized("NFC", r) for r in refs)):
+        # BLEU and chrF compare code points: an NFD "ü" (u + U+0308) never matches the model's
+        warn_stderr(
+            f"{ref_file}: {decomposed} of {len(refs)} references are not in Unicode NFC (the "
+            "model writes NFC), which lowers BLEU and chrF; normalise them, e.g. with "
+            "`uconv -x any-nfc`"
         )
     hyp_path = (
         Path(hyp_file)

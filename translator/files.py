@@ -186,16 +186,21 @@ def _alive(pid: int) -> bool:
 
 
 def read_lines(path: str | Path) -> list[str]:
-    """Lines of a UTF-8 text file without their line endings; bad bytes name the line."""
+    """Lines of a UTF-8 text file without their line endings (and without a byte-order mark: a
+    reference that kept one would lose its first word's match); bad bytes name the line."""
     path = Path(path)
     if not path.is_file():
         what = "a directory, not a text file" if path.is_dir() else "file not found"
         raise TranslatorError(what, str(path), "check the path")
     lines = []
     with open(path, "rb") as handle:
+        if handle.read(2) == b"\x1f\x8b":
+            raise TranslatorError("a gzip file, not text", str(path), "gunzip it first")
+        handle.seek(0)
         for number, raw in enumerate(handle, 1):
             try:
-                lines.append(raw.decode("utf-8").rstrip("\r\n"))
+                line = raw.decode("utf-8").rstrip("\r\n")
+                lines.append(line.removeprefix("\ufeff") if number == 1 else line)
             except UnicodeDecodeError as err:
                 raise TranslatorError(
                     f"invalid UTF-8 at byte {err.start}",

@@ -320,17 +320,24 @@ def test_only_newline_ends_a_line_in_every_line_format(tmp_path, name):
 def test_text_lines_are_what_splitting_the_bytes_on_newline_gives(
     tmp_path_factory, lines, trailing_newline
 ):
-    """The reference: bytes split on b"\\n" (one CR before it dropped, as CRLF), nothing else."""
+    """The reference: bytes split on b"\\n" (one CR before it dropped, as CRLF), nothing else;
+    but a byte-order mark opening the file goes, and a file whose only line breaks are CRs is
+    refused."""
     root = tmp_path_factory.mktemp("src")
     raw = "\n".join(lines).encode() + b"\n" * trailing_newline
     if not raw.strip(b"\n"):
         return  # an empty file is refused by name (tested above)
     for lang in ("en", "de"):
         (root / f"train.{lang}").write_bytes(raw)
+    if b"\n" not in raw and b"\r" in raw.removesuffix(b"\r"):
+        with pytest.raises(TranslatorError, match="CR alone"):
+            pairs(tiny_config(root, root / "data"), cache=root / "cache")
+        return
     expected = raw.split(b"\n")
     if raw.endswith(b"\n"):
         expected.pop()
     expected = [line.removesuffix(b"\r").decode() for line in expected]
+    expected[0] = expected[0].removeprefix("\ufeff")
     got, _ = pairs(tiny_config(root, root / "data"), cache=root / "cache")
     assert got == expected
 
@@ -349,3 +356,48 @@ def test_a_tsv_row_with_a_missing_field_is_named(tmp_path):
         ["a", ""],
         ["eins", ""],
     )
+
+
+@pytest.mark.parametrize("name", ["text", "tsv"])
+def test_a_byte_order_mark_opening_a_file_is_not_text(tmp_path, name):
+    root = tmp_path / "src"
+    root.mkdir()
+    bom = "\ufeff".encode()
+    if name == "tsv":  # the header names its columns all the same
+        (root / "train.tsv").write_bytes(bom + b"en\tde\r\na\tA\r\nb\tB\r\n")
+    else:
+        (root / "train.en").write_bytes(bom + b"a\nb\n")
+        (root / "train.de").write_bytes(bom + b"A\r\nB\r\n")
+    assert pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache") == (
+        ["a", "b"],
+        ["A", "B"],
+    )
+
+
+def test_lines_ending_in_cr_alone_are_refused_naming_the_file(tmp_path):
+    root = write_text_corpus(tmp_path / "src", {"train": (EN, DE)})
+    (root / "train.de").write_bytes("\r".join(DE).encode() + b"\r")
+    with pytest.raises(TranslatorError, match=r"train\.de.*CR alone.*LF"):
+        pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")
+
+
+def test_a_file_named_gz_that_is_not_gzip_is_named(tmp_path):
+    root = write_text_corpus(tmp_path / "src", {"train": (EN, DE)})
+    (root / "train.de").rename(root / "train.de.gz")  # plain text under a .gz name
+    with pytest.raises(TranslatorError, match=r"train\.de\.gz: not a gzip file"):
+        pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")
+
+
+def test_a_file_both_plain_and_gzipped_is_refused(tmp_path):
+    root = write_text_corpus(tmp_path / "src", {"train": (EN, DE)})
+    (root / "train.de.gz").write_bytes(gzip.compress(b"old\n"))
+    with pytest.raises(TranslatorError, match=r"both train\.de and train\.de\.gz"):
+        pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")
+
+
+def test_a_directory_named_as_a_data_file_is_named_so(tmp_path):
+    root = write_text_corpus(tmp_path / "src", {"train": (EN, DE)})
+    (root / "train.de").unlink()
+    (root / "train.de").mkdir()
+    with pytest.raises(TranslatorError, match=r"train\.de: a directory, not a file"):
+        pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")

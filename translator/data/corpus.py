@@ -15,6 +15,7 @@ builder.
 
 from __future__ import annotations
 
+import gzip
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -329,16 +330,38 @@ def _check_not_empty(path: Path) -> None:
 
 
 def _lines(path: Path, count: int) -> list[str]:
-    """The first `count` lines of a (possibly gzipped) file, fewer if it is shorter."""
-    with open_maybe_gz(path) as handle:
-        raw = [handle.readline() for _ in range(count)]
-    return [line.decode("utf-8", errors="replace").rstrip("\r\n") for line in raw if line]
+    """The first `count` lines of a (possibly gzipped) file, fewer if it is shorter; without a
+    byte-order mark."""
+    try:
+        with open_maybe_gz(path) as handle:
+            raw = [handle.readline() for _ in range(count)]
+    except gzip.BadGzipFile:
+        raise TranslatorError(
+            "not a gzip file", str(path), "gzip it, or name it without .gz"
+        ) from None
+    except (OSError, EOFError) as err:
+        raise TranslatorError(
+            f"cannot read file: {getattr(err, 'strerror', None) or err or 'it ends early'}",
+            str(path),
+            "check the file",
+        ) from None
+    text = [line.decode("utf-8", errors="replace").rstrip("\r\n") for line in raw if line]
+    return [text[0].removeprefix("\ufeff"), *text[1:]] if text else []
 
 
 def _find(root: Path, name: str) -> Path | None:
-    return next(
-        (root / f"{name}{ext}" for ext in EXTENSIONS if (root / f"{name}{ext}").is_file()), None
-    )
+    """root/name or root/name.gz; both there is refused (which one is current?), as is a
+    directory of that name."""
+    found = [root / f"{name}{ext}" for ext in EXTENSIONS if (root / f"{name}{ext}").exists()]
+    if len(found) > 1:
+        raise TranslatorError(
+            f"both {name} and {name}.gz are there",
+            str(root),
+            "remove (or move away) the one that is not current",
+        )
+    if found and not found[0].is_file():
+        raise TranslatorError("a directory, not a file", str(found[0]), "check the path")
+    return found[0] if found else None
 
 
 def _visible_files(root: Path) -> list[str]:

@@ -40,7 +40,9 @@ def tsv_rows(path: Path, columns: list[str], skip: int) -> Iterator[dict[str, li
 def line_blocks(path: Path, block_bytes: int = 1 << 24) -> Iterator[list[str]]:
     """A (possibly gzipped) UTF-8 file's lines, a block at a time, split on "\\n" only.
 
-    A CR before the newline is the line ending (CRLF) and goes; any other CR is text.
+    A CR before the newline is the line ending (CRLF) and goes; any other CR is text, except in a
+    file with no newline at all: lines that end in a CR alone (classic Mac OS) are refused, as
+    they would be one long line. A byte-order mark at the start goes (Windows editors write it).
     """
     number, rest = 0, b""  # lines before this block; an unfinished last line
     with open_maybe_gz(path) as handle:
@@ -57,6 +59,14 @@ def line_blocks(path: Path, block_bytes: int = 1 << 24) -> Iterator[list[str]]:
                     raise TranslatorError(
                         "invalid UTF-8", f"{path}:{line}", "re-encode the file as UTF-8"
                     ) from None
+                if not number:
+                    text = text.removeprefix("\ufeff")
+                    if not data and "\r" in text.removesuffix("\r"):  # the file, and no "\n"
+                        raise TranslatorError(
+                            "its lines end with CR alone (classic Mac OS); lines end at LF here",
+                            str(path),
+                            "convert the line ends to LF, e.g. with tr '\\r' '\\n'",
+                        )
                 lines = text.split("\n")
                 if text.endswith("\n"):
                     lines.pop()
