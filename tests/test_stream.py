@@ -29,7 +29,7 @@ def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
     monkeypatch.setattr(
         stream,
         "translate_chunks",
-        lambda model, tok, decode, lines, out, nbest, progress, alignment_layer, channel: (
+        lambda model, tok, decode, lines, out, nbest, progress, alignment_layer, channel, data: (
             seen.update(decode=decode, nbest=nbest, alignment_layer=alignment_layer)
         ),
     )
@@ -278,6 +278,17 @@ def test_read_chunks_numbers_invalid_utf8_lines_across_reads(tmp_path):
         ]
     assert len(lines) == 40002 and lines[40000] == "caf\ufffd" and lines[-1] == "b"
     assert [w.split(":")[0] for w in warnings] == ["line 40001"]
+
+
+@pytest.mark.parametrize("ending", [b"\n", b""])
+def test_read_chunks_keeps_lines_longer_than_many_reads_whole(tmp_path, ending):
+    # "é" is two bytes: with 64 KiB reads some of them are cut in the middle
+    long = "é" * 300_001
+    path = tmp_path / "long.txt"
+    path.write_bytes(b"short\n" + long.encode() + b"\n" + b"x" * 70_000 + ending)
+    with open(path) as reader:
+        lines = [line for chunk in stream.read_chunks(reader) for line in chunk]
+    assert lines == ["short", long, "x" * 70_000]
 
 
 @pytest.mark.parametrize(

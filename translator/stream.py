@@ -126,21 +126,26 @@ def read_chunks(
         for start in range(0, len(lines), max_lines):
             yield lines[start : start + max_lines]
         return
-    pending, lines, count = b"", [], 0
+    # the unfinished line's pieces, joined once its newline comes (joined at every read, a line of
+    # many megabytes would be copied again and again)
+    pending: list[bytes] = []
+    lines, count = [], 0
     while True:
         data = os.read(fd, 1 << 16)
-        if data:
-            pending += data
-            *complete, pending = pending.split(b"\n")
+        if b"\n" in data:
+            *complete, last = b"".join([*pending, data]).split(b"\n")
+            pending = [last]
             lines += [_decode_line(raw, count + i, warn) for i, raw in enumerate(complete, 1)]
             count += len(complete)
+        elif data:
+            pending.append(data)
         while lines and (not data or len(lines) >= max_lines or not _ready(fd)):
             yield lines[:max_lines]
             lines = lines[max_lines:]
         if not data:
             break
-    if pending:  # a last line without a newline
-        yield [_decode_line(pending, count + 1, warn)]
+    if last := b"".join(pending):  # a last line without a newline
+        yield [_decode_line(last, count + 1, warn)]
 
 
 def _decode_line(raw: bytes, number: int, warn: Callable[[str], None] | None) -> str:

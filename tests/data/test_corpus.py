@@ -401,3 +401,8 @@ def test_a_directory_named_as_a_data_file_is_named_so(tmp_path):
     (root / "train.de").mkdir()
     with pytest.raises(TranslatorError, match=r"train\.de: a directory, not a file"):
         pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")
+
+
+def test_a_source_directory_that_does_not_exist_is_named_so(tmp_path):
+    with pytest.raises(TranslatorError, match=r"no such directory \(give a directory"):
+        pairs(tiny_config(tmp_path / "nowhere", tmp_path / "data"), cache=tmp_path / "cache")

@@ -178,7 +178,9 @@ def _load_local(root: Path, split: str, data: DataConfig, cache_dir: Path | None
     datasets = _datasets()
     if not root.is_dir():
         raise TranslatorError(
-            "data source is neither hf:NAME nor a directory",
+            "no such directory"
+            if not root.exists()
+            else "data source is neither hf:NAME nor a directory",
             str(root),
             "give a directory of {split}.{lang} / .tsv / .jsonl files or hf:NAME[:CONFIG]",
         )
