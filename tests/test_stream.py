@@ -410,3 +410,16 @@ def test_int8_on_cuda_is_a_one_line_error_with_or_without_a_gpu(tiny):
     )
     assert result.returncode == 1 and result.stdout == "" and "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1 and "int8 decoding runs on the CPU only" in result.stderr
+
+
+def test_invalid_utf8_warnings_name_ten_lines_then_count_the_rest(tmp_path):
+    path = tmp_path / "latin1.txt"
+    path.write_bytes(b"".join(b"caf\xe9 %d\nok\n" % i for i in range(25)))  # lines 1, 3, ..., 49
+    warnings = []
+    with open(path) as reader:
+        lines = [
+            line for chunk in stream.read_chunks(reader, warn=warnings.append) for line in chunk
+        ]
+    assert len(lines) == 50 and lines[48] == "caf\ufffd 24"
+    assert [w.split(":")[0] for w in warnings[:-1]] == [f"line {n}" for n in range(1, 21, 2)]
+    assert warnings[-1].startswith("15 more lines had invalid UTF-8 (lines 21-49;")

@@ -30,6 +30,8 @@ from translator.translate import (
     with_overrides,
 )
 
+BAD_LINES_NAMED = 10  # invalid-UTF-8 lines warned about one by one; the rest are counted
+
 
 def run(
     ckpt: Checkpoints,
@@ -110,8 +112,9 @@ def read_chunks(
     Piped bulk input fills whole chunks (so it is batched); an interactive user, whose next line
     is not yet there, gets each line translated as soon as it is entered. Reads the file
     descriptor directly: a buffered text stream would wait for more input before returning.
-    Bytes that are not UTF-8 become U+FFFD with a warning naming the line; the line is still
-    translated, so the output keeps one line per input line.
+    Bytes that are not UTF-8 become U+FFFD with a warning naming the line (the first
+    `BAD_LINES_NAMED`, then one count at the end: a file in another encoding would flood the
+    terminal); the line is still translated, so the output keeps one line per input line.
     """
     try:
         fd = stream.fileno()
@@ -129,13 +132,19 @@ def read_chunks(
     # the unfinished line's pieces, joined once its newline comes (joined at every read, a line of
     # many megabytes would be copied again and again)
     pending: list[bytes] = []
-    lines, count = [], 0
+    lines, count, bad = [], 0, []  # bad: numbers of the lines that were not UTF-8
+
+    def note(number: int, message: str) -> None:
+        bad.append(number)
+        if warn is not None and len(bad) <= BAD_LINES_NAMED:
+            warn(message)
+
     while True:
         data = os.read(fd, 1 << 16)
         if b"\n" in data:
             *complete, last = b"".join([*pending, data]).split(b"\n")
             pending = [last]
-            lines += [_decode_line(raw, count + i, warn) for i, raw in enumerate(complete, 1)]
+            lines += [_decode_line(raw, count + i, note) for i, raw in enumerate(complete, 1)]
             count += len(complete)
         elif data:
             pending.append(data)
@@ -145,20 +154,25 @@ def read_chunks(
         if not data:
             break
     if last := b"".join(pending):  # a last line without a newline
-        yield [_decode_line(last, count + 1, warn)]
+        yield [_decode_line(last, count + 1, note)]
+    if warn is not None and len(bad) > BAD_LINES_NAMED:
+        warn(
+            f"{len(bad) - BAD_LINES_NAMED} more lines had invalid UTF-8 (lines "
+            f"{bad[BAD_LINES_NAMED]}-{bad[-1]}; re-encode the input as UTF-8, e.g. with iconv)"
+        )
 
 
-def _decode_line(raw: bytes, number: int, warn: Callable[[str], None] | None) -> str:
+def _decode_line(raw: bytes, number: int, note: Callable[[int, str], None]) -> str:
     """One input line's bytes -> text without a trailing CR; bytes that are not UTF-8 become U+FFFD,
-    with a warning."""
+    with a note (line number, warning)."""
     try:
         return raw.decode("utf-8").rstrip("\r")
     except UnicodeDecodeError as err:
-        if warn is not None:
-            warn(
-                f"line {number}: invalid UTF-8 at byte {err.start}; undecodable bytes replaced "
-                "with U+FFFD (re-encode the input as UTF-8)"
-            )
+        note(
+            number,
+            f"line {number}: invalid UTF-8 at byte {err.start}; undecodable bytes replaced "
+            "with U+FFFD (re-encode the input as UTF-8)",
+        )
         return raw.decode("utf-8", errors="replace").rstrip("\r")
 
 
