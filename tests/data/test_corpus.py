@@ -406,3 +406,13 @@ def test_a_directory_named_as_a_data_file_is_named_so(tmp_path):
 def test_a_source_directory_that_does_not_exist_is_named_so(tmp_path):
     with pytest.raises(TranslatorError, match=r"no such directory \(give a directory"):
         pairs(tiny_config(tmp_path / "nowhere", tmp_path / "data"), cache=tmp_path / "cache")
+
+
+def test_a_broken_json_line_is_named_by_its_line_number(tmp_path):
+    root = tmp_path / "src"
+    root.mkdir()
+    rows = [json.dumps({"en": f"a {i}", "de": f"b {i}"}) for i in range(12)]
+    rows[9] = rows[9][:-5]  # cut short, as a truncated download would be
+    (root / "train.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    with pytest.raises(TranslatorError, match=r"train\.jsonl:10: not a JSON object"):
+        pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")

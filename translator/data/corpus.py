@@ -16,6 +16,7 @@ builder.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -290,6 +291,10 @@ def _builder(datasets, kind: str, path: Path, cache_dir: Path | None, **options)
                 str(cache_dir or "~/.cache"),
                 "free some space (or point HF_DATASETS_CACHE elsewhere)",
             ) from None
+        if kind == "json" and (line := first_invalid_json_line(path)):
+            raise TranslatorError(
+                "not a JSON object", f"{path}:{line}", "write one JSON object per line"
+            ) from None
         cause = err.__cause__ or err.__context__ or err
         message = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
         raise TranslatorError(
@@ -322,6 +327,22 @@ def first_invalid_utf8_line(path: Path) -> int:
                 raw.decode("utf-8")
             except UnicodeDecodeError:
                 return number
+    return 0
+
+
+def first_invalid_json_line(path: Path) -> int:
+    """1-based number of the first non-blank line that is not a JSON object (0 if none, or if the
+    file is one JSON array); Arrow's reader counts its rows from 0 and skips blank lines."""
+    with open_maybe_gz(path) as handle:
+        for number, raw in enumerate(handle, 1):
+            if raw.lstrip().startswith(b"["):
+                return 0
+            if raw.strip():
+                try:
+                    if not isinstance(json.loads(raw), dict):
+                        return number
+                except ValueError:
+                    return number
     return 0
 
 
