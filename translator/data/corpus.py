@@ -364,7 +364,7 @@ def _lines(path: Path, count: int) -> list[str]:
         ) from None
     except (OSError, EOFError) as err:
         raise TranslatorError(
-            f"cannot read file: {getattr(err, 'strerror', None) or err or 'it ends early'}",
+            f"cannot read file: {getattr(err, 'strerror', None) or str(err) or 'it ends early'}",
             str(path),
             "check the file",
         ) from None
