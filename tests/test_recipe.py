@@ -175,6 +175,17 @@ def test_training_budget_goes_on_after_an_interruption_and_stops_after_a_finish(
     assert recipe.training_minutes(tmp_path / "done", 47.0) == 0.0
 
 
+def test_a_resumed_member_gets_the_run_s_whole_budget_as_max_minutes(tmp_path, monkeypatch):
+    # train.max_minutes counts every session's training seconds (train/loop.py): the rest of the
+    # budget as max_minutes would stop a resumed run 10 minutes short
+    cfg = load_config(REPO / "configs" / "tiny.yaml", [f"train.run_dir={tmp_path / 'cut'}"])
+    write_sessions(tmp_path / "cut", (600.0, "interrupted"))
+    given = []
+    monkeypatch.setattr(recipe.members.loop, "run", lambda c, quiet: given.append(c))
+    recipe.members.train_members([cfg], 47.0, quiet=True)
+    assert [c.train.max_minutes for c in given] == [47.0]
+
+
 def test_too_few_kept_checkpoints_are_refused_in_one_line_before_training(prepared, tmp_path):
     config = tmp_path / "recipe.yaml"
     config.write_text("train:\n  keep_last: 2\n")

@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from tests.train.conftest import variant
+from tests.train.test_resume import interrupt_at
 from translator import checkpoint
 from translator.errors import TranslatorError
-from translator.train import loop
+from translator.train import loop, session
 from translator.train.batches import TrainBatches
 from translator.train.distributed import Dist
 from translator.train.metrics import Metrics
@@ -173,6 +174,43 @@ def test_cosine_with_a_time_budget_decays_to_its_end_and_not_before_warm_up(
     seen.clear()
     loop.run(variant(prepared, tmp_path / "counted", *overrides[:2], "train.max_updates=8"), True)
     assert [p for _, p in seen] == [0] * 8
+
+
+def test_the_time_budget_counts_every_session_of_a_run(prepared, tmp_path, monkeypatch):
+    """max_minutes is the run's, not each session's: interrupted at update 10 and resumed, a cosine
+    run gets the uninterrupted run's learning rates and stops at its update; run again, a finished
+    run trains nothing, and a raised budget trains on. One fake second per update, as above."""
+    seen = []
+    real = loop.learning_rate
+    start = loop.time.time()
+    clock = SimpleNamespace(time=lambda: start + len(seen))  # the loop's and the saves' clock
+
+    def recording(step, cfg, time_progress=0.0):
+        seen.append((step, time_progress))
+        return real(step, cfg, time_progress)
+
+    monkeypatch.setattr(loop, "learning_rate", recording)
+    monkeypatch.setattr(loop, "time", clock)
+    monkeypatch.setattr(session, "time", clock)
+    settings = ["train.schedule=cosine", "train.warmup_steps=3", "train.max_updates=100000"]
+    settings += ["diagnostics.enabled=false", "train.max_minutes=0.5", "train.eval_every=1000"]
+    loop.run(variant(prepared, tmp_path / "straight", *settings), quiet=True)
+    straight, _ = list(seen), seen.clear()
+    run_dir = tmp_path / "resumed"
+    with pytest.MonkeyPatch.context() as interrupting:
+        interrupt_at(interrupting, 10)
+        with pytest.raises(SystemExit):
+            loop.run(variant(prepared, run_dir, *settings), quiet=True)
+    loop.run(variant(prepared, run_dir, *settings), quiet=True)
+    assert len(straight) == 31 and seen == straight  # where the schedule was, and where it ended
+    assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 31
+    seen.clear()
+    loop.run(variant(prepared, run_dir, *settings), quiet=True)  # the same command again
+    assert (
+        seen == [] and "stopped at update 31 (max_minutes)" in (run_dir / "train.log").read_text()
+    )
+    loop.run(variant(prepared, run_dir, *settings[:-2], "train.max_minutes=0.6"), quiet=True)
+    assert len(seen) > 3 and seen[0][0] == 32  # 6 more minutes' seconds, continuing at update 32
 
 
 @pytest.mark.cuda

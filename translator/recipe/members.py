@@ -69,10 +69,10 @@ def train_members(configs: list[Config], budget_minutes: float, quiet: bool) -> 
     Two processes of one thread each do more work on two cores than one process of two threads
     (docs/experiments.md), which is what makes an ensemble worth its budget on a small CPU.
     """
-    todo = []  # the configs with budget left, given its rest as max_minutes
-    for c in configs:
-        if (minutes := training_minutes(Path(c.train.run_dir), budget_minutes)) > 0:
-            c.train.max_minutes = minutes
+    todo = []  # the configs with budget left, given the whole budget as max_minutes: the loop
+    for c in configs:  # counts the training seconds of earlier sessions itself (state.seconds)
+        if training_minutes(Path(c.train.run_dir), budget_minutes) > 0:
+            c.train.max_minutes = budget_minutes
             todo.append(c)
     if len(configs) == 1:
         if todo:

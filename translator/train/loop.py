@@ -130,8 +130,9 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
     start_logging(s, len(data.src))
     stop, reason = StopRequest(), "error"
     s.clock_zero = time.time() - state.seconds  # training wall-clock continues where it was saved
-    # in training seconds, as state.seconds counts them
-    deadline = state.seconds + 60 * t.max_minutes if t.max_minutes else math.inf
+    # in training seconds, as state.seconds counts them: summed over the run's sessions, so a
+    # resumed run stops (and its schedule decays) where the uninterrupted one would
+    deadline = 60 * t.max_minutes if t.max_minutes else math.inf
     seconds = state.seconds  # as every process measured it, averaged (so their lr agree)
     session_start = (state.step, state.seconds)  # for the bar's end under max_minutes
     window = Throughput(start=time.time())
@@ -147,6 +148,9 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
                 break
             if t.patience and state.bad_evals >= t.patience:  # a rerun of a run that stopped early
                 reason = "early stopping"
+                break
+            if seconds > deadline:  # a rerun of a run that spent its minutes (same on all ranks)
+                reason = "max_minutes"
                 break
             group = data.take(state, t.grad_accum_steps)
             if state.warmup_end_seconds < 0 and state.step + 1 >= t.warmup_steps:
