@@ -19,6 +19,7 @@ from translator.errors import TranslatorError
 from translator.train import loop
 from translator.train.metrics import Metrics
 
+BY_SECONDS = "tensorboard/by_seconds"  # the events whose step is training seconds
 SETTINGS = (
     "model.dropout=0.1",
     "train.max_tokens=512",
@@ -44,10 +45,9 @@ def interrupt_at(monkeypatch, step: int, sig: signal.Signals = signal.SIGINT) ->
     monkeypatch.setattr(Metrics, "advance", advance_then_signal)
 
 
-def scalars(run_dir, tag: str) -> list[tuple[int, float]]:
-    events = EventAccumulator(
-        str(run_dir / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0}
-    )
+def scalars(run_dir, tag: str, folder: str = "tensorboard") -> list[tuple[int, float]]:
+    """Every point of `tag` TensorBoard shows (purged ones left out), in the order logged."""
+    events = EventAccumulator(str(run_dir / folder), size_guidance={"scalars": 0, "tensors": 0})
     events.Reload()
     return [(e.step, e.value) for e in events.Scalars(tag)]
 
@@ -138,7 +138,7 @@ def test_tensorboard_holds_the_issue_s_metrics(runs):
 def test_valid_bleu_is_also_logged_against_training_seconds(runs):
     straight, resumed, stopped = runs
     for run_dir in (straight, resumed):
-        by_time = scalars(run_dir, "valid/bleu_vs_seconds")
+        by_time = scalars(run_dir, "valid/bleu_vs_seconds", BY_SECONDS)
         assert [v for _, v in by_time] == [v for _, v in scalars(run_dir, "valid/bleu")]
         steps = [step for step, _ in by_time]
         assert steps == sorted(steps) and steps[0] >= 0
@@ -147,7 +147,8 @@ def test_valid_bleu_is_also_logged_against_training_seconds(runs):
     after = checkpoint.read(resumed / "last.pt")["state"]["train"]["seconds"]
     second_session = json.loads((resumed / "manifest.json").read_text())["sessions"][1]
     assert 0 < before <= after <= before + second_session["seconds"] + 0.1
-    assert all(step >= int(before) for step, _ in scalars(resumed, "valid/bleu_vs_seconds"))
+    by_time = scalars(resumed, "valid/bleu_vs_seconds", BY_SECONDS)
+    assert all(step >= int(before) for step, _ in by_time)
 
 
 def test_resume_refuses_another_architecture(runs, prepared):
@@ -222,6 +223,45 @@ def test_a_corrupt_last_checkpoint_says_how_to_go_on(prepared, tmp_path):
         loop.run(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)
 
 
+def test_a_fresh_start_hides_the_events_of_an_earlier_attempt(prepared, tmp_path):
+    """Killed before its first checkpoint (its events written, no .pt): the rerun starts at update
+    0, and TensorBoard shows its curves once, not the two attempts one after the other."""
+    run_dir = tmp_path / "run"
+    cfg = variant(prepared, run_dir, *SETTINGS)
+    loop.run(cfg, quiet=True)
+    for path in run_dir.glob("*.pt"):  # as if the first attempt had never saved
+        path.unlink()
+    loop.run(cfg, quiet=True)
+    assert [step for step, _ in scalars(run_dir, "train/loss")] == [1, 2, 3, 4, 5, 6]
+    assert len(scalars(run_dir, "valid/bleu_vs_seconds", BY_SECONDS)) == 2
+
+
+def test_a_resume_keeps_the_seconds_curve_up_to_the_save(prepared, tmp_path, monkeypatch):
+    """valid/bleu_vs_seconds's steps are seconds: a resume from update 3 must hide its points after
+    the save's seconds, not after "step 4". A fake clock makes each update 100 s, so the points'
+    seconds are far above their update numbers."""
+    from types import SimpleNamespace
+
+    from translator.train import session
+
+    calls = []
+    start = loop.time.time()
+    clock = SimpleNamespace(time=lambda: start + 100 * len(calls))
+    real = loop.learning_rate
+    monkeypatch.setattr(loop, "learning_rate", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(loop, "time", clock)
+    monkeypatch.setattr(session, "time", clock)
+    run_dir = tmp_path / "run"
+    cfg = variant(prepared, run_dir, *SETTINGS, "diagnostics.enabled=false")
+    loop.run(cfg, quiet=True)
+    first = scalars(run_dir, "valid/bleu_vs_seconds", BY_SECONDS)
+    assert [step for step, _ in first] == [300, 600]
+    (run_dir / "last.pt").write_bytes((run_dir / "step-3.pt").read_bytes())  # killed after 6
+    calls[3:] = []  # the clock as it was at update 3's save
+    loop.run(cfg, quiet=True)
+    assert scalars(run_dir, "valid/bleu_vs_seconds", BY_SECONDS) == first
+
+
 def test_sigterm_saves_and_stops_like_ctrl_c(prepared, tmp_path, monkeypatch):
     interrupt_at(monkeypatch, 2, signal.SIGTERM)
     with pytest.raises(SystemExit) as stopped:
@@ -266,6 +306,8 @@ def test_resume_from_weights_only_is_refused_in_one_line(runs, prepared, tmp_pat
     checkpoint.average([straight / "last.pt"], tmp_path / "run" / "last.pt")
     with pytest.raises(TranslatorError, match="holds no training state"):
         loop.run(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)
+    # refused before the log and the events are opened: nothing left behind
+    assert [p.name for p in (tmp_path / "run").iterdir()] == ["last.pt"]
 
 
 def test_a_resume_after_a_kill_hides_the_updates_logged_past_the_last_save(prepared, tmp_path):

@@ -1,9 +1,12 @@
 """Where training numbers go: TensorBoard, a log file, and a progress bar. Only importer of
 tensorboard.
 
-Events go to `run_dir/tensorboard/` (`tensorboard --logdir runs` shows every run); on ranks
-other than 0 every method is a no-op. Off a terminal (a log file, a pipe, a batch job) the console
-gets the log lines only, one record per line: no bar, no wrapping at the console's width.
+Events go to `run_dir/tensorboard/` (`tensorboard --logdir runs` shows every run), the scalars
+whose step is training seconds (`scalar_vs_seconds`) to `run_dir/tensorboard/by_seconds/`: a resume
+hides what a killed session logged after the last save by step, and updates and seconds need their
+own cut. On ranks other than 0 every method is a no-op. Off a terminal (a log file, a pipe, a
+batch job) the console gets the log lines only, one record per line: no bar, no wrapping at the
+console's width.
 """
 
 from __future__ import annotations
@@ -23,13 +26,29 @@ class Metrics:
     """Scalars and text to TensorBoard, lines to `train.log`, a live progress bar unless quiet."""
 
     def __init__(
-        self, run_dir: Path, total_updates: int, start: int, quiet: bool, enabled: bool = True
+        self,
+        run_dir: Path,
+        total_updates: int,
+        start: int,
+        quiet: bool,
+        enabled: bool = True,
+        saved: tuple[int, float] | None = None,
     ) -> None:
+        """saved: the (update, training seconds) of the checkpoint a resume starts from; None for a
+        fresh start. TensorBoard then hides what was logged after that point (a killed session's
+        updates, done again), or everything logged before (an earlier attempt in this run_dir),
+        so the curves neither double back nor show two runs."""
         self.enabled, self.quiet = enabled, quiet
         # the log first: an unwritable run_dir then fails here, before TensorBoard's writer thread
         # starts (which would print its own traceback beside our one-line error)
         self.log_file = open(run_dir / "train.log", "a", encoding="utf-8") if enabled else None
-        self.writer = SummaryWriter(str(run_dir / "tensorboard")) if enabled else None
+        # step -> the first step hidden; int() as scalar_vs_seconds logs them keeps the saved ones
+        update, seconds = (saved[0] + 1, int(saved[1]) + 1) if saved else (0, 0)
+        self.writer = self.by_seconds = None
+        if enabled:
+            folder = run_dir / "tensorboard"
+            self.writer = SummaryWriter(str(folder), purge_step=update)
+            self.by_seconds = SummaryWriter(str(folder / "by_seconds"), purge_step=seconds)
         self.console = Console()  # stdout
         self.progress = Progress(
             TextColumn("train"),
@@ -46,17 +65,15 @@ class Metrics:
         self.progress.start()
         self.started = time.time()
 
-    def resumed_at(self, step: int) -> None:
-        """Training goes on from `step`: TensorBoard hides what a killed session logged after it
-        (those updates are done again), so the curves do not double back."""
-        if self.enabled:
-            self.writer.close()
-            self.writer = SummaryWriter(self.writer.log_dir, purge_step=step + 1)
-
     def scalars(self, step: int, values: dict[str, float], prefix: str) -> None:
         if self.enabled:
             for name, value in values.items():
                 self.writer.add_scalar(f"{prefix}/{name}", value, step)
+
+    def scalar_vs_seconds(self, seconds: float, tag: str, value: float) -> None:
+        """A scalar whose step is training seconds (whole ones, rounded down), in its own folder."""
+        if self.enabled:
+            self.by_seconds.add_scalar(tag, value, int(seconds))
 
     def image(self, step: int, tag: str, image) -> None:
         """An RGB image (3, H, W) uint8."""
@@ -110,4 +127,5 @@ class Metrics:
         self.progress.stop()
         if self.enabled:
             self.writer.close()
+            self.by_seconds.close()
             self.log_file.close()

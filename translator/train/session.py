@@ -177,11 +177,14 @@ def setup(cfg: Config, quiet: bool) -> Session:
     """Process group, prepared data and tokenizer, seeded model, optimizer and scaler; resumed when
     run_dir/last.pt exists."""
     t, d = cfg.train, distributed.init(cfg.train.device)
+    last = Path(t.run_dir) / "last.pt"
     try:
-        start = finetune.plan(cfg, Path(t.run_dir) / "last.pt")
+        start = finetune.plan(cfg, last)
         tokenizer = prepared_tokenizer(cfg, d, quiet, start.vocab_from)
         _set_vocab_sizes(cfg.model, tokenizer)
         model = initial_model(cfg, d, start)
+        # read before train.log and the events are opened: a refused resume leaves neither behind
+        payload = read_resumable(last, cfg, tokenizer) if last.is_file() else None
     except BaseException:
         distributed.close(d)
         raise
@@ -208,14 +211,19 @@ def setup(cfg: Config, quiet: bool) -> Session:
     averaged = s.ema is not None
     leftovers = check_run_dir(s.run_dir, model, t.keep_last, averaged) if d.main else 0  # at start
     s.run_dir.mkdir(parents=True, exist_ok=True)
-    s.metrics = Metrics(s.run_dir, t.max_updates, 0, quiet, enabled=d.main)
+    saved = (
+        None
+        if payload is None
+        else (payload["state"]["train"]["step"], payload["state"]["train"]["seconds"])
+    )
+    s.metrics = Metrics(s.run_dir, t.max_updates, 0, quiet, enabled=d.main, saved=saved)
     if leftovers:
         s.metrics.line(f"removed {leftovers} temporary files of saves that were cut short")
     for line in start.notes:
         s.metrics.line(line)
-    if (s.run_dir / "last.pt").is_file():
+    if payload is not None:
         try:
-            resume(s, s.run_dir / "last.pt")
+            resume(s, payload, last)
         except BaseException:  # e.g. a refused resume: release the log file and the process group
             s.metrics.close()
             distributed.close(d)
@@ -227,9 +235,9 @@ def setup(cfg: Config, quiet: bool) -> Session:
     return s
 
 
-def resume(s: Session, path: Path) -> None:
-    """Load model, optimizer, scaler, counters and this process's RNG states from `path`."""
-    payload = read_resumable(path, s.cfg, s.tokenizer)
+def resume(s: Session, payload: dict, path: Path) -> None:
+    """Load model, optimizer, scaler, counters and this process's RNG states from `payload`, read
+    from `path` by `read_resumable`."""
     # with a moving average, "model" holds the average and the trained weights are kept apart
     trained = payload["state"].get("train_weights")
     s.model.load_state_dict(payload["model"] if trained is None else trained)
@@ -247,7 +255,6 @@ def resume(s: Session, path: Path) -> None:
     state, d = s.state, s.dist
     state.load_state_dict(payload["state"]["train"])
     s.saved_step = state.step
-    s.metrics.resumed_at(state.step)
     if state.world_size == d.world_size:
         set_rng_state(state.rng[d.rank])
     else:
@@ -308,7 +315,7 @@ def evaluate_and_save(s: Session) -> bool:
     improved = False
     if s.dist.main:
         began = time.time()
-        trained_s = round(began - s.clock_zero)  # when training reached this update
+        trained_s = began - s.clock_zero  # when training reached this update
         result = validate(s.decoding_model(), s.tokenizer, s.cfg, s.dtype)
         # its cost is logged: docs/benchmarks.md holds it to 5% of a validation
         if s.monitor is not None:
@@ -323,7 +330,7 @@ def evaluate_and_save(s: Session) -> bool:
         state.bad_evals = 0 if improved else state.bad_evals + 1
         s.metrics.scalars(state.step, result.scalars(), "valid")
         # against training wall-clock too: the step of this tag is seconds, not updates
-        s.metrics.scalars(trained_s, {"bleu_vs_seconds": result.bleu}, "valid")
+        s.metrics.scalar_vs_seconds(trained_s, "valid/bleu_vs_seconds", result.bleu)
         s.metrics.text(
             state.step,
             "valid/samples",
