@@ -217,10 +217,30 @@ def test_resume_says_when_batch_order_settings_changed(runs, prepared, tmp_path)
 def test_a_corrupt_last_checkpoint_says_how_to_go_on(prepared, tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "last.pt").write_bytes(b"PK\x03\x04 cut short")
-    with pytest.raises(
-        TranslatorError, match="cannot resume: not a readable checkpoint.*copy a step-N.pt over it"
-    ):
+    with pytest.raises(TranslatorError) as refused:
         loop.run(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)
+    assert refused.value.what.startswith("cannot resume: not a readable checkpoint")
+    assert refused.value.fix == (
+        "copy a step-N.pt over it to resume from there, or start over in a new train.run_dir"
+    )
+
+
+def test_a_run_dir_with_checkpoints_but_no_last_pt_is_refused_untouched(prepared, tmp_path):
+    """E.g. after deleting an unreadable last.pt: starting at update 0 there would prune the old
+    run's step files, overwrite its best.pt and mix its events with the new run's."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for name in ("step-3.pt", "step-6.pt", "best.pt"):
+        (run_dir / name).write_bytes(name.encode())
+    with pytest.raises(TranslatorError) as refused:
+        loop.run(variant(prepared, run_dir, *SETTINGS), quiet=True)
+    assert refused.value.what == (
+        "holds an earlier run's checkpoints (step-3.pt, step-6.pt, best.pt) "
+        "but no last.pt to resume"
+    )
+    assert refused.value.where == str(run_dir) and "another train.run_dir" in refused.value.fix
+    assert sorted(p.name for p in run_dir.iterdir()) == ["best.pt", "step-3.pt", "step-6.pt"]
+    assert (run_dir / "best.pt").read_bytes() == b"best.pt"
 
 
 def test_a_fresh_start_hides_the_events_of_an_earlier_attempt(prepared, tmp_path):

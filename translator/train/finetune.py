@@ -24,6 +24,7 @@ from translator.config import (
     with_training_settings,
 )
 from translator.errors import TranslatorError
+from translator.train.state import UNREADABLE_LAST
 
 
 @dataclass
@@ -63,11 +64,7 @@ def _resuming(cfg: Config, last: Path) -> Start:
     try:
         tokenizer, saved_dict = checkpoint.read_tokenizer(last)
     except TranslatorError as err:  # as state.read_resumable says it
-        raise TranslatorError(
-            f"cannot resume: {err.what}",
-            err.where,
-            "delete it to start over, or copy a step-N.pt over it to resume from there",
-        ) from None
+        raise TranslatorError(f"cannot resume: {err.what}", err.where, UNREADABLE_LAST) from None
     started_from = saved_dict.get("train", {}).get("init_from", "")
     notes = []
     if cfg.train.init_from:

@@ -28,6 +28,7 @@ from translator.train.state import (
     TrainState,
     check_run_dir,
     read_resumable,
+    refuse_earlier_checkpoints,
     rng_state,
     save_checkpoints,
     seed_all,
@@ -179,6 +180,8 @@ def setup(cfg: Config, quiet: bool) -> Session:
     t, d = cfg.train, distributed.init(cfg.train.device)
     last = Path(t.run_dir) / "last.pt"
     try:
+        if not last.is_file():
+            refuse_earlier_checkpoints(last.parent)
         start = finetune.plan(cfg, last)
         tokenizer = prepared_tokenizer(cfg, d, quiet, start.vocab_from)
         _set_vocab_sizes(cfg.model, tokenizer)

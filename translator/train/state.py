@@ -157,16 +157,31 @@ def _link(src: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
+# what to do about a last.pt that cannot be read (finetune.py says it too). Deleting it alone would
+# leave the run's other checkpoints, which a fresh start refuses (refuse_earlier_checkpoints)
+UNREADABLE_LAST = (
+    "copy a step-N.pt over it to resume from there, or start over in a new train.run_dir"
+)
+
+
+def refuse_earlier_checkpoints(run_dir: Path) -> None:
+    """A run_dir without last.pt but with step-N.pt or best.pt holds an earlier run: a fresh start
+    there would prune its step files, overwrite its best.pt and mix its logs with the new run's."""
+    found = [p.name for p in [*checkpoint.step_files(run_dir), run_dir / "best.pt"] if p.is_file()]
+    if found:
+        raise TranslatorError(
+            f"holds an earlier run's checkpoints ({', '.join(found)}) but no last.pt to resume",
+            str(run_dir),
+            "use another train.run_dir, or remove the old checkpoints to start over there",
+        )
+
+
 def read_resumable(path: Path, cfg: Config, tokenizer: Tokenizer) -> dict[str, Any]:
     """The checkpoint to continue from; refuses a different tokenizer or architecture."""
     try:
         payload = checkpoint.read(path)
     except TranslatorError as err:  # e.g. cut short by a full disk
-        raise TranslatorError(
-            f"cannot resume: {err.what}",
-            err.where,
-            "delete it to start over, or copy a step-N.pt over it to resume from there",
-        ) from None
+        raise TranslatorError(f"cannot resume: {err.what}", err.where, UNREADABLE_LAST) from None
     if payload["tokenizer"]["sha256"] != tokenizer.checksum():
         raise TranslatorError(
             "cannot resume: the checkpoint was trained with a different tokenizer",
