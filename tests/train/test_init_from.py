@@ -180,6 +180,9 @@ def test_fine_tuning_one_of_our_checkpoints(tmp_path):
     assert valid_losses(run_dir)[0] == pytest.approx(expected, rel=2e-6)
     end = checkpoint.read(run_dir / "last.pt")["model"]
     assert not torch.equal(end["out_proj.weight"], start["model"]["out_proj.weight"])
+    # update 0's validation saved best.pt (and last.pt), but no step file for `average --last N`
+    assert [p.name for p in checkpoint.step_files(run_dir)] == ["step-2.pt"]
+    assert (run_dir / "best.pt").is_file()
 
 
 def reference_loss(model, tokenizer: Tokenizer, sources: list[str], targets: list[str]) -> float:

@@ -290,7 +290,8 @@ def resume(s: Session, payload: dict, path: Path) -> None:
 
 def save(s: Session, best: bool, validated: bool = True) -> None:
     """Checkpoint from rank 0, with every process's RNG states (a collective: all processes call
-    it). Not `validated` (an interrupted run's): last.pt alone, no step-N.pt."""
+    it). Not `validated` (an interrupted run's, fine-tuning's update 0): last.pt (and best.pt)
+    alone, no step-N.pt."""
     rngs = gather(s.dist, rng_state())
     if not s.dist.main:
         return
@@ -355,5 +356,7 @@ def evaluate_and_save(s: Session) -> bool:
         stop = float(bool(t.patience and state.bad_evals >= t.patience))
     state.last_valid_step = state.step
     (stop,) = sum_all(s.dist, [stop])
-    save(s, best=improved)
+    # update 0 (fine-tuning's start) is train.init_from's model: best.pt may hold it, but a step
+    # file would put the unchanged model into `average --last N`
+    save(s, best=improved, validated=state.step > 0)
     return bool(stop)
