@@ -316,7 +316,9 @@ def test_resume_with_another_process_count_skips_the_same_share_of_the_epoch(
     s = session.setup(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)
     s.metrics.close()
     assert (s.state.step, s.state.epoch, s.state.batch_index) == (2, 0, 8)
-    assert "resuming with 1 processes instead of 2" in (tmp_path / "run" / "train.log").read_text()
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "resuming with 1 processes instead of 2" in log
+    assert "an update now holds 1/2 of the tokens it held (train.max_tokens and" in log
 
 
 def test_resume_from_weights_only_is_refused_in_one_line(runs, prepared, tmp_path):

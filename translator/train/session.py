@@ -266,7 +266,9 @@ def resume(s: Session, payload: dict, path: Path) -> None:
         seed_all(s.cfg.train.seed + d.rank + state.step)
         s.metrics.line(
             f"resuming with {d.world_size} processes instead of {state.world_size}: the same share "
-            "of the epoch is skipped, but batch order and dropout streams differ (not bit-exact)"
+            "of the epoch is skipped, but batch order and dropout streams differ (not bit-exact); "
+            f"an update now holds {d.world_size}/{state.world_size} of the tokens it held "
+            "(train.max_tokens and train.grad_accum_steps are per process)"
         )
     saved_train = payload["config"].get("train", {})
     order = [
