@@ -122,6 +122,9 @@ def test_early_stopping_after_patience_validations_without_gain(prepared, tmp_pa
     assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 3
     log = (run_dir / "train.log").read_text()
     assert log.count("stopped at update 3 (early stopping)") == 2
+    assert log.count("updates skipped; to train on, raise train.patience (the run resumes)") == 2
+    loop.run(variant(prepared, run_dir, "train.patience=3", "train.max_updates=4"), quiet=True)
+    assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 4  # as it said
     assert log.count("session started 20") == 2  # each session's times count from its own start
     assert (
         json.loads((run_dir / "manifest.json").read_text())["sessions"][0]["end_reason"]

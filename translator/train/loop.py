@@ -84,6 +84,11 @@ def train_step(
     return loss_total, nll_total, float(norm), ok
 
 
+# early stopping's stop (and a rerun of it) says how to go on: the counter is checked against the
+# current train.patience, so raising it resumes the run
+WAY_ON = "; to train on, raise train.patience (the run resumes) or use a new train.run_dir"
+
+
 class StopRequest:
     """Ctrl-C / SIGTERM set a flag; the loop saves after the current update and exits.
 
@@ -198,6 +203,7 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
                 if state.oom_splits or state.oom_skipped
                 else ""
             )
+            + (WAY_ON if reason == "early stopping" else "")
         )
     finally:
         stop.restore()
