@@ -4,6 +4,7 @@ averaging."""
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 
 import pytest
@@ -256,9 +257,10 @@ def test_eval_output_that_cannot_be_written_fails_before_decoding(
 
 def test_average_of_identical_checkpoints_is_the_checkpoint(prepared, tmp_path):
     a = save_tiny(prepared, tmp_path / "a.pt", seed=1, optimizer={"step": 7})
-    b = tmp_path / "b.pt"
+    b, c = tmp_path / "b.pt", tmp_path / "c.pt"
     b.write_bytes(a.read_bytes())
-    assert checkpoint.average([a, b, a], tmp_path / "avg.pt") == 3
+    c.write_bytes(a.read_bytes())
+    assert checkpoint.average([a, b, c], tmp_path / "avg.pt") == 3
     original, averaged = checkpoint.read(a), checkpoint.read(tmp_path / "avg.pt")
     assert original["model"].keys() == averaged["model"].keys()
     for key, value in original["model"].items():
@@ -342,6 +344,25 @@ def test_average_refuses_another_direction_and_its_own_inputs_as_output(prepared
     with pytest.raises(TranslatorError, match="one of the checkpoints it averages"):
         checkpoint.average([a, tmp_path / "." / "a.pt"], a)
     assert a.read_bytes() == before
+
+
+def test_average_refuses_one_checkpoint_given_twice_or_by_two_names(prepared, tmp_path):
+    """best.pt is a hard link of the step-N.pt it was saved as: the pair would weigh it twice."""
+    a = save_tiny(prepared, tmp_path / "step-3.pt", seed=1)
+    b = save_tiny(prepared, tmp_path / "step-6.pt", seed=2)
+    os.link(b, tmp_path / "best.pt")
+    for given, dup, first in (
+        ([a, b, tmp_path / "best.pt"], tmp_path / "best.pt", b),
+        ([a, b, tmp_path / "." / "step-3.pt"], tmp_path / "." / "step-3.pt", a),
+    ):
+        with pytest.raises(TranslatorError) as refused:
+            checkpoint.average(given, tmp_path / "avg.pt")
+        assert refused.value.where == str(dup) and refused.value.fix == "give each checkpoint once"
+        assert (
+            refused.value.what
+            == f"is the same checkpoint as {first} (given twice, or a hard link of it)"
+        )
+    assert not (tmp_path / "avg.pt").exists()
 
 
 def test_eval_flags_reach_the_run(monkeypatch):

@@ -10,6 +10,7 @@ unverified.
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,24 @@ def latest_steps(run_dir: str | Path, count: int) -> list[Path]:
     return found[len(found) - count :]
 
 
+def _refuse_duplicates(paths: list[str | Path]) -> None:
+    """One file given twice, or as two names (best.pt and last.pt are hard links of a step-N.pt),
+    would count twice in the mean: refused, as os.path.samefile compares them (device and inode)."""
+    seen: dict[tuple[int, int], int] = {}  # file -> its first position in paths
+    for i, path in enumerate(paths):
+        try:
+            stat = os.stat(path)
+        except OSError:  # read() says what is wrong with it
+            continue
+        first = seen.setdefault((stat.st_dev, stat.st_ino), i)
+        if first != i:
+            raise TranslatorError(
+                f"is the same checkpoint as {paths[first]} (given twice, or a hard link of it)",
+                str(path),
+                "give each checkpoint once",
+            )
+
+
 def average(paths: list[str | Path], out: str | Path) -> int:
     """Average the parameters of checkpoints of one architecture into `out` (optimizer state
     dropped).
@@ -164,6 +183,7 @@ def average(paths: list[str | Path], out: str | Path) -> int:
         raise TranslatorError(
             "is one of the checkpoints it averages", str(out), "write the average to a new file"
         )
+    _refuse_duplicates(paths)
     first = read(paths[0])
     weights = first["model"]
     direction = _direction(first)

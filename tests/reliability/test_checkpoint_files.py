@@ -96,7 +96,9 @@ def test_the_checksum_is_of_the_saved_weights_and_old_format_1_files_still_load(
 
 
 def test_average_writes_a_verified_checkpoint(checkpoint_file, tmp_path):
-    checkpoint.average([checkpoint_file, checkpoint_file], tmp_path / "avg.pt")
+    copy = tmp_path / "copy.pt"
+    copy.write_bytes(checkpoint_file.read_bytes())
+    checkpoint.average([checkpoint_file, copy], tmp_path / "avg.pt")
     assert checkpoint.read(tmp_path / "avg.pt")["format"] == 2
 
 
