@@ -341,16 +341,18 @@ def test_keep_last_keeps_the_newest_numbered_checkpoints(tmp_path, monkeypatch):
     from translator import config
     from translator.train import state as train_state
 
-    monkeypatch.setattr(
-        train_state.checkpoint, "save", lambda path, *a, **k: Path(path).write_text(Path(path).name)
-    )
+    def save(path, model, cfg, tokenizer, payload):  # the file says which update it holds
+        # replaced, as checkpoint.save's atomic write does: the links keep the earlier updates
+        Path(f"{path}.tmp").write_text(str(payload["step"]))
+        Path(f"{path}.tmp").replace(path)
+
+    monkeypatch.setattr(train_state.checkpoint, "save", save)
     cfg = config.load(None, ["train.keep_last=2"])
     for step in range(7, 13):  # across the 9 -> 10 digit boundary
-        train_state.save_checkpoints(tmp_path, None, cfg, None, {}, step, best=step == 9)
+        train_state.save_checkpoints(tmp_path, None, cfg, None, {"step": step}, step, step == 9)
     assert sorted(p.name for p in tmp_path.glob("step-*.pt")) == ["step-11.pt", "step-12.pt"]
-    assert (tmp_path / "last.pt").read_text() == "step-12.pt" and (
-        tmp_path / "best.pt"
-    ).read_text() == "step-9.pt"
+    held = {name: (tmp_path / name).read_text() for name in ("last.pt", "step-12.pt", "best.pt")}
+    assert held == {"last.pt": "12", "step-12.pt": "12", "best.pt": "9"}
 
 
 def test_each_process_has_its_own_dropout_stream_and_the_same_initial_weights(

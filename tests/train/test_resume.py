@@ -243,6 +243,25 @@ def test_a_run_dir_with_checkpoints_but_no_last_pt_is_refused_untouched(prepared
     assert (run_dir / "best.pt").read_bytes() == b"best.pt"
 
 
+def test_a_kill_inside_the_first_save_leaves_a_run_that_resumes(prepared, tmp_path, monkeypatch):
+    """Killed after the checkpoint is written but before its other names are linked: the run dir
+    must not look like an earlier run's (checkpoints without last.pt), which a start refuses."""
+    from translator.train import state
+
+    def killed(src, dst):
+        raise KeyboardInterrupt  # as SIGKILL would stop it: nothing after runs
+
+    run_dir = tmp_path / "run"
+    with pytest.MonkeyPatch.context() as killing:
+        killing.setattr(state, "_link", killed)
+        with pytest.raises(KeyboardInterrupt):
+            loop.run(variant(prepared, run_dir, *SETTINGS), quiet=True)
+    assert [p.name for p in run_dir.glob("*.pt")] == ["last.pt"]
+    loop.run(variant(prepared, run_dir, *SETTINGS), quiet=True)
+    assert "resumed from" in (run_dir / "train.log").read_text()
+    assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 6
+
+
 def test_a_fresh_start_hides_the_events_of_an_earlier_attempt(prepared, tmp_path):
     """Killed before its first checkpoint (its events written, no .pt): the rerun starts at update
     0, and TensorBoard shows its curves once, not the two attempts one after the other."""

@@ -94,14 +94,16 @@ def save_checkpoints(
     """last.pt always; best.pt when validation improved; step-N.pt, of validated updates only
     (what `average --last N` takes), with only the newest keep_last kept.
 
-    The state is serialized once; the other names are hard links (copies where links fail), each
-    put in place by an atomic rename.
+    The state is serialized once, as last.pt; the other names are hard links of it (copies where
+    links fail), each put in place by an atomic rename. last.pt first: a kill before the links
+    leaves a run that resumes (without this step-N.pt), where step-N.pt alone would look like an
+    earlier run's checkpoint (refuse_earlier_checkpoints).
     """
     keep = cfg.train.keep_last if validated else 0
-    first = run_dir / (f"step-{step}.pt" if keep else "last.pt")
-    checkpoint.save(first, model, cfg, tokenizer, payload)
-    for name in ["last.pt"] * bool(keep) + ["best.pt"] * best:
-        _link(first, run_dir / name)
+    last = run_dir / "last.pt"
+    checkpoint.save(last, model, cfg, tokenizer, payload)
+    for name in [f"step-{step}.pt"] * bool(keep) + ["best.pt"] * best:
+        _link(last, run_dir / name)
     if keep:
         for old in checkpoint.step_files(run_dir)[:-keep]:
             old.unlink()
