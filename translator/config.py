@@ -309,8 +309,8 @@ class TrainConfig:
     max_epochs: int = 0
     """Stop after this many epochs (0 = no limit)."""
     max_minutes: float = 0.0
-    """Stop (validating and saving) after this many minutes of training in this session (0 = no
-    limit)."""
+    """Stop (validating and saving) after this many minutes of training, summed over the run's
+    sessions: a resume continues the budget (0 = no limit)."""
     compile: bool = False
     """Run the training forward/backward through `torch.compile` (validation and decoding stay
     eager)."""
@@ -320,7 +320,7 @@ class TrainConfig:
     """Linear warm-up updates before the schedule decays."""
     schedule: Literal["inverse_sqrt", "cosine", "constant"] = "inverse_sqrt"
     """Learning-rate decay after warm-up. cosine reaches min_lr at max_updates or, with
-    max_minutes, when this session's minutes run out (whichever comes first); constant keeps lr
+    max_minutes, when the run's minutes run out (whichever comes first); constant keeps lr
     (with ema_decay, the moving average does the annealing)."""
     min_lr: float = 0.0
     """Floor of the cosine schedule."""
