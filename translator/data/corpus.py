@@ -10,22 +10,18 @@
   DIR written by save_to_disk      a DatasetDict
 Each becomes an Arrow-backed, memory-mapped `datasets.Dataset`; `pair_batches` streams it in
 batches. Text and TSV lines are split on "\\n" only (data/lines.py); JSON goes through `datasets`'
-builder.
+builder. Local directories are read in data/local_files.py; the hub is read here.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from translator.config import DataConfig
-from translator.data.lines import line_blocks, lines_dataset, open_maybe_gz, tsv_rows, write_failure
+from translator.data.local_files import load_local, split_files
 from translator.errors import TranslatorError
-
-EXTENSIONS = ("", ".gz")
 
 
 def is_hub(source: str) -> bool:
@@ -42,7 +38,9 @@ def load_split(data: DataConfig, split: str, cache_dir: Path | None = None, hub_
     if is_hub(data.source):
         table = _load_hub(data.source, name, hub_bars)
     else:
-        table = _load_local(Path(data.source), name, data, cache_dir)
+        os.environ["HF_DATASETS_OFFLINE"] = "1"  # a local source must never wait on the network
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        table = load_local(_datasets(), Path(data.source), name, data, cache_dir)
     check_languages(table, data.src_lang, data.tgt_lang, f"{data.source} ({name})")
     if split == "train" and data.max_train_pairs and data.max_train_pairs < table.num_rows:
         table = table.select(range(data.max_train_pairs))
@@ -55,20 +53,7 @@ def source_files(data: DataConfig, split: str) -> list[Path]:
     root = Path(data.source)
     if is_hub(data.source) or not root.is_dir() or (root / "dataset_dict.json").is_file():
         return []
-    return _split_files(root, data.splits.get(split, split), (data.src_lang, data.tgt_lang))[1]
-
-
-def _split_files(root: Path, split: str, langs: tuple[str, str]) -> tuple[str | None, list[Path]]:
-    """Which local format holds `split` (their name) and its files: text pair, TSV or JSON lines;
-    (None, []) if none."""
-    texts = [_find(root, f"{split}.{lang}") for lang in langs]
-    if all(texts):
-        return "text", texts
-    if tsv := _find(root, f"{split}.tsv"):
-        return "tsv", [tsv]
-    if jsonl := _find(root, f"{split}.jsonl") or _find(root, f"{split}.json"):
-        return "json", [jsonl]
-    return None, []
+    return split_files(root, data.splits.get(split, split), (data.src_lang, data.tgt_lang))[1]
 
 
 def languages(table) -> list[str]:
@@ -171,233 +156,3 @@ def _load_hub(source: str, split: str, bars: bool):
 
 def _env_on(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def _load_local(root: Path, split: str, data: DataConfig, cache_dir: Path | None):
-    os.environ["HF_DATASETS_OFFLINE"] = "1"  # a local source must never wait on the network
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    datasets = _datasets()
-    if not root.is_dir():
-        raise TranslatorError(
-            "no such directory"
-            if not root.exists()
-            else "data source is neither hf:NAME nor a directory",
-            str(root),
-            "give a directory of {split}.{lang} / .tsv / .jsonl files or hf:NAME[:CONFIG]",
-        )
-    if (root / "dataset_dict.json").is_file():
-        saved = datasets.load_from_disk(str(root))
-        if split not in saved:
-            raise TranslatorError(
-                f"no split {split!r} (splits: {', '.join(saved)})",
-                str(root),
-                "map ours with --set data.splits.NAME=THEIRS",
-            )
-        return saved[split]
-    if (root / "state.json").is_file():
-        raise TranslatorError(
-            "a dataset saved without splits",
-            str(root),
-            "save a DatasetDict({'train': ..., 'valid': ..., 'test': ...}) with save_to_disk",
-        )
-    langs = (data.src_lang, data.tgt_lang)
-    kind, files = _split_files(root, split, langs)
-    if kind == "text":
-        return _load_text_pair(datasets, files, langs, cache_dir)
-    if kind == "tsv":
-        return _load_tsv(datasets, files[0], data, cache_dir)
-    if kind == "json":
-        return _builder(datasets, "json", files[0], cache_dir)
-    texts = [_find(root, f"{split}.{lang}") for lang in langs]
-    if any(texts):
-        missing = langs[texts.index(None)]
-        raise TranslatorError(
-            f"missing file {split}.{missing}",
-            str(root),
-            f"languages found for {split}: {', '.join(_langs_of(root, split)) or 'none'}",
-        )
-    raise TranslatorError(
-        f"no files for split {split!r} ({split}.{{lang}}, {split}.tsv or {split}.jsonl)",
-        str(root),
-        f"splits found: {', '.join(_splits_of(root)) or 'none'}; map ours with "
-        "--set data.splits.NAME=FOUND",
-    )
-
-
-def _load_text_pair(datasets, paths: list[Path], langs: tuple[str, str], cache_dir: Path | None):
-    for path in paths:
-        _check_not_empty(path)
-    sides = [
-        lines_dataset(
-            datasets, path, ({lang: lines} for lines in line_blocks(path)), [lang], cache_dir
-        )
-        for path, lang in zip(paths, langs)
-    ]
-    if sides[0].num_rows != sides[1].num_rows:
-        raise TranslatorError(
-            f"line counts differ: {paths[0]} has {sides[0].num_rows} lines, {paths[1]} has "
-            f"{sides[1].num_rows}",
-            str(paths[0].parent),
-            "the files of a pair must be line-aligned",
-        )
-    # side by side: one Arrow table with a column per language, no copy of the text
-    return datasets.concatenate_datasets(sides, axis=1)
-
-
-def _load_tsv(datasets, path: Path, data: DataConfig, cache_dir: Path | None):
-    _check_not_empty(path)
-    names = [c.strip() for c in data.tsv_columns.split(",") if c.strip()]
-    header = _lines(path, 1)[0].split("\t")
-    if not names and not {data.src_lang, data.tgt_lang} <= set(header):
-        raise TranslatorError(
-            f"the first row does not name the columns {data.src_lang} and {data.tgt_lang}",
-            f"{path}:1",
-            "add a header row, or set data.tsv_columns (e.g. en,de) for headerless files",
-        )
-    columns = names or header
-    table = lines_dataset(
-        datasets, path, tsv_rows(path, columns, skip=0 if names else 1), columns, cache_dir
-    )
-    if not table.num_rows:
-        raise TranslatorError("no data rows", str(path), "give at least one sentence pair")
-    return table
-
-
-def _builder(datasets, kind: str, path: Path, cache_dir: Path | None, **options):
-    """One file through a `datasets` packaged builder (json), with errors that name the file."""
-    _check_not_empty(path)
-    try:
-        table = datasets.load_dataset(
-            kind,
-            data_files=str(path),
-            split="train",
-            cache_dir=str(cache_dir) if cache_dir else None,
-            **options,
-        )
-        if kind == "json":  # Arrow's JSON reader takes bytes as they are: check the UTF-8 here
-            table.data.table.validate(full=True)
-        return table
-    except Exception as err:  # noqa: BLE001 - builders wrap the cause; we name the file and line
-        if _caused_by(err, UnicodeDecodeError) or "utf" in _messages(err).lower():
-            line = first_invalid_utf8_line(path)
-            if line:
-                raise TranslatorError(
-                    "invalid UTF-8", f"{path}:{line}", "re-encode the file as UTF-8"
-                ) from None
-        full = write_failure(err)
-        if full is not None:  # the builder's cache ran out of room: not the input's fault
-            raise TranslatorError(
-                f"cannot write the datasets cache: {full.strerror}",
-                str(cache_dir or "~/.cache"),
-                "free some space (or point HF_DATASETS_CACHE elsewhere)",
-            ) from None
-        if kind == "json" and (line := first_invalid_json_line(path)):
-            raise TranslatorError(
-                "not a JSON object", f"{path}:{line}", "write one JSON object per line"
-            ) from None
-        cause = err.__cause__ or err.__context__ or err
-        message = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
-        raise TranslatorError(
-            f"cannot read {kind} file: {message}", str(path), "check its format"
-        ) from None
-
-
-def _messages(err: BaseException | None) -> str:
-    """The messages of an exception and of everything it wraps."""
-    found = []
-    while err is not None:
-        found.append(str(err))
-        err = err.__cause__ or err.__context__
-    return " ".join(found)
-
-
-def _caused_by(err: BaseException | None, kind: type) -> bool:
-    while err is not None:
-        if isinstance(err, kind):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
-
-
-def first_invalid_utf8_line(path: Path) -> int:
-    """1-based number of the first line that is not valid UTF-8 (0 if none)."""
-    with open_maybe_gz(path) as handle:
-        for number, raw in enumerate(handle, 1):
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError:
-                return number
-    return 0
-
-
-def first_invalid_json_line(path: Path) -> int:
-    """1-based number of the first non-blank line that is not a JSON object (0 if none, or if the
-    file is one JSON array); Arrow's reader counts its rows from 0 and skips blank lines."""
-    with open_maybe_gz(path) as handle:
-        for number, raw in enumerate(handle, 1):
-            if raw.lstrip().startswith(b"["):
-                return 0
-            if raw.strip():
-                try:
-                    if not isinstance(json.loads(raw), dict):
-                        return number
-                except ValueError:
-                    return number
-    return 0
-
-
-def _check_not_empty(path: Path) -> None:
-    """An empty file is named as such (the builders' own messages for it say nothing useful)."""
-    if not _lines(path, 1):
-        raise TranslatorError("the file is empty", str(path), "give at least one line")
-
-
-def _lines(path: Path, count: int) -> list[str]:
-    """The first `count` lines of a (possibly gzipped) file, fewer if it is shorter; without a
-    byte-order mark."""
-    try:
-        with open_maybe_gz(path) as handle:
-            raw = [handle.readline() for _ in range(count)]
-    except gzip.BadGzipFile:
-        raise TranslatorError(
-            "not a gzip file", str(path), "gzip it, or name it without .gz"
-        ) from None
-    except (OSError, EOFError) as err:
-        raise TranslatorError(
-            f"cannot read file: {getattr(err, 'strerror', None) or str(err) or 'it ends early'}",
-            str(path),
-            "check the file",
-        ) from None
-    text = [line.decode("utf-8", errors="replace").rstrip("\r\n") for line in raw if line]
-    return [text[0].removeprefix("\ufeff"), *text[1:]] if text else []
-
-
-def _find(root: Path, name: str) -> Path | None:
-    """root/name or root/name.gz; both there is refused (which one is current?), as is a
-    directory of that name."""
-    found = [root / f"{name}{ext}" for ext in EXTENSIONS if (root / f"{name}{ext}").exists()]
-    if len(found) > 1:
-        raise TranslatorError(
-            f"both {name} and {name}.gz are there",
-            str(root),
-            "remove (or move away) the one that is not current",
-        )
-    if found and not found[0].is_file():
-        raise TranslatorError("a directory, not a file", str(found[0]), "check the path")
-    return found[0] if found else None
-
-
-def _visible_files(root: Path) -> list[str]:
-    return sorted(
-        p.name.removesuffix(".gz")
-        for p in root.iterdir()
-        if p.is_file() and not p.name.startswith(".")
-    )
-
-
-def _splits_of(root: Path) -> list[str]:
-    return sorted({name.rsplit(".", 1)[0] for name in _visible_files(root) if "." in name})
-
-
-def _langs_of(root: Path, split: str) -> list[str]:
-    return [name[len(split) + 1 :] for name in _visible_files(root) if name.startswith(f"{split}.")]
