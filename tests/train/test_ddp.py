@@ -18,7 +18,7 @@ from translator.train import loop
 from translator.train.batches import TrainBatches
 from translator.train.distributed import Dist
 from translator.train.schedule import learning_rate
-from translator.train.session import setup
+from translator.train.startup import setup
 from translator.train.state import TrainState
 
 SETTINGS = (

@@ -358,7 +358,7 @@ def test_keep_last_keeps_the_newest_numbered_checkpoints(tmp_path, monkeypatch):
 def test_each_process_has_its_own_dropout_stream_and_the_same_initial_weights(
     prepared, tmp_path, monkeypatch
 ):
-    from translator.train import distributed, session
+    from translator.train import distributed, startup
 
     # no process group: DDP is not the point (nor waiting for rank 0: the data is prepared)
     monkeypatch.setattr(distributed, "wrap", lambda model, d: model)
@@ -368,7 +368,7 @@ def test_each_process_has_its_own_dropout_stream_and_the_same_initial_weights(
         monkeypatch.setattr(
             distributed, "init", lambda device, rank=rank: Dist(torch.device("cpu"), rank, 2)
         )
-        s = session.setup(variant(prepared, tmp_path / "run"), quiet=True)
+        s = startup.setup(variant(prepared, tmp_path / "run"), quiet=True)
         s.metrics.close()
         draws.append(torch.rand(16))
         weights.append(s.model.state_dict())

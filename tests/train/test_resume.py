@@ -324,7 +324,7 @@ def test_logged_perplexity_is_that_of_the_unsmoothed_loss(runs):
 def test_resume_with_another_process_count_skips_the_same_share_of_the_epoch(
     runs, prepared, tmp_path
 ):
-    from translator.train import session
+    from translator.train import startup
 
     _, _, stopped = runs  # 2 updates x 2 batches by 1 process
     payload = copy.deepcopy(stopped)
@@ -332,7 +332,7 @@ def test_resume_with_another_process_count_skips_the_same_share_of_the_epoch(
     payload["state"]["train"]["rng"] *= 2
     (tmp_path / "run").mkdir()
     torch.save(payload, tmp_path / "run" / "last.pt")
-    s = session.setup(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)
+    s = startup.setup(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)
     s.metrics.close()
     assert (s.state.step, s.state.epoch, s.state.batch_index) == (2, 0, 8)
     log = (tmp_path / "run" / "train.log").read_text()

@@ -10,7 +10,7 @@ from translator.config import ModelConfig
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
 from translator.model.transformer import Transformer
-from translator.train import loop, session
+from translator.train import loop, startup
 from translator.translate import translate_lines
 
 
@@ -83,4 +83,4 @@ def test_vocabulary_sizes_that_disagree_with_the_data_are_refused(
     with pytest.raises(
         TranslatorError, match=f"model.*=5 but the prepared data's vocabulary {message}"
     ):
-        session.setup(variant(prepared, tmp_path / "run", override), quiet=True)
+        startup.setup(variant(prepared, tmp_path / "run", override), quiet=True)

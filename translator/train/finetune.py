@@ -24,7 +24,7 @@ from translator.config import (
     with_training_settings,
 )
 from translator.errors import TranslatorError
-from translator.train.state import UNREADABLE_LAST
+from translator.train.resume import UNREADABLE_LAST
 
 
 @dataclass
@@ -63,7 +63,7 @@ def _resuming(cfg: Config, last: Path) -> Start:
     """Resuming: train.init_from as the run started (last.pt's config says), not as given now."""
     try:
         tokenizer, saved_dict = checkpoint.read_tokenizer(last)
-    except TranslatorError as err:  # as state.read_resumable says it
+    except TranslatorError as err:  # as resume.read_resumable says it
         raise TranslatorError(f"cannot resume: {err.what}", err.where, UNREADABLE_LAST) from None
     started_from = saved_dict.get("train", {}).get("init_from", "")
     notes = []

@@ -26,7 +26,8 @@ from translator.train.manifest import RunManifest
 from translator.train.precision import autocast
 from translator.train.report import Throughput, log_update, start_logging
 from translator.train.schedule import budget_progress, learning_rate
-from translator.train.session import Session, evaluate_and_save, save, setup
+from translator.train.session import Session, evaluate_and_save, save
+from translator.train.startup import setup
 
 
 def loss_sums(

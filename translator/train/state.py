@@ -1,5 +1,5 @@
-"""What an exact resume needs: counters, data position, RNG states; checkpoint save and resume
-checks."""
+"""What an exact resume needs: counters, data position, RNG states; checkpoint save and the
+run-directory checks at a start (train/resume.py reads the checkpoint back)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from translator import checkpoint
-from translator.config import Config, architecture_changes, to_dict
+from translator.config import Config
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
 
@@ -159,13 +159,6 @@ def _link(src: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
-# what to do about a last.pt that cannot be read (finetune.py says it too). Deleting it alone would
-# leave the run's other checkpoints, which a fresh start refuses (refuse_earlier_checkpoints)
-UNREADABLE_LAST = (
-    "copy a step-N.pt over it to resume from there, or start over in a new train.run_dir"
-)
-
-
 def refuse_earlier_checkpoints(run_dir: Path) -> None:
     """A run_dir without last.pt but with step-N.pt or best.pt holds an earlier run: a fresh start
     there would prune its step files, overwrite its best.pt and mix its logs with the new run's."""
@@ -176,31 +169,3 @@ def refuse_earlier_checkpoints(run_dir: Path) -> None:
             str(run_dir),
             "use another train.run_dir, or remove the old checkpoints to start over there",
         )
-
-
-def read_resumable(path: Path, cfg: Config, tokenizer: Tokenizer) -> dict[str, Any]:
-    """The checkpoint to continue from; refuses a different tokenizer or architecture."""
-    try:
-        payload = checkpoint.read(path)
-    except TranslatorError as err:  # e.g. cut short by a full disk
-        raise TranslatorError(f"cannot resume: {err.what}", err.where, UNREADABLE_LAST) from None
-    if payload["tokenizer"]["sha256"] != tokenizer.checksum():
-        raise TranslatorError(
-            "cannot resume: the checkpoint was trained with a different tokenizer",
-            str(path),
-            "use a new train.run_dir, or the prepared data the run started with",
-        )
-    diff = architecture_changes(payload["config"]["model"], to_dict(cfg.model))
-    if diff:
-        raise TranslatorError(
-            f"cannot resume: the architecture differs from the checkpoint's ({diff})",
-            str(path),
-            "use a new train.run_dir, or the checkpoint's model settings",
-        )
-    if "optimizer" not in payload["state"]:
-        raise TranslatorError(
-            "cannot resume: the checkpoint holds no training state",
-            str(path),
-            "resume from a last.pt or step-N.pt written by `translator train`",
-        )
-    return payload

@@ -1,0 +1,162 @@
+"""A training process's start: process group, prepared data and tokenizer, seeded model,
+optimizer and scaler, the log opened; resumed from run_dir/last.pt when it exists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from translator import prepare
+from translator.config import Config, ModelConfig
+from translator.data.tokenizer import Tokenizer
+from translator.errors import TranslatorError
+from translator.model.transformer import Transformer
+from translator.prepared import load_manifest, prepared_dir
+from translator.train import distributed, finetune
+from translator.train.attention import AttentionMonitor
+from translator.train.distributed import Dist
+from translator.train.metrics import Metrics
+from translator.train.precision import amp_dtype, grad_scaler
+from translator.train.resume import read_resumable, resume
+from translator.train.session import Session, make_optimizer, moving_average, training_model
+from translator.train.state import check_run_dir, refuse_earlier_checkpoints, seed_all
+
+
+def setup(cfg: Config, quiet: bool) -> Session:
+    """Process group, prepared data and tokenizer, seeded model, optimizer and scaler; resumed when
+    run_dir/last.pt exists."""
+    t, d = cfg.train, distributed.init(cfg.train.device)
+    last = Path(t.run_dir) / "last.pt"
+    try:
+        start, tokenizer, model, payload = _inputs(cfg, d, quiet, last)
+    except BaseException:
+        distributed.close(d)
+        raise
+    s = _session(cfg, d, start, tokenizer, model)
+    averaged = s.ema is not None
+    leftovers = check_run_dir(s.run_dir, model, t.keep_last, averaged) if d.main else 0  # at start
+    s.run_dir.mkdir(parents=True, exist_ok=True)
+    saved = (
+        None
+        if payload is None
+        else (payload["state"]["train"]["step"], payload["state"]["train"]["seconds"])
+    )
+    s.metrics = Metrics(s.run_dir, t.max_updates, 0, quiet, enabled=d.main, saved=saved)
+    if leftovers:
+        s.metrics.line(f"removed {leftovers} temporary files of saves that were cut short")
+    for line in start.notes:
+        s.metrics.line(line)
+    if payload is not None:
+        try:
+            resume(s, payload, last)
+        except BaseException:  # e.g. a refused resume: release the log file and the process group
+            s.metrics.close()
+            distributed.close(d)
+            raise
+    if d.main and cfg.diagnostics.enabled:
+        s.monitor = AttentionMonitor(cfg, tokenizer)
+        s.monitor.check_scales(model, s.metrics)
+        s.monitor.describe(s.metrics)
+    return s
+
+
+def _inputs(
+    cfg: Config, d: Dist, quiet: bool, last: Path
+) -> tuple[finetune.Start, Tokenizer, Transformer, dict | None]:
+    """How the run starts, the tokenizer, the seeded model and the checkpoint to resume (None: a
+    fresh start)."""
+    if not last.is_file():
+        refuse_earlier_checkpoints(last.parent)
+    start = finetune.plan(cfg, last)
+    tokenizer = prepared_tokenizer(cfg, d, quiet, start.vocab_from)
+    _set_vocab_sizes(cfg.model, tokenizer)
+    model = initial_model(cfg, d, start)
+    # read before train.log and the events are opened: a refused resume leaves neither behind
+    payload = read_resumable(last, cfg, tokenizer) if last.is_file() else None
+    return start, tokenizer, model, payload
+
+
+def _session(
+    cfg: Config, d: Dist, start: finetune.Start, tokenizer: Tokenizer, model: Transformer
+) -> Session:
+    """The session around `model`: what training forwards through, optimizer, scaler, moving
+    average."""
+    t = cfg.train
+    seed_all(t.seed + d.rank)  # a different dropout stream per process
+    net = distributed.wrap(model, d)
+    if t.compile:
+        net = torch.compile(net)
+    dtype = amp_dtype(t.precision, d.device)
+    optimizer = make_optimizer(model, t)
+    return Session(
+        cfg=cfg,
+        model=model,
+        net=net,
+        optimizer=optimizer,
+        scaler=grad_scaler(d.device, dtype),
+        tokenizer=tokenizer,
+        dist=d,
+        dtype=dtype,
+        run_dir=Path(t.run_dir),
+        fine_tuning=start.weights is not None,
+        vocab_from=start.vocab_from,
+        ema=moving_average(model, t.ema_decay),
+    )
+
+
+def _set_vocab_sizes(model: ModelConfig, tokenizer: Tokenizer) -> None:
+    """Fill vocab_size / src_vocab_size from the tokenizer (0 = automatic), or check the values
+    given."""
+    sizes = {
+        "vocab_size": tokenizer.target_vocab_size,
+        "src_vocab_size": 0 if tokenizer.joint else tokenizer.vocab_size,
+    }
+    for name, size in sizes.items():
+        given = getattr(model, name)
+        if given == 0:
+            setattr(model, name, size)
+        elif given != size:
+            found = f"has {size} pieces" if size else "is joint (one vocabulary)"
+            raise TranslatorError(
+                f"model.{name}={given} but the prepared data's vocabulary {found}",
+                f"model.{name}",
+                "set it to 0 (automatic)",
+            )
+
+
+def prepared_tokenizer(cfg: Config, d: Dist, quiet: bool, vocab_from: str | None) -> Tokenizer:
+    """The prepared data's tokenizer; rank 0 prepares the data first when there is none (the others
+    wait). `vocab_from`: the sha256 of the checkpoint tokenizer the data must be encoded with."""
+    distributed.main_first(d, lambda: prepare.ensure(cfg, quiet, vocab_from), "preparing the data")
+    # every rank checks the settings
+    vocab, folder = (
+        load_manifest(cfg.data, vocab_from)["vocab"],
+        prepared_dir(cfg.data),
+    )
+    src, tgt = folder / vocab["src"]["file"], folder / vocab["tgt"]["file"]
+    tokenizer = Tokenizer(src) if src == tgt else Tokenizer(src, tgt)
+    if vocab_from and tokenizer.checksum() != vocab_from:  # files replaced after prepare
+        raise TranslatorError(
+            "the prepared SentencePiece model(s) are not the checkpoint's (train.init_from)",
+            str(folder),
+            "prepare again with --force, or set another data.name",
+        )
+    return tokenizer
+
+
+def initial_model(cfg: Config, d: Dist, start: finetune.Start) -> Transformer:
+    """The seeded model, with train.init_from's weights when the run starts from them."""
+    seed_all(cfg.train.seed)  # the same initial weights on every process
+    model = training_model(cfg.model, d.device, compiled=cfg.train.compile)
+    if start.weights is not None:
+        try:
+            model.load_state_dict(start.weights)
+        except RuntimeError as err:  # names and shapes that its own model section does not build
+            first = str(err).splitlines()[1:2] or ["mismatched parameters"]
+            raise TranslatorError(
+                f"its weights do not fit its model settings ({first[0].strip()})",
+                f"train.init_from: {cfg.train.init_from}",
+                "use a checkpoint written by `translator train` or `translator import-hf`",
+            ) from None
+    return model
