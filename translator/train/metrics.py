@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -23,7 +24,8 @@ from torch.utils.tensorboard.summary import hparams
 
 
 class Metrics:
-    """Scalars and text to TensorBoard, lines to `train.log`, a live progress bar unless quiet."""
+    """Scalars and text to TensorBoard, lines to `train.log` (a session's first: `session started
+    DATE`), a live progress bar unless quiet."""
 
     def __init__(
         self,
@@ -64,6 +66,9 @@ class Metrics:
         self.task = self.progress.add_task("train", total=total_updates, completed=start, status="")
         self.progress.start()
         self.started = time.time()
+        # each session's times count from its start: this line tells the sessions apart, so it
+        # comes first, before what setup says about the session (a resume, files it removed)
+        self.line(f"session started {datetime.now().astimezone():%Y-%m-%d %H:%M:%S %z}")
 
     def scalars(self, step: int, values: dict[str, float], prefix: str) -> None:
         if self.enabled:

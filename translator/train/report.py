@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from datetime import datetime
 
 import torch
 
@@ -31,7 +30,8 @@ class Throughput:
 
 
 def start_logging(s: Session, n_pairs: int) -> None:
-    """config.yaml, the hyperparameters for TensorBoard, and the opening log line (rank 0)."""
+    """config.yaml, the hyperparameters for TensorBoard, and the log lines that describe the run
+    (rank 0)."""
     cfg, state = s.cfg, s.state
     if s.dist.main:
         with atomic_write(s.run_dir / "config.yaml") as handle:
@@ -45,8 +45,6 @@ def start_logging(s: Session, n_pairs: int) -> None:
     }
     s.metrics.hparams(state.step, flat, ["valid/bleu", "valid/chrf", "valid/loss", "train/loss"])
     on_off = {True: "on", False: "off"}
-    # each session's times count from its start: this line tells the sessions apart
-    s.metrics.line(f"session started {datetime.now().astimezone():%Y-%m-%d %H:%M:%S %z}")
     s.metrics.line(
         f"model: {count_parameters(s.model):,} parameters; {s.dist.world_size} x {s.dist.device}, "
         f"precision {s.dtype or torch.float32}, gradient checkpointing "
