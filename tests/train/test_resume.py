@@ -420,3 +420,33 @@ def test_each_session_of_the_log_opens_with_session_started(prepared, tmp_path):
     second = lines[starts[1] :]
     for said in ("removed 1 temporary files", f"{run_dir / 'last.pt'} exists", "resumed from"):
         assert any(line.startswith(said) for line in second), said
+
+
+def test_a_second_ctrl_c_stops_at_once_and_says_what_last_pt_holds(prepared, tmp_path, capfd):
+    """The first Ctrl-C asks for a save after the update; a second one, before it comes, stops
+    without saving: the run must say so, and which update a rerun resumes from."""
+    advance, presses = Metrics.advance, []
+
+    def advance_then_ctrl_c_twice(self, at, status):
+        advance(self, at, status)
+        if at == 4 and not presses:  # after update 3's validation and save
+            presses.append(at)
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+
+    run_dir = tmp_path / "run"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(Metrics, "advance", advance_then_ctrl_c_twice)
+        with pytest.raises(KeyboardInterrupt):  # the CLI exits 130 on it, as Ctrl-C does
+            loop.run(variant(prepared, run_dir, *SETTINGS), quiet=True)
+    said = f"stopped at once by a second Ctrl-C: update 4 not saved; {run_dir / 'last.pt'} holds "
+    said += "update 3 (rerun to resume from there)"
+    assert capfd.readouterr().err.splitlines() == [said]
+    assert said in (run_dir / "train.log").read_text()
+    (record,) = json.loads((run_dir / "manifest.json").read_text())["sessions"]
+    assert (record["end_reason"], record["last_update"], record["saved_update"]) == (
+        "interrupted",
+        4,
+        3,
+    )
+    assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 3

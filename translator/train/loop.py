@@ -93,7 +93,8 @@ WAY_ON = "; to train on, raise train.patience (the run resumes) or use a new tra
 class StopRequest:
     """Ctrl-C / SIGTERM set a flag; the loop saves after the current update and exits.
 
-    A second Ctrl-C raises KeyboardInterrupt at once (nothing saved).
+    A second Ctrl-C raises KeyboardInterrupt at once (nothing saved; `run` says what last.pt
+    holds).
     """
 
     def __init__(self) -> None:
@@ -114,6 +115,20 @@ class StopRequest:
     def restore(self) -> None:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
+
+
+def unsaved(s: Session) -> str:
+    """What a stop without saving leaves: the updates lost, and the one a rerun resumes from."""
+    step, saved, last = s.state.step, s.saved_step, s.run_dir / "last.pt"
+    if step == saved:  # stopped inside the update after the save
+        lost = ""
+    elif step == saved + 1:
+        lost = f"update {step} not saved; "
+    else:
+        lost = f"updates {saved + 1}-{step} not saved; "
+    if not last.is_file():
+        return lost + "no checkpoint saved yet (a rerun starts over)"
+    return lost + f"{last} holds update {saved} (rerun to resume from there)"
 
 
 def run(cfg: Config, quiet: bool = False) -> Transformer:
@@ -206,6 +221,11 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
             )
             + (WAY_ON if reason == "early stopping" else "")
         )
+    except KeyboardInterrupt:  # a second Ctrl-C, mid-update or mid-save: nothing more is saved
+        reason = "interrupted"
+        if s.dist.main:
+            s.metrics.last_word(f"stopped at once by a second Ctrl-C: {unsaved(s)}")
+        raise
     finally:
         stop.restore()
         if manifest:

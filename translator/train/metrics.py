@@ -115,9 +115,7 @@ class Metrics:
         """A log line: into train.log always, onto the console unless quiet."""
         if not self.enabled:
             return
-        stamp = f"[{time.time() - self.started:7.0f}s] "
-        self.log_file.write(stamp + message + "\n")
-        self.log_file.flush()
+        self._log(message)
         if not self.quiet:  # Text: brackets (the sacreBLEU signature) are not markup
             self.console.print(Text(message), soft_wrap=not self.console.is_terminal)
 
@@ -127,6 +125,19 @@ class Metrics:
             self.line(f"warning: {message}")
             if self.quiet:
                 print(f"warning: {message}", file=sys.stderr)
+
+    def last_word(self, message: str) -> None:
+        """A line into train.log and onto stderr, quiet or not, below the stopped progress bar: the
+        process ends on it."""
+        if self.enabled:
+            self.progress.stop()
+            self._log(message)
+            print(message, file=sys.stderr)
+
+    def _log(self, message: str) -> None:
+        stamp = f"[{time.time() - self.started:7.0f}s] "
+        self.log_file.write(stamp + message + "\n")
+        self.log_file.flush()
 
     def close(self) -> None:
         self.progress.stop()
