@@ -14,7 +14,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.train.conftest import variant
-from translator import checkpoint
+from translator import checkpoint, config
 from translator.errors import TranslatorError
 from translator.train import loop
 from translator.train.metrics import Metrics
@@ -194,7 +194,7 @@ def test_resume_allows_training_only_model_changes(runs, prepared, tmp_path):
 def test_resume_says_when_batch_order_settings_changed(runs, prepared, tmp_path):
     straight, resumed, _ = runs
     # same settings: nothing to say
-    assert "resuming with train." not in (resumed / "train.log").read_text()
+    assert "resuming with settings changed" not in (resumed / "train.log").read_text()
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "last.pt").write_bytes((straight / "last.pt").read_bytes())
     loop.run(
@@ -210,8 +210,10 @@ def test_resume_says_when_batch_order_settings_changed(runs, prepared, tmp_path)
     )
     log = (tmp_path / "run" / "train.log").read_text()
     assert (
-        "resuming with train.max_tokens 512 -> 256: the rest of this epoch's batches differ" in log
-    )
+        "train.max_tokens: 512 -> 256, train.max_updates: 6 -> 7, train.eval_every: 3 -> 100; "
+        "train.max_tokens cuts and shuffles the epoch's batches: the rest of this epoch's batches "
+        "differ from the uninterrupted run's (not bit-exact)"
+    ) in log
 
 
 def test_a_corrupt_last_checkpoint_says_how_to_go_on(prepared, tmp_path):
@@ -450,3 +452,79 @@ def test_a_second_ctrl_c_stops_at_once_and_says_what_last_pt_holds(prepared, tmp
         3,
     )
     assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 3
+
+
+def test_a_resume_names_every_changed_setting_and_the_manifest_keeps_each_session_s_config(
+    prepared, tmp_path
+):
+    run_dir = tmp_path / "run"
+    loop.run(variant(prepared, run_dir, *SETTINGS, "train.max_updates=3"), quiet=True)
+    lr = checkpoint.read(run_dir / "last.pt")["config"]["train"]["lr"]
+    changes = (
+        "model.dropout=0.2",
+        "train.max_updates=4",
+        "train.lr=0.0005",
+        "decode.batch_tokens=2048",
+        "diagnostics.sentences=4",
+    )
+    loop.run(variant(prepared, run_dir, *SETTINGS, *changes), quiet=True)
+    log = (run_dir / "train.log").read_text()
+    said = (
+        "resuming with settings changed since last.pt was saved: model.dropout: 0.1 -> 0.2, "
+        f"train.max_updates: 3 -> 4, train.lr: {lr!r} -> 0.0005, decode.batch_tokens: 4096 -> "
+        "2048, diagnostics.sentences: 8 -> 4\n"
+    )
+    assert said in log and "warning: resuming" not in log  # BLEU is measured as before
+    assert log.index("resumed from") < log.index(said) < log.index("update 4:")
+    first, second = json.loads((run_dir / "manifest.json").read_text())["sessions"]
+    assert first["changed"] is None and second["changed"] == {
+        "model.dropout": [0.1, 0.2],
+        "train.max_updates": [3, 4],
+        "train.lr": [lr, 0.0005],
+        "decode.batch_tokens": [4096, 2048],
+        "diagnostics.sentences": [8, 4],
+    }
+    # config.yaml is the latest session's; each session's own is in the manifest
+    assert first["config"]["model"]["dropout"] == 0.1 and first["config"]["train"]["lr"] == lr
+    assert second["config"] == config.to_dict(config.load(run_dir / "config.yaml"))
+    assert second["config"]["model"]["dropout"] == 0.2
+
+
+def test_a_resume_that_changes_how_valid_bleu_is_measured_says_the_best_bleu_is_the_old_one(
+    prepared, tmp_path
+):
+    run_dir = tmp_path / "run"
+    loop.run(variant(prepared, run_dir, *SETTINGS, "train.max_updates=3"), quiet=True)
+    # the beam validation decodes with stays 1 (tiny.yaml's decode.beam_size): measured as before
+    same_beam = ("train.max_updates=4", "train.valid_beam_size=1")
+    loop.run(variant(prepared, run_dir, *SETTINGS, *same_beam), quiet=True)
+    assert "warning: resuming" not in (run_dir / "train.log").read_text()
+    stored = checkpoint.read(run_dir / "last.pt")["state"]["train"]
+    other = ("train.max_updates=5", "train.valid_beam_size=1", "train.valid_bleu_sentences=10")
+    loop.run(variant(prepared, run_dir, *SETTINGS, *other), quiet=True)
+    best = checkpoint.read(run_dir / "last.pt")["state"]["train"]
+    after = (run_dir / "train.log").read_text().split("resumed from")[-1]
+    assert (
+        "warning: resuming with settings changed since last.pt was saved: train.max_updates: 4 -> "
+        "5, train.valid_bleu_sentences: 20 -> 10; train.valid_bleu_sentences changes how "
+        f"validation BLEU is measured: the best BLEU so far ({stored['best_bleu']:.2f}, best.pt's) "
+        "and early stopping's count of validations without gain "
+        f"({stored['bad_evals']}) were measured the old way and are kept"
+    ) in after
+    assert best["best_bleu"] >= stored["best_bleu"]  # kept, not reset
+
+
+def test_settings_a_checkpoint_predates_are_compared_with_their_defaults():
+    from translator.train.resume import setting_changes
+
+    cfg = config.Config()
+    saved = config.to_dict(cfg)
+    del saved["train"]["valid_beam_size"]  # written before the field existed: it was the default
+    del saved["diagnostics"]
+    saved["data"]["splits"] = {"train": "train", "valid": "dev"}
+    cfg.train.lr = 1e-4
+    assert setting_changes(saved, cfg) == {
+        "data.splits.valid": ("dev", "validation"),
+        "data.splits.test": (None, "test"),
+        "train.lr": (7e-4, 1e-4),
+    }

@@ -144,7 +144,7 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
     t, state = cfg.train, s.state
     data = TrainBatches(cfg, s.dist)
     manifest = (
-        RunManifest(s.run_dir, cfg, s.dist.world_size, state.step, s.vocab_from)
+        RunManifest(s.run_dir, cfg, s.dist.world_size, state.step, s.vocab_from, s.changed)
         if s.dist.main
         else None
     )

@@ -1,8 +1,9 @@
 """`run_dir/manifest.json`: what a run was made from (code, data, seeds, versions) and its
 wall-clock.
 
-Each session (the first start and every resume) appends an entry; the file is rewritten
-atomically at the start and at the end of a session.
+Each session (the first start and every resume) appends an entry, with the resolved config it
+trained with (config.yaml holds the latest session's only) and, on a resume, the settings changed
+since last.pt was saved; the file is rewritten atomically at the start and at the end of a session.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from translator.config import to_dict
 from translator.files import atomic_write
 from translator.prepared import load_manifest, prepared_dir
 from translator.versions import installed
@@ -74,8 +76,16 @@ class RunManifest:
     """The manifest of one run directory, with this session appended."""
 
     def __init__(
-        self, run_dir: Path, cfg, world_size: int, start_step: int, vocab_from: str | None = None
+        self,
+        run_dir: Path,
+        cfg,
+        world_size: int,
+        start_step: int,
+        vocab_from: str | None = None,
+        changed: dict[str, tuple] | None = None,
     ) -> None:
+        """changed: a resume's settings changed since last.pt -> (old, new); None: a fresh
+        start."""
         self.path = run_dir / "manifest.json"
         self.data = json.loads(self.path.read_text()) if self.path.is_file() else {"sessions": []}
         self.started = time.time()
@@ -94,6 +104,8 @@ class RunManifest:
             },
             "data": data_checksums(cfg.data, vocab_from),
             "init_from": cfg.train.init_from or None,
+            "config": to_dict(cfg),
+            "changed": None if changed is None else {k: list(v) for k, v in changed.items()},
             "first_update": start_step,
             "last_update": start_step,
             "end_reason": None,

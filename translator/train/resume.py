@@ -50,21 +50,8 @@ def read_resumable(path: Path, cfg: Config, tokenizer: Tokenizer) -> dict[str, A
 
 def resume(s: Session, payload: dict, path: Path) -> None:
     """Load model, optimizer, scaler, counters and this process's RNG states from `payload`, read
-    from `path` by `read_resumable`."""
-    # with a moving average, "model" holds the average and the trained weights are kept apart
-    trained = payload["state"].get("train_weights")
-    s.model.load_state_dict(payload["model"] if trained is None else trained)
-    if s.ema is not None:
-        s.ema.module.load_state_dict(payload["model"])
-        if trained is not None:
-            s.ema.n_averaged.fill_(1)  # continue the average (0 would restart it from the weights)
-        else:
-            s.metrics.line("train.ema_decay set on resume: the moving average starts here")
-    elif trained is not None:
-        s.metrics.line("train.ema_decay is 0 on resume: the checkpoint's moving average is dropped")
-    s.optimizer.load_state_dict(payload["state"]["optimizer"])
-    if s.scaler.is_enabled() and payload["state"]["scaler"]:
-        s.scaler.load_state_dict(payload["state"]["scaler"])
+    from `path` by `read_resumable`; log the settings changed since it was saved."""
+    _load_training_objects(s, payload)
     state, d = s.state, s.dist
     state.load_state_dict(payload["state"]["train"])
     s.saved_step = state.step
@@ -80,21 +67,116 @@ def resume(s: Session, payload: dict, path: Path) -> None:
             f"an update now holds {d.world_size}/{state.world_size} of the tokens it held "
             "(train.max_tokens and train.grad_accum_steps are per process)"
         )
-    saved_train = payload["config"].get("train", {})
-    order = [
-        k
-        for k in ("max_tokens", "seed")
-        if k in saved_train and saved_train[k] != getattr(s.cfg.train, k)
-    ]
-    # the epoch's batches are cut and shuffled by these: the position no longer means the same pairs
-    if order:
-        s.metrics.line(
-            "resuming with "
-            + ", ".join(f"train.{k} {saved_train[k]} -> {getattr(s.cfg.train, k)}" for k in order)
-            + ": the rest of this epoch's batches differ from the uninterrupted run's "
-            "(not bit-exact)"
-        )
     s.metrics.line(
         f"resumed from {path} at update {state.step} "
         f"(epoch {state.epoch}, batch {state.batch_index})"
     )
+    s.changed = setting_changes(payload["config"], s.cfg)
+    if s.changed:
+        _log_changes(s, path)
+
+
+def _load_training_objects(s: Session, payload: dict) -> None:
+    """Weights (trained and averaged), optimizer and loss-scaler state."""
+    # with a moving average, "model" holds the average and the trained weights are kept apart
+    trained = payload["state"].get("train_weights")
+    s.model.load_state_dict(payload["model"] if trained is None else trained)
+    if s.ema is not None:
+        s.ema.module.load_state_dict(payload["model"])
+        if trained is not None:
+            s.ema.n_averaged.fill_(1)  # continue the average (0 would restart it from the weights)
+        else:
+            s.metrics.line("train.ema_decay set on resume: the moving average starts here")
+    elif trained is not None:
+        s.metrics.line("train.ema_decay is 0 on resume: the checkpoint's moving average is dropped")
+    s.optimizer.load_state_dict(payload["state"]["optimizer"])
+    if s.scaler.is_enabled() and payload["state"]["scaler"]:
+        s.scaler.load_state_dict(payload["state"]["scaler"])
+
+
+# the epoch's batches are cut and shuffled by these: the saved position no longer means the same
+# pairs
+BATCH_ORDER = ("train.max_tokens", "train.seed")
+# what validation BLEU is measured with (validate.py) besides its beam, train.valid_beam_size or
+# decode.beam_size
+BLEU_MEASURE = (
+    "data.splits.valid",
+    "train.valid_bleu_sentences",
+    "decode.length_penalty",
+    "decode.max_len_a",
+    "decode.max_len_b",
+    "decode.min_len",
+)
+
+
+def setting_changes(saved: dict[str, Any], cfg: Config) -> dict[str, tuple[Any, Any]]:
+    """Every setting of `cfg` whose value differs from the checkpoint's config `saved` -> (old,
+    new), by dotted name in the config's order. A setting the checkpoint predates had its default
+    value (as architecture_changes assumes)."""
+    defaults = to_dict(Config())
+    before = _dotted(
+        {name: {**section, **saved.get(name, {})} for name, section in defaults.items()}
+    )
+    after = _dotted(to_dict(cfg))
+    fields = {_field(name) for name in after}
+    names = [*after, *(k for k in before if k not in after and _field(k) in fields)]
+    return {k: (before.get(k), after.get(k)) for k in names if before.get(k) != after.get(k)}
+
+
+def _dotted(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts -> {"section.key": value}; a dict-valued field by its keys
+    (data.splits.valid)."""
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_dotted(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _field(name: str) -> str:
+    """data.splits.valid -> data.splits: the config field a dotted name belongs to."""
+    return ".".join(name.split(".")[:2])
+
+
+def _log_changes(s: Session, path: Path) -> None:
+    """One line naming every changed setting, and what the changes mean for the rest of the epoch
+    and for the stored best BLEU; a warning (stderr under --quiet) when validation BLEU is no
+    longer measured as the stored one was."""
+    changed, state = s.changed, s.state
+    line = f"resuming with settings changed since {path.name} was saved: " + ", ".join(
+        f"{name}: {old!r} -> {new!r}" for name, (old, new) in changed.items()
+    )
+    order = [name for name in BATCH_ORDER if name in changed]
+    if order:
+        line += (
+            f"; {' and '.join(order)} {_verb(order, 'cut')} and {_verb(order, 'shuffle')} the "
+            "epoch's batches: the rest of this "
+            "epoch's batches differ from the uninterrupted run's (not bit-exact)"
+        )
+    measure = [name for name in BLEU_MEASURE if name in changed] + _beam_change(changed, s.cfg)
+    if not measure:
+        s.metrics.line(line)
+        return
+    s.metrics.warning(
+        f"{line}; {' and '.join(measure)} {_verb(measure, 'change')} how validation BLEU is "
+        "measured: the best BLEU "
+        f"so far ({state.best_bleu:.2f}, best.pt's) and early stopping's count of validations "
+        f"without gain ({state.bad_evals}) were measured the old way and are kept, "
+        "so the next validations compare with them"
+    )
+
+
+def _beam_change(changed: dict[str, tuple[Any, Any]], cfg: Config) -> list[str]:
+    """The beam settings that changed validation's beam (train.valid_beam_size, or
+    decode.beam_size when that is 0); none when validation decodes with the same beam."""
+    old_valid = changed.get("train.valid_beam_size", (cfg.train.valid_beam_size,))[0]
+    old_decode = changed.get("decode.beam_size", (cfg.decode.beam_size,))[0]
+    if (old_valid or old_decode) == (cfg.train.valid_beam_size or cfg.decode.beam_size):
+        return []
+    return [name for name in ("train.valid_beam_size", "decode.beam_size") if name in changed]
+
+
+def _verb(subjects: list[str], verb: str) -> str:
+    return verb if len(subjects) > 1 else verb + "s"

@@ -48,6 +48,8 @@ class Session:
     fine_tuning: bool = False  # starts from train.init_from's weights (validated before any update)
     vocab_from: str | None = None  # the checkpoint tokenizer the data were prepared with (sha256)
     ema: AveragedModel | None = None  # train.ema_decay's moving average of `model`'s weights
+    # on a resume, the settings changed since last.pt was saved: dotted name -> (old, new)
+    changed: dict[str, tuple] | None = None
 
     def decoding_model(self) -> Transformer:
         """The weights that validation, checkpoints and `translate` use: the moving average when
