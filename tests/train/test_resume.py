@@ -528,3 +528,14 @@ def test_settings_a_checkpoint_predates_are_compared_with_their_defaults():
         "data.splits.test": (None, "test"),
         "train.lr": (7e-4, 1e-4),
     }
+
+
+def test_a_measure_change_before_any_validation_is_no_warning(prepared, tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    interrupt_at(monkeypatch, 2)  # before update 3's validation: no best BLEU stored
+    with pytest.raises(SystemExit):
+        loop.run(variant(prepared, run_dir, *SETTINGS), quiet=True)
+    loop.run(variant(prepared, run_dir, *SETTINGS, "train.valid_bleu_sentences=10"), quiet=True)
+    log = (run_dir / "train.log").read_text()
+    assert "] resuming with settings changed since last.pt was saved: " in log
+    assert "train.valid_bleu_sentences: 20 -> 10\n" in log and "BLEU is measured" not in log

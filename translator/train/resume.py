@@ -152,19 +152,18 @@ def _log_changes(s: Session, path: Path) -> None:
     if order:
         line += (
             f"; {' and '.join(order)} {_verb(order, 'cut')} and {_verb(order, 'shuffle')} the "
-            "epoch's batches: the rest of this "
-            "epoch's batches differ from the uninterrupted run's (not bit-exact)"
+            "epoch's batches: the rest of this epoch's batches differ from the uninterrupted run's "
+            "(not bit-exact)"
         )
     measure = [name for name in BLEU_MEASURE if name in changed] + _beam_change(changed, s.cfg)
-    if not measure:
+    if not measure or state.best_bleu < 0:  # no validation yet: nothing measured the old way
         s.metrics.line(line)
         return
     s.metrics.warning(
         f"{line}; {' and '.join(measure)} {_verb(measure, 'change')} how validation BLEU is "
-        "measured: the best BLEU "
-        f"so far ({state.best_bleu:.2f}, best.pt's) and early stopping's count of validations "
-        f"without gain ({state.bad_evals}) were measured the old way and are kept, "
-        "so the next validations compare with them"
+        f"measured: the best BLEU so far ({state.best_bleu:.2f}, best.pt's) and early stopping's "
+        f"count of validations without gain ({state.bad_evals}) were measured the old way and "
+        "are kept, so the next validations compare with them"
     )
 
 
