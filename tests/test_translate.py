@@ -325,6 +325,17 @@ def test_a_line_break_in_a_decoded_output_stays_inside_its_line(tiny, monkeypatc
     assert all(len(text.splitlines()) == 1 for text in texts)
 
 
+def test_a_stray_space_piece_leaves_no_double_or_trailing_space(tiny, monkeypatch):
+    # a model may emit a bare U+2581: SentencePiece decodes it to a space beside the next one's
+    real = tiny.tokenizer.decode
+    monkeypatch.setattr(
+        tiny.tokenizer, "decode", lambda rows: [f" x  {text} \u00a0y " for text in real(rows)]
+    )
+    out = translate.translate_lines(tiny.model, tiny.tokenizer, ["Two dogs."], tiny.cfg.decode)
+    text = out[0][0][0]
+    assert text.startswith("x ") and text.endswith(" \u00a0y") and "  " not in text
+
+
 def test_sources_are_cleaned_as_the_training_text_was(tiny):
     # controls that prepare's cleaner turns into a space (NEL, U+001F) or removes (NUL)
     raw = ["Two\x85dogs run.", "Two\x1fdogs run.", "Two\x00 dogs run.\u200b", " Two  dogs run. "]

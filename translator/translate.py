@@ -272,11 +272,17 @@ def _detokenize(
         return [("", 0.0)]
     if len(pieces_hyps) == 1:
         texts = tokenizer.decode([h.tokens for h in pieces_hyps[0]])
-        return [(text.translate(ONE_LINE), h.score) for text, h in zip(texts, pieces_hyps[0])]
+        return [(_one_line(text), h.score) for text, h in zip(texts, pieces_hyps[0])]
     # over-long: join the best of each
     texts = tokenizer.decode([hyps[0].tokens for hyps in pieces_hyps])
-    joined = join_pieces(texts).translate(ONE_LINE)
-    return [(joined, sum(hyps[0].score for hyps in pieces_hyps))]
+    return [(_one_line(join_pieces(texts)), sum(hyps[0].score for hyps in pieces_hyps))]
+
+
+def _one_line(text: str) -> str:
+    """A decoded text as one output line: its line breaks (ONE_LINE) and the double or trailing
+    spaces a stray U+2581 piece leaves become single spaces, trimmed (as fairseq's SentencePiece
+    post-processing does); other spaces (no-break, ideographic) stay."""
+    return " ".join(filter(None, text.translate(ONE_LINE).split(" ")))
 
 
 def _unk_count(pieces_hyps: list[list[Hypothesis]]) -> int:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.data.conftest import multi30k_lines
 from translator.data.tokenizer import Tokenizer, train_sentencepiece
@@ -27,6 +29,36 @@ def test_words_of_sentencepiece_pieces_are_the_lines_whitespace_words(tmp_path):
     for line in odd + lines[:200]:
         pieces = tokenizer.sp.id_to_piece(tokenizer.encode([line])[0])
         assert max(word_ids(pieces)) + 1 == len(line.split()), (line, pieces)
+
+
+def char_level_words(pieces: list[str]) -> list[int]:
+    """The reference: the pieces' text (U+2581 a space) split at spaces; each piece is in the word
+    of its first non-space character, a piece of spaces alone in the next word (else the last)."""
+    text = "".join(p.replace(W, " ") for p in pieces)
+    word_of, word, inside = [], -1, False  # per character
+    for ch in text:
+        if ch != " " and not inside:
+            word += 1
+        inside = ch != " "
+        word_of.append(word if inside else None)
+    out, at = [], 0
+    for p in pieces:  # the word of its first non-space character, or of the next one
+        later = [w for w in word_of[at:] if w is not None]
+        out.append(later[0] if later else max(word, 0))
+        at += len(p)
+    return out
+
+
+@given(
+    # SentencePiece's pieces carry U+2581 at their start only
+    st.lists(st.sampled_from([W, f"{W}a", "b", f"{W}cd", "e", f"{W}{W}"]), max_size=9)
+)
+def test_a_piece_of_spaces_alone_starts_no_word(pieces):
+    # a model can emit a bare U+2581 anywhere: the text then has a double or trailing space
+    assert word_ids(pieces) == char_level_words(pieces)
+    if pieces and "".join(pieces).strip(W):
+        text = "".join(pieces).replace(W, " ")
+        assert max(word_ids(pieces)) + 1 == len(text.split())
 
 
 def test_merge_sums_key_pieces_and_averages_query_pieces():

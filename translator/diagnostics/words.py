@@ -2,8 +2,10 @@
 
 A word starts at a piece that begins with U+2581 (SentencePiece's mark for a preceding space) and
 takes the pieces up to the next such piece; special tokens (`<s>`, `</s>`) are words of their own.
-`<unk>` is not: it stands for characters inside a word (a "☺" or "<" the vocabulary lacks). Words
-counted this way are the whitespace-separated words of the text.
+`<unk>` is not: it stands for characters inside a word (a "☺" or "<" the vocabulary lacks). A
+piece that is only U+2581 (a space SentencePiece writes alone, before a piece without its own
+mark, or a model's stray one) starts no word: the piece after it does, and it joins that word (at
+the end, the one before). Words counted this way are the whitespace-separated words of the text.
 """
 
 from __future__ import annotations
@@ -16,11 +18,21 @@ SPECIALS = ("<s>", "</s>", "<pad>")
 
 def word_ids(pieces: list[str]) -> list[int]:
     """The word index of each piece."""
-    out, word = [], -1
+    out, word, spaces = [], -1, []  # spaces: the bare-space pieces since the last word's start
     for i, piece in enumerate(pieces):
-        if i == 0 or piece.startswith(WORD_START) or piece in SPECIALS or pieces[i - 1] in SPECIALS:
+        after_special = i > 0 and pieces[i - 1] in SPECIALS
+        if piece not in SPECIALS and not piece.strip(WORD_START):
+            spaces.append(i)
+            out.append(-1)  # the next word's, filled in below
+            continue
+        if word < 0 or piece.startswith(WORD_START) or spaces or piece in SPECIALS or after_special:
             word += 1
+        for j in spaces:
+            out[j] = word
+        spaces = []
         out.append(word)
+    for j in spaces:  # bare spaces at the end: the last word's
+        out[j] = max(word, 0)
     return out
 
 
