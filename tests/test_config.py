@@ -102,6 +102,13 @@ def test_invariants_checked():
         ("decode.batch_tokens=0", "decode.batch_tokens"),
         ("decode.max_len_a=.inf", "decode.max_len_a"),
         ("decode.length_penalty=.nan", "decode.length_penalty"),
+        # past these the GNMT penalty overflows, or lengths outgrow the search's integers
+        ("decode.length_penalty=100", "decode.length_penalty"),
+        ("decode.length_penalty=-11", "decode.length_penalty"),
+        ("decode.min_len=99999999999999999999", "decode.min_len"),
+        ("decode.max_len_b=10000000", "decode.max_len_b"),
+        ("decode.max_len_a=1e308", "decode.max_len_a"),
+        ("decode.channel_weight=1e308", "decode.channel_weight"),
         ("model.n_heads=0", "model.n_heads"),
         ("model.n_heads=-8", "model.n_heads"),
         ("model.d_model=0", "model.d_model"),

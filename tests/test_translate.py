@@ -366,3 +366,12 @@ def test_translate_and_eval_clean_their_sources(tiny, tmp_path):
     assert result.exit_code == 0, result.output
     first, second = hyp.read_text(encoding="utf-8").split("\n")[:2]
     assert first == second == said[1].rstrip("\n")
+
+
+@pytest.mark.parametrize("alpha", [-10.0, 10.0])
+def test_the_widest_length_penalties_allowed_give_finite_scores(tiny, alpha):
+    import math
+
+    decode = dataclasses.replace(tiny.cfg.decode, beam_size=3, length_penalty=alpha)
+    out = translate.translate_lines(tiny.model, tiny.tokenizer, SENTENCES[:3], decode, nbest=2)
+    assert all(math.isfinite(score) for hyps in out for _, score in hyps)

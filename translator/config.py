@@ -416,11 +416,13 @@ class DecodeConfig:
 
     def __post_init__(self) -> None:
         _check_range("decode", self, "beam_size batch_tokens", 1)
-        _check_range("decode", self, "channel_weight", 0)
+        # bounds far past any use: beyond them the scores overflow (lp = ((5 + L) / 6) ** alpha)
+        # or the lengths do not fit the search's integers
+        _check_range("decode", self, "channel_weight", 0, 100)
         _check_range("decode", self, "channel_candidates", 2)
-        _check_range("decode", self, "max_len_a max_len_b min_len", 0)
-        # finite: negative favours short outputs
-        _check_range("decode", self, "length_penalty", -math.inf)
+        _check_range("decode", self, "max_len_a", 0, 1000)
+        _check_range("decode", self, "max_len_b min_len", 0, 1_000_000)
+        _check_range("decode", self, "length_penalty", -10, 10)  # negative favours short outputs
         if self.max_len_a == 0 and self.min_len > self.max_len_b > 0:
             raise TranslatorError(
                 f"min_len={self.min_len} is above the output limit max_len_b={self.max_len_b}",
