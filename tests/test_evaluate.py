@@ -592,3 +592,19 @@ def test_references_not_in_nfc_are_warned_about(tiny, tmp_path):
         said[name] = result.stderr
     assert "NFC" not in said["nfc"]
     assert f"{tmp_path / 'nfd'}: 2 of 3 references are not in Unicode NFC" in said["nfd"]
+
+
+def test_a_split_not_found_under_a_relative_data_dir_says_relative_to_where(
+    prepared, tmp_path, monkeypatch
+):
+    import os
+
+    # the checkpoint's data_dir as a relative path, as configs write it ("data")
+    relative = copy.deepcopy(prepared)
+    monkeypatch.chdir(Path(prepared.data.data_dir).parent)
+    relative.data.data_dir = os.path.relpath(prepared.data.data_dir)
+    ckpt = save_tiny(relative, tmp_path / "tiny.pt")
+    evaluate.run(str(ckpt), split="valid", quiet=True, hyp_file=tmp_path / "hyp")  # found here
+    monkeypatch.chdir(tmp_path)  # elsewhere
+    with pytest.raises(TranslatorError, match=f"not found \\(a path relative to {tmp_path}\\)"):
+        evaluate.run(str(ckpt), split="valid", quiet=True)

@@ -148,10 +148,12 @@ def run(
             folder / f"{split}.{cfg.data.tgt_lang}",
         )
         if not Path(src_file).is_file():
+            relative = "" if folder.is_absolute() else f" (a path relative to {Path.cwd()})"
             raise TranslatorError(
-                f"split {split!r} not found",
+                f"split {split!r} not found{relative}",
                 str(folder),
-                "run `translator prepare` with the checkpoint's config, or pass --src/--ref",
+                "run where the data were prepared, run `translator prepare` with the checkpoint's "
+                "config, or pass --src/--ref",
             )
     sources, refs = read_lines(src_file), read_lines(ref_file)
     if len(sources) != len(refs):
