@@ -352,3 +352,60 @@ def test_a_file_given_for_the_model_directory_is_named_as_one(tmp_path):
     with pytest.raises(TranslatorError, match="is a file, not a model directory") as err:
         marian.import_marian(config_file, tmp_path / "m.pt")
     assert err.value.where == str(config_file) and not (tmp_path / "m.pt").exists()
+
+
+def test_imported_target_pieces_are_marian_tokenizers_even_for_the_source_sides_words(
+    opus, tmp_path
+):
+    """The shared vocabulary holds English pieces that target.spm lacks: the imported target
+    model keeps them, so a model can emit them, but must not cut German text with them."""
+    import sentencepiece
+
+    root, _, hf_tok = opus
+    marian.import_marian(root, tmp_path / "opus.pt")
+    _, _, tokenizer = checkpoint.load(tmp_path / "opus.pt")
+    original = sentencepiece.SentencePieceProcessor(model_file=str(root / "target.spm"))
+    german = {original.id_to_piece(i) for i in range(original.get_piece_size())}
+    vocab = json.loads((root / "vocab.json").read_text(encoding="utf-8"))
+    english = {p.lstrip("\u2581") for p in vocab if p not in german and not p.startswith("<")}
+    words = sorted(english, key=lambda w: (len(w), w))[-40:]
+    assert len(words) == 40 and all(len(w) > 2 for w in words)  # whole English words among them
+    lines = [f"Ein {w}en mit {w}." for w in words]
+    for line in lines + TARGETS:
+        theirs = hf_tok.convert_ids_to_tokens(hf_tok(text_target=line)["input_ids"])[:-1]
+        ours = tokenizer.target_sp.id_to_piece(tokenizer.target_sp.encode(line))
+        assert ours == theirs, line
+
+
+def copy_opus(root: Path, dest: Path) -> Path:
+    dest.mkdir()
+    for path in root.iterdir():
+        (dest / path.name).write_bytes(path.read_bytes())
+    return dest
+
+
+def test_a_multi_target_model_is_refused_by_its_language_tokens(opus, tmp_path):
+    # opus-mt-en-ROMANCE and the like: MarianTokenizer keeps >>fra<< whole, ours would spell it out
+    root = copy_opus(opus[0], tmp_path / "multi")
+    vocab = json.loads((root / "vocab.json").read_text(encoding="utf-8"))
+    for code in (">>fra<<", ">>spa<<"):
+        vocab[code] = len(vocab)
+    (root / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    with pytest.raises(
+        TranslatorError, match=r"vocab\.json: a multi-target model.*>>fra<<, >>spa<<"
+    ):
+        marian.import_marian(root, tmp_path / "multi.pt")
+    assert not (tmp_path / "multi.pt").exists()
+
+
+def test_config_keys_left_out_take_marian_configs_defaults(opus, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    root = copy_opus(opus[0], tmp_path / "trimmed")
+    hf = json.loads((root / "config.json").read_text(encoding="utf-8"))
+    for key in ("activation_function", "max_position_embeddings"):
+        del hf[key]
+    (root / "config.json").write_text(json.dumps(hf), encoding="utf-8")
+    cfg = marian.import_marian(root, tmp_path / "trimmed.pt")
+    defaults = transformers.MarianConfig()
+    assert cfg.model.max_positions == defaults.max_position_embeddings
+    assert cfg.model.activation == {"gelu": "gelu", "swish": "silu"}[defaults.activation_function]

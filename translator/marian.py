@@ -111,6 +111,14 @@ def import_marian(
     vocab = read_vocab(directory / "vocab.json")
     shared = hf.get("share_encoder_decoder_embeddings", True)
     target_vocab = vocab if shared else read_vocab(directory / "target_vocab.json")
+    codes = sorted(p for p in vocab if p.startswith(">>") and p.endswith("<<"))
+    if codes:  # MarianTokenizer puts one in front of a source; our tokenizers would spell it out
+        raise TranslatorError(
+            f"a multi-target model: its target-language tokens ({', '.join(codes[:3])}"
+            f"{', ...' if len(codes) > 3 else ''}; {len(codes)} in all) are not supported",
+            str(directory / "vocab.json"),
+            "import a single-target OPUS-MT model (one target language)",
+        )
     weights, read = read_weights(directory)
     src_proto = reorder_pieces(read_spm(directory / "source.spm"), [])
     # every piece it can emit
@@ -146,7 +154,7 @@ def model_config(hf: dict[str, Any], tokenizer: Tokenizer, where: str) -> ModelC
         raise TranslatorError(
             f"missing or not a positive integer: {', '.join(missing)}", where, DAMAGED
         )
-    activation = hf.get("activation_function", "swish")
+    activation = hf.get("activation_function", "gelu")  # MarianConfig's defaults, here and below
     problems = [
         f"activation_function={activation!r}" if activation not in ACTIVATIONS else "",
         "normalize_before=true" if hf.get("normalize_before") else "",
@@ -181,7 +189,7 @@ def model_config(hf: dict[str, Any], tokenizer: Tokenizer, where: str) -> ModelC
         output_bias=True,
         positions="sinusoidal",
         norm="post",
-        max_positions=hf.get("max_position_embeddings", 512),
+        max_positions=hf.get("max_position_embeddings", 1024),
         scale_embeddings=hf.get("scale_embedding", False),
         tie_embeddings=True,
     )
@@ -190,8 +198,10 @@ def model_config(hf: dict[str, Any], tokenizer: Tokenizer, where: str) -> ModelC
 def reorder_pieces(proto: bytes, extra: list[str]) -> bytes:
     """A SentencePiece model with <pad>, <unk>, <s>, </s> at our ids 0-3, its other pieces after
     them in their order (so their scores, hence segmentation, are unchanged), then `extra` pieces it
-    lacks, scored below every piece so that encoding never picks them and decoding can still spell
-    them."""
+    lacks, which decoding can still spell. MarianTokenizer maps a character its SentencePiece model
+    lacks by its text, so a one-character extra stays a piece, scored below every other (the
+    only way to spell that character); a longer one is UNUSED, which encoding never picks (scored
+    low instead, one could beat a run of single characters: not Marian's segmentation)."""
     from sentencepiece import sentencepiece_model_pb2 as pb
 
     model = pb.ModelProto.FromString(proto)
@@ -208,7 +218,9 @@ def reorder_pieces(proto: bytes, extra: list[str]) -> bytes:
     known = {p.piece for p in pieces}
     lowest = min((p.score for p in model.pieces), default=0.0) - 10.0
     pieces += [
-        Piece(piece=text, score=lowest, type=Piece.NORMAL) for text in extra if text not in known
+        Piece(piece=text, score=lowest, type=Piece.NORMAL if len(text) == 1 else Piece.UNUSED)
+        for text in extra
+        if text not in known
     ]
     del model.pieces[:]
     model.pieces.extend(pieces)
