@@ -150,17 +150,72 @@ def translate_lines(
     total)` is called after each batch, counting sentences (pieces of over-long lines count apart).
     Warnings (a line split, <unk> tokens dropped from the output) number lines from `first_line`.
     """
+    _check_request(model, decode.beam_size, nbest, alignment_layer, channel)
+    shown, nbest = nbest, max(nbest, channel.candidates) if channel else nbest
+    sources = [source_text(line, data) for line in lines]
+    pieces, owner = _source_pieces(
+        tokenizer, sources, model.cfg.max_positions - 1, warn, first_line
+    )
+    results: list[list[Hypothesis]] = [[] for _ in pieces]
+    aligned: list[list[list[tuple[int, int]]]] = [[] for _ in pieces]  # per piece, per hypothesis
+    done = 0
+    for batch in length_batches([len(p) for p in pieces], decode.batch_tokens):
+        found = search(model, [pieces[i] for i in batch], decode, nbest)
+        for i, hyps in zip(batch, found):
+            results[i] = hyps
+        if alignment_layer is not None:
+            batch_pieces = [pieces[i] for i in batch]
+            pairs = align_hypotheses(model, tokenizer, batch_pieces, found, alignment_layer)
+            for i, piece_pairs in zip(batch, pairs):
+                aligned[i] = piece_pairs
+        done += len(batch)
+        if progress is not None:
+            progress(done, len(pieces))
+    by_line: list[list[int]] = [[] for _ in lines]  # each line's pieces, in order
+    for k, line in enumerate(owner):
+        by_line[line].append(k)
+    unknown = {
+        first_line + number: n
+        for number, ks in enumerate(by_line)
+        if (n := _unk_count([results[k] for k in ks]))
+    }
+    if unknown and warn is not None:
+        warn(unk_message(unknown))
+    out = [_detokenize(tokenizer, [results[k] for k in ks]) for ks in by_line]
+    if channel is not None:
+        out = channel.rerank(sources, out)
+    if alignment_layer is None:
+        return [candidates[:shown] for candidates in out]
+    return [
+        _with_alignments(
+            tokenizer,
+            translations,
+            [pieces[k] for k in ks],
+            [results[k] for k in ks],
+            [aligned[k] for k in ks],
+        )
+        for translations, ks in zip(out, by_line)
+    ]
+
+
+def _check_request(
+    model: Transformer | Ensemble,
+    beam_size: int,
+    nbest: int,
+    alignment_layer: int | None,
+    channel: Channel | None,
+) -> None:
+    """Refuse, before any decoding, what translate_lines cannot do."""
     if channel is not None and alignment_layer is not None:
         raise TranslatorError(
             "alignments come from one search's attention, not from a reranked n-best",
             "--alignments",
             "leave out --channel to print alignments",
         )
-    shown, nbest = nbest, max(nbest, channel.candidates) if channel else nbest
-    if max(decode.beam_size, nbest) > model.cfg.vocab_size:
+    width = max(beam_size, nbest, channel.candidates if channel else 0)
+    if width > model.cfg.vocab_size:
         raise TranslatorError(
-            f"a beam of {max(decode.beam_size, nbest)} is wider than the vocabulary "
-            f"({model.cfg.vocab_size} tokens)",
+            f"a beam of {width} is wider than the vocabulary ({model.cfg.vocab_size} tokens)",
             "--beam/--nbest",
             "use a smaller beam",
         )
@@ -171,11 +226,23 @@ def translate_lines(
             "give one checkpoint",
         )
     if alignment_layer is not None:
-        check_layer(model, alignment_layer)  # before any decoding
-    limit = model.cfg.max_positions - 1  # source tokens; with EOS they fill the positions
-    pieces: list[list[int]] = []  # sub-sequences to decode
-    owner: list[int] = []  # which line each piece belongs to
-    sources = [source_text(line, data) for line in lines]
+        check_layer(model, alignment_layer)
+
+
+def _source_pieces(
+    tokenizer: Tokenizer,
+    sources: list[str],
+    limit: int,
+    warn: Callable[[str], None] | None,
+    first_line: int,
+) -> tuple[list[list[int]], list[int]]:
+    """Encode `sources` into the token sequences to decode, and the line each one belongs to.
+
+    A line longer than `limit` tokens (the source positions left beside EOS) is split at word
+    boundaries (split_long); an empty line gives no sequence.
+    """
+    pieces: list[list[int]] = []
+    owner: list[int] = []
     for number, ids in enumerate(tokenizer.encode(sources)):
         if len(ids) > limit:
             parts = split_long(ids, limit, tokenizer.sp.id_to_piece(ids))
@@ -188,52 +255,7 @@ def translate_lines(
             parts = [ids] if ids else []
         pieces += parts
         owner += [number] * len(parts)
-    results: list[list[Hypothesis]] = [[] for _ in pieces]
-    aligned: list[list[list[tuple[int, int]]]] = [[] for _ in pieces]  # per piece, per hypothesis
-    done = 0
-    for batch in length_batches([len(p) for p in pieces], decode.batch_tokens):
-        found = search(model, [pieces[i] for i in batch], decode, nbest)
-        for i, hyps in zip(batch, found):
-            results[i] = hyps
-        if alignment_layer is not None:
-            for i, pairs in zip(
-                batch,
-                align_hypotheses(
-                    model, tokenizer, [pieces[i] for i in batch], found, alignment_layer
-                ),
-            ):
-                aligned[i] = pairs
-        done += len(batch)
-        if progress is not None:
-            progress(done, len(pieces))
-    by_line: list[list[list[Hypothesis]]] = [[] for _ in lines]
-    for hyps, line in zip(results, owner):
-        by_line[line].append(hyps)
-    unknown = {
-        first_line + number: n
-        for number, line_hyps in enumerate(by_line)
-        if (n := _unk_count(line_hyps))
-    }
-    if unknown and warn is not None:
-        warn(unk_message(unknown))
-    out = [_detokenize(tokenizer, line_hyps) for line_hyps in by_line]
-    if channel is not None:
-        out = channel.rerank(sources, out)
-    if alignment_layer is None:
-        return [candidates[:shown] for candidates in out]
-    parts: list[list[int]] = [[] for _ in lines]  # each line's pieces
-    for k, line in enumerate(owner):
-        parts[line].append(k)
-    return [
-        _with_alignments(
-            tokenizer,
-            translations,
-            [pieces[k] for k in ks],
-            [results[k] for k in ks],
-            [aligned[k] for k in ks],
-        )
-        for translations, ks in zip(out, parts)
-    ]
+    return pieces, owner
 
 
 def source_text(line: str, data: DataConfig | None) -> str:
