@@ -9,6 +9,7 @@ from unicodedata import is_normalized
 
 import sacrebleu
 
+from translator.config import DataConfig
 from translator.errors import TranslatorError
 from translator.files import atomic_write, read_lines
 from translator.loading import Checkpoints, checkpoint_list, load_channel, load_models
@@ -115,15 +116,7 @@ def run(
     is tokenized for the checkpoint's target language (data.tgt_lang). `channel`: checkpoint(s) of
     the reverse direction that rerank each n-best (translator/rerank.py).
     """
-    if (src_file is None) != (ref_file is None):
-        raise TranslatorError(
-            "--src and --ref go together", "eval", "give both, or neither to use a split"
-        )
-    if src_file is not None and split is not None:
-        raise TranslatorError(
-            "--split and --src/--ref both name what to score", "eval", "give one of them"
-        )
-    split = split or "test"
+    split = _check_inputs(split, src_file, ref_file)
     model, cfg, tokenizer = load_models(ckpt, device, dtype)
     cfg.decode = with_overrides(
         cfg.decode,
@@ -141,38 +134,9 @@ def run(
     reranker = None
     if channel is not None:
         reranker = load_channel(channel, cfg.data, cfg.decode, device, dtype)
-    if src_file is None:
-        folder = prepared_dir(cfg.data)
-        src_file, ref_file = (
-            folder / f"{split}.{cfg.data.src_lang}",
-            folder / f"{split}.{cfg.data.tgt_lang}",
-        )
-        if not Path(src_file).is_file():
-            relative = "" if folder.is_absolute() else f" (a path relative to {Path.cwd()})"
-            raise TranslatorError(
-                f"split {split!r} not found{relative}",
-                str(folder),
-                "run where the data were prepared, run `translator prepare` with the checkpoint's "
-                "config, or pass --src/--ref",
-            )
-    sources, refs = read_lines(src_file), read_lines(ref_file)
-    if len(sources) != len(refs):
-        raise TranslatorError(
-            f"{src_file} has {len(sources)} lines but {ref_file} has {len(refs)}",
-            "eval",
-            "source and reference files must be line-aligned",
-        )
-    if not sources:
-        raise TranslatorError(
-            "nothing to score: the files are empty", str(src_file), "give a non-empty test set"
-        )
-    if cfg.data.nfc and (decomposed := sum(not is_normalized("NFC", r) for r in refs)):
-        # BLEU and chrF compare code points: an NFD "ü" (u + U+0308) never matches the model's
-        warn_stderr(
-            f"{ref_file}: {decomposed} of {len(refs)} references are not in Unicode NFC (the "
-            "model writes NFC), which lowers BLEU and chrF; normalise them, e.g. with "
-            "`uconv -x any-nfc`"
-        )
+    if src_file is None or ref_file is None:
+        src_file, ref_file = _split_files(cfg.data, split)
+    sources, refs = _read_test_set(Path(src_file), Path(ref_file), cfg.data.nfc)
     hyp_path = (
         Path(hyp_file)
         if hyp_file
@@ -202,3 +166,56 @@ def run(
     if not quiet:
         log(f"{len(hyps)} {'hypothesis' if len(hyps) == 1 else 'hypotheses'} written to {hyp_path}")
     return score(hyps, refs, tgt_lang=cfg.data.tgt_lang, lc_tok=lc_tok)
+
+
+def _check_inputs(
+    split: str | None, src_file: str | Path | None, ref_file: str | Path | None
+) -> str:
+    """The split to score when no files are given (test by default); refuses mixed requests."""
+    if (src_file is None) != (ref_file is None):
+        raise TranslatorError(
+            "--src and --ref go together", "eval", "give both, or neither to use a split"
+        )
+    if src_file is not None and split is not None:
+        raise TranslatorError(
+            "--split and --src/--ref both name what to score", "eval", "give one of them"
+        )
+    return split or "test"
+
+
+def _split_files(data: DataConfig, split: str) -> tuple[Path, Path]:
+    """A prepared split's source and reference files (prepare copies them to data/<name>/)."""
+    folder = prepared_dir(data)
+    src_file = folder / f"{split}.{data.src_lang}"
+    if not src_file.is_file():
+        relative = "" if folder.is_absolute() else f" (a path relative to {Path.cwd()})"
+        raise TranslatorError(
+            f"split {split!r} not found{relative}",
+            str(folder),
+            "run where the data were prepared, run `translator prepare` with the checkpoint's "
+            "config, or pass --src/--ref",
+        )
+    return src_file, folder / f"{split}.{data.tgt_lang}"
+
+
+def _read_test_set(src_file: Path, ref_file: Path, nfc: bool) -> tuple[list[str], list[str]]:
+    """Sources and references, line-aligned and not empty; warns when references are not NFC."""
+    sources, refs = read_lines(src_file), read_lines(ref_file)
+    if len(sources) != len(refs):
+        raise TranslatorError(
+            f"{src_file} has {len(sources)} lines but {ref_file} has {len(refs)}",
+            "eval",
+            "source and reference files must be line-aligned",
+        )
+    if not sources:
+        raise TranslatorError(
+            "nothing to score: the files are empty", str(src_file), "give a non-empty test set"
+        )
+    if nfc and (decomposed := sum(not is_normalized("NFC", r) for r in refs)):
+        # BLEU and chrF compare code points: an NFD "ü" (u + U+0308) never matches the model's
+        warn_stderr(
+            f"{ref_file}: {decomposed} of {len(refs)} references are not in Unicode NFC (the "
+            "model writes NFC), which lowers BLEU and chrF; normalise them, e.g. with "
+            "`uconv -x any-nfc`"
+        )
+    return sources, refs
