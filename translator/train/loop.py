@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from translator.config import Config
+from translator.config import Config, TrainConfig
 from translator.data.batching import Batch
 from translator.model.transformer import Transformer
 from translator.train import distributed, oom
@@ -28,6 +28,7 @@ from translator.train.report import Throughput, log_update, start_logging
 from translator.train.schedule import budget_progress, learning_rate
 from translator.train.session import Session, evaluate_and_save, save
 from translator.train.startup import setup
+from translator.train.state import TrainState
 
 
 def loss_sums(
@@ -83,6 +84,54 @@ def train_step(
     s.scaler.update()
     s.optimizer.zero_grad(set_to_none=True)
     return loss_total, nll_total, float(norm), ok
+
+
+def _limit_reached(
+    state: TrainState, t: TrainConfig, seconds: float, deadline: float
+) -> str | None:
+    """The limit that ends the run before its next update, if one is reached.
+
+    Checked before the first update too: a rerun of a run that stopped early or spent its
+    minutes does nothing (the same on all ranks: `seconds` is their average).
+    """
+    if state.step >= t.max_updates:
+        return "max_updates"
+    if t.max_epochs and state.epoch >= t.max_epochs:
+        return "max_epochs"
+    if t.patience and state.bad_evals >= t.patience:
+        return "early stopping"
+    if seconds > deadline:
+        return "max_minutes"
+    return None
+
+
+def _update(
+    s: Session, group: list[Batch], seconds: float, deadline: float, window: Throughput
+) -> None:
+    """One update over `group` at the schedule's learning rate for training time `seconds`."""
+    state, t = s.state, s.cfg.train
+    if state.warmup_end_seconds < 0 and state.step + 1 >= t.warmup_steps:
+        state.warmup_end_seconds = seconds
+    progress = budget_progress(seconds, state.warmup_end_seconds, deadline)
+    lr = learning_rate(state.step + 1, t, progress)
+    for param_group in s.optimizer.param_groups:
+        param_group["lr"] = lr
+    (tokens,) = sum_all(s.dist, [float(sum(b.n_tgt_tokens for b in group))])
+    loss, nll, grad_norm, ok = train_step(s, group, tokens)
+    state.step += 1
+    window.tokens += tokens
+    log_update(s, loss, nll, tokens, grad_norm, ok, lr, window)
+
+
+def _stopped_line(state: TrainState, reason: str) -> str:
+    """The log's last line: where and why the run stopped, and what it skipped."""
+    line = f"stopped at update {state.step} ({reason}); {state.skipped_steps} updates skipped"
+    if state.oom_splits or state.oom_skipped:
+        line += (
+            f"; out of memory: {state.oom_splits} batches split, {state.oom_skipped} sentences "
+            "skipped"
+        )
+    return line + (WAY_ON if reason == "early stopping" else "")
 
 
 # early stopping's stop (and a rerun of it) says how to go on: the counter is checked against the
@@ -164,27 +213,10 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
             window.start = time.time()
         while True:
             data.roll(state)
-            if state.step >= t.max_updates or (t.max_epochs and state.epoch >= t.max_epochs):
-                reason = "max_updates" if state.step >= t.max_updates else "max_epochs"
+            if limit := _limit_reached(state, t, seconds, deadline):
+                reason = limit
                 break
-            if t.patience and state.bad_evals >= t.patience:  # a rerun of a run that stopped early
-                reason = "early stopping"
-                break
-            if seconds > deadline:  # a rerun of a run that spent its minutes (same on all ranks)
-                reason = "max_minutes"
-                break
-            group = data.take(state, t.grad_accum_steps)
-            if state.warmup_end_seconds < 0 and state.step + 1 >= t.warmup_steps:
-                state.warmup_end_seconds = seconds
-            progress = budget_progress(seconds, state.warmup_end_seconds, deadline)
-            lr = learning_rate(state.step + 1, t, progress)
-            for param_group in s.optimizer.param_groups:
-                param_group["lr"] = lr
-            (tokens,) = sum_all(s.dist, [float(sum(b.n_tgt_tokens for b in group))])
-            loss, nll, grad_norm, ok = train_step(s, group, tokens)
-            state.step += 1
-            window.tokens += tokens
-            log_update(s, loss, nll, tokens, grad_norm, ok, lr, window)
+            _update(s, data.take(state, t.grad_accum_steps), seconds, deadline, window)
             now = time.time() - s.clock_zero
             interrupted, late, seconds = sum_all(
                 s.dist, [float(stop.requested), float(now > deadline), now]
@@ -211,16 +243,7 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
             s.metrics.line(f"interrupted: saved {s.run_dir / 'last.pt'} at update {state.step}")
         elif state.last_valid_step != state.step:
             evaluate_and_save(s)
-        s.metrics.line(
-            f"stopped at update {state.step} ({reason}); {state.skipped_steps} updates skipped"
-            + (
-                f"; out of memory: {state.oom_splits} batches split, {state.oom_skipped} sentences "
-                "skipped"
-                if state.oom_splits or state.oom_skipped
-                else ""
-            )
-            + (WAY_ON if reason == "early stopping" else "")
-        )
+        s.metrics.line(_stopped_line(state, reason))
     except KeyboardInterrupt:  # a second Ctrl-C, mid-update or mid-save: nothing more is saved
         reason = "interrupted"
         if s.dist.main:
