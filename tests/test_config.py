@@ -210,3 +210,20 @@ def test_an_override_error_names_the_override_not_the_file(override, said):
     with pytest.raises(TranslatorError, match=said) as err:
         config.load(Path(__file__).parents[1] / "configs" / "tiny.yaml", [override])
     assert err.value.where == f"--set {override}"
+
+
+def test_a_key_given_twice_is_refused_naming_the_key_and_the_file(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text("train:\n  lr: 0.001\n  max_updates: 5\n  lr: 0.1\n")
+    with pytest.raises(TranslatorError) as err:
+        config.load(path)
+    assert err.value.where == str(path)
+    assert "'lr' is given twice (lines 2 and 4)" in err.value.what
+    override = "data.splits={train: a, train: b}"
+    with pytest.raises(TranslatorError, match="'train' is given twice") as err:
+        config.load(None, [override])
+    assert err.value.where == f"--set {override}"
+    # a merge key's values may be overridden: that is what merging is for
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("train:\n  <<: {lr: 0.1, max_updates: 5}\n  lr: 0.002\n")
+    assert config.load(merged).train.lr == 0.002

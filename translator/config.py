@@ -496,6 +496,35 @@ class Config:
 YAML11_BOOLS = {"yes": True, "on": True, "no": False, "off": False}
 
 
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: Any, lines: tuple[int, int]) -> None:
+        self.key, self.lines = key, lines
+        super().__init__(f"duplicate key {key!r}")
+
+
+class _Loader(yaml.SafeLoader):
+    """`yaml.safe_load`'s loader, but a key given twice in one mapping is an error: YAML requires
+    unique keys, and PyYAML would quietly keep the last value."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[Any, int] = {}  # key -> its line
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may be overridden
+                continue
+            key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
+            try:
+                if key in first:
+                    raise _DuplicateKey(key, (first[key], line))
+            except TypeError:  # unhashable: the constructor's own error follows
+                continue
+            first[key] = line
+        return super().construct_mapping(node, deep)
+
+
+def _parse(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # a SafeLoader: no arbitrary objects
+
+
 def load(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read a YAML config (or the defaults when `path` is None) and apply `key.sub=value`
     overrides."""
@@ -510,7 +539,13 @@ def load(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -
             )
             raise TranslatorError(what, where, "give the path to a YAML file")
         try:
-            raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+            raw = _parse(Path(path).read_text(encoding="utf-8")) or {}
+        except _DuplicateKey as err:
+            raise TranslatorError(
+                f"key {err.key!r} is given twice (lines {err.lines[0]} and {err.lines[1]})",
+                where,
+                "keep one of them",
+            ) from None
         except yaml.YAMLError as err:
             raise TranslatorError(f"invalid YAML: {err}".replace("\n", " "), where) from None
         except UnicodeDecodeError:
@@ -524,9 +559,13 @@ def load(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -
                 f"override {item!r} is not KEY=VALUE", "--set", "e.g. --set train.lr=5e-4"
             )
         try:
-            value = yaml.safe_load(text) if text.strip() else ""
+            value = _parse(text) if text.strip() else ""
             if text.strip().lower() in YAML11_BOOLS:  # `data.tgt_lang=no` is Norwegian
                 value = text.strip()
+        except _DuplicateKey as err:
+            raise TranslatorError(
+                f"key {err.key!r} is given twice", f"--set {item}", "keep one of them"
+            ) from None
         except yaml.YAMLError:
             raise TranslatorError(
                 f"the value in {item!r} is not valid YAML",
