@@ -227,3 +227,29 @@ def test_a_key_given_twice_is_refused_naming_the_key_and_the_file(tmp_path):
     merged = tmp_path / "merged.yaml"
     merged.write_text("train:\n  <<: {lr: 0.1, max_updates: 5}\n  lr: 0.002\n")
     assert config.load(merged).train.lr == 0.002
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["010", "2016", "20_16", "0x1F", "2026_12_06", "1:30", "2026-12-06", "1.50", "no", "on"],
+)
+def test_a_string_setting_keeps_an_unquoted_number_as_written(tmp_path, text):
+    # YAML 1.1 reads these as 8, 2016, 2016, 31, 20261206, 90, a date, 1.5, False and True
+    cfg = config.load(None, [f"data.name={text}", f"data.splits.test={text}"])
+    assert cfg.data.name == text and cfg.data.splits["test"] == text
+    path = tmp_path / "numbers.yaml"
+    path.write_text(
+        f"data:\n  name: {text}\n  splits: {{test: {text}}}\ntrain:\n  run_dir: {text}\n"
+    )
+    cfg = config.load(path)
+    assert (cfg.data.name, cfg.data.splits["test"], cfg.train.run_dir) == (text, text, text)
+
+
+def test_quoted_strings_lose_their_quotes_and_other_settings_keep_yaml_values(tmp_path):
+    cfg = config.load(None, ["data.name='010'", 'train.run_dir="runs/a b"', "train.seed=010"])
+    assert (cfg.data.name, cfg.train.run_dir, cfg.train.seed) == ("010", "runs/a b", 8)
+    path = tmp_path / "typed.yaml"
+    path.write_text("data: {name: '010'}\ntrain: {max_updates: 0x10, lr: 1.0e-3, compile: on}\n")
+    cfg = config.load(path)
+    assert cfg.data.name == "010" and cfg.train.max_updates == 16 and cfg.train.lr == 1e-3
+    assert cfg.train.compile is True and type(cfg.train.max_updates) is int

@@ -491,9 +491,29 @@ class Config:
     their off switch."""
 
 
-# YAML 1.1's other booleans: an override keeps them as text for a string setting (a language code
-# `no`) and gives a boolean setting its truth value
+# YAML 1.1's other booleans: quoted, they still give a boolean setting its truth value
 YAML11_BOOLS = {"yes": True, "on": True, "no": False, "off": False}
+
+
+@dataclass(frozen=True)
+class _Plain:
+    """An unquoted YAML scalar that YAML 1.1 reads as a number, boolean or date, with the text it
+    was written as: a string setting takes the text (`name: 010` is "010", not 8; `run_dir:
+    2026_12_06` is not 20261206; `tgt_lang: no` is Norwegian), any other setting the value."""
+
+    value: Any
+    text: str
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+def _keeping_text(construct: Any) -> Any:
+    def construct_plain(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
+        value = construct(loader, node)
+        return _Plain(value, node.value) if node.style is None else value
+
+    return construct_plain
 
 
 class _DuplicateKey(yaml.YAMLError):
@@ -503,22 +523,35 @@ class _DuplicateKey(yaml.YAMLError):
 
 
 class _Loader(yaml.SafeLoader):
-    """`yaml.safe_load`'s loader, but a key given twice in one mapping is an error: YAML requires
-    unique keys, and PyYAML would quietly keep the last value."""
+    """`yaml.safe_load`'s loader, but a key given twice in one mapping is an error (YAML requires
+    unique keys, and PyYAML would quietly keep the last value), and plain numbers, booleans and
+    dates keep their text (`_Plain`); a key is its text."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         first: dict[Any, int] = {}  # key -> its line
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may be overridden
                 continue
-            key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
+            key = _text(self.construct_object(key_node, deep=True))
+            line = key_node.start_mark.line + 1
             try:
                 if key in first:
                     raise _DuplicateKey(key, (first[key], line))
             except TypeError:  # unhashable: the constructor's own error follows
                 continue
             first[key] = line
-        return super().construct_mapping(node, deep)
+        return {_text(k): v for k, v in super().construct_mapping(node, deep).items()}
+
+
+for _tag in ("int", "float", "bool", "timestamp"):
+    _Loader.add_constructor(
+        f"tag:yaml.org,2002:{_tag}",
+        _keeping_text(_Loader.yaml_constructors[f"tag:yaml.org,2002:{_tag}"]),
+    )
+
+
+def _text(key: Any) -> Any:
+    return key.text if isinstance(key, _Plain) else key
 
 
 def _parse(text: str) -> Any:
@@ -560,8 +593,6 @@ def load(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -
             )
         try:
             value = _parse(text) if text.strip() else ""
-            if text.strip().lower() in YAML11_BOOLS:  # `data.tgt_lang=no` is Norwegian
-                value = text.strip()
         except _DuplicateKey as err:
             raise TranslatorError(
                 f"key {err.key!r} is given twice", f"--set {item}", "keep one of them"
@@ -629,6 +660,8 @@ def _build(cls: type, raw: Any, where: str, prefix: str, overridden: dict[str, s
 
 
 def _convert(value: Any, hint: Any, key: str, where: str) -> Any:
+    if isinstance(value, _Plain):  # a string setting takes the text as written
+        value = value.text if hint is str else value.value
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is Literal:
         if value in args:
@@ -651,7 +684,7 @@ def _convert(value: Any, hint: Any, key: str, where: str) -> Any:
         except ValueError:
             pass
     if hint is str and isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
+        return str(value)  # from plain dicts (YAML's numbers arrive as _Plain)
     if hint is bool and isinstance(value, str) and value.lower() in YAML11_BOOLS:
         return YAML11_BOOLS[value.lower()]
     if isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
