@@ -253,3 +253,10 @@ def test_quoted_strings_lose_their_quotes_and_other_settings_keep_yaml_values(tm
     cfg = config.load(path)
     assert cfg.data.name == "010" and cfg.train.max_updates == 16 and cfg.train.lr == 1e-3
     assert cfg.train.compile is True and type(cfg.train.max_updates) is int
+
+
+def test_an_error_in_a_mapping_item_names_the_override_that_gave_it():
+    tiny = Path(__file__).parents[1] / "configs" / "tiny.yaml"
+    with pytest.raises(TranslatorError, match="data.splits.train expects str") as err:
+        config.load(tiny, ["data.splits.train=[a]"])
+    assert err.value.where == "--set data.splits.train=[a]"

@@ -653,13 +653,15 @@ def _build(cls: type, raw: Any, where: str, prefix: str, overridden: dict[str, s
         if dataclasses.is_dataclass(hint):
             values[key] = _build(hint, value, where, f"{dotted}.", overridden)
         else:
-            values[key] = _convert(value, hint, dotted, overridden.get(dotted, where))
+            values[key] = _convert(value, hint, dotted, overridden.get(dotted, where), overridden)
             if isinstance(values[key], dict):  # a mapping adds to (and overrides) its defaults
                 values[key] = {**fields[key].default_factory(), **values[key]}
     return cls(**values)
 
 
-def _convert(value: Any, hint: Any, key: str, where: str) -> Any:
+def _convert(value: Any, hint: Any, key: str, where: str, overridden: dict[str, str]) -> Any:
+    """`value` as type `hint`; errors name `where` (the file, or the --set that gave the value; an
+    item of a mapping may have a --set of its own)."""
     if isinstance(value, _Plain):  # a string setting takes the text as written
         value = value.text if hint is str else value.value
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -671,11 +673,16 @@ def _convert(value: Any, hint: Any, key: str, where: str) -> Any:
         if value is None and type(None) in args:
             return None
         inner = next(a for a in args if a is not type(None))
-        return _convert(value, inner, key, where)
+        return _convert(value, inner, key, where, overridden)
     if origin is dict:
         if not isinstance(value, dict):
             raise TranslatorError(f"{key} expects a mapping, got {value!r}", where)
-        return {str(k): _convert(v, args[1], f"{key}.{k}", where) for k, v in value.items()}
+        return {
+            str(k): _convert(
+                v, args[1], f"{key}.{k}", overridden.get(f"{key}.{k}", where), overridden
+            )
+            for k, v in value.items()
+        }
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if hint is float and isinstance(value, str):  # YAML 1.1 reads `5e-4` (no dot) as a string
