@@ -260,3 +260,11 @@ def test_an_error_in_a_mapping_item_names_the_override_that_gave_it():
     with pytest.raises(TranslatorError, match="data.splits.train expects str") as err:
         config.load(tiny, ["data.splits.train=[a]"])
     assert err.value.where == "--set data.splits.train=[a]"
+
+
+def test_a_cosine_floor_above_the_peak_is_refused_and_other_schedules_ignore_it():
+    with pytest.raises(TranslatorError, match="min_lr=0.01 is above lr=0.0001") as err:
+        config.load(None, ["train.schedule=cosine", "train.lr=1e-4", "train.min_lr=1e-2"])
+    assert err.value.where == "train.min_lr"
+    config.load(None, ["train.schedule=cosine", "train.lr=1e-4", "train.min_lr=1e-4"])
+    config.load(None, ["train.schedule=inverse_sqrt", "train.lr=1e-4", "train.min_lr=1e-2"])

@@ -380,6 +380,14 @@ class TrainConfig:
         _check_range(
             "train", self, "adam_beta1 adam_beta2 label_smoothing ema_decay", 0, 1, high_open=True
         )
+        # only the cosine schedule reads min_lr; above lr, its "decay" would climb to min_lr
+        if self.schedule == "cosine" and self.min_lr > self.lr:
+            raise TranslatorError(
+                f"min_lr={self.min_lr} is above lr={self.lr}: the cosine schedule would raise the "
+                "learning rate",
+                "train.min_lr",
+                "use a min_lr of at most lr (the peak), e.g. lr / 100",
+            )
 
 
 @dataclass(kw_only=True)
