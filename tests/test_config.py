@@ -120,6 +120,8 @@ def test_invariants_checked():
         ("train.grad_accum_steps=0", "train.grad_accum_steps"),
         ("train.keep_last=-1", "train.keep_last"),
         ("train.label_smoothing=1", "train.label_smoothing"),
+        ("train.seed=-5", "train.seed"),  # numpy refuses seeds outside 32-bit unsigned
+        ("train.seed=4294967296", "train.seed"),
         ("data.max_train_pairs=-5", "data.max_train_pairs"),
         ("data.character_coverage=0", "data.character_coverage"),
         ("data.src_lang=de", "data.tgt_lang"),

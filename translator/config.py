@@ -288,7 +288,7 @@ class TrainConfig:
     run_dir: str = "runs/multi30k"
     """Where checkpoints, logs, TensorBoard events and the resolved config go."""
     seed: int = 1
-    """Seed for parameters, dropout and batch order."""
+    """Seed for parameters, dropout and batch order (0 to 2**32 - 1)."""
     init_from: str = ""
     """Fine-tune: start from this checkpoint's weights (ours, or one from `import-hf`), its
     architecture (which overrides the model section but for dropout and gradient_checkpointing)
@@ -380,6 +380,7 @@ class TrainConfig:
         _check_range(
             "train", self, "adam_beta1 adam_beta2 label_smoothing ema_decay", 0, 1, high_open=True
         )
+        _check_range("train", self, "seed", 0, 2**32 - 1)  # numpy's seeds are 32-bit unsigned
         # only the cosine schedule reads min_lr; above lr, its "decay" would climb to min_lr
         if self.schedule == "cosine" and self.min_lr > self.lr:
             raise TranslatorError(
