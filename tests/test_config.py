@@ -270,3 +270,11 @@ def test_a_cosine_floor_above_the_peak_is_refused_and_other_schedules_ignore_it(
     assert err.value.where == "train.min_lr"
     config.load(None, ["train.schedule=cosine", "train.lr=1e-4", "train.min_lr=1e-4"])
     config.load(None, ["train.schedule=inverse_sqrt", "train.lr=1e-4", "train.min_lr=1e-2"])
+
+
+def test_a_length_ratio_below_one_is_refused_as_it_would_drop_every_pair():
+    with pytest.raises(TranslatorError, match="max_length_ratio=0.5 is below 1") as err:
+        config.load(None, ["data.max_length_ratio=0.5"])
+    assert err.value.where == "data.max_length_ratio"
+    for ratio in ("0", "1", "1.5"):  # off; equal lengths only; a ratio
+        config.load(None, [f"data.max_length_ratio={ratio}"])

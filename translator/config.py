@@ -85,7 +85,8 @@ class DataConfig:
     max_tokens_per_side: int = 250
     """Cleaning: drop training pairs with a side longer than this many subword tokens (0 = off)."""
     max_length_ratio: float = 3.0
-    """Cleaning: drop training pairs whose token-length ratio exceeds this (0 = off)."""
+    """Cleaning: drop training pairs whose longer side has more than this many times the shorter
+    side's tokens (at least 1; 0 = off)."""
     dedup: bool = True
     """Cleaning: drop exact duplicate training pairs (the first occurrence stays)."""
     drop_held_out: bool = True
@@ -111,6 +112,14 @@ class DataConfig:
             0,
         )
         _check_range("data", self, "vocab_size", 1)
+        # the ratio is longer side / shorter side, never below 1: under 1 every pair is dropped
+        if 0 < self.max_length_ratio < 1:
+            raise TranslatorError(
+                f"max_length_ratio={self.max_length_ratio} is below 1, so every training pair "
+                "would be dropped (the ratio is longer side / shorter side)",
+                "data.max_length_ratio",
+                "use a value of at least 1 (e.g. 3), or 0 for no ratio rule",
+            )
         if not 0 < self.character_coverage <= 1:
             raise TranslatorError(
                 f"character_coverage={self.character_coverage} is out of range",
