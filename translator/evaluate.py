@@ -13,7 +13,7 @@ from translator.config import DataConfig
 from translator.errors import TranslatorError
 from translator.files import atomic_write, read_lines
 from translator.loading import Checkpoints, checkpoint_list, load_channel, load_models
-from translator.prepared import prepared_dir
+from translator.prepared import check_files, prepared_dir, read_manifest
 from translator.stream import log, model_precision, sentence_progress, warn_stderr
 from translator.translate import (
     translate_lines,
@@ -195,7 +195,10 @@ def _split_files(data: DataConfig, split: str) -> tuple[Path, Path]:
             "run where the data were prepared, run `translator prepare` with the checkpoint's "
             "config, or pass --src/--ref",
         )
-    return src_file, folder / f"{split}.{data.tgt_lang}"
+    ref_file = folder / f"{split}.{data.tgt_lang}"
+    if (folder / "manifest.json").is_file():  # a truncated copy would score fewer lines
+        check_files(folder, read_manifest(folder), {src_file.name, ref_file.name})
+    return src_file, ref_file
 
 
 def _read_test_set(src_file: Path, ref_file: Path, nfc: bool) -> tuple[list[str], list[str]]:

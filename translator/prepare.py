@@ -32,6 +32,7 @@ from translator.errors import TranslatorError
 from translator.files import atomic_dir, refuse_foreign_dir
 from translator.prepared import (
     build_manifest,
+    check_checksums,
     load_manifest,
     prepared_dir,
     summary_rows,
@@ -260,9 +261,15 @@ def ensure(cfg: Config, quiet: bool = False, vocab_from: str | None = None) -> d
     (`train`).
 
     Data present is never prepared over: with other settings it is refused (load_manifest), and a
-    directory without a manifest is not ours to replace. `vocab_from`: see load_manifest.
+    directory without a manifest is not ours to replace. Data present is also checked against
+    the sha256 prepare recorded (a second per GB, once a session, on rank 0 only: train calls
+    this before the other processes start), so that damaged ids are not trained on silently.
+    `vocab_from`: see load_manifest.
     """
     folder = prepared_dir(cfg.data)
     if not (folder / "manifest.json").is_file():
         run(cfg, quiet=quiet)
-    return load_manifest(cfg.data, vocab_from)
+        return load_manifest(cfg.data, vocab_from)
+    manifest = load_manifest(cfg.data, vocab_from)
+    check_checksums(folder, manifest)
+    return manifest

@@ -12,8 +12,8 @@ from translator import __version__
 from translator.config import DataConfig, to_dict
 from translator.data import clean
 from translator.data.corpus import is_hub
-from translator.data.shards import id_dtype
-from translator.data.tokenizer import Tokenizer, sha256_file
+from translator.data.shards import PREPARE_AGAIN, id_dtype
+from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
 from translator.versions import installed
 
@@ -68,9 +68,74 @@ def config_hash(data: DataConfig, vocab_from: str | None = None) -> str:
 
 
 def up_to_date(data: DataConfig, vocab_from: str | None = None) -> bool:
-    path = prepared_dir(data) / "manifest.json"
-    made = json.loads(path.read_text()).get("config_hash") if path.is_file() else None
-    return made == config_hash(data, vocab_from)
+    """Whether `prepare` may skip: the same config hash, and every file as prepare wrote it (size
+    and sha256), so that a rerun repairs what training refuses as damaged."""
+    folder = prepared_dir(data)
+    if not (folder / "manifest.json").is_file():
+        return False
+    try:
+        manifest = read_manifest(folder)
+    except TranslatorError:
+        return False
+    if manifest.get("config_hash") != config_hash(data, vocab_from):
+        return False
+    return not file_damage(folder, manifest) and not checksum_damage(folder, manifest)
+
+
+def read_manifest(folder: Path) -> dict:
+    """`folder/manifest.json`; one line naming it when it is not readable JSON (a truncated
+    copy)."""
+    path = folder / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
+        raise TranslatorError(f"damaged manifest.json ({err})", str(path), PREPARE_AGAIN) from None
+    if not isinstance(manifest, dict):
+        raise TranslatorError("damaged manifest.json (not an object)", str(path), PREPARE_AGAIN)
+    return manifest
+
+
+def file_damage(folder: Path, manifest: dict, names: set[str] | None = None) -> str:
+    """The first prepared file (of `names`, default all) that is missing or not the size prepare
+    wrote; empty when none. A stat per file: cheap enough for every open."""
+    # an older prepare kept no sizes: the names of its checksummed files only
+    sizes = manifest.get("file_sizes") or dict.fromkeys(manifest.get("files", {}))
+    for name, size in sizes.items():
+        if names is not None and name not in names:
+            continue
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if size is not None and path.stat().st_size != size:
+            return f"{name} has {path.stat().st_size:,} bytes, not the {size:,} prepare wrote"
+    return ""
+
+
+def checksum_damage(folder: Path, manifest: dict) -> str:
+    """The first prepared file whose sha256 is not the one prepare recorded; empty when none.
+    Reads every id array (about a second per GB)."""
+    for name, digest in manifest.get("files", {}).items():
+        if (folder / name).is_file() and sha256_file(folder / name) != digest:
+            return f"{name} changed after prepare (its sha256 is not manifest.json's)"
+    return ""
+
+
+def check_files(folder: Path, manifest: dict, names: set[str] | None = None) -> None:
+    """Refuses prepared data with a missing or truncated file (see file_damage)."""
+    if damage := file_damage(folder, manifest, names):
+        raise TranslatorError(f"damaged prepared data: {damage}", str(folder), PREPARE_AGAIN)
+
+
+def check_checksums(folder: Path, manifest: dict) -> None:
+    """Refuses prepared data whose content changed after prepare (see checksum_damage)."""
+    if damage := checksum_damage(folder, manifest):
+        raise TranslatorError(f"damaged prepared data: {damage}", str(folder), PREPARE_AGAIN)
+
+
+def sha256_file(path: Path) -> str:
+    """In chunks: an id array can be larger than the memory to spare."""
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def build_manifest(
@@ -120,6 +185,8 @@ def build_manifest(
         "files": {
             p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.suffix in (".npy", ".model")
         },
+        # every file (the text of valid/test too), checked at each open (check_files)
+        "file_sizes": {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()},
         "versions": installed("datasets", "pyarrow", "sentencepiece", "numpy", "torch"),
     }
 
@@ -198,9 +265,10 @@ def load_manifest(data: DataConfig, vocab_from: str | None = None) -> dict:
             "run `translator prepare CONFIG` first (torchrun on several machines: on each one, "
             "or share data.data_dir)",
         )
-    manifest = json.loads(path.read_text())
+    manifest = read_manifest(prepared_dir(data))
     made, wanted = manifest.get("settings"), shaping_settings(data, vocab_from)
     if made is None:  # written by an older prepare: nothing to compare
+        check_files(prepared_dir(data), manifest)
         return manifest
     if made.get("vocab_from") != vocab_from:
         raise TranslatorError(
@@ -221,4 +289,5 @@ def load_manifest(data: DataConfig, vocab_from: str | None = None) -> dict:
             "to replace it, run `translator prepare` with this config (and the same --set/--data); "
             "to keep it, set another data.name",
         )
+    check_files(prepared_dir(data), manifest)
     return manifest

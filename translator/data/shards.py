@@ -12,6 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
+from translator.errors import TranslatorError
+
+PREPARE_AGAIN = "prepare it again: `translator prepare CONFIG --force`, with the same --set/--data"
+
 
 def id_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= np.iinfo(np.uint16).max + 1 else np.dtype(np.int32)
@@ -83,8 +87,16 @@ class TokenArray:
     """Read-only rows of token ids backed by a memory map."""
 
     def __init__(self, prefix: Path) -> None:
-        self.ids = np.load(f"{prefix}.ids.npy", mmap_mode="r")
-        self.offsets = np.load(f"{prefix}.offsets.npy")
+        self.ids = _load(Path(f"{prefix}.ids.npy"), mmap_mode="r")
+        self.offsets = _load(Path(f"{prefix}.offsets.npy"))
+        end = int(self.offsets[-1]) if len(self.offsets) else None
+        if end != len(self.ids):  # the two files are not of one prepare
+            raise TranslatorError(
+                f"damaged token ids: the offsets end at {end} but {prefix}.ids.npy holds "
+                f"{len(self.ids)} ids",
+                f"{prefix}.offsets.npy",
+                PREPARE_AGAIN,
+            )
         self.lengths = np.diff(self.offsets)  # (N,) tokens per row, without BOS/EOS
 
     @classmethod
@@ -102,3 +114,12 @@ class TokenArray:
 
     def __getitem__(self, i: int) -> list[int]:
         return self.ids[self.offsets[i] : self.offsets[i + 1]].tolist()
+
+
+def _load(path: Path, mmap_mode: str | None = None) -> np.ndarray:
+    """An .npy array; a missing or truncated file is one line naming it, not numpy's traceback."""
+    try:
+        return np.load(path, mmap_mode=mmap_mode)
+    except (OSError, ValueError, EOFError) as err:  # truncated: "mmap length is greater than..."
+        what = "missing" if isinstance(err, FileNotFoundError) else f"damaged token ids ({err})"
+        raise TranslatorError(what, str(path), PREPARE_AGAIN) from None
