@@ -87,7 +87,7 @@ class RunManifest:
         """changed: a resume's settings changed since last.pt -> (old, new); None: a fresh
         start."""
         self.path = run_dir / "manifest.json"
-        self.data = json.loads(self.path.read_text()) if self.path.is_file() else {"sessions": []}
+        self.data = read_record(self.path)
         self.started = time.time()
         self.session = {
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -138,6 +138,28 @@ class RunManifest:
         self.data["wall_seconds"] = round(sum(s["seconds"] for s in self.data["sessions"]), 1)
         with atomic_write(self.path) as handle:
             handle.write(json.dumps(self.data, indent=2) + "\n")
+
+
+def read_record(path: Path) -> dict:
+    """The sessions recorded so far; a damaged file (truncated, edited) is kept aside as
+    manifest.json.damaged, with one warning, and a new record starts. Why not refuse: it is a
+    record of what ran, not state that training needs, and a long run should not stop over it."""
+    if not path.is_file():
+        return {"sessions": []}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and isinstance(data.get("sessions"), list):
+            return data
+        problem = "no list of sessions"
+    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
+        problem = str(err)
+    aside = path.with_name(path.name + ".damaged")
+    path.replace(aside)
+    print(
+        f"warning: {path}: damaged ({problem}); kept as {aside.name}, starting a new record",
+        file=sys.stderr,
+    )
+    return {"sessions": []}
 
 
 def command_line() -> str:
