@@ -12,7 +12,10 @@ console's width.
 from __future__ import annotations
 
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
 
@@ -44,13 +47,8 @@ class Metrics:
         # the log first: an unwritable run_dir then fails here, before TensorBoard's writer thread
         # starts (which would print its own traceback beside our one-line error)
         self.log_file = open(run_dir / "train.log", "a", encoding="utf-8") if enabled else None
-        # step -> the first step hidden; int() as scalar_vs_seconds logs them keeps the saved ones
-        update, seconds = (saved[0] + 1, int(saved[1]) + 1) if saved else (0, 0)
+        self.events = run_dir / "tensorboard"
         self.writer = self.by_seconds = None
-        if enabled:
-            folder = run_dir / "tensorboard"
-            self.writer = SummaryWriter(str(folder), purge_step=update)
-            self.by_seconds = SummaryWriter(str(folder / "by_seconds"), purge_step=seconds)
         self.console = Console()  # stdout
         self.progress = Progress(
             TextColumn("train"),
@@ -69,25 +67,57 @@ class Metrics:
         # each session's times count from its start: this line tells the sessions apart, so it
         # comes first, before what setup says about the session (a resume, files it removed)
         self.line(f"session started {datetime.now().astimezone():%Y-%m-%d %H:%M:%S %z}")
+        if enabled:
+            with self._events():
+                self._open_writers(saved)
+
+    def _open_writers(self, saved: tuple[int, float] | None) -> None:
+        # step -> the first step hidden; int() as scalar_vs_seconds logs them keeps the saved ones
+        update, seconds = (saved[0] + 1, int(saved[1]) + 1) if saved else (0, 0)
+        _quiet_writer_threads()
+        self.writer = SummaryWriter(str(self.events), purge_step=update)
+        self.by_seconds = SummaryWriter(str(self.events / "by_seconds"), purge_step=seconds)
+
+    @contextmanager
+    def _events(self) -> Iterator[None]:
+        """Around TensorBoard calls. The first that fails (a full disk: the writer thread's error
+        comes out of the next call) turns TensorBoard off for the session with one warning, and
+        training goes on: its checkpoints matter more than event files."""
+        try:
+            yield
+        except OSError as err:
+            writers, self.writer, self.by_seconds = (self.writer, self.by_seconds), None, None
+            for writer in filter(None, writers):
+                with suppress(OSError):  # flushes what it can; its thread has stopped
+                    writer.close()
+            self.warning(
+                f"{self.events}: cannot write TensorBoard events ({err.strerror or err}); "
+                "TensorBoard is off for the rest of this session, training goes on (free space "
+                "on its disk or fix its permissions, then resume to log again)"
+            )
 
     def scalars(self, step: int, values: dict[str, float], prefix: str) -> None:
-        if self.enabled:
-            for name, value in values.items():
-                self.writer.add_scalar(f"{prefix}/{name}", value, step)
+        if self.writer:
+            with self._events():
+                for name, value in values.items():
+                    self.writer.add_scalar(f"{prefix}/{name}", value, step)
 
     def scalar_vs_seconds(self, seconds: float, tag: str, value: float) -> None:
         """A scalar whose step is training seconds (whole ones, rounded down), in its own folder."""
-        if self.enabled:
-            self.by_seconds.add_scalar(tag, value, int(seconds))
+        if self.by_seconds:
+            with self._events():
+                self.by_seconds.add_scalar(tag, value, int(seconds))
 
     def image(self, step: int, tag: str, image) -> None:
         """An RGB image (3, H, W) uint8."""
-        if self.enabled:
-            self.writer.add_image(tag, image, step)
+        if self.writer:
+            with self._events():
+                self.writer.add_image(tag, image, step)
 
     def text(self, step: int, tag: str, body: str) -> None:
-        if self.enabled:
-            self.writer.add_text(tag, body, step)
+        if self.writer:
+            with self._events():
+                self.writer.add_text(tag, body, step)
 
     def hparams(self, step: int, flat: dict[str, object], metric_tags: list[str]) -> None:
         """Hyperparameters for TensorBoard's HParams tab, tied to scalar tags logged during
@@ -97,12 +127,13 @@ class Metrics:
         too, and at the current update: an event older than the latest would make TensorBoard drop
         the earlier session's points as orphaned.
         """
-        if self.enabled:
+        if self.writer:
             clean = {
                 k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in flat.items()
             }
-            for summary in hparams(clean, dict.fromkeys(metric_tags, 0.0)):
-                self.writer.file_writer.add_summary(summary, step)
+            with self._events():
+                for summary in hparams(clean, dict.fromkeys(metric_tags, 0.0)):
+                    self.writer.file_writer.add_summary(summary, step)
 
     def expect_total(self, updates: int) -> None:
         """The update the run is now expected to end at (the bar's total, hence its ETA)."""
@@ -136,12 +167,34 @@ class Metrics:
 
     def _log(self, message: str) -> None:
         stamp = f"[{time.time() - self.started:7.0f}s] "
-        self.log_file.write(stamp + message + "\n")
-        self.log_file.flush()
+        try:
+            self.log_file.write(stamp + message + "\n")
+            self.log_file.flush()
+        except OSError as err:  # a full disk: name the file (the error alone has no path)
+            raise OSError(err.errno, err.strerror, self.log_file.name) from None
 
     def close(self) -> None:
         self.progress.stop()
+        if self.writer:
+            with self._events():
+                # a flush first: close() alone would drop an error the writer thread kept
+                for writer in (self.writer, self.by_seconds):
+                    writer.flush()
+                    writer.close()
         if self.enabled:
-            self.writer.close()
-            self.by_seconds.close()
             self.log_file.close()
+
+
+def _quiet_writer_threads() -> None:
+    """TensorBoard's writer thread keeps a write error for the next call in ours to raise, and also
+    re-raises it, which Python prints as a 15-line thread traceback; ours is the one reported."""
+    previous = threading.excepthook
+    if getattr(previous, "quiets_tensorboard", False):
+        return
+
+    def hook(args) -> None:
+        if type(args.thread).__module__ != "tensorboard.summary.writer.event_file_writer":
+            previous(args)
+
+    hook.quiets_tensorboard = True
+    threading.excepthook = hook
