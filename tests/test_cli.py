@@ -375,3 +375,36 @@ def test_several_checkpoints_translate_and_eval_as_one_ensemble(tiny, tmp_path):
     aligned = run_cli("translate", a, b, "--alignments", "-q", stdin=stdin)
     assert aligned.returncode == 1 and aligned.stderr.count("\n") == 1, aligned.stderr
     assert "ensemble" in aligned.stderr and "Traceback" not in aligned.stderr
+
+
+def run_cli_to(stdout: str, *args: str) -> subprocess.CompletedProcess:
+    """The command with stdout redirected by the shell: `>&-` (closed), `>/dev/full`..."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    shell = f'exec "$@" {stdout}'
+    return subprocess.run(
+        ["sh", "-c", shell, "sh", *CLI, *args],
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=600,
+    )
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux's /dev/full")
+@pytest.mark.parametrize("command", ["eval", "info"])
+def test_eval_and_info_refuse_a_closed_stdout_and_name_it_when_full(tiny, tmp_path, command):
+    """The scores would be lost with exit 0; a failed write said no path."""
+    args = [command, str(tiny.path)]
+    if command == "eval":
+        (tmp_path / "src").write_text("A dog.\n")
+        (tmp_path / "ref").write_text("Ein Hund.\n")
+        args += ["--src", str(tmp_path / "src"), "--ref", str(tmp_path / "ref"), "-q"]
+    closed = run_cli_to(">&-", *args)
+    assert closed.returncode == 1 and closed.stderr.count("\n") == 1
+    assert closed.stderr.startswith(f"error: {command}: stdout is closed")
+    full = run_cli_to(">/dev/full", *args)
+    assert full.returncode == 1 and full.stderr.count("\n") == 1, full.stderr
+    assert full.stderr.startswith("error: <stdout>: cannot write the ")
+    assert "No space left on device" in full.stderr

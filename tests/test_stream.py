@@ -423,3 +423,29 @@ def test_invalid_utf8_warnings_name_ten_lines_then_count_the_rest(tmp_path):
     assert len(lines) == 50 and lines[48] == "caf\ufffd 24"
     assert [w.split(":")[0] for w in warnings[:-1]] == [f"line {n}" for n in range(1, 21, 2)]
     assert warnings[-1].startswith("15 more lines had invalid UTF-8 (lines 21-49;")
+
+
+def test_a_reader_that_leaves_the_pipe_ends_translate_quietly_with_exit_0(tiny):
+    """`translate < in | head -1`: 0 whether or not a write meets the closed pipe (which depends on
+    timing), no traceback and no "Exception ignored"."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "translator", "translate", str(tiny.path), "-q"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"OMP_NUM_THREADS": "1"},
+    )
+    try:
+        proc.stdin.write(SENTENCES[0] + "\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().endswith("\n")
+        proc.stdout.close()  # the reader leaves: the next translation meets a closed pipe
+        proc.stdin.write("".join(line + "\n" for line in SENTENCES))
+        proc.stdin.close()
+        assert proc.wait(120) == 0
+        assert proc.stderr.read() == ""
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()

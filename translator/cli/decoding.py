@@ -26,6 +26,7 @@ from translator.cli.options import (
     QuietOpt,
     needs_channel,
 )
+from translator.cli.stdout import print_result, reader_may_leave, require_stdout
 from translator.errors import TranslatorError
 
 
@@ -74,6 +75,7 @@ def evaluate(
     """
     from translator import evaluate as evaluate_mod
 
+    require_stdout("eval")
     needs_channel("eval", channel, channel_weight, channel_candidates)
     scores = evaluate_mod.run(
         ckpt,
@@ -96,7 +98,7 @@ def evaluate(
         channel_candidates=channel_candidates,
         quiet=quiet,
     )
-    typer.echo("\n".join(scores.lines()))
+    print_result("\n".join(scores.lines()), "the scores")
 
 
 def translate(
@@ -169,24 +171,25 @@ def translate(
     if alignments:
         layer = -1 if alignment_layer is None else alignment_layer
     needs_channel("translate", channel, channel_weight, channel_candidates)
-    stream.run(
-        ckpt,
-        nbest=nbest,
-        beam=beam,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-        min_len=min_len,
-        length_penalty=length_penalty,
-        batch_tokens=batch_tokens,
-        cuda_graphs=cuda_graphs,
-        device=device,
-        dtype=dtype,
-        alignment_layer=layer,
-        channel=channel or None,
-        channel_weight=channel_weight,
-        channel_candidates=channel_candidates,
-        quiet=quiet,
-    )
+    with reader_may_leave():  # `translate < in | head`: stops at once, exit 0
+        stream.run(
+            ckpt,
+            nbest=nbest,
+            beam=beam,
+            max_len_a=max_len_a,
+            max_len_b=max_len_b,
+            min_len=min_len,
+            length_penalty=length_penalty,
+            batch_tokens=batch_tokens,
+            cuda_graphs=cuda_graphs,
+            device=device,
+            dtype=dtype,
+            alignment_layer=layer,
+            channel=channel or None,
+            channel_weight=channel_weight,
+            channel_candidates=channel_candidates,
+            quiet=quiet,
+        )
 
 
 def attention(

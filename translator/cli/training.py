@@ -14,6 +14,7 @@ from translator.cli.options import (
     SetOpt,
     load_config,
 )
+from translator.cli.stdout import print_result, require_stdout
 from translator.errors import TranslatorError
 
 
@@ -102,4 +103,5 @@ def info(
     """
     from translator import summary
 
-    typer.echo(summary.describe(str(source), set or []))
+    require_stdout("info")
+    print_result(summary.describe(str(source), set or []), "the summary")

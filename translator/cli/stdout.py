@@ -1,0 +1,47 @@
+"""What the commands print on stdout: refused up front when there is no stdout, a reader that
+leaves early ends the command quietly, and a failed write names stdout."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from translator.errors import TranslatorError
+from translator.files import write_errors
+
+
+def require_stdout(command: str) -> None:
+    """Refuses to start when stdout is closed (`>&-`): the result would be lost, with exit 0."""
+    if sys.stdout is None:
+        raise TranslatorError(
+            "stdout is closed, so the result would be lost",
+            command,
+            "give somewhere for stdout, e.g. > out.txt",
+        )
+
+
+@contextmanager
+def reader_may_leave() -> Iterator[None]:
+    """Around writes to stdout: a reader that left the pipe (`| head -1`) ends the command quietly
+    with exit 0.
+
+    0, not 141 (SIGPIPE's) or click's 1: whether a write meets the closed pipe depends on timing
+    (output that fits in the pipe's buffer before `head` exits meets none, and exits 0), so only 0
+    is the same every time. The reader chose to stop reading; that is no failure of ours.
+    """
+    try:
+        yield
+    except BrokenPipeError:
+        # the interpreter's last flush of stdout would fail again ("Exception ignored in ...")
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def print_result(text: str, what: str) -> None:
+    """`text` and a newline on stdout; a full disk (`> /dev/full`) is one error naming stdout."""
+    with reader_may_leave(), write_errors("<stdout>", f"cannot write {what}"):
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
