@@ -104,3 +104,13 @@ def test_target_rows_are_the_real_positions_of_the_flattened_targets():
     batch = make_batch([[7, 8, 9], [7], [9]], [[5], [5, 6], [6, 6, 5]])
     # tgt_out, 3 x 4, row by row: 5 EOS . . | 5 6 EOS . | 6 6 5 EOS  (. = PAD)
     assert batch.target_rows().tolist() == [0, 1, 4, 5, 6, 8, 9, 10, 11]
+
+
+def test_pairs_of_equal_length_get_other_batch_partners_each_epoch():
+    """Length bucketing sorts by length: a shuffle before the sort is what mixes equal lengths."""
+    lengths = np.full(2000, 10)
+    first, second = (
+        {frozenset(b.tolist()) for b in token_batches(lengths, lengths, 110, seed=0, epoch=e)}
+        for e in (0, 1)
+    )
+    assert len(first & second) < len(first) // 10

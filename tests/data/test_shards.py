@@ -57,3 +57,11 @@ def test_sentencepiece_sample_takes_size_kept_rows_the_same_for_a_seed():
     assert (sample_mask(keep, 0, seed=1) == keep).all() and (
         sample_mask(keep, 500, seed=1) == keep
     ).all()
+
+
+@pytest.mark.parametrize("vocab", [65536, 65537, 70000])
+def test_ids_at_the_top_of_the_vocabulary_read_back(tmp_path, vocab):
+    """uint16 holds ids up to 65535: a vocabulary one larger must switch to a wider type."""
+    rows = [[vocab - 1, 4, vocab - 2]]
+    write_ids(tmp_path / "ids", rows, vocab)
+    assert TokenArray(tmp_path / "ids")[0] == rows[0]

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from translator import config, summary
+from translator.model.layers import Residual
 from translator.model.transformer import Transformer, count_parameters
 
 REPO = Path(__file__).resolve().parents[2]
@@ -216,3 +218,15 @@ def test_gated_ffn_at_two_thirds_the_width_keeps_the_parameter_count():
     # a layer's FFN: 32 x 128 + 128 + 64 x 32 + 32 = 6,304 against 32 x 96 + 96 + 96 x 32 + 32
     # = 6,272; four layers
     assert gated - plain == 4 * 32
+
+
+@pytest.mark.parametrize("pre_norm", [True, False])
+def test_residual_dropout_touches_only_the_sublayer_branch(pre_norm):
+    """Dropout on the residual stream itself would scale or zero the input: with a sublayer that
+    adds nothing, pre-LN gives x and post-LN gives LayerNorm(x), even in training at p = 0.5."""
+    torch.manual_seed(0)
+    block = Residual(16, 0.5, pre_norm).train()
+    x = torch.randn(4, 7, 16)
+    out = block(x, torch.zeros_like)
+    expected = x if pre_norm else F.layer_norm(x, (16,), block.norm.weight, block.norm.bias)
+    torch.testing.assert_close(out, expected)
