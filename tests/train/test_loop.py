@@ -82,7 +82,10 @@ def test_max_epochs_keep_last_and_a_skipped_update(prepared, tmp_path, monkeypat
         f"step-{last['step']}.pt",
     ]
     log = (run_dir / "train.log").read_text()
-    assert "update 2: non-finite loss (inf)" in log and "(1 skipped so far)" in log
+    assert (
+        "update 2: non-finite loss (inf) and gradient norm (nan)" in log
+        and "(1 skipped so far)" in log
+    )
     assert f"stopped at update {last['step']} (max_epochs); 1 updates skipped" in log
 
 

@@ -17,6 +17,7 @@ import torch
 
 from translator.config import Config, TrainConfig
 from translator.data.batching import Batch
+from translator.errors import TranslatorError
 from translator.model.transformer import Transformer
 from translator.train import distributed, oom
 from translator.train.batches import TrainBatches
@@ -86,6 +87,79 @@ def train_step(
     return loss_total, nll_total, float(norm), ok
 
 
+# Skipped updates in a row that end the run. A skipped update leaves the weights and the optimizer
+# as they were, so skips in a row are the same weights failing on other batches: one or two can be
+# outliers (a rare long pair), ten say that the weights themselves overflow, and no later update
+# can change them.
+MAX_SKIPS_IN_A_ROW = 10
+
+
+@torch.no_grad()
+def weights_norm(model: torch.nn.Module) -> torch.Tensor:
+    """() sum of the parameters' 2-norms, one fused reduction: not finite when a weight is not,
+    nor when a norm overflows float32 (weights above ~1e19), which `weights_finite` then tells."""
+    return torch.stack(torch._foreach_norm(list(model.parameters()))).sum()
+
+
+@torch.no_grad()
+def weights_finite(model: torch.nn.Module) -> bool:
+    """Every parameter is finite (exact, and slower than `weights_norm`: a pass per parameter)."""
+    return bool(torch.stack([p.isfinite().all() for p in model.parameters()]).all())
+
+
+class Divergence:
+    """Ends a run that cannot recover: an applied update whose optimizer step made a weight
+    non-finite (train_step's check sees only the loss and the gradient norm, before the step), or
+    MAX_SKIPS_IN_A_ROW skipped updates in a row.
+
+    Update N's check is its weights' norm, a device tensor read after update N+1's loss (or before
+    a save), so CUDA does not wait for the optimizer step.
+    """
+
+    def __init__(self) -> None:
+        self.pending: tuple[int, torch.Tensor] | None = None  # (update, weights_norm after it)
+        self.skips = 0  # skipped updates in a row that count
+
+    def after_update(self, s: Session, ok: bool) -> None:
+        """Called after update s.state.step (applied or not)."""
+        self.check(s)
+        if ok:
+            self.pending, self.skips = (s.state.step, weights_norm(s.model)), 0
+            return
+        # under fp16 the scaler skips by design while it lowers its scale; below 1 it no longer
+        # scales gradients up, so an overflow there is the model's own
+        if not s.scaler.is_enabled() or s.scaler.get_scale() < 1.0:
+            self.skips += 1
+        if self.skips >= MAX_SKIPS_IN_A_ROW:
+            step = s.state.step
+            raise TranslatorError(
+                f"updates {step - self.skips + 1}-{step} all had a non-finite loss or gradient "
+                "norm and were not applied: the training has diverged",
+                "train.lr",
+                f"lower train.lr or raise train.warmup_steps; {_kept(s)}",
+            )
+
+    def check(self, s: Session) -> None:
+        """Raises if the last applied update left a non-finite weight (so it is never saved)."""
+        if self.pending is None:
+            return
+        (step, norm), self.pending = self.pending, None
+        if not math.isfinite(float(norm)) and not weights_finite(s.model):
+            raise TranslatorError(
+                f"the optimizer step of update {step} made the weights non-finite",
+                "train.lr",
+                f"lower train.lr or raise train.warmup_steps; {_kept(s)}",
+            )
+
+
+def _kept(s: Session) -> str:
+    """What a run stopped by Divergence leaves to resume from."""
+    last = s.run_dir / "last.pt"
+    if not last.is_file():
+        return "no checkpoint saved yet: a rerun starts over"
+    return f"{last} keeps update {s.saved_step}: resume from it, or start over in a new run_dir"
+
+
 def _limit_reached(
     state: TrainState, t: TrainConfig, seconds: float, deadline: float
 ) -> str | None:
@@ -106,7 +180,12 @@ def _limit_reached(
 
 
 def _update(
-    s: Session, group: list[Batch], seconds: float, deadline: float, window: Throughput
+    s: Session,
+    group: list[Batch],
+    seconds: float,
+    deadline: float,
+    window: Throughput,
+    divergence: Divergence,
 ) -> None:
     """One update over `group` at the schedule's learning rate for training time `seconds`."""
     state, t = s.state, s.cfg.train
@@ -121,6 +200,7 @@ def _update(
     state.step += 1
     window.tokens += tokens
     log_update(s, loss, nll, tokens, grad_norm, ok, lr, window)
+    divergence.after_update(s, ok)
 
 
 def _stopped_line(state: TrainState, reason: str) -> str:
@@ -205,7 +285,7 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
     deadline = 60 * t.max_minutes if t.max_minutes else math.inf
     seconds = state.seconds  # as every process measured it, averaged (so their lr agree)
     session_start = (state.step, state.seconds)  # for the bar's end under max_minutes
-    window = Throughput(start=time.time())
+    window, divergence = Throughput(start=time.time()), Divergence()
     try:
         if s.fine_tuning:  # the starting point, which the fine-tuned model is to beat
             s.metrics.line("validating train.init_from's model before any update")
@@ -216,7 +296,8 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
             if limit := _limit_reached(state, t, seconds, deadline):
                 reason = limit
                 break
-            _update(s, data.take(state, t.grad_accum_steps), seconds, deadline, window)
+            group = data.take(state, t.grad_accum_steps)
+            _update(s, group, seconds, deadline, window, divergence)
             now = time.time() - s.clock_zero
             interrupted, late, seconds = sum_all(
                 s.dist, [float(stop.requested), float(now > deadline), now]
@@ -230,6 +311,7 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
                 reason = "interrupted" if interrupted else "max_minutes"
                 break
             if state.step % t.eval_every == 0:
+                divergence.check(s)
                 began = time.time()
                 stopping = evaluate_and_save(s)
                 if manifest:  # so that a killed session is still on record to its last save
@@ -238,6 +320,7 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
                     reason = "early stopping"
                     break
                 window.start += time.time() - began  # throughput counts training time only
+        divergence.check(s)  # nothing non-finite is saved
         if reason == "interrupted":
             save(s, best=False, validated=False)  # last.pt: no step-N.pt for averaging
             s.metrics.line(f"interrupted: saved {s.run_dir / 'last.pt'} at update {state.step}")

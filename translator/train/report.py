@@ -75,6 +75,14 @@ def start_logging(s: Session, n_pairs: int) -> None:
         )
 
 
+def _non_finite(loss: float, grad_norm: float) -> str:
+    """Which of a skipped update's loss and gradient norm were not finite, and the other's value."""
+    values = {"loss": loss, "gradient norm": grad_norm}
+    bad = [f"{name} ({value:.3g})" for name, value in values.items() if not math.isfinite(value)]
+    good = [f"{name} {value:.3g}" for name, value in values.items() if math.isfinite(value)]
+    return "non-finite " + " and ".join(bad) + "".join(f", {g}" for g in good)
+
+
 def log_update(
     s: Session,
     loss: float,
@@ -95,8 +103,8 @@ def log_update(
     else:
         state.skipped_steps += 1
         s.metrics.line(
-            f"update {state.step}: non-finite loss ({loss:.3g}) or gradient norm "
-            f"({grad_norm:.3g}); not applied ({state.skipped_steps} skipped so far)"
+            f"update {state.step}: {_non_finite(loss, grad_norm)}; not applied "
+            f"({state.skipped_steps} skipped so far)"
         )
     s.metrics.advance(
         state.step, f"loss {loss / max(tokens, 1):.3f}  lr {lr:.2e}  {window.rate():,.0f} tok/s"

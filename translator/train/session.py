@@ -4,6 +4,7 @@ them up is train/startup.py's job, resuming train/resume.py's."""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from translator.train.dropout import use_bits_dropout
 from translator.train.linear import onednn_fp32_pays, use_onednn_linears
 from translator.train.metrics import Metrics
 from translator.train.state import TrainState, rng_state, save_checkpoints
-from translator.train.validate import validate
+from translator.train.validate import Validation, too_long_pairs, validate
 
 
 @dataclass(kw_only=True)
@@ -130,6 +131,13 @@ def save(s: Session, best: bool, validated: bool = True) -> None:
     s.saved_step = s.state.step
 
 
+def _finite_loss(result: Validation, cfg: Config) -> bool:
+    """The validation loss is finite, or NaN only because no pair fits model.max_positions."""
+    if math.isfinite(result.loss):
+        return True
+    return math.isnan(result.loss) and result.too_long == too_long_pairs(cfg)[1]
+
+
 def evaluate_and_save(s: Session) -> bool:
     """Validate on rank 0, log, checkpoint; returns True (on every process) when early stopping says
     stop."""
@@ -147,8 +155,11 @@ def evaluate_and_save(s: Session) -> bool:
                 f"attention diagnostics: {seconds:.2f} s, {100 * seconds / validation_s:.1f}% of "
                 f"the validation's {validation_s:.1f} s"
             )
-        improved = result.bleu > state.best_bleu
-        state.best_bleu = max(state.best_bleu, result.bleu)
+        # a model whose loss overflows is no candidate, whatever its BLEU (best_bleu starts at -1)
+        finite = _finite_loss(result, s.cfg)
+        improved = finite and result.bleu > state.best_bleu
+        if improved:
+            state.best_bleu = result.bleu
         state.bad_evals = 0 if improved else state.bad_evals + 1
         s.metrics.scalars(state.step, result.scalars(), "valid")
         # against training wall-clock too: the step of this tag is seconds, not updates
@@ -170,6 +181,7 @@ def evaluate_and_save(s: Session) -> bool:
                 if result.too_long
                 else ""
             )
+            + ("; a non-finite loss: never best.pt" if not finite else "")
         )
         stop = float(bool(t.patience and state.bad_evals >= t.patience))
     state.last_valid_step = state.step
