@@ -49,6 +49,15 @@ def test_positions_too_few_for_the_training_data_are_refused_before_training(pre
         )
 
 
+def test_an_update_stops_taking_batches_at_max_epochs(prepared):
+    """With gradient accumulation an update may be shorter, never run into an epoch past it."""
+    cfg = variant(prepared, "unused", "train.max_tokens=8192", "train.max_epochs=1")
+    data, state = TrainBatches(cfg, Dist(torch.device("cpu"))), TrainState()
+    per_epoch = len(data.epoch(0))
+    assert len(data.take(state, per_epoch + 3)) == per_epoch
+    assert (state.epoch, state.batch_index) == (1, 0)
+
+
 def test_max_epochs_keep_last_and_a_skipped_update(prepared, tmp_path, monkeypatch):
     """One epoch of ~6 updates; the second update's loss is made infinite, as an overflow would."""
     calls = []

@@ -35,6 +35,7 @@ class TrainBatches:
                 f"use at least {longest}, or prepare with a smaller data.max_tokens_per_side",
             )
         self.args = (cfg.train.max_tokens, cfg.train.seed)
+        self.max_epochs = cfg.train.max_epochs
         self.rank, self.world_size = d.rank, d.world_size
         self.samplers: list[SubwordSampler] = []
         if cfg.train.subword_alpha:  # + EOS / BOS: rows of at most max_positions - 1 tokens
@@ -71,9 +72,13 @@ class TrainBatches:
             state.epoch, state.batch_index = state.epoch + 1, 0
 
     def take(self, state: TrainState, count: int) -> list[Batch]:
+        """The next `count` batches, fewer when train.max_epochs ends before them: an update with
+        gradient accumulation does not run into the epochs past the limit."""
         out = []
         for _ in range(count):
             self.roll(state)
+            if out and self.max_epochs and state.epoch >= self.max_epochs:
+                break
             rows = self.epoch(state.epoch)[state.batch_index]
             src, tgt = self.cached[2:]
             state.batch_index += 1
