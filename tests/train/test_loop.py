@@ -58,6 +58,20 @@ def test_an_update_stops_taking_batches_at_max_epochs(prepared):
     assert (state.epoch, state.batch_index) == (1, 0)
 
 
+def test_under_init_from_too_few_positions_ask_for_shorter_data(prepared):
+    """The checkpoint fixes model.max_positions: the fix is data.max_tokens_per_side."""
+    longest = TrainBatches(prepared, Dist(torch.device("cpu")))
+    need = int(max(longest.src.lengths.max(), longest.tgt.lengths.max())) + 1
+    cfg = variant(prepared, "unused", f"model.max_positions={need - 1}", "train.init_from=a.pt")
+    with pytest.raises(
+        TranslatorError,
+        match=rf"data.max_tokens_per_side: .*up to {need} positions.*"
+        rf"data.max_tokens_per_side={need - 2} or less",
+    ) as err:
+        TrainBatches(cfg, Dist(torch.device("cpu")))
+    assert "use at least" not in str(err.value)
+
+
 def test_max_epochs_keep_last_and_a_skipped_update(prepared, tmp_path, monkeypatch):
     """One epoch of ~6 updates; the second update's loss is made infinite, as an overflow would."""
     calls = []

@@ -28,12 +28,7 @@ class TrainBatches:
         # + EOS / BOS
         longest = int(max(self.src.lengths.max(initial=0), self.tgt.lengths.max(initial=0))) + 1
         if longest > cfg.model.max_positions:  # found now, not at the first long batch
-            raise TranslatorError(
-                f"training sequences take up to {longest} positions, more than "
-                f"max_positions={cfg.model.max_positions}",
-                "model.max_positions",
-                f"use at least {longest}, or prepare with a smaller data.max_tokens_per_side",
-            )
+            raise _too_long(cfg, longest)
         self.args = (cfg.train.max_tokens, cfg.train.seed)
         self.max_epochs = cfg.train.max_epochs
         self.rank, self.world_size = d.rank, d.world_size
@@ -84,3 +79,24 @@ class TrainBatches:
             state.batch_index += 1
             out.append(make_batch([src[i] for i in rows], [tgt[i] for i in rows]))
         return out
+
+
+def _too_long(cfg: Config, longest: int) -> TranslatorError:
+    """Training pairs longer than the model's positions; under train.init_from the checkpoint fixes
+    model.max_positions, so the data must be cut instead."""
+    what = (
+        f"training sequences take up to {longest} positions, more than "
+        f"max_positions={cfg.model.max_positions}"
+    )
+    if cfg.train.init_from:
+        return TranslatorError(
+            what + " (train.init_from's checkpoint fixes model.max_positions)",
+            "data.max_tokens_per_side",
+            f"prepare with data.max_tokens_per_side={cfg.model.max_positions - 1} or less, under "
+            "another data.name or with `translator prepare --force`",
+        )
+    return TranslatorError(
+        what,
+        "model.max_positions",
+        f"use at least {longest}, or prepare with a smaller data.max_tokens_per_side",
+    )
