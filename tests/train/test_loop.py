@@ -7,6 +7,7 @@ import json
 import math
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -70,6 +71,20 @@ def test_under_init_from_too_few_positions_ask_for_shorter_data(prepared):
     ) as err:
         TrainBatches(cfg, Dist(torch.device("cpu")))
     assert "use at least" not in str(err.value)
+
+
+def test_pairs_wider_than_max_tokens_are_counted_and_logged(prepared, tmp_path):
+    data = TrainBatches(variant(prepared, "unused"), Dist(torch.device("cpu")))
+    width = np.maximum(data.src.lengths, data.tgt.lengths) + 1
+    limit = int(np.median(width))
+    cfg = variant(prepared, tmp_path / "run", f"train.max_tokens={limit}", "train.max_updates=1")
+    over = int((width > limit).sum())
+    assert TrainBatches(cfg, Dist(torch.device("cpu"))).over_max_tokens() == (over, width.max())
+    loop.run(cfg, quiet=True)
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert f"warning: {over:,} of {len(width):,} training pairs take more than " in log
+    assert f"train.max_tokens={limit} tokens (the widest {width.max()})" in log
+    assert data.over_max_tokens()[0] == 0  # at the default max_tokens
 
 
 def test_max_epochs_keep_last_and_a_skipped_update(prepared, tmp_path, monkeypatch):

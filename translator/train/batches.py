@@ -80,6 +80,12 @@ class TrainBatches:
             out.append(make_batch([src[i] for i in rows], [tgt[i] for i in rows]))
         return out
 
+    def over_max_tokens(self) -> tuple[int, int]:
+        """(pairs wider than train.max_tokens, the widest one's tokens): each such pair is a batch
+        of its own, over the limit (data/batching.py). Widths as prepared (+ EOS / BOS)."""
+        width = np.maximum(self.src.lengths, self.tgt.lengths) + 1
+        return int((width > self.args[0]).sum()), int(width.max(initial=0))
+
 
 def _too_long(cfg: Config, longest: int) -> TranslatorError:
     """Training pairs longer than the model's positions; under train.init_from the checkpoint fixes

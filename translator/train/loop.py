@@ -277,7 +277,7 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
         if s.dist.main
         else None
     )
-    start_logging(s, len(data.src))
+    start_logging(s, data)
     stop, reason = StopRequest(), "error"
     s.clock_zero = time.time() - state.seconds  # training wall-clock continues where it was saved
     # in training seconds, as state.seconds counts them: summed over the run's sessions, so a

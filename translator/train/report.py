@@ -13,6 +13,7 @@ from translator.config import dump, to_dict
 from translator.files import atomic_write
 from translator.model.transformer import count_parameters
 from translator.prepared import load_manifest, source_change
+from translator.train.batches import TrainBatches
 from translator.train.linear import OneDNNTrainingLinear
 from translator.train.session import Session
 from translator.train.validate import too_long_pairs
@@ -29,10 +30,10 @@ class Throughput:
         return self.tokens / max(time.time() - self.start, 1e-9)
 
 
-def start_logging(s: Session, n_pairs: int) -> None:
+def start_logging(s: Session, data: TrainBatches) -> None:
     """config.yaml, the hyperparameters for TensorBoard, and the log lines that describe the run
     (rank 0)."""
-    cfg, state = s.cfg, s.state
+    cfg, state, n_pairs = s.cfg, s.state, len(data.src)
     if s.dist.main:
         with atomic_write(s.run_dir / "config.yaml") as handle:
             handle.write(dump(cfg))
@@ -66,12 +67,27 @@ def start_logging(s: Session, n_pairs: int) -> None:
             f"{change}; training reads the prepared copy (to prepare the source again: "
             "`translator prepare` with this config, --data and --force; or set another data.name)"
         )
+    _over_max_tokens(s, data)
     over, total = too_long_pairs(cfg)  # said now, not after eval_every updates
     if over:
         s.metrics.line(
             f"valid: {over} of {total} pairs take more than "
             f"model.max_positions={cfg.model.max_positions} positions; validation leaves them out "
             "of its loss (BLEU translates their sources in pieces)"
+        )
+
+
+def _over_max_tokens(s: Session, data: TrainBatches) -> None:
+    """A warning when train.max_tokens is less than some pairs take: batching puts each of them
+    alone in a batch over the limit, which would go unseen (and may not fit in memory)."""
+    over, widest = data.over_max_tokens()
+    if over:
+        max_tokens = s.cfg.train.max_tokens
+        s.metrics.warning(
+            f"{over:,} of {len(data.src):,} training pairs take more than "
+            f"train.max_tokens={max_tokens} tokens (the widest {widest}): each is a batch of its "
+            "own, over the limit (raise train.max_tokens, or prepare with a smaller "
+            "data.max_tokens_per_side)"
         )
 
 
