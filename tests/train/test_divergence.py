@@ -13,7 +13,7 @@ import torch
 from tests.train.conftest import variant
 from translator import checkpoint
 from translator.errors import TranslatorError
-from translator.train import loop, session
+from translator.train import divergence, loop, session
 from translator.train.state import TrainState
 from translator.train.validate import Validation
 
@@ -43,15 +43,17 @@ def test_weights_norm_sees_one_nan_or_inf_and_weights_finite_tells_it_from_large
     model = torch.nn.Linear(4, 3)
     with torch.no_grad():
         model.weight.fill_(3e38)  # finite, but their norm overflows float32
-    assert not math.isfinite(loop.weights_norm(model)) and loop.weights_finite(model)
-    s, watch = fake_session(tmp_path, None), loop.Divergence()
+    assert not math.isfinite(divergence.weights_norm(model)) and divergence.weights_finite(model)
+    s, watch = fake_session(tmp_path, None), divergence.Divergence()
     s.model = model
     watch.after_update(s, ok=True)
     watch.check(s)  # large is not non-finite: the skipped updates that follow will tell
     for bad in (math.nan, math.inf):
         with torch.no_grad():
             model.bias[1] = bad
-        assert not math.isfinite(loop.weights_norm(model)) and not loop.weights_finite(model)
+        assert not math.isfinite(divergence.weights_norm(model)) and not divergence.weights_finite(
+            model
+        )
     watch.after_update(s, ok=True)
     with pytest.raises(TranslatorError, match="update 0 made the weights non-finite"):
         watch.check(s)
@@ -64,7 +66,7 @@ def test_updates_skipped_in_a_row_stop_the_run_and_the_log_names_the_infinite_no
     monkeypatch.setattr(torch.nn.utils, "get_total_norm", lambda grads: torch.tensor(float("inf")))
     run_dir = tmp_path / "run"
     cfg = variant(prepared, run_dir, "train.max_updates=100", "train.eval_every=5")
-    n = loop.MAX_SKIPS_IN_A_ROW
+    n = divergence.MAX_SKIPS_IN_A_ROW
     with pytest.raises(
         TranslatorError,
         match=rf"updates 1-{n} all had a non-finite .*last.pt keeps update {n // 2}",
@@ -85,8 +87,8 @@ def fake_session(tmp_path: Path, scale: float | None) -> SimpleNamespace:
 
 @pytest.mark.parametrize(("scale", "counted"), [(None, True), (2.0**10, False), (0.5, True)])
 def test_fp16_skips_count_only_once_the_scale_is_below_one(tmp_path, scale, counted):
-    s, watch = fake_session(tmp_path, scale), loop.Divergence()
-    for _ in range(loop.MAX_SKIPS_IN_A_ROW - 1):
+    s, watch = fake_session(tmp_path, scale), divergence.Divergence()
+    for _ in range(divergence.MAX_SKIPS_IN_A_ROW - 1):
         s.state.step += 1
         watch.after_update(s, ok=False)
     s.state.step += 1
@@ -99,12 +101,12 @@ def test_fp16_skips_count_only_once_the_scale_is_below_one(tmp_path, scale, coun
 
 
 def test_an_applied_update_resets_the_count(tmp_path):
-    s, watch = fake_session(tmp_path, None), loop.Divergence()
+    s, watch = fake_session(tmp_path, None), divergence.Divergence()
     s.model = torch.nn.Linear(2, 2)
-    for step in range(1, 2 * loop.MAX_SKIPS_IN_A_ROW):
+    for step in range(1, 2 * divergence.MAX_SKIPS_IN_A_ROW):
         s.state.step = step
-        watch.after_update(s, ok=step == loop.MAX_SKIPS_IN_A_ROW)  # one applied amid skips
-    assert watch.skips == loop.MAX_SKIPS_IN_A_ROW - 1
+        watch.after_update(s, ok=step == divergence.MAX_SKIPS_IN_A_ROW)  # one applied amid skips
+    assert watch.skips == divergence.MAX_SKIPS_IN_A_ROW - 1
 
 
 def test_a_validation_with_a_non_finite_loss_is_never_best(prepared, tmp_path, monkeypatch):
