@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 import torch
 
-from tests.conftest import SENTENCES
-from translator import loading, translate
+from tests.conftest import MULTI30K, SENTENCES
+from translator import config, loading, translate
 from translator.data.tokenizer import UNK_ID
 from translator.decode import Hypothesis
 from translator.errors import TranslatorError
@@ -89,15 +89,122 @@ def test_split_long_cuts_at_sentence_ends_then_word_starts(tiny):
     ]
 
 
+def sentences_of_test2016(n: int) -> list[str]:
+    """The first n Multi30k test sentences that start with a capital, each ending with a full
+    stop."""
+    lines = (MULTI30K / "test2016.en").read_text(encoding="utf-8").splitlines()
+    return [
+        line if line.endswith(translate.SENTENCE_END) else line + "."
+        for line in (raw.strip() for raw in lines)
+        if line[:1].isupper()
+    ][:n]
+
+
+def test_a_split_line_is_cut_at_every_sentence_end_and_within_sentences_over_the_limit(tiny):
+    # a single-sentence model translates a few sentences of a longer piece and stops: once a line
+    # is split, each sentence is its own piece
+    sentences = sentences_of_test2016(40)
+    per_sentence = tiny.tokenizer.encode(sentences)
+    limit = max(map(len, per_sentence)) - 1  # the longest sentence must be cut; most fit twice
+    assert sum(len(a) + len(b) <= limit for a, b in zip(per_sentence, per_sentence[1:])) > 10
+    ids = tiny.tokenizer.encode([" ".join(sentences)])[0]
+    assert ids == [i for s in per_sentence for i in s]  # the sentences' tokens, in a row
+    parts = translate.split_long(ids, limit, tiny.tokenizer.sp.id_to_piece(ids))
+    assert [i for part in parts for i in part] == ids and all(0 < len(p) <= limit for p in parts)
+    rest = iter(parts)
+    for sentence in per_sentence:  # consecutive pieces make up each sentence
+        run = next(rest)
+        while len(run) < len(sentence):
+            run += next(rest)
+        assert run == sentence
+    assert next(rest, None) is None
+    whole = {tuple(s) for s in per_sentence if len(s) <= limit}
+    assert whole and whole <= {tuple(p) for p in parts}  # a sentence that fits is one piece
+    assert any(len(s) > limit for s in per_sentence)
+
+
+@pytest.mark.parametrize(
+    "text, pieces",
+    [
+        ('He said "Stop." Then he left.', ['He said "Stop."', "Then he left."]),
+        ("Dogs run, e.g. the big one. Cats sleep!", ["Dogs run, e.g. the big one.", "Cats sleep!"]),
+        ("Look! 3 dogs.", ["Look!", "3 dogs."]),  # a number starts a sentence
+    ],
+)
+def test_sentence_ends_are_told_from_abbreviations(tiny, text, pieces):
+    ids = tiny.tokenizer.encode([text])[0]
+    parts = translate.split_long(ids, 100, tiny.tokenizer.sp.id_to_piece(ids))
+    assert tiny.tokenizer.decode(parts) == pieces
+
+
+@pytest.mark.parametrize(
+    "max_positions, a, b",
+    [(1024, 1.2, 10), (32, 1.2, 10), (40, 0.7, 3), (64, 2.0, 50), (64, 1.0, 200), (512, 0.0, 30)],
+)
+def test_a_piece_limit_leaves_room_for_the_longest_output(max_positions, a, b):
+    decode = dataclasses.replace(config.DecodeConfig(), max_len_a=a, max_len_b=b)
+    limit = translate.piece_limit(max_positions, decode)
+    positions = max_positions - 1
+    assert min(positions, translate.MIN_PIECE_TOKENS) <= limit <= positions
+    if a == 0:
+        assert limit == positions  # the output limit does not depend on the source
+    elif limit > translate.MIN_PIECE_TOKENS:  # the floor aside, the output fits uncapped
+        assert a * limit + b <= positions
+        assert limit == positions or a * (limit + 1) + b > positions  # and no piece is shorter
+
+
+def test_a_line_whose_output_would_not_fit_is_split_though_its_source_fits(tiny):
+    # 40 positions, a=1.2, b=10: a source of 30 tokens fits, but its 46-token output would not
+    assert piece_limit(tiny) < 30 < tiny.cfg.model.max_positions - 1
+    text = next(
+        t
+        for t in (" ".join(["dog"] * n) + "." for n in range(1, 60))
+        if len(tiny.tokenizer.encode([t])[0]) == 30
+    )
+    warnings = []
+    translate.translate_lines(
+        tiny.model, tiny.tokenizer, [text], tiny.cfg.decode, warn=warnings.append
+    )
+    assert split_warnings(warnings) and split_warnings(warnings)[0].startswith("line 1: 30 tokens")
+
+
+def test_outputs_ended_by_the_length_limit_are_named_in_a_warning(tiny, monkeypatch):
+    lines = ["Two dogs.", "People walk.", "Several men.", ""]
+    first = [ids[0] for ids in tiny.tokenizer.encode(lines[:3])]
+    word = UNK_ID + 100
+    # a = 0, b = 4: every output may have 4 tokens; at the 4th only EOS is allowed
+    decode = dataclasses.replace(tiny.cfg.decode, max_len_a=0.0, max_len_b=4)
+    monkeypatch.setattr(
+        translate, "search", fake_search({first[0]: [word] * 4, first[1]: [word] * 3})
+    )
+    warnings = []
+    translate.translate_lines(
+        tiny.model, tiny.tokenizer, lines, decode, warn=warnings.append, first_line=7
+    )
+    # line 7 reached the limit; line 8 ended itself one token short; line 9 is one token
+    assert warnings == [translate.length_message([7])]
+    assert warnings[0].startswith("the output of line 7 stopped at the length limit")
+
+
+def piece_limit(tiny) -> int:
+    return translate.piece_limit(tiny.cfg.model.max_positions, tiny.cfg.decode)
+
+
+def split_warnings(warnings: list[str]) -> list[str]:
+    """The warnings about split lines (a random model's outputs also run to the length limit)."""
+    return [w for w in warnings if w.startswith("line ")]
+
+
 def test_over_long_line_is_translated_in_pieces_with_a_warning(tiny):
-    long_line = " ".join(SENTENCES * 2)  # well over the model's 39 source tokens
+    long_line = " ".join(SENTENCES * 2)  # well over the model's 24-token pieces
     warnings = []
     out = translate.translate_lines(
         tiny.model, tiny.tokenizer, [SENTENCES[1], long_line], tiny.cfg.decode, warn=warnings.append
     )
-    assert len(out) == 2 and len(warnings) == 1 and warnings[0].startswith("line 2: ")
+    assert len(out) == 2 and len(split_warnings(warnings)) == 1
+    assert split_warnings(warnings)[0].startswith("line 2: ")
     ids = tiny.tokenizer.encode([long_line])[0]
-    parts = translate.split_long(ids, 39, tiny.tokenizer.sp.id_to_piece(ids))
+    parts = translate.split_long(ids, piece_limit(tiny), tiny.tokenizer.sp.id_to_piece(ids))
     assert len(parts) > 1
     pieces = tiny.tokenizer.decode(
         [hyps[0].tokens for hyps in translate.search(tiny.model, parts, tiny.cfg.decode)]
@@ -167,7 +274,7 @@ def test_translate_lines_on_cuda(tiny, dtype):
 def test_an_over_long_lines_score_is_the_sum_of_its_pieces(tiny):
     long_line = " ".join(SENTENCES * 2)
     ids = tiny.tokenizer.encode([long_line])[0]
-    parts = translate.split_long(ids, 39, tiny.tokenizer.sp.id_to_piece(ids))
+    parts = translate.split_long(ids, piece_limit(tiny), tiny.tokenizer.sp.id_to_piece(ids))
     for beam_size, nbest in ((1, 1), (3, 2)):
         decode = dataclasses.replace(tiny.cfg.decode, beam_size=beam_size)
         out = translate.translate_lines(
@@ -179,7 +286,7 @@ def test_an_over_long_lines_score_is_the_sum_of_its_pieces(tiny):
 
 
 def test_only_lines_over_the_limit_are_split(tiny):
-    limit = tiny.cfg.model.max_positions - 1
+    limit = piece_limit(tiny)
     by_length = {
         len(ids): text
         for text, ids in (
@@ -195,7 +302,7 @@ def test_only_lines_over_the_limit_are_split(tiny):
         tiny.cfg.decode,
         warn=warnings.append,
     )
-    assert len(out) == 2 and [w.split(":")[0] for w in warnings] == ["line 2"]
+    assert len(out) == 2 and [w.split(":")[0] for w in split_warnings(warnings)] == ["line 2"]
 
 
 def test_load_takes_the_device_flag_over_the_checkpoints(tiny, monkeypatch):
@@ -233,7 +340,7 @@ def test_pieces_are_joined_the_way_their_script_is_written(texts, joined):
 def test_a_split_line_translated_into_chinese_is_rejoined_without_spaces(tiny, monkeypatch):
     long_line = " ".join(SENTENCES * 2)
     ids = tiny.tokenizer.encode([long_line])[0]
-    n = len(translate.split_long(ids, 39, tiny.tokenizer.sp.id_to_piece(ids)))
+    n = len(translate.split_long(ids, piece_limit(tiny), tiny.tokenizer.sp.id_to_piece(ids)))
     chinese = [f"第{i}句。" for i in range(n)]
     # a target side in Chinese
     monkeypatch.setattr(tiny.tokenizer, "decode", lambda rows: chinese[: len(rows)])

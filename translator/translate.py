@@ -1,13 +1,15 @@
 """Lines in, lines out: encode, sort by length, batch by tokens, search, restore order, detokenize.
 
-Rule for over-long input: a line of more than `max_positions - 1` subword tokens (with its EOS
-it would not fit the model's positions) is cut into consecutive pieces that fit, each cut made
-at the last sentence end (. ! ? ; :) that fits, else at the last word start, else mid-word;
-every piece is translated and the outputs are joined with a space, or with nothing where the
-text on either side of the join is in a script written without spaces (Chinese, Japanese).
-A warning on stderr names the line. Nothing is silently truncated. (With --nbest such a line
-gets one hypothesis, the joined best.) The `<unk>` tokens a model emits are dropped from the
-text, with a warning that counts them.
+Rule for over-long input: a line of more than `piece_limit` subword tokens (beyond it, the
+output that decode.max_len_a/b allow would not fit the model's positions) is cut after every
+sentence end (. ! ?), as single-sentence models translate one sentence at a time best; a sentence
+still over the limit is cut at the last clause end (; :) that fits, else at the last word start,
+else mid-word. Every piece is translated and the outputs are joined with a space, or with nothing
+where the text on either side of the join is in a script written without spaces (Chinese,
+Japanese). A warning on stderr names the line, and another names the lines whose output reached
+the length limit (the search, not the model, ended it). (With --nbest a split line gets one
+hypothesis, the joined best.) The `<unk>` tokens a model emits are dropped from the text, with a
+warning that counts them.
 
 Loading checkpoints (device, dtype, ensembles) is `loading.py`; reading stdin and the progress bar
 are in `stream.py`; device and dtype names in `device.py`.
@@ -16,14 +18,17 @@ are in `stream.py`; device and dtype names in `device.py`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterator
+
+import torch
 
 from translator.config import DataConfig, DecodeConfig
 from translator.data.batching import pad, padding_mask
 from translator.data.clean import normalize
 from translator.data.join import join_pieces
 from translator.data.tokenizer import EOS_ID, UNK_ID, Tokenizer
-from translator.decode import Hypothesis
+from translator.decode import Hypothesis, output_limits
 from translator.decode.beam import beam_search, length_penalty
 from translator.decode.greedy import greedy_search
 from translator.diagnostics.alignment import align_hypotheses, check_layer, join_alignments
@@ -33,7 +38,12 @@ from translator.model.ensemble import Ensemble
 from translator.model.transformer import Transformer
 from translator.rerank import Channel
 
-SENTENCE_END = (".", "!", "?", ";", ":")
+SENTENCE_END = (".", "!", "?")
+CLAUSE_END = (";", ":")  # where a sentence over the limit is best cut
+CLOSERS = "\"')]}»”’"  # may follow a sentence end: `"Stop." Then` ends at `."`
+# fewer source tokens than this lose too much context; an output that then hits the length
+# limit is warned about
+MIN_PIECE_TOKENS = 16
 # an output is one line: a line break a model spells in bytes (byte fallback's <0x0A>, <0x0D>)
 # would split it and shift every later line; these are all that str.splitlines breaks at
 ONE_LINE = str.maketrans(dict.fromkeys("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029", " "))
@@ -104,9 +114,30 @@ def length_batches(lengths: list[int], batch_tokens: int) -> Iterator[list[int]]
         yield batch
 
 
+def piece_limit(max_positions: int, decode: DecodeConfig) -> int:
+    """Most source tokens one translated sequence may have: with its EOS it fits the positions,
+    and so does the longest output max_len_a * tokens + max_len_b allows (else that output would be
+    cut at max_positions - 1). Never under MIN_PIECE_TOKENS (or the positions, if fewer)."""
+    positions = max_positions - 1  # beside the source's EOS or the output's BOS
+    if decode.max_len_a == 0:  # the output limit does not grow with the source
+        return positions
+    fits = math.floor((positions - decode.max_len_b) / decode.max_len_a)
+    return min(positions, max(fits, MIN_PIECE_TOKENS))
+
+
 def split_long(ids: list[int], limit: int, pieces: list[str]) -> list[list[int]]:
-    """Cut `ids` (with SentencePiece `pieces`) into runs of <= limit, preferring sentence ends, then
-    word starts."""
+    """Cut `ids` (with SentencePiece `pieces`) after every sentence end, then each sentence over
+    `limit` into runs of <= limit, preferring clause ends, then word starts."""
+    starts = [0, *(i for i in range(1, len(ids)) if _after_sentence_end(pieces, i)), len(ids)]
+    return [
+        run
+        for start, end in zip(starts, starts[1:])
+        for run in _split_sentence(ids[start:end], limit, pieces[start:end])
+    ]
+
+
+def _split_sentence(ids: list[int], limit: int, pieces: list[str]) -> list[list[int]]:
+    """Cut one sentence into runs of <= limit, each cut at the best place _cut_rank finds."""
     out = []
     while len(ids) > limit:
         cut = max(range(1, limit + 1), key=lambda i, p=pieces: _cut_rank(p, i))
@@ -115,10 +146,22 @@ def split_long(ids: list[int], limit: int, pieces: list[str]) -> list[list[int]]
     return [*out, ids]
 
 
+def _word_start(piece: str) -> bool:
+    return piece.startswith("\u2581")  # SentencePiece marks a preceding space with U+2581
+
+
+def _after_sentence_end(pieces: list[str], i: int) -> bool:
+    """Whether a sentence starts at piece i: a word start after . ! ? (and any closing quote),
+    not followed by a lower-case letter ("e.g. the", "approx. five")."""
+    before = "".join(pieces[max(i - 3, 0) : i]).rstrip(CLOSERS)  # a quote may be a piece
+    after = "".join(pieces[i : i + 2]).lstrip("\u2581")  # "▁" may be a piece of its own
+    return _word_start(pieces[i]) and before.endswith(SENTENCE_END) and not after[:1].islower()
+
+
 def _cut_rank(pieces: list[str], i: int) -> tuple[bool, bool, int]:
-    """How good a cut before piece i is: after a sentence end, at a word start, then the latest."""
-    word_start = pieces[i].startswith("\u2581")  # SentencePiece marks a preceding space with U+2581
-    return word_start and pieces[i - 1].endswith(SENTENCE_END), word_start, i
+    """How good a cut before piece i is: after a clause end, at a word start, then the latest."""
+    word_start = _word_start(pieces[i])
+    return word_start and pieces[i - 1].endswith(CLAUSE_END), word_start, i
 
 
 def translate_lines(
@@ -148,13 +191,15 @@ def translate_lines(
 
     An empty (or whitespace-only) line gives one empty translation with score 0. `progress(done,
     total)` is called after each batch, counting sentences (pieces of over-long lines count apart).
-    Warnings (a line split, <unk> tokens dropped from the output) number lines from `first_line`.
+    Warnings (a line split, <unk> tokens dropped from the output, outputs ended by the length
+    limit) number lines from `first_line`.
     """
     _check_request(model, decode.beam_size, nbest, alignment_layer, channel)
     shown, nbest = nbest, max(nbest, channel.candidates) if channel else nbest
     sources = [source_text(line, data) for line in lines]
+    limit = piece_limit(model.cfg.max_positions, decode)
     pieces, owner = _source_pieces(
-        tokenizer, sources, model.cfg.max_positions - 1, warn, first_line
+        tokenizer, sources, limit, model.cfg.max_positions, warn, first_line
     )
     results: list[list[Hypothesis]] = [[] for _ in pieces]
     aligned: list[list[list[tuple[int, int]]]] = [[] for _ in pieces]  # per piece, per hypothesis
@@ -181,6 +226,9 @@ def translate_lines(
     }
     if unknown and warn is not None:
         warn(unk_message(unknown))
+    cut = _at_length_limit(pieces, owner, results, decode, model.cfg.max_positions - 1)
+    if cut and warn is not None:
+        warn(length_message([first_line + number for number in cut]))
     out = [_detokenize(tokenizer, [results[k] for k in ks]) for ks in by_line]
     if channel is not None:
         out = channel.rerank(sources, out)
@@ -233,13 +281,14 @@ def _source_pieces(
     tokenizer: Tokenizer,
     sources: list[str],
     limit: int,
+    max_positions: int,
     warn: Callable[[str], None] | None,
     first_line: int,
 ) -> tuple[list[list[int]], list[int]]:
     """Encode `sources` into the token sequences to decode, and the line each one belongs to.
 
-    A line longer than `limit` tokens (the source positions left beside EOS) is split at word
-    boundaries (split_long); an empty line gives no sequence.
+    A line longer than `limit` tokens (piece_limit) is split (split_long); an empty line gives no
+    sequence.
     """
     pieces: list[list[int]] = []
     owner: list[int] = []
@@ -248,14 +297,33 @@ def _source_pieces(
             parts = split_long(ids, limit, tokenizer.sp.id_to_piece(ids))
             if warn is not None:
                 warn(
-                    f"line {first_line + number}: {len(ids)} tokens exceed the model's {limit}; "
-                    f"translated in {len(parts)} pieces, joined"
+                    f"line {first_line + number}: {len(ids)} tokens, over the {limit} translated "
+                    f"at once (max_positions {max_positions}, decode.max_len_a/b); translated in "
+                    f"{len(parts)} pieces (one or more per sentence), joined"
                 )
         else:
             parts = [ids] if ids else []
         pieces += parts
         owner += [number] * len(parts)
     return pieces, owner
+
+
+def _at_length_limit(
+    pieces: list[list[int]],
+    owner: list[int],
+    results: list[list[Hypothesis]],
+    decode: DecodeConfig,
+    positions: int,
+) -> list[int]:
+    """The lines (0-based, sorted) where the best output of a piece has as many tokens as the
+    length limit allows: at that step only EOS was allowed, so the limit ended it, not the model."""
+    if not pieces:
+        return []
+    lengths = torch.tensor([len(ids) for ids in pieces])
+    limits = output_limits(lengths, decode.max_len_a, decode.max_len_b, positions).tolist()
+    return sorted(
+        {line for line, hyps, limit in zip(owner, results, limits) if len(hyps[0].tokens) >= limit}
+    )
 
 
 def source_text(line: str, data: DataConfig | None) -> str:
@@ -316,12 +384,26 @@ def _unk_count(pieces_hyps: list[list[Hypothesis]]) -> int:
 
 def unk_message(counts: dict[int, int], shown: int = 10) -> str:
     """A warning for the <unk> tokens dropped from the output, by line number -> count."""
-    total, lines = sum(counts.values()), sorted(counts)
+    total = sum(counts.values())
+    return (
+        f"{total} <unk> token{'s' if total != 1 else ''} (characters outside the vocabulary) "
+        f"dropped from the output of {_line_list(sorted(counts), shown)}; "
+        "a model prepared with data.byte_fallback: true spells such characters in bytes instead"
+    )
+
+
+def length_message(lines: list[int], shown: int = 10) -> str:
+    """A warning for the outputs that the length limit ended, by line number."""
+    return (
+        f"the output of {_line_list(lines, shown)} stopped at the length limit "
+        "(decode.max_len_a * source tokens + max_len_b, at most max_positions - 1) and may be "
+        "cut short; raise --max-len-a/--max-len-b"
+    )
+
+
+def _line_list(lines: list[int], shown: int) -> str:
+    """'line 4', or 'lines 1, 2, ... 10 and 2 more' (sorted line numbers)."""
     where = ", ".join(map(str, lines[:shown])) + (
         f" and {len(lines) - shown} more" if len(lines) > shown else ""
     )
-    return (
-        f"{total} <unk> token{'s' if total != 1 else ''} (characters outside the vocabulary) "
-        f"dropped from the output of line{'s' if len(lines) != 1 else ''} {where}; "
-        "a model prepared with data.byte_fallback: true spells such characters in bytes instead"
-    )
+    return f"line{'s' if len(lines) != 1 else ''} {where}"

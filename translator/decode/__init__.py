@@ -25,7 +25,14 @@ def max_lengths(
     land on the integer it means when `a` is a decimal binary floats cannot hold (0.7 * 90 = 63,
     not 62.99999999999999).
     """
-    src_lens = src_mask.sum(dim=(1, 2, 3)) - 1
+    return output_limits(src_mask.sum(dim=(1, 2, 3)) - 1, max_len_a, max_len_b, limit)
+
+
+def output_limits(
+    src_lens: torch.Tensor, max_len_a: float, max_len_b: int, limit: int
+) -> torch.Tensor:
+    """max_lengths from the source lengths (B,) (without EOS): what callers compare an output's
+    length with to tell that the limit, not the model, ended it."""
     lengths = (max_len_a * src_lens.double() + float(max_len_b) + 1e-6).floor()
     return lengths.clamp(min=1, max=limit).long()
 
