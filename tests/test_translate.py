@@ -186,6 +186,26 @@ def test_outputs_ended_by_the_length_limit_are_named_in_a_warning(tiny, monkeypa
     assert warnings[0].startswith("the output of line 7 stopped at the length limit")
 
 
+def test_source_pieces_outside_the_vocabulary_are_counted_in_a_warning(tiny):
+    lines = ["Two dogs.", "A dog \U0001f436 runs to \u674e\u660e.", ""]
+    unknown = tiny.tokenizer.encode(lines)[1].count(UNK_ID)
+    assert unknown >= 2
+    warnings = []
+    translate.translate_lines(
+        tiny.model, tiny.tokenizer, lines, tiny.cfg.decode, warn=warnings.append, first_line=4
+    )
+    assert translate.source_unk_message({5: unknown}) in warnings
+    assert translate.source_unk_message({5: 2}).startswith(
+        "2 source pieces outside the model's vocabulary (read as <unk>, their meaning lost) in "
+        "line 5;"
+    )
+    warnings.clear()
+    translate.translate_lines(
+        tiny.model, tiny.tokenizer, lines[:1], tiny.cfg.decode, warn=warnings.append
+    )
+    assert not any("source piece" in w for w in warnings)
+
+
 def piece_limit(tiny) -> int:
     return translate.piece_limit(tiny.cfg.model.max_positions, tiny.cfg.decode)
 

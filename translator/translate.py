@@ -9,7 +9,7 @@ where the text on either side of the join is in a script written without spaces 
 Japanese). A warning on stderr names the line, and another names the lines whose output reached
 the length limit (the search, not the model, ended it). (With --nbest a split line gets one
 hypothesis, the joined best.) The `<unk>` tokens a model emits are dropped from the text, with a
-warning that counts them.
+warning that counts them; another counts the source pieces outside its vocabulary.
 
 Loading checkpoints (device, dtype, ensembles) is `loading.py`; reading stdin and the progress bar
 are in `stream.py`; device and dtype names in `device.py`.
@@ -191,8 +191,8 @@ def translate_lines(
 
     An empty (or whitespace-only) line gives one empty translation with score 0. `progress(done,
     total)` is called after each batch, counting sentences (pieces of over-long lines count apart).
-    Warnings (a line split, <unk> tokens dropped from the output, outputs ended by the length
-    limit) number lines from `first_line`.
+    Warnings (a line split, <unk> tokens in the source or dropped from the output, outputs ended
+    by the length limit) number lines from `first_line`.
     """
     _check_request(model, decode.beam_size, nbest, alignment_layer, channel)
     shown, nbest = nbest, max(nbest, channel.candidates) if channel else nbest
@@ -288,11 +288,14 @@ def _source_pieces(
     """Encode `sources` into the token sequences to decode, and the line each one belongs to.
 
     A line longer than `limit` tokens (piece_limit) is split (split_long); an empty line gives no
-    sequence.
+    sequence. Source pieces outside the vocabulary (<unk>) are counted in one warning.
     """
     pieces: list[list[int]] = []
     owner: list[int] = []
+    unknown: dict[int, int] = {}
     for number, ids in enumerate(tokenizer.encode(sources)):
+        if n := ids.count(UNK_ID):
+            unknown[first_line + number] = n
         if len(ids) > limit:
             parts = split_long(ids, limit, tokenizer.sp.id_to_piece(ids))
             if warn is not None:
@@ -305,6 +308,8 @@ def _source_pieces(
             parts = [ids] if ids else []
         pieces += parts
         owner += [number] * len(parts)
+    if unknown and warn is not None:
+        warn(source_unk_message(unknown))
     return pieces, owner
 
 
@@ -388,6 +393,16 @@ def unk_message(counts: dict[int, int], shown: int = 10) -> str:
     return (
         f"{total} <unk> token{'s' if total != 1 else ''} (characters outside the vocabulary) "
         f"dropped from the output of {_line_list(sorted(counts), shown)}; "
+        "a model prepared with data.byte_fallback: true spells such characters in bytes instead"
+    )
+
+
+def source_unk_message(counts: dict[int, int], shown: int = 10) -> str:
+    """A warning for the source pieces the model's vocabulary lacks, by line number -> count."""
+    total = sum(counts.values())
+    return (
+        f"{total} source piece{'s' if total != 1 else ''} outside the model's vocabulary "
+        f"(read as <unk>, their meaning lost) in {_line_list(sorted(counts), shown)}; "
         "a model prepared with data.byte_fallback: true spells such characters in bytes instead"
     )
 
