@@ -16,6 +16,7 @@ from translator.data.tokenizer import (
     PAD_ID,
     UNK_ID,
     Tokenizer,
+    size_note,
     train_sentencepiece,
 )
 
@@ -78,3 +79,13 @@ def test_a_few_lines_and_a_batch_encode_and_decode_as_sentencepiece_does_line_by
     assert ids == [tokenizer.sp.encode(line) for line in lines]
     with_specials = [[BOS_ID, *seq, EOS_ID, PAD_ID] for seq in ids]  # as a search returns them
     assert tokenizer.decode(with_specials) == [tokenizer.sp.decode(seq) for seq in ids]
+
+
+def test_a_vocabulary_smaller_than_requested_says_so(sentences, tmp_path):
+    # hard_vocab_limit=False: 300 pairs support far fewer than 50,000 pieces, and training succeeds
+    made = Tokenizer(train_sentencepiece(sentences[:600], tmp_path / "spm", vocab_size=50_000))
+    assert made.vocab_size < 50_000
+    assert size_note(50_000, made.vocab_size) == (
+        " (50,000 requested: the training text gives SentencePiece no more pieces)"
+    )
+    assert size_note(made.vocab_size, made.vocab_size) == "" and size_note(None, 10) == ""

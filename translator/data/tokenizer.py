@@ -63,7 +63,7 @@ def train_sentencepiece(
         unk_id=UNK_ID,
         bos_id=BOS_ID,
         eos_id=EOS_ID,
-        hard_vocab_limit=False,
+        hard_vocab_limit=False,  # a smaller corpus gets fewer pieces (see size_note), not an error
         num_threads=os.cpu_count() or 1,
     )
     try:
@@ -86,6 +86,15 @@ def train_sentencepiece(
     path = Path(f"{model_prefix}.model")
     path.write_bytes(model.getvalue())
     return path
+
+
+def size_note(requested: int | None, made: int) -> str:
+    """What to add to a vocabulary's size where SentencePiece made fewer pieces than requested
+    (hard_vocab_limit=False lets a small corpus give fewer, where a hard limit would fail); else
+    ''. `requested` None: no size was asked for (a checkpoint's vocabulary)."""
+    if requested is None or made >= requested:
+        return ""
+    return f" ({requested:,} requested: the training text gives SentencePiece no more pieces)"
 
 
 class Tokenizer:
