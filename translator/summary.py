@@ -5,7 +5,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from translator import checkpoint, config
+from translator import checkpoint, config, prepared
 from translator.errors import TranslatorError
 from translator.model.transformer import Transformer, count_parameters
 
@@ -24,6 +24,24 @@ def attention_options(m: config.ModelConfig) -> str:
             f"{m.relative_max_distance}, {tables})"
         )
     return ", ".join(parts)
+
+
+def _planned_vocab(cfg: config.Config) -> str:
+    """Fill cfg.model's automatic (0) vocabulary sizes as training will: from the prepared data
+    when they match cfg.data, else data.vocab_size (SentencePiece may make fewer) -> a line saying
+    which."""
+    data, where = cfg.data, prepared.prepared_dir(cfg.data)
+    src = tgt = data.vocab_size
+    said = f"data.vocab_size ({where} not prepared yet; SentencePiece may make fewer)"
+    if (where / "manifest.json").is_file():
+        try:
+            vocab = prepared.load_manifest(data)["vocab"]
+            src, tgt = vocab["src"]["size"], vocab["tgt"]["size"]
+            said = f"the prepared data ({where}; data.vocab_size asks {data.vocab_size:,})"
+        except TranslatorError:  # prepared with other settings: training would refuse them
+            said = f"data.vocab_size ({where} was prepared with other settings)"
+    cfg.model.vocab_size, cfg.model.src_vocab_size = tgt, 0 if data.joint_vocab else src
+    return f"  vocabulary size from {said}"
 
 
 def describe(source: str, overrides: list[str]) -> str:
@@ -50,10 +68,8 @@ def describe(source: str, overrides: list[str]) -> str:
         cfg.model = config.with_training_settings(config.from_dict(saved, where).model, cfg.model)
         origin = [f"  architecture and vocabulary from train.init_from: {cfg.train.init_from}"]
     m = cfg.model
-    # not trained yet: the SentencePiece vocabularies the data config asks for
-    if m.vocab_size == 0:
-        m.vocab_size = cfg.data.vocab_size
-        m.src_vocab_size = 0 if cfg.data.joint_vocab else cfg.data.vocab_size
+    if m.vocab_size == 0:  # not trained yet: the vocabularies training will get
+        origin.append(_planned_vocab(cfg))
     import torch
 
     with torch.device("meta"):  # count without allocating (big configs stay instant)

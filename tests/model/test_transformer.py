@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from translator import config, summary
+from translator import config, prepared, summary
 from translator.model.layers import Residual
 from translator.model.transformer import Transformer, count_parameters
 
@@ -176,6 +177,38 @@ def test_info_of_an_untrained_config_counts_the_vocabulary_it_will_get(joint):
         n = count_parameters(Transformer(config.load(tiny, overrides + sizes).model))
     assert f"parameters: {n:,}" in text
     assert ("vocabulary 1000," if joint else "vocabulary 1000 src / 1000 tgt,") in text
+
+
+@pytest.mark.parametrize("joint", [True, False])
+def test_info_of_a_config_whose_data_are_prepared_counts_the_prepared_vocabulary(joint, tmp_path):
+    # 50,000 asked, 1,677 made (and 1,500 / 1,677 apart): training builds the model for these
+    tiny = REPO / "configs" / "tiny.yaml"
+    overrides = [
+        f"data.data_dir={tmp_path}",
+        "data.vocab_size=50000",
+        f"data.joint_vocab={str(joint).lower()}",
+    ]
+    data = config.load(tiny, overrides).data
+    text = summary.describe(str(tiny), overrides)
+    assert "vocabulary 50000," in text or "vocabulary 50000 src" in text
+    assert "vocabulary size from data.vocab_size (" in text and "not prepared yet" in text
+    folder = prepared.prepared_dir(data)
+    folder.mkdir(parents=True)
+    src = 1677 if joint else 1500
+    manifest = {
+        "settings": prepared.shaping_settings(data),
+        "vocab": {"src": {"size": src}, "tgt": {"size": 1677}},
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    text = summary.describe(str(tiny), overrides)
+    sizes = ["model.vocab_size=1677"] + ([] if joint else ["model.src_vocab_size=1500"])
+    with torch.device("meta"):
+        n = count_parameters(Transformer(config.load(tiny, overrides + sizes).model))
+    assert f"parameters: {n:,}" in text
+    assert ("vocabulary 1677," if joint else "vocabulary 1500 src / 1677 tgt,") in text
+    assert f"vocabulary size from the prepared data ({folder}; data.vocab_size asks 50,000)" in text
+    other = summary.describe(str(tiny), [*overrides, "data.max_train_pairs=7"])
+    assert "vocabulary size from data.vocab_size (" in other and "other settings" in other
 
 
 def test_ffn_hidden_dropout_is_activation_dropout_not_dropout():
