@@ -151,6 +151,9 @@ def test_translate_lines_reranks_the_channels_n_best_and_shows_the_nbest_asked(t
     assert all(len(c) == 1 for c in one)
     for line, found, nbest in zip(lines, one, candidates):
         texts = [t for t, _ in nbest]
+        if len(texts) == 1:  # a line split to fit the model: one joined candidate, not reranked
+            assert found[0][0] == texts[0]
+            continue
         read_back = rerank.source_log_probs(
             reverse.models[0], tiny.tokenizer, [line] * len(texts), texts
         )
