@@ -10,6 +10,7 @@ import torch
 
 from tests.conftest import MULTI30K, SENTENCES
 from translator import config, loading, translate
+from translator.data import split
 from translator.data.tokenizer import UNK_ID
 from translator.decode import Hypothesis
 from translator.errors import TranslatorError
@@ -78,13 +79,13 @@ def test_split_long_cuts_at_sentence_ends_then_word_starts(tiny):
     )
     ids = tiny.tokenizer.encode([text])[0]
     pieces = tiny.tokenizer.sp.id_to_piece(ids)
-    parts = translate.split_long(ids, 12, pieces)
+    parts = split.split_long(ids, 12, pieces)
     assert [i for part in parts for i in part] == ids and all(0 < len(p) <= 12 for p in parts)
     texts = tiny.tokenizer.decode(parts)
     assert texts[:3] == ["Two dogs play in the snow."] * 3  # whole sentences where they fit
     # no word is cut
     assert all(tiny.tokenizer.sp.id_to_piece(p[0]).startswith("\u2581") for p in parts)
-    assert translate.split_long(list(range(30)), 7, ["x"] * 30) == [
+    assert split.split_long(list(range(30)), 7, ["x"] * 30) == [
         list(range(i, min(i + 7, 30))) for i in range(0, 30, 7)
     ]
 
@@ -94,7 +95,7 @@ def sentences_of_test2016(n: int) -> list[str]:
     stop."""
     lines = (MULTI30K / "test2016.en").read_text(encoding="utf-8").splitlines()
     return [
-        line if line.endswith(translate.SENTENCE_END) else line + "."
+        line if line.endswith(split.SENTENCE_END) else line + "."
         for line in (raw.strip() for raw in lines)
         if line[:1].isupper()
     ][:n]
@@ -109,7 +110,7 @@ def test_a_split_line_is_cut_at_every_sentence_end_and_within_sentences_over_the
     assert sum(len(a) + len(b) <= limit for a, b in zip(per_sentence, per_sentence[1:])) > 10
     ids = tiny.tokenizer.encode([" ".join(sentences)])[0]
     assert ids == [i for s in per_sentence for i in s]  # the sentences' tokens, in a row
-    parts = translate.split_long(ids, limit, tiny.tokenizer.sp.id_to_piece(ids))
+    parts = split.split_long(ids, limit, tiny.tokenizer.sp.id_to_piece(ids))
     assert [i for part in parts for i in part] == ids and all(0 < len(p) <= limit for p in parts)
     rest = iter(parts)
     for sentence in per_sentence:  # consecutive pieces make up each sentence
@@ -133,7 +134,7 @@ def test_a_split_line_is_cut_at_every_sentence_end_and_within_sentences_over_the
 )
 def test_sentence_ends_are_told_from_abbreviations(tiny, text, pieces):
     ids = tiny.tokenizer.encode([text])[0]
-    parts = translate.split_long(ids, 100, tiny.tokenizer.sp.id_to_piece(ids))
+    parts = split.split_long(ids, 100, tiny.tokenizer.sp.id_to_piece(ids))
     assert tiny.tokenizer.decode(parts) == pieces
 
 
@@ -143,12 +144,12 @@ def test_sentence_ends_are_told_from_abbreviations(tiny, text, pieces):
 )
 def test_a_piece_limit_leaves_room_for_the_longest_output(max_positions, a, b):
     decode = dataclasses.replace(config.DecodeConfig(), max_len_a=a, max_len_b=b)
-    limit = translate.piece_limit(max_positions, decode)
+    limit = split.piece_limit(max_positions, decode)
     positions = max_positions - 1
-    assert min(positions, translate.MIN_PIECE_TOKENS) <= limit <= positions
+    assert min(positions, split.MIN_PIECE_TOKENS) <= limit <= positions
     if a == 0:
         assert limit == positions  # the output limit does not depend on the source
-    elif limit > translate.MIN_PIECE_TOKENS:  # the floor aside, the output fits uncapped
+    elif limit > split.MIN_PIECE_TOKENS:  # the floor aside, the output fits uncapped
         assert a * limit + b <= positions
         assert limit == positions or a * (limit + 1) + b > positions  # and no piece is shorter
 
@@ -207,7 +208,7 @@ def test_source_pieces_outside_the_vocabulary_are_counted_in_a_warning(tiny):
 
 
 def piece_limit(tiny) -> int:
-    return translate.piece_limit(tiny.cfg.model.max_positions, tiny.cfg.decode)
+    return split.piece_limit(tiny.cfg.model.max_positions, tiny.cfg.decode)
 
 
 def split_warnings(warnings: list[str]) -> list[str]:
@@ -224,7 +225,7 @@ def test_over_long_line_is_translated_in_pieces_with_a_warning(tiny):
     assert len(out) == 2 and len(split_warnings(warnings)) == 1
     assert split_warnings(warnings)[0].startswith("line 2: ")
     ids = tiny.tokenizer.encode([long_line])[0]
-    parts = translate.split_long(ids, piece_limit(tiny), tiny.tokenizer.sp.id_to_piece(ids))
+    parts = split.split_long(ids, piece_limit(tiny), tiny.tokenizer.sp.id_to_piece(ids))
     assert len(parts) > 1
     pieces = tiny.tokenizer.decode(
         [hyps[0].tokens for hyps in translate.search(tiny.model, parts, tiny.cfg.decode)]
@@ -294,7 +295,7 @@ def test_translate_lines_on_cuda(tiny, dtype):
 def test_an_over_long_lines_score_is_the_sum_of_its_pieces(tiny):
     long_line = " ".join(SENTENCES * 2)
     ids = tiny.tokenizer.encode([long_line])[0]
-    parts = translate.split_long(ids, piece_limit(tiny), tiny.tokenizer.sp.id_to_piece(ids))
+    parts = split.split_long(ids, piece_limit(tiny), tiny.tokenizer.sp.id_to_piece(ids))
     for beam_size, nbest in ((1, 1), (3, 2)):
         decode = dataclasses.replace(tiny.cfg.decode, beam_size=beam_size)
         out = translate.translate_lines(
@@ -360,7 +361,7 @@ def test_pieces_are_joined_the_way_their_script_is_written(texts, joined):
 def test_a_split_line_translated_into_chinese_is_rejoined_without_spaces(tiny, monkeypatch):
     long_line = " ".join(SENTENCES * 2)
     ids = tiny.tokenizer.encode([long_line])[0]
-    n = len(translate.split_long(ids, piece_limit(tiny), tiny.tokenizer.sp.id_to_piece(ids)))
+    n = len(split.split_long(ids, piece_limit(tiny), tiny.tokenizer.sp.id_to_piece(ids)))
     chinese = [f"第{i}句。" for i in range(n)]
     # a target side in Chinese
     monkeypatch.setattr(tiny.tokenizer, "decode", lambda rows: chinese[: len(rows)])

@@ -13,7 +13,7 @@ from translator.config import DataConfig, to_dict
 from translator.data import clean
 from translator.data.corpus import is_hub
 from translator.data.shards import PREPARE_AGAIN, id_dtype
-from translator.data.tokenizer import Tokenizer
+from translator.data.tokenizer import Tokenizer, size_note
 from translator.errors import TranslatorError
 from translator.versions import installed
 
@@ -235,14 +235,19 @@ def summary_rows(manifest: dict) -> list[tuple[str, str]]:
     ]
     if manifest.get("vocab_from"):
         rows.append(("vocabulary from", manifest["vocab_from"]["checkpoint"]))
+    # vocab_size with data.vocab_from is the checkpoint's, not a request (no "settings" before)
+    wanted = None if manifest.get("vocab_from") else manifest.get("settings", {}).get("vocab_size")
+    src, tgt = vocab["src"]["size"], vocab["tgt"]["size"]
     if manifest["joint_vocab"]:
         rows.append(
-            ("vocabulary (joint)", f"{vocab['src']['size']:,} ({vocab['src']['id_dtype']})")
+            (
+                "vocabulary (joint)",
+                f"{src:,} ({vocab['src']['id_dtype']}){size_note(wanted, src)}",
+            )
         )
     else:
-        rows.append(
-            ("vocabularies src / tgt", f"{vocab['src']['size']:,} / {vocab['tgt']['size']:,}")
-        )
+        note = size_note(wanted, min(src, tgt))
+        rows.append(("vocabularies src / tgt", f"{src:,} / {tgt:,}{note}"))
     rows.append(("time", f"{manifest['seconds']} s"))
     return rows
 

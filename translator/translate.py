@@ -18,7 +18,6 @@ are in `stream.py`; device and dtype names in `device.py`.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Iterator
 
 import torch
@@ -27,6 +26,7 @@ from translator.config import DataConfig, DecodeConfig
 from translator.data.batching import pad, padding_mask
 from translator.data.clean import normalize
 from translator.data.join import join_pieces
+from translator.data.split import piece_limit, split_long
 from translator.data.tokenizer import EOS_ID, UNK_ID, Tokenizer
 from translator.decode import Hypothesis, output_limits
 from translator.decode.beam import beam_search, length_penalty
@@ -38,12 +38,6 @@ from translator.model.ensemble import Ensemble
 from translator.model.transformer import Transformer
 from translator.rerank import Channel
 
-SENTENCE_END = (".", "!", "?")
-CLAUSE_END = (";", ":")  # where a sentence over the limit is best cut
-CLOSERS = "\"')]}»”’"  # may follow a sentence end: `"Stop." Then` ends at `."`
-# fewer source tokens than this lose too much context; an output that then hits the length
-# limit is warned about
-MIN_PIECE_TOKENS = 16
 # an output is one line: a line break a model spells in bytes (byte fallback's <0x0A>, <0x0D>)
 # would split it and shift every later line; these are all that str.splitlines breaks at
 ONE_LINE = str.maketrans(dict.fromkeys("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029", " "))
@@ -112,56 +106,6 @@ def length_batches(lengths: list[int], batch_tokens: int) -> Iterator[list[int]]
         batch.append(i)
     if batch:
         yield batch
-
-
-def piece_limit(max_positions: int, decode: DecodeConfig) -> int:
-    """Most source tokens one translated sequence may have: with its EOS it fits the positions,
-    and so does the longest output max_len_a * tokens + max_len_b allows (else that output would be
-    cut at max_positions - 1). Never under MIN_PIECE_TOKENS (or the positions, if fewer)."""
-    positions = max_positions - 1  # beside the source's EOS or the output's BOS
-    if decode.max_len_a == 0:  # the output limit does not grow with the source
-        return positions
-    fits = math.floor((positions - decode.max_len_b) / decode.max_len_a)
-    return min(positions, max(fits, MIN_PIECE_TOKENS))
-
-
-def split_long(ids: list[int], limit: int, pieces: list[str]) -> list[list[int]]:
-    """Cut `ids` (with SentencePiece `pieces`) after every sentence end, then each sentence over
-    `limit` into runs of <= limit, preferring clause ends, then word starts."""
-    starts = [0, *(i for i in range(1, len(ids)) if _after_sentence_end(pieces, i)), len(ids)]
-    return [
-        run
-        for start, end in zip(starts, starts[1:])
-        for run in _split_sentence(ids[start:end], limit, pieces[start:end])
-    ]
-
-
-def _split_sentence(ids: list[int], limit: int, pieces: list[str]) -> list[list[int]]:
-    """Cut one sentence into runs of <= limit, each cut at the best place _cut_rank finds."""
-    out = []
-    while len(ids) > limit:
-        cut = max(range(1, limit + 1), key=lambda i, p=pieces: _cut_rank(p, i))
-        out.append(ids[:cut])
-        ids, pieces = ids[cut:], pieces[cut:]
-    return [*out, ids]
-
-
-def _word_start(piece: str) -> bool:
-    return piece.startswith("\u2581")  # SentencePiece marks a preceding space with U+2581
-
-
-def _after_sentence_end(pieces: list[str], i: int) -> bool:
-    """Whether a sentence starts at piece i: a word start after . ! ? (and any closing quote),
-    not followed by a lower-case letter ("e.g. the", "approx. five")."""
-    before = "".join(pieces[max(i - 3, 0) : i]).rstrip(CLOSERS)  # a quote may be a piece
-    after = "".join(pieces[i : i + 2]).lstrip("\u2581")  # "▁" may be a piece of its own
-    return _word_start(pieces[i]) and before.endswith(SENTENCE_END) and not after[:1].islower()
-
-
-def _cut_rank(pieces: list[str], i: int) -> tuple[bool, bool, int]:
-    """How good a cut before piece i is: after a clause end, at a word start, then the latest."""
-    word_start = _word_start(pieces[i])
-    return word_start and pieces[i - 1].endswith(CLAUSE_END), word_start, i
 
 
 def translate_lines(

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.data.conftest import REPO, small_splits, tiny_config, write_text_corpus
-from translator import prepare
+from translator import prepare, prepared
 from translator.data.clean import normalize
 from translator.data.shards import TokenArray
 from translator.data.tokenizer import UNK_ID, Tokenizer
@@ -392,3 +392,24 @@ def test_a_cr_inside_a_valid_sentence_keeps_sources_and_references_aligned(tmp_p
     tokenizer = Tokenizer(out / "spm.model")
     # the CR is a space, not glue
     assert TokenArray(out / "valid.src")[0] == tokenizer.encode(["A dog runs."])[0]
+
+
+@pytest.mark.parametrize("joint", [True, False])
+def test_the_summary_says_when_the_vocabulary_is_smaller_than_requested(joint):
+    sizes = {"size": 1677, "id_dtype": "uint16"}
+    manifest = {
+        "source": "corpus",
+        "pairs_in": 300,
+        "dropped": {},
+        "pairs": {"train": 300, "valid": 20, "test": 20},
+        "tokens": {"train": {"src": 4000, "tgt": 4200}},
+        "vocab": {"src": sizes, "tgt": sizes},
+        "joint_vocab": joint,
+        "settings": {"vocab_size": 50_000},
+        "seconds": 3,
+    }
+    vocab_row = next(v for k, v in prepared.summary_rows(manifest) if k.startswith("vocabular"))
+    assert "50,000 requested" in vocab_row
+    manifest["settings"]["vocab_size"] = 1677
+    vocab_row = next(v for k, v in prepared.summary_rows(manifest) if k.startswith("vocabular"))
+    assert "requested" not in vocab_row
