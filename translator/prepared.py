@@ -13,7 +13,7 @@ from translator.config import DataConfig, to_dict
 from translator.data import clean
 from translator.data.corpus import is_hub
 from translator.data.shards import PREPARE_AGAIN, id_dtype
-from translator.data.tokenizer import Tokenizer, size_note
+from translator.data.tokenizer import Tokenizer, sha256_file, size_note
 from translator.errors import TranslatorError
 from translator.versions import installed
 
@@ -130,12 +130,6 @@ def check_checksums(folder: Path, manifest: dict) -> None:
     """Refuses prepared data whose content changed after prepare (see checksum_damage)."""
     if damage := checksum_damage(folder, manifest):
         raise TranslatorError(f"damaged prepared data: {damage}", str(folder), PREPARE_AGAIN)
-
-
-def sha256_file(path: Path) -> str:
-    """In chunks: an id array can be larger than the memory to spare."""
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def build_manifest(

@@ -186,4 +186,6 @@ def _processor(proto: bytes) -> spm.SentencePieceProcessor:
 
 
 def sha256_file(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """In chunks: a prepared id array can be larger than the memory to spare."""
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
