@@ -187,5 +187,8 @@ def _processor(proto: bytes) -> spm.SentencePieceProcessor:
 
 def sha256_file(path: str | Path) -> str:
     """In chunks: a prepared id array can be larger than the memory to spare."""
+    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
