@@ -210,3 +210,29 @@ def test_atomic_dir_in_a_read_only_directory_names_the_path_asked_for(tmp_path, 
         with atomic_dir(tmp_path / "ct2"):
             pass
     assert err.value.where == str(tmp_path / "ct2")  # not the temporary directory's name
+
+
+def test_a_mount_point_loses_its_manifest_first_and_gets_the_new_one_last(tmp_path, monkeypatch):
+    """A kill while contents move into a mount point must not leave a manifest.json beside a
+    partial set of files (prepare would take the directory as up to date)."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    for name in ("a.npy", "manifest.json", "z.npy"):
+        (volume / name).write_text("old")
+    real_ismount, real_iterdir = os.path.ismount, Path.iterdir
+    monkeypatch.setattr(os.path, "ismount", lambda p: Path(p) == volume or real_ismount(p))
+    # in name order, where the manifest is neither first nor last
+    monkeypatch.setattr(Path, "iterdir", lambda self: iter(sorted(real_iterdir(self))))
+    events = []
+    real_unlink, real_replace = Path.unlink, os.replace
+    monkeypatch.setattr(
+        Path, "unlink", lambda p, **k: events.append(("-", p.name)) or real_unlink(p, **k)
+    )
+    monkeypatch.setattr(
+        os, "replace", lambda a, b: events.append(("+", Path(b).name)) or real_replace(a, b)
+    )
+    with atomic_dir(volume) as tmp:
+        for name in ("a.npy", "manifest.json", "z.npy"):
+            (tmp / name).write_text("new")
+    assert events[0] == ("-", "manifest.json") and events[-1] == ("+", "manifest.json"), events
+    assert sorted(p.name for p in volume.iterdir()) == ["a.npy", "manifest.json", "z.npy"]

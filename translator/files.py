@@ -125,8 +125,15 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
         raise
 
 
+# what marks a directory as complete (prepare's data): a kill while the contents move into a
+# mount point must never leave it beside a partial set of files
+MARK = "manifest.json"
+
+
 def _move_in(tmp: Path, path: Path) -> None:
-    """The finished `tmp`, made inside `path`, becomes its contents: the old ones go first."""
+    """The finished `tmp`, made inside `path`, becomes its contents: the old ones go first, the old
+    MARK before them and the new MARK last of all."""
+    (path / MARK).unlink(missing_ok=True)
     for entry in path.iterdir():
         if entry == tmp:
             continue
@@ -134,7 +141,7 @@ def _move_in(tmp: Path, path: Path) -> None:
             shutil.rmtree(entry)
         else:
             entry.unlink()
-    for entry in tmp.iterdir():
+    for entry in sorted(tmp.iterdir(), key=lambda entry: entry.name == MARK):
         os.replace(entry, path / entry.name)
     tmp.rmdir()
 
