@@ -236,3 +236,42 @@ def test_a_mount_point_loses_its_manifest_first_and_gets_the_new_one_last(tmp_pa
             (tmp / name).write_text("new")
     assert events[0] == ("-", "manifest.json") and events[-1] == ("+", "manifest.json"), events
     assert sorted(p.name for p in volume.iterdir()) == ["a.npy", "manifest.json", "z.npy"]
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    return int(gone.stdout)
+
+
+def test_atomic_write_sweeps_its_targets_killed_temps_and_keeps_a_live_writers(tmp_path):
+    """A killed `average` or `eval -o` outside a run directory leaves its temporary file; the next
+    write of the same file removes it, but not one whose writer still runs, nor another file's."""
+    dead = _dead_pid()
+    killed = tmp_path / f".avg.pt.{dead}.k2j4h5g6.tmp"
+    old_format = tmp_path / ".avg.pt.k2j4h5g6.tmp"  # before the pid was in the name
+    live = tmp_path / f".avg.pt.{os.getppid()}.xyz78901.tmp"
+    other = tmp_path / f".other.pt.{dead}.abc12345.tmp"
+    for leftover in (killed, old_format, live, other):
+        leftover.write_bytes(b"half")
+    with atomic_write(tmp_path / "avg.pt", "wb") as handle:
+        assert f".avg.pt.{os.getpid()}." in handle.name  # its own pid: a sweep can tell it is live
+        handle.write(b"new")
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted(["avg.pt", live.name, other.name]), left
+
+
+def test_a_directory_sweep_removes_dead_owners_temps_only(tmp_path):
+    from translator.files import sweep_dead_temps
+
+    dead = _dead_pid()
+    gone = [f".last.pt.{dead}.k2j4h5g6.tmp", ".last.pt.tmp", f".best.pt.{dead}.link.tmp"]
+    kept = [f".hyp.txt.{os.getppid()}.abcd1234.tmp", "notes.tmp.txt", ".lock"]
+    for name in gone + kept:
+        (tmp_path / name).write_bytes(b"x")
+    assert sweep_dead_temps(tmp_path) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept)

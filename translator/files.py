@@ -37,7 +37,11 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
         path = Path(os.path.realpath(path))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        _sweep_dead_owners(path, path.parent)  # what a killed write of this same file left
+        # the owner's pid in the name, as atomic_dir's: a sweep leaves a live writer's file alone
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent
+        )
     except OSError as err:
         raise TranslatorError(
             f"cannot write: {err.strerror}", str(given), "check the path and its permissions"
@@ -170,19 +174,42 @@ def refuse_foreign_dir(
 
 
 def _sweep_dead_owners(path: Path, home: Path) -> None:
-    """Remove the temporary directories that a killed atomic_dir left for `path` in `home` (its
-    parent, or itself for a mount point) whose owner process is gone; a live one's stays."""
+    """Remove the temporary files and directories that a killed atomic_write or atomic_dir left
+    for `path` in `home` (its parent, or itself for a mount point) whose owner process is gone; a
+    live one's stay."""
     for leftover in home.glob(f".{path.name}.*.tmp*"):
         # `.NAME.PID.RANDOM.tmp[.old]`, or `.NAME.RANDOM.tmp` from before the pid was in the name;
-        # anything else (`.NAME.bak.123.x.tmp`) belongs to another directory
+        # anything else (`.NAME.bak.123.x.tmp`) belongs to another path
         name = re.fullmatch(
             r"(?:(\d+)\.)?[a-z0-9_]+\.tmp(?:\.old)?", leftover.name[len(path.name) + 2 :]
         )
-        if name and leftover.is_dir() and not (name[1] and _alive(int(name[1]))):
-            shutil.rmtree(leftover, ignore_errors=True)
+        if name and not (name[1] and _alive(int(name[1]))):
+            _remove(leftover)
+
+
+def sweep_dead_temps(directory: Path) -> int:
+    """Remove every temporary file or directory in `directory` whose owner process is gone (a
+    killed save's), and those from before the pid was in the name; returns their count. A
+    trainer calls it holding the run directory's lock: no other trainer writes there."""
+    count = 0
+    for leftover in directory.glob(".*.tmp*"):
+        owner = re.search(r"\.(\d+)\.[a-z0-9_]+\.tmp(?:\.old)?$", leftover.name)
+        if leftover.name.endswith((".tmp", ".tmp.old")) and not (owner and _alive(int(owner[1]))):
+            _remove(leftover)
+            count += 1
+    return count
+
+
+def _remove(leftover: Path) -> None:
+    if leftover.is_dir() and not leftover.is_symlink():
+        shutil.rmtree(leftover, ignore_errors=True)
+    else:
+        leftover.unlink(missing_ok=True)
 
 
 def _alive(pid: int) -> bool:
+    """Whether process `pid` of this host runs. On a file system shared by several hosts another
+    host's live writer would look dead: such a directory needs one writing host at a time."""
     try:
         os.kill(pid, 0)  # signal 0: only asks whether the process exists
     except ProcessLookupError:
