@@ -3,6 +3,7 @@ slice."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -40,6 +41,13 @@ def tiny_overrides(data_dir: Path, run_dir: Path) -> list[str]:
         "train.max_tokens=1024",
         "train.valid_bleu_sentences=20",
     ]
+
+
+def other_vocabulary(payload: dict) -> None:
+    """A tokenizer with another checksum, as a checkpoint of another vocabulary has: the same
+    model plus an unknown protobuf field (1000, varint 1), which SentencePiece still loads."""
+    proto = payload["tokenizer"]["proto"] + b"\xc0\x3e\x01"
+    payload["tokenizer"].update(proto=proto, sha256=hashlib.sha256(proto).hexdigest())
 
 
 @pytest.fixture(scope="session")

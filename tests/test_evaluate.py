@@ -11,7 +11,7 @@ import pytest
 import sacrebleu
 import torch
 
-from tests.conftest import without_length_warnings
+from tests.conftest import other_vocabulary, without_length_warnings
 from translator import checkpoint, evaluate, loading, translate
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
@@ -320,8 +320,8 @@ def test_average_refuses_checkpoints_of_another_tokenizer(prepared, tmp_path):
         save_tiny(prepared, tmp_path / "b.pt", seed=2),
     )
     payload = checkpoint.read(b)
-    payload["tokenizer"]["sha256"] = "0" * 64  # same shapes, other vocabulary
-    torch.save(payload, b)
+    other_vocabulary(payload)  # same shapes
+    torch.save(checkpoint.seal(payload), b)
     with pytest.raises(TranslatorError, match="tokenizer differs"):
         checkpoint.average([a, b], tmp_path / "avg.pt")
     assert not (tmp_path / "avg.pt").exists()
@@ -335,7 +335,9 @@ def test_average_refuses_another_direction_and_its_own_inputs_as_output(prepared
     payload = checkpoint.read(b)
     data = payload["config"]["data"]
     data["src_lang"], data["tgt_lang"] = data["tgt_lang"], data["src_lang"]
-    torch.save(payload, b)  # the same joint vocabulary and shapes, the other direction
+    torch.save(
+        checkpoint.seal(payload), b
+    )  # the same joint vocabulary and shapes, the other direction
     with pytest.raises(TranslatorError, match="translates de->en, the first checkpoint en->de"):
         checkpoint.average([a, b], tmp_path / "avg.pt")
     assert not (tmp_path / "avg.pt").exists()

@@ -2,9 +2,11 @@
 
 A checkpoint embeds the SentencePiece model bytes, so `translate CKPT` and `eval CKPT` need
 neither the YAML nor the prepared data directory. Saving is atomic (temporary file, then rename,
-after an fsync). Format 2 stores a sha256 of the weights, which `read` verifies: a file damaged
-after it was written is refused by name. Format 1 (no checksum, written before) still loads,
-unverified.
+after an fsync). Format 3 stores a sha256 of each part (weights, config, tokenizer, training state
+with the optimizer's moments and the RNG states), which `read` verifies: a file damaged after it
+was written is refused, naming the part. Format 2 (written before) has a sha256 of its weights
+only: those and its tokenizer are verified, the rest cannot be. Format 1 (no checksum) still
+loads, unverified but for its tokenizer.
 """
 
 from __future__ import annotations
@@ -22,8 +24,15 @@ from translator.errors import TranslatorError
 from translator.files import atomic_write
 from translator.model.transformer import Transformer
 
-FORMAT = 2  # 2: with weights_sha256
-FORMATS = (1, 2)  # what `read` accepts
+FORMAT = 3  # 3: "sha256" of each part; 2: "weights_sha256" of the weights alone
+FORMATS = (1, 2, 3)  # what `read` accepts
+# the parts that format 3's checksums cover, by the name an error gives them
+PARTS = {
+    "model": "weights",
+    "config": "config",
+    "tokenizer": "tokenizer",
+    "state": "training state (optimizer, counters, RNG states)",
+}
 
 
 def weights_digest(weights: dict[str, torch.Tensor]) -> str:
@@ -38,6 +47,40 @@ def weights_digest(weights: dict[str, torch.Tensor]) -> str:
     return digest.hexdigest()
 
 
+def digest(value: Any) -> str:
+    """sha256 of a checkpoint part: each tensor's dtype, shape and bytes and each other value's
+    type and repr, nested dicts, lists and tuples in order: a byte flipped anywhere changes it."""
+    digest = hashlib.sha256()
+    _feed(digest, value)
+    return digest.hexdigest()
+
+
+def _feed(digest: Any, value: Any) -> None:
+    if isinstance(value, torch.Tensor):
+        digest.update(weights_digest({"": value}).encode())
+    elif isinstance(value, dict):
+        digest.update(f"dict:{len(value)};".encode())
+        for key, item in value.items():
+            _feed(digest, key)
+            _feed(digest, item)
+    elif isinstance(value, list | tuple):
+        digest.update(f"{type(value).__name__}:{len(value)};".encode())
+        for item in value:
+            _feed(digest, item)
+    elif isinstance(value, bytes):
+        digest.update(f"bytes:{len(value)};".encode() + value)
+    else:  # str, int, float, bool, None: what weights_only loads back as it was saved
+        text = repr(value)
+        digest.update(f"{type(value).__name__}:{len(text)}:{text};".encode())
+
+
+def seal(payload: dict[str, Any]) -> dict[str, Any]:
+    """`payload` as format 3: with the checksum of each of its PARTS."""
+    payload.pop("weights_sha256", None)
+    payload.update(format=FORMAT, sha256={part: digest(payload[part]) for part in PARTS})
+    return payload
+
+
 def save(
     path: str | Path,
     model: torch.nn.Module,
@@ -46,11 +89,8 @@ def save(
     state: dict[str, Any] | None = None,
 ) -> None:
     """Write model weights, config, tokenizer and any training `state` (optimizer, step, RNG...)."""
-    weights = model.state_dict()
     payload = {
-        "format": FORMAT,
-        "model": weights,
-        "weights_sha256": weights_digest(weights),
+        "model": model.state_dict(),
         "config": to_dict(cfg),
         "tokenizer": {
             "proto": tokenizer.proto(),
@@ -60,28 +100,50 @@ def save(
         "state": state or {},
     }
     with atomic_write(path, "wb") as handle:
-        torch.save(payload, handle)
+        torch.save(seal(payload), handle)
 
 
 def read(path: str | Path) -> dict[str, Any]:
-    """The raw checkpoint dictionary, weights verified; a missing, empty, cut-short, foreign or
-    damaged file is refused in one line before anything is built from it."""
+    """The raw checkpoint dictionary, verified (all of it from format 3, the weights and tokenizer
+    of format 2); a missing, empty, cut-short, foreign or damaged file is refused in one line,
+    naming the damaged part, before anything is built from it."""
     payload = _open(path, mmap=False)
-    if payload["format"] >= 2 and weights_digest(payload.get("model", {})) != payload.get(
-        "weights_sha256"
-    ):
+    _check_tokenizer(payload, path)
+    if payload["format"] == 2:
+        damaged = ["model"] * (weights_digest(payload["model"]) != payload.get("weights_sha256"))
+    elif payload["format"] >= 3:
+        sums = payload.get("sha256") or {}
+        damaged = [part for part in PARTS if digest(payload.get(part)) != sums.get(part)]
+    else:
+        damaged = []
+    if damaged:
         raise TranslatorError(
-            "the weights do not match the checkpoint's checksum (the file is damaged)",
+            f"its {', '.join(PARTS[p] for p in damaged)} do not match the checkpoint's checksum "
+            "(the file is damaged)",
             str(path),
             "use another checkpoint (a step-N.pt or best.pt)",
         )
     return payload
 
 
+def _check_tokenizer(payload: dict[str, Any], path: str | Path) -> None:
+    """The SentencePiece model bytes against their stored sha256 (Tokenizer.checksum's): a flipped
+    byte there changes every translation silently."""
+    saved = payload.get("tokenizer", {})
+    proto = saved.get("proto", b"") + (saved.get("target_proto") or b"")
+    if "sha256" in saved and hashlib.sha256(proto).hexdigest() != saved["sha256"]:
+        raise TranslatorError(
+            "its tokenizer (SentencePiece model) does not match its checksum (the file is damaged)",
+            str(path),
+            "use another checkpoint (a step-N.pt or best.pt)",
+        )
+
+
 def read_tokenizer(path: str | Path) -> tuple[Tokenizer, dict[str, Any]]:
     """A checkpoint's tokenizer and config dict, its weights left unread (memory-mapped,
     unverified): what `prepare` needs of train.init_from, cheap even for a large checkpoint."""
     payload = _open(path, mmap=True)
+    _check_tokenizer(payload, path)
     saved = payload["tokenizer"]
     return Tokenizer.from_proto(saved["proto"], saved.get("target_proto")), payload["config"]
 
@@ -107,13 +169,18 @@ def _open(path: str | Path, mmap: bool) -> dict[str, Any]:
             str(path),
             "use another checkpoint",
         ) from None
-    if not isinstance(payload, dict) or payload.get("format") not in FORMATS:
+    if not isinstance(payload, dict) or payload.get("format") not in FORMATS or _partial(payload):
         raise TranslatorError(
             "not a translator checkpoint",
             str(path),
             "give a .pt file written by `translator train` or `translator import-hf`",
         )
     return payload
+
+
+def _partial(payload: dict) -> bool:
+    """A dict that says format 3 without its checksums or parts was not written by `save`."""
+    return payload["format"] >= 3 and not {*PARTS, "sha256"} <= payload.keys()
 
 
 def load(
@@ -219,9 +286,8 @@ def average(paths: list[str | Path], out: str | Path) -> int:
                 shared[same] = (total[key] / len(paths)).to(value.dtype)
             weights[key] = shared[same]
     first["state"] = {"averaged": [str(p) for p in paths]}
-    first.update(format=FORMAT, weights_sha256=weights_digest(weights))
     with atomic_write(out, "wb") as handle:
-        torch.save(first, handle)
+        torch.save(seal(first), handle)
     return len(paths)
 
 

@@ -58,7 +58,7 @@ def small(small_data: list[str], run_dir: Path, *overrides: str) -> config.Confi
 
 @pytest.fixture(scope="session")
 def checkpoint_file(small_data, tmp_path_factory) -> Path:
-    """A format-2 checkpoint of an untrained small model (what `translate` and `eval` read)."""
+    """A checkpoint of an untrained small model (what `translate` and `eval` read)."""
     from translator import checkpoint
     from translator.data.tokenizer import Tokenizer
     from translator.model.transformer import Transformer
@@ -70,3 +70,14 @@ def checkpoint_file(small_data, tmp_path_factory) -> Path:
     path = Path(cfg.train.run_dir) / "model.pt"
     checkpoint.save(path, Transformer(cfg.model), cfg, tokenizer)
     return path
+
+
+@pytest.fixture(scope="session")
+def trained_run(small_data, tmp_path_factory) -> Path:
+    """The run directory of a finished 4-update run (last.pt with its optimizer state); copy what
+    a test changes."""
+    from translator.train import loop
+
+    run_dir = tmp_path_factory.mktemp("trained") / "run"
+    loop.run(small(small_data, run_dir, "train.keep_last=2"), quiet=True)
+    return run_dir

@@ -47,7 +47,8 @@ def test_a_checkpoint_cut_anywhere_is_refused(checkpoint_file, tmp_path, no_mode
 
 
 @pytest.mark.parametrize(
-    "content", [{"weight": torch.zeros(3)}, {"format": 3, "model": {}}, [1, 2, 3], "text"]
+    "content",
+    [{"weight": torch.zeros(3)}, {"format": 3, "model": {}}, {"format": 9}, [1, 2, 3], "text"],
 )
 def test_foreign_files_are_refused(tmp_path, no_model_built, content):
     torch.save(content, tmp_path / "foreign.pt")
@@ -80,26 +81,35 @@ def test_a_flipped_byte_in_the_weights_is_refused(checkpoint_file, tmp_path, no_
     assert "do not match the checkpoint's checksum" in refused(tmp_path / "flipped.pt")
 
 
-def test_the_checksum_is_of_the_saved_weights_and_old_format_1_files_still_load(
+def test_the_checksums_are_of_each_saved_part_and_older_formats_still_load(
     checkpoint_file, tmp_path
 ):
     payload = torch.load(checkpoint_file, weights_only=True)
-    assert payload["format"] == 2 and len(payload["weights_sha256"]) == 64
+    assert payload["format"] == 3 and sorted(payload["sha256"]) == sorted(checkpoint.PARTS)
     model, _, _ = checkpoint.load(checkpoint_file)
-    assert checkpoint.weights_digest(model.state_dict()) == payload["weights_sha256"]
+    assert checkpoint.digest(model.state_dict()) == payload["sha256"]["model"]
+    del payload["sha256"]
+    # format 2: a checksum of the weights alone, still verified
+    payload.update(format=2, weights_sha256=checkpoint.weights_digest(payload["model"]))
+    torch.save(payload, tmp_path / "two.pt")
+    checkpoint.load(tmp_path / "two.pt")
+    name = next(iter(payload["model"]))
+    payload["model"][name].view(-1)[0] += 1e-3
+    torch.save(payload, tmp_path / "two.pt")
+    assert "its weights do not match" in refused(tmp_path / "two.pt")
     del payload["weights_sha256"]
     payload["format"] = 1  # as written before the checksum existed
     torch.save(payload, tmp_path / "old.pt")
     old, _, _ = checkpoint.load(tmp_path / "old.pt")
-    for key, value in model.state_dict().items():
-        assert torch.equal(value, old.state_dict()[key])
+    for key, value in old.state_dict().items():
+        assert torch.equal(value, payload["model"][key])
 
 
 def test_average_writes_a_verified_checkpoint(checkpoint_file, tmp_path):
     copy = tmp_path / "copy.pt"
     copy.write_bytes(checkpoint_file.read_bytes())
     checkpoint.average([checkpoint_file, copy], tmp_path / "avg.pt")
-    assert checkpoint.read(tmp_path / "avg.pt")["format"] == 2
+    assert checkpoint.read(tmp_path / "avg.pt")["format"] == checkpoint.FORMAT
 
 
 def test_translate_refuses_a_truncated_checkpoint_in_one_line(
@@ -112,3 +122,56 @@ def test_translate_refuses_a_truncated_checkpoint_in_one_line(
     out, err = capsys.readouterr()
     assert exit_code.value.code == 1 and out == ""
     assert err.startswith("error: ") and err.count("\n") == 1 and "not a readable checkpoint" in err
+
+
+def _changed(trained_run, tmp_path, change) -> str:
+    """last.pt of a trained run, changed by `change(payload)` and saved as a valid file: the error
+    reading it."""
+    payload = torch.load(trained_run / "last.pt", weights_only=True)
+    change(payload)
+    torch.save(payload, tmp_path / "changed.pt")
+    with pytest.raises(TranslatorError) as err:
+        checkpoint.read(tmp_path / "changed.pt")
+    return err.value.what
+
+
+def test_a_flipped_sign_in_the_optimizer_state_is_refused_naming_it(trained_run, tmp_path):
+    """exp_avg_sq < 0 gives NaN weights at the next update: the checksum must cover it."""
+
+    def flip(payload):
+        payload["state"]["optimizer"]["state"][0]["exp_avg_sq"].view(-1)[0] *= -1
+
+    assert _changed(trained_run, tmp_path, flip).startswith("its training state (optimizer")
+
+
+@pytest.mark.parametrize(
+    "part, change",
+    [
+        ("config", lambda p: p["config"]["decode"].update(beam_size=7)),
+        ("training state", lambda p: p["state"]["train"].update(step=99)),
+        ("training state", lambda p: p["state"]["train"]["rng"][0]["torch"].view(-1).add_(1)),
+        ("training state", lambda p: p["state"].pop("scaler")),
+        ("weights", lambda p: next(iter(p["model"].values())).view(-1).add_(1)),
+    ],
+)
+def test_every_part_of_the_checkpoint_is_checked(trained_run, tmp_path, part, change):
+    what = _changed(trained_run, tmp_path, change)
+    assert what.startswith(f"its {part}") and "do not match" in what, what
+
+
+@pytest.mark.parametrize("fmt", [2, 3])
+def test_a_flipped_byte_in_the_tokenizer_is_refused_naming_it(trained_run, tmp_path, fmt):
+    """A changed SentencePiece piece ("▁dog" -> "▁eog") would change translations silently; also
+    caught in a format-2 file, whose weights checksum does not cover it."""
+
+    def flip(payload):
+        proto = bytearray(payload["tokenizer"]["proto"])
+        proto[len(proto) // 2] ^= 0x01
+        payload["tokenizer"]["proto"] = bytes(proto)
+        if fmt == 2:
+            payload.update(format=2, weights_sha256=checkpoint.weights_digest(payload["model"]))
+            del payload["sha256"]
+
+    assert _changed(trained_run, tmp_path, flip).startswith("its tokenizer (SentencePiece model)")
+    with pytest.raises(TranslatorError, match="its tokenizer"):
+        checkpoint.read_tokenizer(tmp_path / "changed.pt")

@@ -258,7 +258,7 @@ def test_bad_init_from_is_one_line(imported, corpus, tmp_path):
             loop.run(cfg, quiet=True)
     misfit = checkpoint.read(imported)
     misfit["config"]["model"]["d_ff"] = 128  # its weights have 64
-    torch.save(misfit, tmp_path / "misfit.pt")
+    torch.save(checkpoint.seal(misfit), tmp_path / "misfit.pt")
     with pytest.raises(TranslatorError, match="misfit.pt: its weights do not fit .*size mismatch"):
         loop.run(fine_tune(corpus, tmp_path, tmp_path / "misfit.pt"), quiet=True)
     reversed_pair = fine_tune(corpus, tmp_path, imported, "data.src_lang=de", "data.tgt_lang=en")

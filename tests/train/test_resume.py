@@ -13,6 +13,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from tests.conftest import other_vocabulary
 from tests.train.conftest import variant
 from translator import checkpoint, config
 from translator.errors import TranslatorError
@@ -163,9 +164,9 @@ def test_resume_refuses_another_architecture(runs, prepared):
 def test_resume_refuses_another_tokenizer(runs, prepared, tmp_path):
     straight, _, _ = runs
     payload = checkpoint.read(straight / "last.pt")
-    payload["tokenizer"]["sha256"] = "0" * 64
+    other_vocabulary(payload)
     (tmp_path / "run").mkdir()
-    torch.save(payload, tmp_path / "run" / "last.pt")
+    torch.save(checkpoint.seal(payload), tmp_path / "run" / "last.pt")
     with pytest.raises(TranslatorError, match="different tokenizer"):
         loop.run(variant(prepared, tmp_path / "run", *SETTINGS, "train.max_updates=7"), quiet=True)
 
@@ -333,7 +334,7 @@ def test_resume_with_another_process_count_skips_the_same_share_of_the_epoch(
     payload["state"]["train"]["world_size"] = 2  # as if 2 processes had each taken 4 batches
     payload["state"]["train"]["rng"] *= 2
     (tmp_path / "run").mkdir()
-    torch.save(payload, tmp_path / "run" / "last.pt")
+    torch.save(checkpoint.seal(payload), tmp_path / "run" / "last.pt")
     s = startup.setup(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)
     s.metrics.close()
     assert (s.state.step, s.state.epoch, s.state.batch_index) == (2, 0, 8)

@@ -71,6 +71,11 @@ def resume(s: Session, payload: dict, path: Path) -> None:
         f"resumed from {path} at update {state.step} "
         f"(epoch {state.epoch}, batch {state.batch_index})"
     )
+    if payload["format"] < checkpoint.FORMAT:
+        s.metrics.line(
+            f"{path.name} predates whole-checkpoint checksums (format {payload['format']}): only "
+            "its weights and tokenizer were verified, not its optimizer and training state"
+        )
     s.changed = setting_changes(payload["config"], s.cfg)
     if s.changed:
         _log_changes(s, path)
