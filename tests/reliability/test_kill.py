@@ -72,7 +72,7 @@ def train(cfg, die_in_save: int = 0, share: float = 0.0) -> None:
 def assert_nothing_half_written(run_dir: Path, note: str) -> None:
     """Every visible checkpoint reads and verifies; only hidden .tmp files may be unfinished."""
     for path in run_dir.iterdir():
-        if path.name.startswith("."):
+        if path.name.startswith(".") and path.name != ".lock":  # the trainers' lock
             assert path.name.endswith(".tmp"), (note, path.name)
         elif path.suffix == ".pt":
             payload = checkpoint.read(path)  # raises on a cut or damaged file

@@ -20,7 +20,12 @@ from translator.train.metrics import Metrics
 from translator.train.precision import amp_dtype, grad_scaler
 from translator.train.resume import read_resumable, resume
 from translator.train.session import Session, make_optimizer, moving_average, training_model
-from translator.train.state import check_run_dir, refuse_earlier_checkpoints, seed_all
+from translator.train.state import (
+    check_run_dir,
+    claim_run_dir,
+    refuse_earlier_checkpoints,
+    seed_all,
+)
 
 
 def setup(cfg: Config, quiet: bool) -> Session:
@@ -34,8 +39,11 @@ def setup(cfg: Config, quiet: bool) -> Session:
         distributed.close(d)
         raise
     s = _session(cfg, d, start, tokenizer, model)
-    averaged = s.ema is not None
-    leftovers = check_run_dir(s.run_dir, model, t.keep_last, averaged) if d.main else 0  # at start
+    try:
+        claimed = _claim_run_dir(s)
+    except BaseException:
+        distributed.close(d)
+        raise
     s.run_dir.mkdir(parents=True, exist_ok=True)
     saved = (
         None
@@ -43,9 +51,7 @@ def setup(cfg: Config, quiet: bool) -> Session:
         else (payload["state"]["train"]["step"], payload["state"]["train"]["seconds"])
     )
     s.metrics = Metrics(s.run_dir, t.max_updates, 0, quiet, enabled=d.main, saved=saved)
-    if leftovers:
-        s.metrics.line(f"removed {leftovers} temporary files of saves that were cut short")
-    for line in start.notes:
+    for line in [*claimed, *start.notes]:
         s.metrics.line(line)
     if payload is not None:
         try:
@@ -59,6 +65,19 @@ def setup(cfg: Config, quiet: bool) -> Session:
         s.monitor.check_scales(model, s.metrics)
         s.monitor.describe(s.metrics)
     return s
+
+
+def _claim_run_dir(s: Session) -> list[str]:
+    """Rank 0 checks that run_dir has room, locks it and sweeps it (claim_run_dir) while the other
+    processes wait: a refusal ends them all at once. Returns rank 0's lines to log."""
+    lines: list[str] = []
+
+    def claim() -> None:
+        check_run_dir(s.run_dir, s.model, s.cfg.train.keep_last, s.ema is not None)
+        lines.extend(claim_run_dir(s.run_dir))
+
+    distributed.main_first(s.dist, claim, "claiming the run directory")
+    return lines
 
 
 def _inputs(

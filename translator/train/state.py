@@ -3,9 +3,12 @@ run-directory checks at a start (train/resume.py reads the checkpoint back)."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import random
 import shutil
+import socket
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,6 +21,7 @@ from translator import checkpoint
 from translator.config import Config
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
+from translator.files import sweep_dead_temps
 
 
 @dataclass
@@ -111,13 +115,12 @@ def save_checkpoints(
 
 def check_run_dir(
     run_dir: Path, model: torch.nn.Module, keep_last: int, averaged: bool = False
-) -> int:
+) -> None:
     """Before training: the run directory is writable and has room for the checkpoints to come.
 
     A checkpoint is about the weights plus AdamW's two moments (and the moving average of the
     weights when `averaged`); keep_last of them stay, and one more is written before the oldest
-    goes. Removes the temporary files of saves a kill cut short
-    (nothing else writes them) and returns their count.
+    goes.
     """
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -143,14 +146,56 @@ def check_run_dir(
             str(run_dir),
             "free some space, lower train.keep_last, or use another train.run_dir",
         )
-    leftovers = [p for p in run_dir.glob(".*.tmp") if p.is_file()]
-    for path in leftovers:
-        path.unlink()
-    return len(leftovers)
+
+
+# run directory -> the descriptor of its .lock, open (so locked) until this process ends: a later
+# run in the same process (the recipe's, a test's) finds the lock its own
+_LOCKS: dict[Path, int] = {}
+
+
+def claim_run_dir(run_dir: Path) -> list[str]:
+    """Lock run_dir for this process's life, then remove the temporary files that killed saves
+    (or a killed `eval -o` there) left; returns the lines to log about it. A second trainer is
+    refused, naming the process that holds the lock. Rank 0's job: only it writes there."""
+    lines = []
+    if not _lock(run_dir):
+        lines.append(
+            f"{run_dir}'s file system has no file locks: a second trainer started there would "
+            "not be refused"
+        )
+    removed = sweep_dead_temps(run_dir)
+    if removed:
+        lines.append(f"removed {removed} temporary files of saves that were cut short")
+    return lines
+
+
+def _lock(run_dir: Path) -> bool:
+    """An exclusive flock on run_dir/.lock (False: the file system has none). The kernel drops it
+    when the process ends, however it ends; on NFS, Linux takes it as a lock on the server, which
+    other hosts see."""
+    if run_dir.resolve() in _LOCKS:
+        return True
+    fd = os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "its pid not yet written"
+        os.close(fd)
+        if err.errno not in (errno.EWOULDBLOCK, errno.EACCES):  # ENOLCK: an NFS without lockd
+            return False
+        raise TranslatorError(
+            f"another `translator train` is running in it ({holder})",
+            str(run_dir),
+            "wait for it to end (or stop it), or use another train.run_dir",
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+    _LOCKS[run_dir.resolve()] = fd
+    return True
 
 
 def _link(src: Path, dst: Path) -> None:
-    tmp = dst.with_name(f".{dst.name}.link.tmp")
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.link.tmp")
     tmp.unlink(missing_ok=True)
     try:
         os.link(src, tmp)

@@ -1,0 +1,80 @@
+"""One trainer per run directory, and what a start finds there."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.reliability.conftest import small
+from translator import checkpoint
+from translator.errors import TranslatorError
+from translator.train import loop, state
+
+
+def _copy(trained_run: Path, tmp_path: Path) -> Path:
+    """A copy of the trained run with its hard links as training makes them."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained_run, run_dir)
+    for name in ("last.pt", "step-4.pt"):  # best.pt: update 2's, or update 4's
+        (run_dir / name).unlink()
+        (run_dir / name).hardlink_to(trained_run / "last.pt")
+    return run_dir
+
+
+def test_a_second_trainer_in_the_same_run_dir_is_refused_naming_the_first(
+    small_data, trained_run, tmp_path
+):
+    run_dir = _copy(trained_run, tmp_path)
+    holder = subprocess.Popen(  # holds the lock as a running trainer does
+        [sys.executable, "-c", HOLD, str(run_dir)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        before = (run_dir / "train.log").read_text()
+        with pytest.raises(TranslatorError) as refused:
+            loop.run(small(small_data, run_dir, "train.max_updates=6"), quiet=True)
+        assert refused.value.what.startswith("another `translator train` is running in it (pid ")
+        assert f"pid {holder.pid} on " in refused.value.what
+        assert refused.value.where == str(run_dir)
+        # nothing written: no log line, no checkpoint
+        assert (run_dir / "train.log").read_text() == before
+        assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 4
+    finally:
+        holder.kill()
+        holder.wait()
+    loop.run(small(small_data, run_dir, "train.max_updates=6"), quiet=True)  # its turn now
+    assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 6
+
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from translator.train import state
+state.claim_run_dir(Path(sys.argv[1]))
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_start_sweeps_only_the_temporary_files_of_dead_processes(trained_run, tmp_path):
+    run_dir = _copy(trained_run, tmp_path)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], text=True, capture_output=True
+    )
+    dead = int(gone.stdout)
+    killed = run_dir / f".last.pt.{dead}.abcd1234.tmp"
+    live = run_dir / f".hyp.txt.{os.getppid()}.abcd1234.tmp"  # an `eval -o` still writing there
+    for path in (killed, live):
+        path.write_bytes(b"half")
+    assert state.claim_run_dir(run_dir) == [
+        "removed 1 temporary files of saves that were cut short"
+    ]
+    assert live.exists() and not killed.exists()
