@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.reliability.conftest import small
 from translator import checkpoint
@@ -78,3 +79,14 @@ def test_a_start_sweeps_only_the_temporary_files_of_dead_processes(trained_run, 
         "removed 1 temporary files of saves that were cut short"
     ]
     assert live.exists() and not killed.exists()
+
+
+def test_the_disk_space_refusal_never_reads_as_enough(tmp_path, monkeypatch):
+    """One byte short of a 1 MiB checkpoint: "1 MiB needed, 1 MiB free" would read as enough."""
+    model = torch.nn.Linear(1, 1, bias=False)  # 3 x 4 bytes + 1 MiB
+    need = 12 + 2**20
+    usage = type("Usage", (), {"free": need - 1})
+    monkeypatch.setattr(state.shutil, "disk_usage", lambda path: usage)
+    with pytest.raises(TranslatorError) as refused:
+        state.check_run_dir(tmp_path, model, 0)
+    assert ": 1.000011 MiB needed (about 1 MiB each), 1.000010 MiB free" in refused.value.what

@@ -140,12 +140,23 @@ def check_run_dir(
     need = size * max(1, keep_last + 1 - kept) if keep_last else size
     free = shutil.disk_usage(run_dir).free
     if free < need:
+        needed, left = _mebibytes(need, free)
         raise TranslatorError(
-            f"not enough free space for checkpoints: {need / 2**20:,.0f} MiB needed (about "
-            f"{size / 2**20:,.0f} MiB each), {free / 2**20:,.0f} MiB free",
+            f"not enough free space for checkpoints: {needed} MiB needed (about "
+            f"{size / 2**20:,.0f} MiB each), {left} MiB free",
             str(run_dir),
             "free some space, lower train.keep_last, or use another train.run_dir",
         )
+
+
+def _mebibytes(need: int, free: int) -> tuple[str, str]:
+    """`need` > `free` bytes in MiB with the fewest decimals that tell them apart (never "1 MiB
+    needed, 1 MiB free")."""
+    for decimals in range(8):  # 7 decimals of a MiB resolve one byte
+        pair = f"{need / 2**20:,.{decimals}f}", f"{free / 2**20:,.{decimals}f}"
+        if pair[0] != pair[1]:
+            break
+    return pair
 
 
 # run directory -> the descriptor of its .lock, open (so locked) until this process ends: a later
