@@ -90,3 +90,28 @@ def test_the_disk_space_refusal_never_reads_as_enough(tmp_path, monkeypatch):
     with pytest.raises(TranslatorError) as refused:
         state.check_run_dir(tmp_path, model, 0)
     assert ": 1.000011 MiB needed (about 1 MiB each), 1.000010 MiB free" in refused.value.what
+
+
+def test_weights_that_are_not_finite_are_never_saved_and_prune_nothing(
+    small_data, tmp_path, monkeypatch
+):
+    real = loop.train_step
+
+    def nan_at_update_4(s, batches, total_tokens):
+        out = real(s, batches, total_tokens)
+        if s.state.step == 3:  # the update being made is the 4th
+            with torch.no_grad():
+                next(s.model.parameters()).view(-1)[0] = float("nan")
+        return out
+
+    monkeypatch.setattr(loop, "train_step", nan_at_update_4)
+    run_dir = tmp_path / "run"
+    with pytest.raises(TranslatorError) as refused:
+        loop.run(small(small_data, run_dir, "train.keep_last=1"), quiet=True)
+    assert refused.value.what == (
+        "the weights after update 4 are not finite (NaN or inf): not saved"
+    )
+    assert refused.value.where == str(run_dir / "last.pt")
+    assert refused.value.fix.startswith("it keeps the last checkpoint saved")
+    assert sorted(p.name for p in run_dir.glob("*.pt")) == ["best.pt", "last.pt", "step-2.pt"]
+    assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 2

@@ -21,7 +21,7 @@ from translator.train.distributed import Dist, gather, sum_all
 from translator.train.dropout import use_bits_dropout
 from translator.train.linear import onednn_fp32_pays, use_onednn_linears
 from translator.train.metrics import Metrics
-from translator.train.state import TrainState, rng_state, save_checkpoints
+from translator.train.state import TrainState, refuse_non_finite, rng_state, save_checkpoints
 from translator.train.validate import Validation, too_long_pairs, validate
 
 
@@ -110,7 +110,9 @@ def make_optimizer(model: torch.nn.Module, t: TrainConfig, fused: bool = True) -
 def save(s: Session, best: bool, validated: bool = True) -> None:
     """Checkpoint from rank 0, with every process's RNG states (a collective: all processes call
     it). Not `validated` (an interrupted run's, fine-tuning's update 0): last.pt (and best.pt)
-    alone, no step-N.pt."""
+    alone, no step-N.pt. Weights that are not finite are refused on every process (DDP keeps them
+    equal), before anything is written or pruned."""
+    refuse_non_finite(s.state.step, s.run_dir, s.model, s.decoding_model())
     rngs = gather(s.dist, rng_state())
     if not s.dist.main:
         return

@@ -113,6 +113,19 @@ def save_checkpoints(
             old.unlink()
 
 
+def refuse_non_finite(step: int, run_dir: Path, *models: torch.nn.Module) -> None:
+    """A NaN or inf weight would be saved with a valid checksum and, pruning, push the good
+    checkpoints out: refused, with one device sync over all tensors."""
+    tensors = [t for m in models for t in m.state_dict().values() if t.is_floating_point()]
+    if tensors and not torch.stack([torch.isfinite(t).all() for t in tensors]).all():
+        raise TranslatorError(
+            f"the weights after update {step} are not finite (NaN or inf): not saved",
+            str(run_dir / "last.pt"),
+            "it keeps the last checkpoint saved; lower train.lr or check the data, then rerun to "
+            "resume from it",
+        )
+
+
 def check_run_dir(
     run_dir: Path, model: torch.nn.Module, keep_last: int, averaged: bool = False
 ) -> None:
