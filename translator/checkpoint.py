@@ -197,6 +197,15 @@ def load(
     return model.to(device).eval(), cfg, tokenizer
 
 
+def saved_update(path: str | Path) -> int | None:
+    """The update a training checkpoint holds, read without its weights (memory-mapped,
+    unverified); None for a missing or unreadable file, or one without training state."""
+    try:
+        return _open(path, mmap=True)["state"]["train"]["step"]
+    except (TranslatorError, KeyError, TypeError):
+        return None
+
+
 def step_files(run_dir: str | Path) -> list[Path]:
     """A run directory's `step-N.pt` checkpoints, oldest update first (step-10 after step-9)."""
     numbered = [p for p in Path(run_dir).glob("step-*.pt") if p.stem.split("-", 1)[1].isdigit()]

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import torch
 from tests.reliability.conftest import small
 from translator import checkpoint
 from translator.errors import TranslatorError
-from translator.train import loop, state
+from translator.train import loop, session, state
 
 
 def _copy(trained_run: Path, tmp_path: Path) -> Path:
@@ -115,3 +116,41 @@ def test_weights_that_are_not_finite_are_never_saved_and_prune_nothing(
     assert refused.value.fix.startswith("it keeps the last checkpoint saved")
     assert sorted(p.name for p in run_dir.glob("*.pt")) == ["best.pt", "last.pt", "step-2.pt"]
     assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 2
+
+
+def test_a_kill_before_the_best_link_is_mended_on_resume(small_data, tmp_path, monkeypatch):
+    """Killed between last.pt's rename and best.pt's link: best.pt would stay update 2's for the
+    rest of the run, as later validations must beat update 4's BLEU."""
+    real_validate, real_link = session.validate, state._link
+    monkeypatch.setattr(  # every validation better than the last
+        session, "validate", lambda *args: replace(real_validate(*args), bleu=float(len(calls)))
+    )
+    calls = []
+
+    def killed_at_update_4s_best(src, dst):
+        calls.append(dst.name)
+        if dst.name == "best.pt" and checkpoint.saved_update(src) == 4:
+            raise KeyboardInterrupt  # as SIGKILL would: nothing after it runs
+        real_link(src, dst)
+
+    monkeypatch.setattr(state, "_link", killed_at_update_4s_best)
+    run_dir = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        loop.run(small(small_data, run_dir), quiet=True)
+    assert checkpoint.saved_update(run_dir / "best.pt") == 2
+    monkeypatch.setattr(state, "_link", real_link)
+    loop.run(small(small_data, run_dir), quiet=True)  # resumes at update 4: nothing to train
+    assert os.path.samefile(run_dir / "best.pt", run_dir / "last.pt")
+    log = (run_dir / "train.log").read_text()
+    assert "best.pt was holding update 2, not update 4's (a save was cut short): linked" in log
+
+
+def test_a_stale_best_pt_whose_checkpoint_is_gone_is_reported(trained_run, tmp_path):
+    run_dir = _copy(trained_run, tmp_path)
+    (run_dir / "best.pt").unlink()
+    shutil.copyfile(run_dir / "step-2.pt", run_dir / "best.pt")
+    assert state.restore_best(run_dir, 2) is None  # right
+    assert state.restore_best(run_dir, -1) is None  # saved before best_step was recorded
+    line = state.restore_best(run_dir, 3)  # no checkpoint of update 3 is left
+    assert line.startswith("best.pt is holding update 2, not update 3's, the best validation")
+    assert checkpoint.saved_update(run_dir / "best.pt") == 2

@@ -11,7 +11,7 @@ from translator.config import Config, architecture_changes, to_dict
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
 from translator.train.session import Session
-from translator.train.state import seed_all, set_rng_state
+from translator.train.state import restore_best, seed_all, set_rng_state
 
 # what to do about a last.pt that cannot be read (finetune.py says it too). Deleting it alone would
 # leave the run's other checkpoints, which a fresh start refuses (state.refuse_earlier_checkpoints)
@@ -76,6 +76,8 @@ def resume(s: Session, payload: dict, path: Path) -> None:
             f"{path.name} predates whole-checkpoint checksums (format {payload['format']}): only "
             "its weights and tokenizer were verified, not its optimizer and training state"
         )
+    if s.dist.main and (stale := restore_best(s.run_dir, state.best_step)):
+        s.metrics.warning(stale)
     s.changed = setting_changes(payload["config"], s.cfg)
     if s.changed:
         _log_changes(s, path)

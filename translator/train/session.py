@@ -117,6 +117,8 @@ def save(s: Session, best: bool, validated: bool = True) -> None:
     if not s.dist.main:
         return
     s.state.rng, s.state.world_size = rngs, s.dist.world_size
+    if best:  # checked against best.pt on a resume: a kill before its link leaves it stale
+        s.state.best_step = s.state.step
     s.state.seconds = time.time() - s.clock_zero
     payload = {
         "optimizer": s.optimizer.state_dict(),

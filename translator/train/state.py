@@ -33,6 +33,7 @@ class TrainState:
     epoch: int = 0
     batch_index: int = 0  # next batch of this epoch, per rank
     best_bleu: float = -1.0
+    best_step: int = -1  # the update best.pt holds (-1: none yet, or saved before it was recorded)
     bad_evals: int = 0  # validations in a row without a better BLEU (early stopping)
     last_valid_step: int = -1
     skipped_steps: int = 0  # updates dropped for a non-finite loss or gradient
@@ -226,6 +227,29 @@ def _link(src: Path, dst: Path) -> None:
     except OSError:  # a file system without hard links
         shutil.copyfile(src, tmp)
     os.replace(tmp, dst)
+
+
+def restore_best(run_dir: Path, best_step: int) -> str | None:
+    """On a resume: best.pt must hold update `best_step` (last.pt's record), which a kill between
+    last.pt's rename and best.pt's link leaves undone. Re-linked from last.pt or step-N.pt when one
+    holds it; returns what was done, or that best.pt stays stale; None when it is right (or the
+    checkpoint predates the record)."""
+    best = run_dir / "best.pt"
+    held = checkpoint.saved_update(best)
+    if best_step < 0 or held == best_step:
+        return None
+    was = "missing" if held is None else f"holding update {held}"
+    for source in (run_dir / "last.pt", run_dir / f"step-{best_step}.pt"):
+        if checkpoint.saved_update(source) == best_step:
+            _link(source, best)
+            return (
+                f"best.pt was {was}, not update {best_step}'s (a save was cut short): linked "
+                f"to {source.name} again"
+            )
+    return (
+        f"best.pt is {was}, not update {best_step}'s, the best validation, whose checkpoint is "
+        "gone; it stays so until a validation beats that BLEU"
+    )
 
 
 def refuse_earlier_checkpoints(run_dir: Path) -> None:
