@@ -121,7 +121,7 @@ def read(path: str | Path) -> dict[str, Any]:
             f"its {', '.join(PARTS[p] for p in damaged)} do not match the checkpoint's checksum "
             "(the file is damaged)",
             str(path),
-            "use another checkpoint (a step-N.pt or best.pt)",
+            elsewhere(path),
         )
     return payload
 
@@ -135,8 +135,37 @@ def _check_tokenizer(payload: dict[str, Any], path: str | Path) -> None:
         raise TranslatorError(
             "its tokenizer (SentencePiece model) does not match its checksum (the file is damaged)",
             str(path),
-            "use another checkpoint (a step-N.pt or best.pt)",
+            elsewhere(path),
         )
+
+
+def elsewhere(path: str | Path) -> str:
+    """What to use instead of a damaged `path`: last.pt, best.pt and the newest step-N.pt of a run
+    are one file (hard links), so another name of it shares the damage."""
+    apart, linked = separate_checkpoints(path)
+    if apart:
+        return f"use another checkpoint, e.g. {apart[0]} (a file of its own)"
+    if linked:
+        return f"use another checkpoint: its hard links ({', '.join(linked)}) share the damage"
+    return "use another checkpoint"
+
+
+def separate_checkpoints(path: str | Path) -> tuple[list[str], list[str]]:
+    """The run's other checkpoints beside `path` (newest step-N.pt first, then best.pt and
+    last.pt): those that are files of their own, and those that are hard links of it."""
+    path = Path(path)
+    try:
+        here = path.stat()
+    except OSError:
+        return [], []
+    apart, linked = [], []
+    run = path.parent
+    for other in [*reversed(step_files(run)), run / "best.pt", run / "last.pt"]:
+        if other.name == path.name or not other.is_file():
+            continue
+        same = (other.stat().st_dev, other.stat().st_ino) == (here.st_dev, here.st_ino)
+        (linked if same else apart).append(other.name)
+    return apart, linked
 
 
 def read_tokenizer(path: str | Path) -> tuple[Tokenizer, dict[str, Any]]:

@@ -175,3 +175,33 @@ def test_a_flipped_byte_in_the_tokenizer_is_refused_naming_it(trained_run, tmp_p
     assert _changed(trained_run, tmp_path, flip).startswith("its tokenizer (SentencePiece model)")
     with pytest.raises(TranslatorError, match="its tokenizer"):
         checkpoint.read_tokenizer(tmp_path / "changed.pt")
+
+
+def test_the_advice_names_a_checkpoint_that_is_not_a_hard_link_of_the_damaged_one(
+    trained_run, tmp_path
+):
+    """last.pt, best.pt and the newest step-N.pt are one file: damage to one is damage to all."""
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained_run, run_dir)  # copies: the links are gone
+    for name in ("best.pt", "step-4.pt"):
+        (run_dir / name).unlink()
+        (run_dir / name).hardlink_to(run_dir / "last.pt")
+    with zipfile.ZipFile(run_dir / "last.pt") as archive:
+        entry = max(
+            (i for i in archive.infolist() if "/data/" in i.filename), key=lambda i: i.file_size
+        )
+    data = bytearray((run_dir / "last.pt").read_bytes())
+    start = entry.header_offset + 30 + len(entry.filename.encode()) + len(entry.extra)
+    data[start + entry.file_size // 2] ^= 0xFF
+    (run_dir / "last.pt").write_bytes(bytes(data))  # in place: all three names
+    with pytest.raises(TranslatorError) as err:
+        checkpoint.read(run_dir / "best.pt")
+    assert err.value.fix == "use another checkpoint, e.g. step-2.pt (a file of its own)"
+    (run_dir / "step-2.pt").unlink()
+    with pytest.raises(TranslatorError) as err:
+        checkpoint.read(run_dir / "best.pt")
+    assert err.value.fix == (
+        "use another checkpoint: its hard links (step-4.pt, last.pt) share the damage"
+    )

@@ -1,4 +1,5 @@
-"""One trainer per run directory, and what a start finds there."""
+"""One trainer per run directory, and what a start finds there: temporary files, a stale best.pt,
+a damaged last.pt; no checkpoint of weights that are not finite."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,12 +21,14 @@ from translator.train import loop, session, state
 
 
 def _copy(trained_run: Path, tmp_path: Path) -> Path:
-    """A copy of the trained run with its hard links as training makes them."""
+    """A copy of the trained run with its hard links as training makes them (to the copy's last.pt:
+    a test may damage it in place)."""
     run_dir = tmp_path / "run"
     shutil.copytree(trained_run, run_dir)
-    for name in ("last.pt", "step-4.pt"):  # best.pt: update 2's, or update 4's
-        (run_dir / name).unlink()
-        (run_dir / name).hardlink_to(trained_run / "last.pt")
+    for name in ("step-4.pt", "best.pt"):  # best.pt: update 2's, or update 4's
+        if os.path.samefile(trained_run / name, trained_run / "last.pt"):
+            (run_dir / name).unlink()
+            (run_dir / name).hardlink_to(run_dir / "last.pt")
     return run_dir
 
 
@@ -154,3 +158,25 @@ def test_a_stale_best_pt_whose_checkpoint_is_gone_is_reported(trained_run, tmp_p
     line = state.restore_best(run_dir, 3)  # no checkpoint of update 3 is left
     assert line.startswith("best.pt is holding update 2, not update 3's, the best validation")
     assert checkpoint.saved_update(run_dir / "best.pt") == 2
+
+
+def test_an_unreadable_last_pt_names_a_separate_checkpoint_to_resume_from(
+    small_data, trained_run, tmp_path
+):
+    """last.pt, best.pt and the newest step-N.pt are one file: the advice names another."""
+    run_dir = _copy(trained_run, tmp_path)
+    with zipfile.ZipFile(run_dir / "last.pt") as archive:
+        entry = archive.getinfo(next(n for n in archive.namelist() if "/data/" in n))
+    data = bytearray((run_dir / "last.pt").read_bytes())
+    start = entry.header_offset + 30 + len(entry.filename.encode()) + len(entry.extra)
+    data[start + entry.file_size // 2] ^= 0x40
+    (run_dir / "last.pt").write_bytes(bytes(data))  # in place: step-4.pt too
+    cfg = small(small_data, run_dir, "train.max_updates=6")
+    with pytest.raises(TranslatorError) as refused:
+        loop.run(cfg, quiet=True)
+    assert refused.value.what.startswith("cannot resume: its ")
+    assert refused.value.fix.startswith("remove it, then copy step-2.pt (a file of its own)")
+    (run_dir / "last.pt").write_bytes(bytes(data[: len(data) // 2]))  # cut short: not even opened
+    with pytest.raises(TranslatorError) as refused:
+        loop.run(cfg, quiet=True)
+    assert "that is not a hard link of it" in refused.value.fix

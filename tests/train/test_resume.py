@@ -17,7 +17,7 @@ from tests.conftest import other_vocabulary
 from tests.train.conftest import variant
 from translator import checkpoint, config
 from translator.errors import TranslatorError
-from translator.train import loop
+from translator.train import loop, resume
 from translator.train.metrics import Metrics
 
 BY_SECONDS = "tensorboard/by_seconds"  # the events whose step is training seconds
@@ -223,9 +223,7 @@ def test_a_corrupt_last_checkpoint_says_how_to_go_on(prepared, tmp_path):
     with pytest.raises(TranslatorError) as refused:
         loop.run(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)
     assert refused.value.what.startswith("cannot resume: not a readable checkpoint")
-    assert refused.value.fix == (
-        "copy a step-N.pt over it to resume from there, or start over in a new train.run_dir"
-    )
+    assert refused.value.fix == resume.UNREADABLE_LAST  # not read: its hard links unknown
 
 
 def test_a_run_dir_with_checkpoints_but_no_last_pt_is_refused_untouched(prepared, tmp_path):

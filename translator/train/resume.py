@@ -14,10 +14,25 @@ from translator.train.session import Session
 from translator.train.state import restore_best, seed_all, set_rng_state
 
 # what to do about a last.pt that cannot be read (finetune.py says it too). Deleting it alone would
-# leave the run's other checkpoints, which a fresh start refuses (state.refuse_earlier_checkpoints)
+# leave the run's other checkpoints, which a fresh start refuses (state.refuse_earlier_checkpoints);
+# copying over it would write into its hard links (best.pt, the newest step-N.pt), which share its
+# damage
 UNREADABLE_LAST = (
-    "copy a step-N.pt over it to resume from there, or start over in a new train.run_dir"
+    "remove it, then copy a step-N.pt that is not a hard link of it (ls -i) to last.pt to resume "
+    "from there, or start over in a new train.run_dir"
 )
+
+
+def unreadable_last(path: Path) -> str:
+    """UNREADABLE_LAST, naming the newest checkpoint of the run that is a file of its own."""
+    apart, linked = checkpoint.separate_checkpoints(path)
+    if apart:
+        return (
+            f"remove it, then copy {apart[0]} (a file of its own) to last.pt to resume from "
+            "there, or start over in a new train.run_dir"
+        )
+    shared = f"its hard links ({', '.join(linked)}) share the damage: " if linked else ""
+    return f"{shared}start over in a new train.run_dir"
 
 
 def read_resumable(path: Path, cfg: Config, tokenizer: Tokenizer) -> dict[str, Any]:
@@ -25,7 +40,9 @@ def read_resumable(path: Path, cfg: Config, tokenizer: Tokenizer) -> dict[str, A
     try:
         payload = checkpoint.read(path)
     except TranslatorError as err:  # e.g. cut short by a full disk
-        raise TranslatorError(f"cannot resume: {err.what}", err.where, UNREADABLE_LAST) from None
+        raise TranslatorError(
+            f"cannot resume: {err.what}", err.where, unreadable_last(path)
+        ) from None
     if payload["tokenizer"]["sha256"] != tokenizer.checksum():
         raise TranslatorError(
             "cannot resume: the checkpoint was trained with a different tokenizer",
