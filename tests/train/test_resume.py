@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import signal
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from tests.conftest import other_vocabulary
 from tests.train.conftest import variant
 from translator import checkpoint, config
 from translator.errors import TranslatorError
-from translator.train import loop, resume
+from translator.train import loop
 from translator.train.metrics import Metrics
 
 BY_SECONDS = "tensorboard/by_seconds"  # the events whose step is training seconds
@@ -218,12 +219,18 @@ def test_resume_says_when_batch_order_settings_changed(runs, prepared, tmp_path)
 
 
 def test_a_corrupt_last_checkpoint_says_how_to_go_on(prepared, tmp_path):
-    (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "last.pt").write_bytes(b"PK\x03\x04 cut short")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "last.pt").write_bytes(b"PK\x03\x04 cut short")
     with pytest.raises(TranslatorError) as refused:
-        loop.run(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)
+        loop.run(variant(prepared, run, *SETTINGS), quiet=True)
     assert refused.value.what.startswith("cannot resume: not a readable checkpoint")
-    assert refused.value.fix == resume.UNREADABLE_LAST  # not read: its hard links unknown
+    assert refused.value.fix == "start over in a new train.run_dir"  # nothing else to resume from
+    (run / "step-2.pt").write_bytes(b"another file")  # a file of its own: named
+    os.link(run / "last.pt", run / "best.pt")  # a hard link: shares the damage, not named
+    with pytest.raises(TranslatorError) as refused:
+        loop.run(variant(prepared, run, *SETTINGS), quiet=True)
+    assert refused.value.fix.startswith("remove it, then copy step-2.pt (a file of its own)")
 
 
 def test_a_run_dir_with_checkpoints_but_no_last_pt_is_refused_untouched(prepared, tmp_path):

@@ -13,18 +13,12 @@ from translator.errors import TranslatorError
 from translator.train.session import Session
 from translator.train.state import restore_best, seed_all, set_rng_state
 
-# what to do about a last.pt that cannot be read (finetune.py says it too). Deleting it alone would
-# leave the run's other checkpoints, which a fresh start refuses (state.refuse_earlier_checkpoints);
-# copying over it would write into its hard links (best.pt, the newest step-N.pt), which share its
-# damage
-UNREADABLE_LAST = (
-    "remove it, then copy a step-N.pt that is not a hard link of it (ls -i) to last.pt to resume "
-    "from there, or start over in a new train.run_dir"
-)
-
 
 def unreadable_last(path: Path) -> str:
-    """UNREADABLE_LAST, naming the newest checkpoint of the run that is a file of its own."""
+    """What to do about a last.pt that cannot be read, naming the newest checkpoint of the run that
+    is a file of its own. Deleting last.pt alone would leave the run's other checkpoints, which a
+    fresh start refuses (state.refuse_earlier_checkpoints); copying over it would write into its
+    hard links (best.pt, the newest step-N.pt), which share its damage."""
     apart, linked = checkpoint.separate_checkpoints(path)
     if apart:
         return (
