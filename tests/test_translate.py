@@ -185,6 +185,21 @@ def test_outputs_ended_by_the_length_limit_are_named_in_a_warning(tiny, monkeypa
     # line 7 reached the limit; line 8 ended itself one token short; line 9 is one token
     assert warnings == [translate.length_message([7])]
     assert warnings[0].startswith("the output of line 7 stopped at the length limit")
+    assert "only shorter input lines help" not in warnings[0]  # max_len_b was the limit
+
+
+def test_a_length_limit_set_by_the_positions_is_not_blamed_on_max_len(tiny, monkeypatch):
+    """max_len_b past the positions: the limit is max_positions - 1, which no flag raises."""
+    positions = tiny.cfg.model.max_positions - 1
+    first = tiny.tokenizer.encode(["Two dogs."])[0][0]
+    decode = dataclasses.replace(tiny.cfg.decode, max_len_a=0.0, max_len_b=10 * positions)
+    monkeypatch.setattr(translate, "search", fake_search({first: [UNK_ID + 100] * positions}))
+    warnings = []
+    translate.translate_lines(
+        tiny.model, tiny.tokenizer, ["Two dogs."], decode, warn=warnings.append
+    )
+    assert warnings == [translate.length_message([1], capped=True)]
+    assert "only shorter input lines help" in warnings[0]
 
 
 def test_source_pieces_outside_the_vocabulary_are_counted_in_a_warning(tiny):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from contextlib import suppress
 from pathlib import Path
 
 from translator import __version__
@@ -15,6 +16,7 @@ from translator.data.corpus import is_hub
 from translator.data.shards import PREPARE_AGAIN, id_dtype
 from translator.data.tokenizer import Tokenizer, sha256_file, size_note
 from translator.errors import TranslatorError
+from translator.files import atomic_write
 from translator.versions import installed
 
 FORMAT = 2  # layout of the prepared directory; part of the config hash
@@ -111,12 +113,31 @@ def file_damage(folder: Path, manifest: dict, names: set[str] | None = None) -> 
     return ""
 
 
+# beside the prepared files: (size, mtime) of each file when its sha256 last matched, so a start
+# hashes again only what was written since (hashing a WMT-size directory takes a while)
+VERIFIED = ".verified.json"
+
+
 def checksum_damage(folder: Path, manifest: dict) -> str:
     """The first prepared file whose sha256 is not the one prepare recorded; empty when none.
-    Reads every id array (about a second per GB)."""
+    Reads the files written since they last matched (all of them the first time)."""
+    try:
+        seen = json.loads((folder / VERIFIED).read_text())
+    except (OSError, ValueError):
+        seen = {}
+    now = {}
     for name, digest in manifest.get("files", {}).items():
-        if (folder / name).is_file() and sha256_file(folder / name) != digest:
+        path = folder / name
+        if not path.is_file():
+            continue
+        stat = path.stat()
+        now[name] = [stat.st_size, stat.st_mtime_ns]
+        if seen.get(name) != now[name] and sha256_file(path) != digest:
             return f"{name} changed after prepare (its sha256 is not manifest.json's)"
+    if now != seen:
+        with suppress(OSError):  # read-only prepared data: hashed again next time
+            with atomic_write(folder / VERIFIED) as handle:
+                json.dump(now, handle)
     return ""
 
 

@@ -38,8 +38,8 @@ def _planned_vocab(cfg: config.Config) -> str:
             vocab = prepared.load_manifest(data)["vocab"]
             src, tgt = vocab["src"]["size"], vocab["tgt"]["size"]
             said = f"the prepared data ({where}; data.vocab_size asks {data.vocab_size:,})"
-        except TranslatorError:  # prepared with other settings: training would refuse them
-            said = f"data.vocab_size ({where} was prepared with other settings)"
+        except TranslatorError as err:  # other settings, or damaged: training would refuse them
+            said = f"data.vocab_size ({where} is refused: {err.what})"
     cfg.model.vocab_size, cfg.model.src_vocab_size = tgt, 0 if data.joint_vocab else src
     return f"  vocabulary size from {said}"
 

@@ -170,9 +170,9 @@ def translate_lines(
     }
     if unknown and warn is not None:
         warn(unk_message(unknown))
-    cut = _at_length_limit(pieces, owner, results, decode, model.cfg.max_positions - 1)
+    cut, capped = _at_length_limit(pieces, owner, results, decode, model.cfg.max_positions - 1)
     if cut and warn is not None:
-        warn(length_message([first_line + number for number in cut]))
+        warn(length_message([first_line + number for number in cut], capped))
     out = [_detokenize(tokenizer, [results[k] for k in ks]) for ks in by_line]
     if channel is not None:
         out = channel.rerank(sources, out)
@@ -263,16 +263,20 @@ def _at_length_limit(
     results: list[list[Hypothesis]],
     decode: DecodeConfig,
     positions: int,
-) -> list[int]:
+) -> tuple[list[int], bool]:
     """The lines (0-based, sorted) where the best output of a piece has as many tokens as the
-    length limit allows: at that step only EOS was allowed, so the limit ended it, not the model."""
+    length limit allows (at that step only EOS was allowed, so the limit ended it, not the model),
+    and whether for one of them the limit was max_positions - 1 rather than max_len_a/b's."""
     if not pieces:
-        return []
+        return [], False
     lengths = torch.tensor([len(ids) for ids in pieces])
     limits = output_limits(lengths, decode.max_len_a, decode.max_len_b, positions).tolist()
-    return sorted(
-        {line for line, hyps, limit in zip(owner, results, limits) if len(hyps[0].tokens) >= limit}
-    )
+    hit = [
+        (line, limit >= positions)
+        for line, hyps, limit in zip(owner, results, limits)
+        if len(hyps[0].tokens) >= limit
+    ]
+    return sorted({line for line, _ in hit}), any(capped for _, capped in hit)
 
 
 def source_text(line: str, data: DataConfig | None) -> str:
@@ -351,12 +355,16 @@ def source_unk_message(counts: dict[int, int], shown: int = 10) -> str:
     )
 
 
-def length_message(lines: list[int], shown: int = 10) -> str:
-    """A warning for the outputs that the length limit ended, by line number."""
+def length_message(lines: list[int], capped: bool = False, shown: int = 10) -> str:
+    """A warning for the outputs that the length limit ended, by line number; `capped`: for some,
+    the limit was the model's positions, which no flag raises."""
+    fix = "raise --max-len-a/--max-len-b"
+    if capped:
+        fix += " (where the model's max_positions - 1 was the limit, only shorter input lines help)"
     return (
         f"the output of {_line_list(lines, shown)} stopped at the length limit "
-        "(decode.max_len_a * source tokens + max_len_b, at most max_positions - 1) and may be "
-        "cut short; raise --max-len-a/--max-len-b"
+        f"(decode.max_len_a * source tokens + max_len_b, at most max_positions - 1) and may be "
+        f"cut short; {fix}"
     )
 
 

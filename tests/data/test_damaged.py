@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from tests.data.conftest import tiny_config
-from translator import prepare
+from translator import prepare, prepared
 from translator.data.shards import TokenArray
 from translator.errors import TranslatorError
-from translator.prepared import load_manifest, prepared_dir, up_to_date
+from translator.prepared import VERIFIED, load_manifest, prepared_dir, up_to_date
 
 
 @pytest.fixture
@@ -62,10 +62,30 @@ def test_bytes_changed_after_prepare_are_refused_when_training_starts(cfg):
     prepare.ensure(cfg, quiet=True)
 
 
+def test_a_start_hashes_again_only_what_was_written_since_it_last_matched(cfg, monkeypatch):
+    folder, hashed = prepared_dir(cfg.data), []
+    real = prepared.sha256_file
+    monkeypatch.setattr(
+        prepared, "sha256_file", lambda path: hashed.append(path.name) or real(path)
+    )
+    prepare.ensure(cfg, quiet=True)
+    assert "train.tgt.ids.npy" in hashed  # the first start hashes every file
+    hashed.clear()
+    prepare.ensure(cfg, quiet=True)
+    assert hashed == []  # nothing written since
+    ids = np.load(folder / "train.tgt.ids.npy", mmap_mode="r+")
+    ids[5] += 1  # an edit after the check: a new mtime
+    ids.flush()
+    del ids
+    with pytest.raises(TranslatorError, match=r"train\.tgt\.ids\.npy changed after prepare"):
+        prepare.ensure(cfg, quiet=True)
+    assert hashed == ["train.tgt.ids.npy"]
+
+
 def test_the_manifest_records_every_file_s_size(cfg):
     folder = prepared_dir(cfg.data)
     sizes = json.loads((folder / "manifest.json").read_text())["file_sizes"]
-    on_disk = {p.name for p in folder.iterdir()} - {"manifest.json", "config.yaml"}
+    on_disk = {p.name for p in folder.iterdir()} - {"manifest.json", "config.yaml", VERIFIED}
     assert set(sizes) == on_disk
     assert all((folder / name).stat().st_size == size for name, size in sizes.items())
 

@@ -208,7 +208,11 @@ def test_info_of_a_config_whose_data_are_prepared_counts_the_prepared_vocabulary
     assert ("vocabulary 1677," if joint else "vocabulary 1500 src / 1677 tgt,") in text
     assert f"vocabulary size from the prepared data ({folder}; data.vocab_size asks 50,000)" in text
     other = summary.describe(str(tiny), [*overrides, "data.max_train_pairs=7"])
-    assert "vocabulary size from data.vocab_size (" in other and "other settings" in other
+    assert "vocabulary size from data.vocab_size (" in other
+    assert "is refused: prepared with other data settings" in other
+    (folder / "manifest.json").write_text("{")  # cut short: damaged, not other settings
+    damaged = summary.describe(str(tiny), overrides)
+    assert "is refused: damaged manifest.json" in damaged
 
 
 def test_ffn_hidden_dropout_is_activation_dropout_not_dropout():

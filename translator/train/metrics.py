@@ -80,9 +80,11 @@ class Metrics:
 
     @contextmanager
     def _events(self) -> Iterator[None]:
-        """Around TensorBoard calls. The first that fails (a full disk: the writer thread's error
-        comes out of the next call) turns TensorBoard off for the session with one warning, and
-        training goes on: its checkpoints matter more than event files."""
+        """Around TensorBoard calls. The first that fails (its directory unwritable: permissions,
+        a quota, a disk of its own filling; the writer thread's error comes out of the next call)
+        turns TensorBoard off for the session with one warning, and training goes on: its
+        checkpoints matter more than event files. (Where run_dir's own disk is full, the warning's
+        line in train.log fails too, and the run ends with that error, as its next save would.)"""
         try:
             yield
         except OSError as err:
