@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import yaml
 
+from translator.config_yaml import DuplicateKey, Plain, parse
 from translator.errors import TranslatorError
 
 
@@ -513,69 +514,6 @@ class Config:
 YAML11_BOOLS = {"yes": True, "on": True, "no": False, "off": False}
 
 
-@dataclass(frozen=True)
-class _Plain:
-    """An unquoted YAML scalar that YAML 1.1 reads as a number, boolean or date, with the text it
-    was written as: a string setting takes the text (`name: 010` is "010", not 8; `run_dir:
-    2026_12_06` is not 20261206; `tgt_lang: no` is Norwegian), any other setting the value."""
-
-    value: Any
-    text: str
-
-    def __repr__(self) -> str:
-        return repr(self.value)
-
-
-def _keeping_text(construct: Any) -> Any:
-    def construct_plain(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
-        value = construct(loader, node)
-        return _Plain(value, node.value) if node.style is None else value
-
-    return construct_plain
-
-
-class _DuplicateKey(yaml.YAMLError):
-    def __init__(self, key: Any, lines: tuple[int, int]) -> None:
-        self.key, self.lines = key, lines
-        super().__init__(f"duplicate key {key!r}")
-
-
-class _Loader(yaml.SafeLoader):
-    """`yaml.safe_load`'s loader, but a key given twice in one mapping is an error (YAML requires
-    unique keys, and PyYAML would quietly keep the last value), and plain numbers, booleans and
-    dates keep their text (`_Plain`); a key is its text."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        first: dict[Any, int] = {}  # key -> its line
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may be overridden
-                continue
-            key = _text(self.construct_object(key_node, deep=True))
-            line = key_node.start_mark.line + 1
-            try:
-                if key in first:
-                    raise _DuplicateKey(key, (first[key], line))
-            except TypeError:  # unhashable: the constructor's own error follows
-                continue
-            first[key] = line
-        return {_text(k): v for k, v in super().construct_mapping(node, deep).items()}
-
-
-for _tag in ("int", "float", "bool", "timestamp"):
-    _Loader.add_constructor(
-        f"tag:yaml.org,2002:{_tag}",
-        _keeping_text(_Loader.yaml_constructors[f"tag:yaml.org,2002:{_tag}"]),
-    )
-
-
-def _text(key: Any) -> Any:
-    return key.text if isinstance(key, _Plain) else key
-
-
-def _parse(text: str) -> Any:
-    return yaml.load(text, Loader=_Loader)  # a SafeLoader: no arbitrary objects
-
-
 def load(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read a YAML config (or the defaults when `path` is None) and apply `key.sub=value`
     overrides."""
@@ -590,8 +528,8 @@ def load(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -
             )
             raise TranslatorError(what, where, "give the path to a YAML file")
         try:
-            raw = _parse(Path(path).read_text(encoding="utf-8")) or {}
-        except _DuplicateKey as err:
+            raw = parse(Path(path).read_text(encoding="utf-8")) or {}
+        except DuplicateKey as err:
             raise TranslatorError(
                 f"key {err.key!r} is given twice (lines {err.lines[0]} and {err.lines[1]})",
                 where,
@@ -610,8 +548,8 @@ def load(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -
                 f"override {item!r} is not KEY=VALUE", "--set", "e.g. --set train.lr=5e-4"
             )
         try:
-            value = _parse(text) if text.strip() else ""
-        except _DuplicateKey as err:
+            value = parse(text) if text.strip() else ""
+        except DuplicateKey as err:
             raise TranslatorError(
                 f"key {err.key!r} is given twice", f"--set {item}", "keep one of them"
             ) from None
@@ -680,7 +618,7 @@ def _build(cls: type, raw: Any, where: str, prefix: str, overridden: dict[str, s
 def _convert(value: Any, hint: Any, key: str, where: str, overridden: dict[str, str]) -> Any:
     """`value` as type `hint`; errors name `where` (the file, or the --set that gave the value; an
     item of a mapping may have a --set of its own)."""
-    if isinstance(value, _Plain):  # a string setting takes the text as written
+    if isinstance(value, Plain):  # a string setting takes the text as written
         value = value.text if hint is str else value.value
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is Literal:
@@ -709,7 +647,7 @@ def _convert(value: Any, hint: Any, key: str, where: str, overridden: dict[str, 
         except ValueError:
             pass
     if hint is str and isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)  # from plain dicts (YAML's numbers arrive as _Plain)
+        return str(value)  # from plain dicts (YAML's numbers arrive as Plain)
     if hint is bool and isinstance(value, str) and value.lower() in YAML11_BOOLS:
         return YAML11_BOOLS[value.lower()]
     if isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
