@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import platform
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -52,6 +53,36 @@ def test_auto_is_bf16_exactly_where_the_cpu_has_it(native, expected, monkeypatch
     # train.precision: auto
     assert amp_dtype("auto", CPU) == (None if expected == torch.float32 else expected)
     assert amp_dtype("fp32", CPU) is None
+
+
+def fake_gpus(monkeypatch, majors: list[int], current: int = 0) -> None:
+    """torch.cuda as a host with GPUs of these compute capabilities (major versions), all able to
+    make bf16 tensors (emulated below 8.0, as on a V100 or T4)."""
+
+    def properties(d=None):
+        index = current if d is None else d if isinstance(d, int) else torch.device(d).index
+        return SimpleNamespace(major=majors[current if index is None else index], minor=0)
+
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+    monkeypatch.setattr(torch.cuda, "_check_bf16_tensor_supported", lambda d: True)
+
+
+@pytest.mark.parametrize("major, expected", [(7, torch.float16), (8, torch.bfloat16)])
+def test_auto_on_cuda_is_bf16_only_where_the_gpu_computes_it(major, expected, monkeypatch):
+    """A V100 (7.0) emulates bf16: auto is fp16 there, with the gradient scaler."""
+    fake_gpus(monkeypatch, [major])
+    assert device.resolve_dtype("auto", torch.device("cuda")) == expected
+    assert amp_dtype("auto", torch.device("cuda:0")) == expected
+
+
+def test_auto_on_cuda_asks_the_named_device_not_the_current_one(monkeypatch):
+    fake_gpus(monkeypatch, [7, 8], current=0)
+    assert device.resolve_dtype("auto", torch.device("cuda:1")) == torch.bfloat16
+    assert device.resolve_dtype("auto", torch.device("cuda:0")) == torch.float16
+    assert device.resolve_dtype("auto", torch.device("cuda")) == torch.float16  # the current one
 
 
 @pytest.mark.skipif(

@@ -52,14 +52,14 @@ def int8_device(name: str) -> torch.device:
 
 
 def resolve_dtype(name: str, device: torch.device, cpu_bf16: bool | None = None) -> torch.dtype:
-    """`auto` -> bf16 on CUDA that supports it (else fp16); on CPU bf16 where it is native, else
+    """`auto` -> bf16 on CUDA with native bf16 (else fp16); on CPU bf16 where it is native, else
     fp32.
 
     `cpu_bf16` says whether the CPU has native bf16; None asks `cpu_native_bf16()`.
     """
     if name == "auto":
         if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            return torch.bfloat16 if cuda_native_bf16(device) else torch.float16
         native = cpu_native_bf16() if cpu_bf16 is None else cpu_bf16
         return torch.bfloat16 if native else torch.float32
     if name not in DTYPES:
@@ -69,6 +69,16 @@ def resolve_dtype(name: str, device: torch.device, cpu_bf16: bool | None = None)
             "use auto, " + ", ".join(DTYPES) + " (or int8: CPU decoding)",
         )
     return DTYPES[name]
+
+
+def cuda_native_bf16(device: torch.device) -> bool:
+    """Does this CUDA device compute bf16 in hardware (compute capability 8.0 on, or ROCm)?
+
+    Not `torch.cuda.is_bf16_supported()`: by default it is also true where bf16 is only emulated
+    (a V100 or T4, which want fp16 with a loss scaler), and it asks about the current device, not
+    `device`.
+    """
+    return bool(torch.version.hip) or torch.cuda.get_device_capability(device)[0] >= 8
 
 
 @functools.cache

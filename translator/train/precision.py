@@ -14,8 +14,9 @@ from translator.device import INTEL, cpu_vendor, resolve_dtype
 def amp_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """Autocast dtype, or None for plain fp32.
 
-    auto: bf16 on CUDA that supports it, fp16 (with a gradient scaler) on older CUDA; on CPU bf16
-    where it is native (device.cpu_native_bf16), else fp32.
+    auto: bf16 on CUDA that computes it (device.cuda_native_bf16), else fp16 with a gradient
+    scaler (a V100 or T4 only emulates bf16); on CPU bf16 where it is native
+    (device.cpu_native_bf16), else fp32.
     """
     dtype = resolve_dtype(precision, device)  # the same rule as inference's --dtype
     return None if dtype == torch.float32 else dtype
