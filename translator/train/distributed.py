@@ -49,6 +49,10 @@ def init(device_name: str) -> Dist:
     device = resolve_device(device_name, "train.device")
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size == 1:
+        # cuda:N made current: what torch.cuda does without a device (the RNG state a save
+        # keeps, train/state.py) is then about this process's device
+        if device.type == "cuda" and device.index is not None:
+            torch.cuda.set_device(device)
         return Dist(device)
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     if device.type == "cuda":  # one GPU per process, chosen by the launcher's local rank

@@ -59,25 +59,48 @@ class TrainState:
 
 
 def rng_state() -> dict[str, Any]:
-    """Python, NumPy, torch CPU and CUDA generator states (tensors, so `weights_only` loads
-    them)."""
+    """Python, NumPy, torch CPU and this process's CUDA device's generator states (tensors, so
+    `weights_only` loads them).
+
+    CUDA: the current device's state alone (distributed.init makes the process's device current),
+    None without CUDA. Not every visible device's: a resume where fewer are visible could not
+    restore them all.
+    """
     kind, key, pos, has_gauss, cached = np.random.get_state()
     numpy_state = [kind, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, cached]
     return {
         "python": random.getstate(),
         "numpy": numpy_state,
         "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None,
     }
 
 
 def set_rng_state(rng: dict[str, Any]) -> None:
+    """Restore `rng_state()`'s states; CUDA's into the current device, when both sides have CUDA.
+
+    Older checkpoints hold a list, one state per device visible at the save (each DDP rank saved
+    all of them): the current device's entry is this process's own; where fewer devices are
+    visible now, the first is taken.
+    """
     random.setstate(rng["python"])
     kind, key, pos, has_gauss, cached = rng["numpy"]
     np.random.set_state((kind, key.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(rng["torch"])
-    if rng["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(rng["cuda"])
+    cuda = rng["cuda"]
+    if isinstance(cuda, list):
+        cuda = _own_cuda_state(cuda)
+    if cuda is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(cuda)
+
+
+def _own_cuda_state(states: list[torch.Tensor]) -> torch.Tensor | None:
+    """This process's state in an older checkpoint's per-device list: the current device's, the
+    first where fewer devices are visible now; None when saved without CUDA (an empty list)."""
+    if not states or not torch.cuda.is_available():
+        return None
+    index = torch.cuda.current_device()
+    return states[index] if index < len(states) else states[0]
 
 
 def seed_all(seed: int) -> None:
