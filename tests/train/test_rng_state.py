@@ -1,5 +1,6 @@
 """The CUDA RNG state a checkpoint keeps is this process's device's: a resume where fewer GPUs are
-visible restores it (on CPU: torch.cuda monkeypatched to fake generators)."""
+visible restores it (on CPU: torch.cuda monkeypatched to fake generators). Seeds past NumPy's range
+wrap around."""
 
 from __future__ import annotations
 
@@ -88,3 +89,20 @@ def test_one_process_on_cuda_n_makes_it_current(monkeypatch):
     assert distributed.init("cuda:1").device == torch.device("cuda", 1)
     distributed.init("cuda")  # the current device already
     assert made_current == [torch.device("cuda", 1)]
+
+
+def draws() -> tuple:
+    import random
+
+    import numpy as np
+
+    return random.random(), np.random.rand(), torch.rand(()).item()
+
+
+@pytest.mark.parametrize("offset", [1, 3 + 1000])  # rank 1; rank 3 resumed at update 1000
+def test_the_top_seed_plus_a_rank_or_update_wraps_around(offset):
+    """train.seed may be 2**32 - 1; startup adds the rank, a resume the rank and the update."""
+    state.seed_all(2**32 - 1 + offset)
+    top = draws()
+    state.seed_all(offset - 1)
+    assert top == draws()

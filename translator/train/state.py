@@ -104,9 +104,13 @@ def _own_cuda_state(states: list[torch.Tensor]) -> torch.Tensor | None:
 
 
 def seed_all(seed: int) -> None:
+    """Seed Python, NumPy and torch (CPU and every CUDA device), modulo 2**32 (NumPy's range):
+    callers add the rank, the update or a recipe member's index to train.seed, itself up to
+    2**32 - 1."""
+    seed %= 2**32
     random.seed(seed)
     np.random.seed(seed)
-    torch.manual_seed(seed)  # seeds every CUDA device too
+    torch.manual_seed(seed)
 
 
 def save_checkpoints(
