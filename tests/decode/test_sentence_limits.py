@@ -5,10 +5,13 @@ sentence."""
 from __future__ import annotations
 
 import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.decode.test_search import reference_beam_search
 from tests.decode.test_toy import _random_table, _table_log_probs, source
-from translator.data.tokenizer import EOS_ID, UNK_ID
+from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from translator.decode import ban_tokens_
 from translator.decode.beam import beam_search
 from translator.decode.greedy import greedy_search
 
@@ -97,3 +100,28 @@ def test_cross_attention_keys_are_projected_once_per_search(make_model, src_batc
     src, src_mask = src_batch
     beam_search(model, src, src_mask, beam_size=3)
     assert rows == [src.shape[0]] * len(model.decoder)
+
+
+class HostTensors(TorchDispatchMode):
+    """Records the shapes of the tensors made from Python data (`aten.lift_fresh`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shapes: list[tuple[int, ...]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func is torch.ops.aten.lift_fresh.default:
+            self.shapes.append(tuple(out.shape))
+        return out
+
+
+def test_the_bans_make_no_host_tensor_to_copy_to_the_device_each_step():
+    """A scalar is passed to a CUDA kernel by value; an index tensor from a list would be copied
+    from the host (a stream sync) at every step of every search."""
+    log_probs, eos_from = torch.zeros(3, 8), torch.tensor([0, 2, 1])
+    with HostTensors() as made:
+        ban_tokens_(log_probs, 1, eos_from)
+    assert all(shape == () for shape in made.shapes), made.shapes
+    banned = torch.tensor([[True, True, False], [True, True, True], [True, True, False]])
+    assert torch.equal(log_probs[:, [PAD_ID, BOS_ID, EOS_ID]].isinf(), banned)

@@ -65,6 +65,8 @@ def log_softmax_into(out: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
 
 def ban_tokens_(log_probs: torch.Tensor, step: int, eos_from: torch.Tensor) -> torch.Tensor:
     """log_probs (N, V), in place: PAD, BOS never generated; EOS not before step eos_from (N,)."""
-    log_probs[:, [PAD_ID, BOS_ID]] = float("-inf")
+    # one scalar index each: a list index is a host tensor, copied to the device at every step
+    log_probs[:, PAD_ID] = float("-inf")
+    log_probs[:, BOS_ID] = float("-inf")
     log_probs[:, EOS_ID] = log_probs[:, EOS_ID].masked_fill(step < eos_from, float("-inf"))
     return log_probs
