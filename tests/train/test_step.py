@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from translator import config
 from translator.data.batching import make_batch
@@ -123,6 +124,41 @@ def test_clipping_bounds_the_update_and_reports_the_unclipped_norm():
     clipped, norm, ok = update(session("train.clip_grad_norm=0.01", sgd=True), [BOTH])
     assert ok and norm == pytest.approx(free_norm, rel=1e-5) and norm > 0.01
     assert total_norm(clipped) == pytest.approx(0.01, rel=1e-3)
+
+
+class HostReads(TorchDispatchMode):
+    """Logs "read" for each tensor value read on the host (`aten._local_scalar_dense`: `float`,
+    `item`, `bool`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            self.events.append("read")
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("clip", ["0", "1.0"])
+def test_no_host_read_follows_the_optimizer_step(clip, monkeypatch):
+    """On CUDA the step is queued, not done: a read after it (the returned norm, say) would make
+    the host wait for it at every update. (AdamW's own reads, inside its step, are of its step
+    counts, which it keeps on the CPU.)"""
+    s = session(f"train.clip_grad_norm={clip}")
+    optimizer_step = s.optimizer.step
+
+    def step() -> None:
+        log.events.append("step")
+        optimizer_step()
+        log.events.append("stepped")
+
+    with HostReads() as log:
+        monkeypatch.setattr(s.optimizer, "step", step)
+        _, _, norm, ok = train_step(s, [BOTH], BOTH.n_tgt_tokens)
+    assert ok and norm > 0
+    assert "read" in log.events[: log.events.index("step")]
+    assert "read" not in log.events[log.events.index("stepped") :]
 
 
 def poison(s: Session) -> torch.utils.hooks.RemovableHandle:

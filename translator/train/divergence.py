@@ -36,7 +36,8 @@ class Divergence:
     MAX_SKIPS_IN_A_ROW skipped updates in a row.
 
     Update N's check is its weights' norm, a device tensor read after update N+1's loss (or before
-    a save), so CUDA does not wait for the optimizer step.
+    a save), so CUDA does not wait for the optimizer step: train_step too reads its loss and
+    gradient norm before it queues its step, never after.
     """
 
     def __init__(self) -> None:

@@ -75,7 +75,9 @@ def train_step(
     s.scaler.unscale_(s.optimizer)
     params = [p for p in s.model.parameters() if p.grad is not None]
     norm = torch.nn.utils.get_total_norm([p.grad for p in params])
-    ok = math.isfinite(loss_total) and math.isfinite(float(norm))
+    # read once, here: read after the step is queued, CUDA would make the host wait for the step
+    grad_norm = float(norm)
+    ok = math.isfinite(loss_total) and math.isfinite(grad_norm)
     if ok:
         if t.clip_grad_norm:
             torch.nn.utils.clip_grads_with_norm_(params, t.clip_grad_norm, norm)
@@ -84,7 +86,7 @@ def train_step(
             s.ema.update_parameters(s.model)
     s.scaler.update()
     s.optimizer.zero_grad(set_to_none=True)
-    return loss_total, nll_total, float(norm), ok
+    return loss_total, nll_total, grad_norm, ok
 
 
 def _limit_reached(
