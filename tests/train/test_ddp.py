@@ -10,13 +10,18 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.train.conftest import variant
-from translator.train import loop
+from translator import config
+from translator.data.batching import make_batch
+from translator.model.transformer import Transformer
+from translator.train import distributed, loop
 from translator.train.batches import TrainBatches
 from translator.train.distributed import Dist
+from translator.train.loop import loss_sums
 from translator.train.schedule import learning_rate
 from translator.train.startup import setup
 from translator.train.state import TrainState
@@ -108,3 +113,39 @@ def test_two_gloo_processes_train_as_one(prepared, tmp_path):
     assert (
         manifest["sessions"][0]["world_size"] == 2 and manifest["sessions"][0]["last_update"] == 4
     )
+
+
+@pytest.mark.parametrize("positions", ["sinusoidal", "rope", "relative", "learned"])
+def test_training_changes_no_buffer_so_ddp_need_not_broadcast_them(positions):
+    """wrap's forward_sync_buffers=False holds only while every buffer is a constant (a running
+    statistic would drift apart between processes)."""
+    cfg = config.load(
+        None,
+        [
+            "model.vocab_size=40",
+            "model.d_model=32",
+            "model.n_heads=4",
+            "model.d_ff=64",
+            "model.n_encoder_layers=1",
+            "model.n_decoder_layers=1",
+            f"model.positions={positions}",
+        ],
+    )
+    model = Transformer(cfg.model)
+    before = {name: b.clone() for name, b in model.named_buffers()}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    batch = make_batch([[5, 6, 7], [8, 9]], [[10, 11], [12, 13, 14]])
+    for _ in range(2):
+        loss, _ = loss_sums(model, batch, 0.1)
+        loss.backward()
+        optimizer.step()
+    assert before or positions in ("relative", "learned")  # the tables are buffers
+    for name, buffer in model.named_buffers():
+        assert torch.equal(buffer, before[name]), name
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:  # a one-process group; world_size=2 only to get past wrap's no-op for one process
+        net = distributed.wrap(model, Dist(torch.device("cpu"), 0, 2))
+        assert net.forward_sync_buffers is False
+    finally:
+        dist.destroy_process_group()

@@ -110,11 +110,16 @@ def main_first(d: Dist, work: Callable[[], object], what: str) -> None:
 
 def wrap(model: torch.nn.Module, d: Dist) -> torch.nn.Module:
     """DDP around the model when there are several processes (it also broadcasts rank 0's
-    weights)."""
+    weights and buffers, once)."""
     if d.world_size == 1:
         return model
     return DistributedDataParallel(
-        model, device_ids=[d.device.index] if d.device.type == "cuda" else None
+        model,
+        device_ids=[d.device.index] if d.device.type == "cuda" else None,
+        # the model's buffers (sinusoid and RoPE tables) are constants: synced at the start, not
+        # broadcast before every forward (tests/train/test_ddp.py checks that training changes
+        # none). broadcast_buffers=False, its deprecated name, would skip the start's sync too
+        forward_sync_buffers=False,
     )
 
 
