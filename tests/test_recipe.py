@@ -26,6 +26,7 @@ from translator.evaluate import Scores
 from translator.files import read_lines
 from translator.prepared import prepared_dir
 from translator.recipe import choose, command
+from translator.recipe.members import member_configs
 
 SETTINGS = (
     "train.max_updates=6",
@@ -386,3 +387,9 @@ def test_an_ensemble_with_a_channel_reranks_the_ensembles_n_best(prepared, tmp_p
             read_lines(MULTI30K / "valid.en")
         )
     assert manifest["test"] is not None
+
+
+def test_members_of_a_top_of_range_seed_get_seeds_within_the_range():
+    cfg = load_config(None, ["train.seed=4294967295"])
+    seeds = [c.train.seed for c in member_configs(cfg, 3)]
+    assert seeds == [4294967295, 0, 1]

@@ -34,7 +34,8 @@ def training_minutes(run_dir: Path, budget_minutes: float) -> float:
 
 
 def member_configs(cfg: Config, members: int) -> list[Config]:
-    """The recipe's one config, or one per ensemble member: run_dir/member-i, seed + i - 1."""
+    """The recipe's one config, or one per ensemble member: run_dir/member-i, seed + i - 1
+    (modulo 2**32)."""
     if members == 1:
         return [cfg]
     return [
@@ -43,7 +44,7 @@ def member_configs(cfg: Config, members: int) -> list[Config]:
             train=dataclasses.replace(
                 cfg.train,
                 run_dir=str(Path(cfg.train.run_dir) / f"member-{i}"),
-                seed=cfg.train.seed + i - 1,
+                seed=(cfg.train.seed + i - 1) % 2**32,  # within train.seed's range
             ),
         )
         for i in range(1, members + 1)
