@@ -180,7 +180,7 @@ def test_an_unreadable_last_pt_names_a_separate_checkpoint_to_resume_from(
         loop.run(cfg, quiet=True)
     assert refused.value.what.startswith("cannot resume: its ")
     assert refused.value.fix.startswith("remove it, then copy step-2.pt (a file of its own)")
-    (run_dir / "last.pt").write_bytes(bytes(data[: len(data) // 2]))  # cut short: not even opened
+    (run_dir / "last.pt").write_bytes(bytes(data[: len(data) // 2]))  # cut short: not opened
     with pytest.raises(TranslatorError) as refused:
         loop.run(cfg, quiet=True)
-    assert "that is not a hard link of it" in refused.value.fix
+    assert refused.value.fix.startswith("remove it, then copy step-2.pt (a file of its own)")
