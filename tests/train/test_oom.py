@@ -3,12 +3,25 @@ CPU)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from tests.train.test_step import BOTH, FIRST, SECOND, SRC, TGT, assert_close, session, update
+from tests.train.test_step import (
+    BOTH,
+    CPU,
+    FIRST,
+    SECOND,
+    SRC,
+    TGT,
+    assert_close,
+    session,
+    update,
+)
 from translator.data.batching import make_batch
 from translator.data.tokenizer import EOS_ID, PAD_ID
-from translator.train import loop
+from translator.errors import TranslatorError
+from translator.train import loop, oom
+from translator.train.distributed import Dist
 
 
 class Lines:
@@ -73,4 +86,21 @@ def test_a_single_sentence_out_of_memory_is_skipped_and_counted(monkeypatch):
     assert (
         "out of memory on a single sentence" in s.metrics.lines[-1]
         and "skipped (1 skipped so far)" in s.metrics.lines[-1]
+    )
+
+
+def test_out_of_memory_with_several_processes_is_one_line_naming_the_update():
+    """A process cannot split its batch alone (the others wait in the all-reduce): the run stops
+    with advice, not torch's traceback."""
+    s = session("train.max_tokens=3000")
+    s.dist, s.state.step = Dist(CPU, rank=1, world_size=2), 6
+
+    def backward(batch, last):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    with pytest.raises(TranslatorError) as err:
+        oom.accumulate(s, [FIRST], backward)
+    assert str(err.value) == (
+        "rank 1: out of memory in update 7 (with several processes a batch cannot be split: the "
+        "others wait for its gradients) (lower train.max_tokens (now 3000) and resume)"
     )

@@ -15,6 +15,7 @@ import torch
 
 from translator.data.batching import Batch
 from translator.data.tokenizer import PAD_ID
+from translator.errors import TranslatorError
 from translator.train.session import Session
 
 
@@ -44,8 +45,8 @@ def accumulate(
     batches.
 
     On torch.OutOfMemoryError: gradients cleared, the failing batch halved (or dropped if it is one
-    sentence), everything redone. With several processes an OOM is raised: the others would wait
-    in the gradient all-reduce for a backward pass that is not coming.
+    sentence), everything redone. With several processes an OOM stops the run (a TranslatorError):
+    the others would wait in the gradient all-reduce for a backward pass that is not coming.
     """
     pieces = list(batches)
     while True:
@@ -58,7 +59,12 @@ def accumulate(
             return sums
         except torch.OutOfMemoryError:
             if s.dist.world_size > 1:
-                raise
+                raise TranslatorError(
+                    f"out of memory in update {s.state.step + 1} (with several processes a batch "
+                    "cannot be split: the others wait for its gradients)",
+                    f"rank {s.dist.rank}",
+                    f"lower train.max_tokens (now {s.cfg.train.max_tokens}) and resume",
+                ) from None
         # out of the except block: its traceback no longer holds the failed pass's tensors
         s.optimizer.zero_grad(set_to_none=True)
         if s.dist.device.type == "cuda":
