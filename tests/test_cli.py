@@ -241,6 +241,20 @@ def test_bad_config_key_is_one_line_error(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+def test_an_error_every_torchrun_process_raises_is_printed_by_rank_0_alone(tmp_path):
+    """Each process of `torchrun -m translator train` reads the same config: one full line (rank
+    0's), not one per process."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  max_update: 3\n")
+    said = {}
+    for rank in ("0", "1"):
+        result = run_cli("train", str(bad), env={**os.environ, "RANK": rank, "WORLD_SIZE": "2"})
+        assert result.returncode == 1
+        said[rank] = result.stderr
+    assert "train.max_update" in said["0"] and said["0"].count("\n") == 1
+    assert said["1"] == "error: rank 1: stopped, see rank 0's error\n"
+
+
 @pytest.mark.parametrize(
     "args, said",
     [

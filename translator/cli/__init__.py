@@ -77,9 +77,9 @@ def main() -> None:
 def run_command(command: typer.Typer) -> None:
     """Run a typer app as a command (`translator`, `python -m translator.recipe`): a
     TranslatorError, or an OSError (disk full, permissions), becomes one `error: ...` line and
-    exit code 1; a usage error (an unknown flag, a value out of range) one line and exit code 2.
-    SIGTERM exits 143 through the same clean-ups as Ctrl-C (train installs its own handler: it
-    saves first)."""
+    exit code 1 (under torchrun, one that every process raised is printed by rank 0 alone); a
+    usage error (an unknown flag, a value out of range) one line and exit code 2. SIGTERM exits
+    143 through the same clean-ups as Ctrl-C (train installs its own handler: it saves first)."""
     signal.signal(signal.SIGTERM, _terminate)
     try:
         args = sys.argv[1:] or ["--help"]
@@ -99,7 +99,12 @@ def run_command(command: typer.Typer) -> None:
     except typer.Abort:  # end of input at a prompt
         sys.exit(1)
     except TranslatorError as err:
-        typer.echo(f"error: {err}", err=True)
+        rank = os.environ.get("RANK", "0")  # set by torchrun
+        if getattr(err, "every_rank", False) and rank != "0":
+            # every process raised the same error: rank 0 prints it, not N copies of it
+            typer.echo(f"error: rank {rank}: stopped, see rank 0's error", err=True)
+        else:
+            typer.echo(f"error: {err}", err=True)
         sys.exit(1)
     except OSError as err:  # click already turns a closed pipe (EPIPE) into a quiet exit
         # a bytes name too (TensorBoard)

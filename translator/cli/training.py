@@ -58,7 +58,12 @@ def train(
     """
     from translator.train import loop
 
-    loop.run(load_config(config, set, data), quiet=quiet)
+    try:
+        cfg = load_config(config, set, data)
+    except TranslatorError as err:
+        err.every_rank = True  # each torchrun process reads the same config: rank 0 prints it
+        raise
+    loop.run(cfg, quiet=quiet)
 
 
 def average(

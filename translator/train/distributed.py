@@ -9,8 +9,8 @@ Without those variables everything here is a no-op for one process. Only rank 0 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from contextlib import nullcontext, suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -27,6 +27,13 @@ from translator.errors import TranslatorError
 # times that on a slow disk. A rank 0 that fails says so at once (see main_first), so this bounds
 # only a hang.
 MAIN_FIRST_TIMEOUT = timedelta(hours=6)
+
+
+class EveryRankError(TranslatorError):
+    """An error every process raises alike (the same check on the same numbers): the command line
+    prints it on rank 0 alone (cli.run_command), not once per process."""
+
+    every_rank = True
 
 
 @dataclass
@@ -101,11 +108,8 @@ def main_first(d: Dist, work: Callable[[], object], what: str) -> None:
     finally:
         dist.destroy_process_group(group)
     if outcome[0] is not None:
-        raise TranslatorError(
-            f"rank 0 failed while {what}: {outcome[0]}",
-            f"rank {d.rank}",
-            "see rank 0's error above",
-        )
+        # short: rank 0 prints the whole error, and maybe after this line
+        raise TranslatorError(f"rank 0 failed while {what}", f"rank {d.rank}", "see its error")
 
 
 def wrap(model: torch.nn.Module, d: Dist) -> torch.nn.Module:
@@ -139,6 +143,15 @@ def sum_all(d: Dist, values: list[float]) -> list[float]:
     return tensor.tolist()
 
 
+def max_all(d: Dist, values: list[float]) -> list[float]:
+    """Element-wise maximum of `values` over all processes (float64)."""
+    if d.world_size == 1:
+        return values
+    tensor = torch.tensor(values, dtype=torch.float64, device=d.device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return tensor.tolist()
+
+
 def gather(d: Dist, obj: Any) -> list[Any]:
     """`obj` from every process, in rank order (picklable objects, e.g. RNG states)."""
     if d.world_size == 1:
@@ -146,3 +159,26 @@ def gather(d: Dist, obj: Any) -> list[Any]:
     out: list[Any] = [None] * d.world_size
     dist.all_gather_object(out, obj)
     return out
+
+
+@contextmanager
+def peer_failures() -> Iterator[None]:
+    """A collective that fails because another process has stopped becomes one line naming this
+    process (the other one printed why it stopped), not gloo's or NCCL's 40-line traceback."""
+    try:
+        yield
+    except RuntimeError as err:  # DistBackendError (NCCL) is one too
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        if world_size == 1 or not _peer_gone(err):
+            raise
+        raise TranslatorError(
+            "another process stopped",
+            f"rank {os.environ.get('RANK', '0')}",
+            "see its error above",
+        ) from None
+
+
+def _peer_gone(err: RuntimeError) -> bool:
+    """Whether `err` is a collective's failure: NCCL raises DistBackendError, gloo a RuntimeError
+    from its transport ("Connection closed by peer", "Connection reset by peer")."""
+    return isinstance(err, dist.DistBackendError) or "/gloo/" in str(err)

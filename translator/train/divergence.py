@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from translator.errors import TranslatorError
+from translator.train.distributed import EveryRankError
 from translator.train.session import Session
 
 # Skipped updates in a row that end the run. A skipped update leaves the weights and the optimizer
@@ -56,7 +56,8 @@ class Divergence:
             self.skips += 1
         if self.skips >= MAX_SKIPS_IN_A_ROW:
             step = s.state.step
-            raise TranslatorError(
+            # on every process alike: `ok` comes of the all-reduced loss and gradient norm
+            raise EveryRankError(
                 f"updates {step - self.skips + 1}-{step} all had a non-finite loss or gradient "
                 "norm and were not applied: the training has diverged",
                 "train.lr",
@@ -69,7 +70,7 @@ class Divergence:
             return
         (step, norm), self.pending = self.pending, None
         if not math.isfinite(float(norm)) and not weights_finite(s.model):
-            raise TranslatorError(
+            raise EveryRankError(
                 f"the optimizer step of update {step} made the weights non-finite",
                 "train.lr",
                 f"lower train.lr or raise train.warmup_steps; {_kept(s)}",

@@ -22,6 +22,7 @@ from translator.config import Config
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
 from translator.files import sweep_dead_temps
+from translator.train.distributed import EveryRankError
 
 
 @dataclass
@@ -146,7 +147,7 @@ def refuse_non_finite(step: int, run_dir: Path, *models: torch.nn.Module) -> Non
     checkpoints out: refused, with one device sync over all tensors."""
     tensors = [t for m in models for t in m.state_dict().values() if t.is_floating_point()]
     if tensors and not torch.stack([torch.isfinite(t).all() for t in tensors]).all():
-        raise TranslatorError(
+        raise EveryRankError(
             f"the weights after update {step} are not finite (NaN or inf): not saved",
             str(run_dir / "last.pt"),
             "it keeps the last checkpoint saved; lower train.lr or check the data, then rerun to "
