@@ -404,6 +404,7 @@ def test_each_process_has_its_own_dropout_stream_and_the_same_initial_weights(
     # no process group: DDP is not the point (nor waiting for rank 0: the data is prepared)
     monkeypatch.setattr(distributed, "wrap", lambda model, d: model)
     monkeypatch.setattr(distributed, "main_first", lambda d, work, what: work())
+    monkeypatch.setattr(startup, "agree_to_resume", lambda d, last: last.is_file())
     draws, weights = [], []
     for rank in range(2):
         monkeypatch.setattr(

@@ -3,13 +3,17 @@ continue, and loading its weights, optimizer, counters and RNG states into the s
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from translator import checkpoint
 from translator.config import Config, architecture_changes, to_dict
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
+from translator.train.distributed import Dist, EveryRankError, gather
 from translator.train.session import Session
 from translator.train.state import restore_best, seed_all, set_rng_state
 
@@ -27,6 +31,47 @@ def unreadable_last(path: Path) -> str:
         )
     shared = f"its hard links ({', '.join(linked)}) share the damage: " if linked else ""
     return f"{shared}start over in a new train.run_dir"
+
+
+def agree_to_resume(d: Dist, last: Path) -> bool:
+    """Whether the run resumes from `last`, alike on every process. Each process says which
+    checkpoint it sees there; one that does not see rank 0's refuses the run on all of them. (Each
+    deciding from its own disk, with a run_dir local to each machine, rank 0 would resume while
+    another started afresh: they would train apart, then wait for each other at the first save.)"""
+    if d.world_size == 1:
+        return last.is_file()
+    seen = gather(d, _identity(last))
+    if all(x == seen[0] for x in seen):
+        return seen[0] is not None
+    others = ", ".join(f"rank {r} {_seen(x)}" for r, x in enumerate(seen) if x != seen[0])
+    raise EveryRankError(
+        f"the processes see different checkpoints: rank 0 {_seen(seen[0])}, {others}",
+        str(last),
+        "put train.run_dir on storage that every machine shares, as data.data_dir",
+    )
+
+
+def _identity(path: Path) -> tuple[int, str] | str | None:
+    """(update, checksum) of the checkpoint at `path`, read without its weights; None when there is
+    none, "unreadable" when it cannot be read (read_resumable then says why)."""
+    if not path.is_file():
+        return None
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        # the checksums `checkpoint.save` stores (format 3: one per part, 2: of the weights)
+        sums = payload.get("sha256") or payload.get("weights_sha256") or ""
+        return payload["state"]["train"]["step"], hashlib.sha256(repr(sums).encode()).hexdigest()
+    except Exception:  # cut short, damaged, not a checkpoint of training
+        return "unreadable"
+
+
+def _seen(identity: tuple[int, str] | str | None) -> str:
+    if identity is None:
+        return "sees no last.pt"
+    if isinstance(identity, str):
+        return "cannot read last.pt"
+    step, sums = identity
+    return f"sees update {step} (sha256 {sums[:12]})"
 
 
 def read_resumable(path: Path, cfg: Config, tokenizer: Tokenizer) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from translator.train.attention import AttentionMonitor
 from translator.train.distributed import Dist
 from translator.train.metrics import Metrics
 from translator.train.precision import amp_dtype, grad_scaler
-from translator.train.resume import read_resumable, resume
+from translator.train.resume import agree_to_resume, read_resumable, resume
 from translator.train.session import Session, make_optimizer, moving_average, training_model
 from translator.train.state import (
     check_run_dir,
@@ -85,14 +85,16 @@ def _inputs(
 ) -> tuple[finetune.Start, Tokenizer, Transformer, dict | None]:
     """How the run starts, the tokenizer, the seeded model and the checkpoint to resume (None: a
     fresh start)."""
-    if not last.is_file():
+    # rank 0's decision, which every process must be able to follow (the same last.pt)
+    resuming = agree_to_resume(d, last)
+    if not resuming:
         refuse_earlier_checkpoints(last.parent)
     start = finetune.plan(cfg, last)
     tokenizer = prepared_tokenizer(cfg, d, quiet, start.vocab_from)
     _set_vocab_sizes(cfg.model, tokenizer)
     model = initial_model(cfg, d, start)
     # read before train.log and the events are opened: a refused resume leaves neither behind
-    payload = read_resumable(last, cfg, tokenizer) if last.is_file() else None
+    payload = read_resumable(last, cfg, tokenizer) if resuming else None
     return start, tokenizer, model, payload
 
 
