@@ -131,7 +131,9 @@ def test_a_kill_before_the_best_link_is_mended_on_resume(small_data, tmp_path, m
     rest of the run, as later validations must beat update 4's BLEU."""
     real_validate, real_link = session.validate, state._link
     monkeypatch.setattr(  # every validation better than the last
-        session, "validate", lambda *args: replace(real_validate(*args), bleu=float(len(calls)))
+        session,
+        "validate",
+        lambda *args, **kwargs: replace(real_validate(*args, **kwargs), bleu=float(len(calls))),
     )
     calls = []
 

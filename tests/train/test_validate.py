@@ -71,7 +71,7 @@ def test_validation_decodes_with_valid_beam_size_else_decode_beam_size(prepared,
     monkeypatch.setattr(
         validate_module,
         "translate_lines",
-        lambda model, tokenizer, lines, decode, data: (
+        lambda model, tokenizer, lines, decode, data, progress=None: (
             beams.append(decode.beam_size) or [[("", 0.0)]] * len(lines)
         ),
     )
@@ -89,6 +89,30 @@ def test_validation_decodes_with_valid_beam_size_else_decode_beam_size(prepared,
     assert beams == [1, 4]
 
 
+def test_a_stop_request_abandons_the_validation_between_batches(prepared):
+    """Checked before each loss batch and after each decoded one: a stop there returns None at
+    once, the model back in train mode (torchrun kills a run that does not stop within 30 s)."""
+    tokenizer = Tokenizer(prepared_dir(prepared.data) / "spm.model")
+    cfg = variant(prepared, "unused", "train.max_tokens=200", "train.valid_bleu_sentences=2")
+    cfg.model.vocab_size = tokenizer.vocab_size
+    model = Transformer(cfg.model)
+
+    def stop_at(call: int | None, checks: list[int]):
+        def stop() -> bool:
+            checks.append(1)
+            return len(checks) == call
+
+        return stop
+
+    whole: list[int] = []
+    assert validate(model, tokenizer, cfg, None, stop=stop_at(None, whole)) is not None
+    assert len(whole) > 3  # several loss batches, the check before decoding, a decoded batch
+    for call in (2, len(whole)):  # the loss's second batch; the last decoded batch
+        checks: list[int] = []
+        assert validate(model, tokenizer, cfg, None, stop=stop_at(call, checks)) is None
+        assert model.training and len(checks) == call
+
+
 def test_validation_bleu_is_tokenized_for_the_target_language(prepared, monkeypatch):
     """A Chinese target gets sacreBLEU's zh tokenizer: 13a would see one token per sentence and
     score 0."""
@@ -98,7 +122,7 @@ def test_validation_bleu_is_tokenized_for_the_target_language(prepared, monkeypa
     monkeypatch.setattr(
         validate_module,
         "translate_lines",
-        lambda model, tokenizer, lines, decode, data: [[(hyp, 0.0)]] * len(lines),
+        lambda model, tokenizer, lines, decode, data, progress=None: [[(hyp, 0.0)]] * len(lines),
     )
     monkeypatch.setattr(
         validate_module,

@@ -170,6 +170,10 @@ class StopRequest:
             raise KeyboardInterrupt
         self.requested, self.signum = True, signum
 
+    def seen(self) -> bool:
+        """Whether a stop was requested (what validation checks between its batches)."""
+        return self.requested
+
     def restore(self) -> None:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
@@ -198,8 +202,13 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
     config.yaml, train.log, manifest.json and TensorBoard events are in train.run_dir (written by
     rank 0 only).
     """
+    with distributed.peer_failures():
+        return _run(cfg, quiet)
+
+
+def _run(cfg: Config, quiet: bool) -> Transformer:
     s = setup(cfg, quiet)
-    t, state = cfg.train, s.state
+    state = s.state
     data = TrainBatches(cfg, s.dist)
     manifest = (
         RunManifest(s.run_dir, cfg, s.dist.world_size, state.step, s.vocab_from, s.changed)
@@ -209,52 +218,16 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
     start_logging(s, data)
     stop, reason = StopRequest(), "error"
     s.clock_zero = time.time() - state.seconds  # training wall-clock continues where it was saved
-    # in training seconds, as state.seconds counts them: summed over the run's sessions, so a
-    # resumed run stops (and its schedule decays) where the uninterrupted one would
-    deadline = 60 * t.max_minutes if t.max_minutes else math.inf
-    seconds = state.seconds  # as every process measured it, averaged (so their lr agree)
-    session_start = (state.step, state.seconds)  # for the bar's end under max_minutes
-    window, divergence = Throughput(start=time.time()), Divergence()
     try:
-        if s.fine_tuning:  # the starting point, which the fine-tuned model is to beat
-            s.metrics.line("validating train.init_from's model before any update")
-            evaluate_and_save(s)
-            window.start = time.time()
-        while True:
-            data.roll(state)
-            if limit := _limit_reached(state, t, seconds, deadline):
-                reason = limit
-                break
-            group = data.take(state, t.grad_accum_steps)
-            _update(s, group, seconds, deadline, window, divergence)
-            now = time.time() - s.clock_zero
-            interrupted, late, seconds = sum_all(
-                s.dist, [float(stop.requested), float(now > deadline), now]
-            )
-            seconds /= s.dist.world_size
-            if deadline < math.inf and seconds > session_start[1]:  # the bar ends with the budget
-                done, spent = state.step - session_start[0], seconds - session_start[1]
-                left = int((deadline - seconds) * done / spent)
-                s.metrics.expect_total(min(t.max_updates, state.step + max(left, 0)))
-            if interrupted or late:
-                reason = "interrupted" if interrupted else "max_minutes"
-                break
-            if state.step % t.eval_every == 0:
-                divergence.check(s)
-                began = time.time()
-                stopping = evaluate_and_save(s)
-                if manifest:  # so that a killed session is still on record to its last save
-                    manifest.saved(state.step, s.saved_step)
-                if stopping:
-                    reason = "early stopping"
-                    break
-                window.start += time.time() - began  # throughput counts training time only
-        divergence.check(s)  # nothing non-finite is saved
+        reason = _train(s, data, stop, manifest)
+        if reason != "interrupted" and state.last_valid_step != state.step:
+            # a limit's reason stands (its verdict on early stopping comes too late to matter)
+            if evaluate_and_save(s, stop.seen) == "interrupted":
+                reason = "interrupted"
         if reason == "interrupted":
+            stop.signum = _signal_received(s, stop)
             save(s, best=False, validated=False)  # last.pt: no step-N.pt for averaging
             s.metrics.line(f"interrupted: saved {s.run_dir / 'last.pt'} at update {state.step}")
-        elif state.last_valid_step != state.step:
-            evaluate_and_save(s)
         s.metrics.line(_stopped_line(state, reason))
     except KeyboardInterrupt:  # a second Ctrl-C, mid-update or mid-save: nothing more is saved
         reason = "interrupted"
@@ -270,3 +243,57 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
     if reason == "interrupted":  # saved, but not done: `train ... && eval ...` must not go on
         raise SystemExit(128 + stop.signum)
     return s.decoding_model()
+
+
+def _train(s: Session, data: TrainBatches, stop: StopRequest, manifest: RunManifest | None) -> str:
+    """Updates and validations until a limit, early stopping or a stop request: returns which (the
+    same on every process). Nothing non-finite is left to save."""
+    t, state = s.cfg.train, s.state
+    # in training seconds, as state.seconds counts them: summed over the run's sessions, so a
+    # resumed run stops (and its schedule decays) where the uninterrupted one would
+    deadline = 60 * t.max_minutes if t.max_minutes else math.inf
+    seconds = state.seconds  # as every process measured it, averaged (so their lr agree)
+    session_start = (state.step, state.seconds)  # for the bar's end under max_minutes
+    window, divergence = Throughput(start=time.time()), Divergence()
+    if s.fine_tuning:  # the starting point, which the fine-tuned model is to beat
+        s.metrics.line("validating train.init_from's model before any update")
+        # its verdict counts: a patience of 1 stops here when the start's loss is not finite
+        if ended := evaluate_and_save(s, stop.seen):
+            return ended
+        window.start = time.time()
+    while True:
+        data.roll(state)
+        if limit := _limit_reached(state, t, seconds, deadline):
+            break
+        group = data.take(state, t.grad_accum_steps)
+        _update(s, group, seconds, deadline, window, divergence)
+        now = time.time() - s.clock_zero
+        interrupted, late, seconds = sum_all(
+            s.dist, [float(stop.requested), float(now > deadline), now]
+        )
+        seconds /= s.dist.world_size
+        if deadline < math.inf and seconds > session_start[1]:  # the bar ends with the budget
+            done, spent = state.step - session_start[0], seconds - session_start[1]
+            left = int((deadline - seconds) * done / spent)
+            s.metrics.expect_total(min(t.max_updates, state.step + max(left, 0)))
+        if interrupted or late:
+            limit = "interrupted" if interrupted else "max_minutes"
+            break
+        if state.step % t.eval_every == 0:
+            divergence.check(s)
+            began = time.time()
+            limit = evaluate_and_save(s, stop.seen)
+            if manifest:  # so that a killed session is still on record to its last save
+                manifest.saved(state.step, s.saved_step)
+            if limit:
+                break
+            window.start += time.time() - began  # throughput counts training time only
+    divergence.check(s)  # nothing non-finite is saved
+    return limit
+
+
+def _signal_received(s: Session, stop: StopRequest) -> int:
+    """The signal that stopped the run, alike on every process (torchrun reports rank 0's exit
+    code, and SIGTERM may have reached another rank alone): SIGTERM over Ctrl-C when both came."""
+    (signum,) = distributed.max_all(s.dist, [float(stop.signum if stop.requested else 0)])
+    return int(signum) or signal.SIGINT

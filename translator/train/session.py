@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,6 +116,8 @@ def save(s: Session, best: bool, validated: bool = True) -> None:
     refuse_non_finite(s.state.step, s.run_dir, s.model, s.decoding_model())
     rngs = gather(s.dist, rng_state())
     if not s.dist.main:
+        # what rank 0 saves: a stop's advice ("last.pt keeps update N") is then alike everywhere
+        s.saved_step = s.state.step
         return
     s.state.rng, s.state.world_size = rngs, s.dist.world_size
     if best:  # checked against best.pt on a resume: a kill before its link leaves it stale
@@ -142,55 +145,77 @@ def _finite_loss(result: Validation, cfg: Config) -> bool:
     return math.isnan(result.loss) and result.too_long == too_long_pairs(cfg)[1]
 
 
-def evaluate_and_save(s: Session) -> bool:
-    """Validate on rank 0, log, checkpoint; returns True (on every process) when early stopping says
-    stop."""
-    state, t, stop = s.state, s.cfg.train, 0.0
-    improved = False
-    if s.dist.main:
+def evaluate_and_save(s: Session, stop: Callable[[], bool] = lambda: False) -> str | None:
+    """Validate on rank 0, log, checkpoint. Returns, alike on every process, why the run ends:
+    "early stopping"; "interrupted" when `stop()` (a stop request) turned true during the
+    validation, which is then abandoned, nothing saved (the caller saves last.pt at once: torchrun
+    kills its processes 30 s after its SIGTERM); None to go on."""
+    state, main = s.state, s.dist.main
+    improved, stop_now, abandoned = False, 0.0, 0.0
+    if main:
         began = time.time()
-        trained_s = began - s.clock_zero  # when training reached this update
-        result = validate(s.decoding_model(), s.tokenizer, s.cfg, s.dtype)
-        # its cost is logged: docs/benchmarks.md holds it to 5% of a validation
-        if s.monitor is not None:
-            validation_s = time.time() - began
-            seconds = s.monitor.log(s.decoding_model(), state.step, s.metrics)
-            s.metrics.line(
-                f"attention diagnostics: {seconds:.2f} s, {100 * seconds / validation_s:.1f}% of "
-                f"the validation's {validation_s:.1f} s"
-            )
-        # a model whose loss overflows is no candidate, whatever its BLEU (best_bleu starts at -1)
-        finite = _finite_loss(result, s.cfg)
-        improved = finite and result.bleu > state.best_bleu
-        if improved:
-            state.best_bleu = result.bleu
-        state.bad_evals = 0 if improved else state.bad_evals + 1
-        s.metrics.scalars(state.step, result.scalars(), "valid")
-        # against training wall-clock too: the step of this tag is seconds, not updates
-        s.metrics.scalar_vs_seconds(trained_s, "valid/bleu_vs_seconds", result.bleu)
-        s.metrics.text(
-            state.step,
-            "valid/samples",
-            "\n\n".join(
-                f"**source:** {src}  \n**output:** {hyp}  \n**reference:** {ref}"
-                for src, hyp, ref in result.samples
-            ),
-        )
-        s.metrics.line(
-            f"validation at update {state.step}: loss {result.loss:.3f}, ppl {result.ppl:.2f}, "
-            f"BLEU {result.bleu:.2f}, chrF {result.chrf:.2f}{' (best)' if improved else ''} "
-            f"[{result.signature}]"
-            + (
-                f"; {result.too_long} pairs over model.max_positions not in the loss"
-                if result.too_long
-                else ""
-            )
-            + ("; a non-finite loss: never best.pt" if not finite else "")
-        )
-        stop = float(bool(t.patience and state.bad_evals >= t.patience))
+        result = validate(s.decoding_model(), s.tokenizer, s.cfg, s.dtype, stop=stop)
+        if result is None:
+            abandoned = 1.0
+        else:
+            improved = _log_validation(s, result, began)
+            patience = s.cfg.train.patience
+            stop_now = float(bool(patience and state.bad_evals >= patience))
+    # rank 0's verdict and early stopping's counters, on every process (the others add 0): a
+    # process that kept its own would disagree on _limit_reached (fine-tuning's update 0)
+    stop_now, abandoned, bad_evals, best_bleu = sum_all(
+        s.dist,
+        [stop_now, abandoned, state.bad_evals * main, state.best_bleu * main],
+    )
+    if abandoned:
+        return "interrupted"
+    state.bad_evals, state.best_bleu = int(bad_evals), best_bleu
     state.last_valid_step = state.step
-    (stop,) = sum_all(s.dist, [stop])
     # update 0 (fine-tuning's start) is train.init_from's model: best.pt may hold it, but a step
     # file would put the unchanged model into `average --last N`
     save(s, best=improved, validated=state.step > 0)
-    return bool(stop)
+    return "early stopping" if stop_now else None
+
+
+def _log_validation(s: Session, result: Validation, began: float) -> bool:
+    """Log a validation (begun at time `began`) and count it for early stopping; True when its BLEU
+    is the best so far."""
+    state = s.state
+    trained_s = began - s.clock_zero  # when training reached this update
+    # its cost is logged: docs/benchmarks.md holds it to 5% of a validation
+    if s.monitor is not None:
+        validation_s = time.time() - began
+        seconds = s.monitor.log(s.decoding_model(), state.step, s.metrics)
+        s.metrics.line(
+            f"attention diagnostics: {seconds:.2f} s, {100 * seconds / validation_s:.1f}% of "
+            f"the validation's {validation_s:.1f} s"
+        )
+    # a model whose loss overflows is no candidate, whatever its BLEU (best_bleu starts at -1)
+    finite = _finite_loss(result, s.cfg)
+    improved = finite and result.bleu > state.best_bleu
+    if improved:
+        state.best_bleu = result.bleu
+    state.bad_evals = 0 if improved else state.bad_evals + 1
+    s.metrics.scalars(state.step, result.scalars(), "valid")
+    # against training wall-clock too: the step of this tag is seconds, not updates
+    s.metrics.scalar_vs_seconds(trained_s, "valid/bleu_vs_seconds", result.bleu)
+    s.metrics.text(
+        state.step,
+        "valid/samples",
+        "\n\n".join(
+            f"**source:** {src}  \n**output:** {hyp}  \n**reference:** {ref}"
+            for src, hyp, ref in result.samples
+        ),
+    )
+    s.metrics.line(
+        f"validation at update {state.step}: loss {result.loss:.3f}, ppl {result.ppl:.2f}, "
+        f"BLEU {result.bleu:.2f}, chrF {result.chrf:.2f}{' (best)' if improved else ''} "
+        f"[{result.signature}]"
+        + (
+            f"; {result.too_long} pairs over model.max_positions not in the loss"
+            if result.too_long
+            else ""
+        )
+        + ("; a non-finite loss: never best.pt" if not finite else "")
+    )
+    return improved

@@ -7,6 +7,7 @@ Decoding and scoring go through `translate.translate_lines` and `evaluate.score`
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -53,6 +54,10 @@ def too_long_pairs(cfg: Config) -> tuple[int, int]:
     return len(src) - len(fitting_pairs(src, tgt, cfg.model.max_positions)), len(src)
 
 
+class _Stopped(Exception):
+    """A stop request seen between two of validation's batches."""
+
+
 @torch.no_grad()
 def validate(
     model: Transformer,
@@ -60,10 +65,34 @@ def validate(
     cfg: Config,
     dtype: torch.dtype | None,
     n_samples: int = 3,
-) -> Validation:
-    """Score `model` (left in train mode afterwards) on the prepared valid split."""
-    device = next(model.parameters()).device
+    stop: Callable[[], bool] = lambda: False,
+) -> Validation | None:
+    """Score `model` (left in train mode afterwards) on the prepared valid split; None when
+    `stop()` turned true between two batches, the rest abandoned (a stopped run saves at once)."""
     model.eval()
+    try:
+        return _validate(model, tokenizer, cfg, dtype, n_samples, stop)
+    except _Stopped:
+        return None
+    finally:
+        model.train()
+
+
+def _validate(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    cfg: Config,
+    dtype: torch.dtype | None,
+    n_samples: int,
+    stop: Callable[[], bool],
+) -> Validation:
+    """`validate`'s work: the loss over the valid split, then BLEU/chrF of its decoded sources."""
+
+    def check(*progress: int) -> None:
+        if stop():
+            raise _Stopped
+
+    device = next(model.parameters()).device
     folder = prepared_dir(cfg.data)
     src, tgt = TokenArray(folder / "valid.src"), TokenArray(folder / "valid.tgt")
     loss, tokens = 0.0, 0
@@ -72,6 +101,7 @@ def validate(
     for rows in token_batches(
         src.lengths[fits], tgt.lengths[fits], cfg.train.max_tokens, seed=0, epoch=0
     ):
+        check()
         rows = fits[rows]
         batch = make_batch([src[i] for i in rows], [tgt[i] for i in rows]).to(device)
         with autocast(device, dtype):
@@ -87,11 +117,14 @@ def validate(
     refs = read_lines(folder / f"valid.{cfg.data.tgt_lang}")
     limit = cfg.train.valid_bleu_sentences or len(sources)
     decode = replace(cfg.decode, beam_size=cfg.train.valid_beam_size or cfg.decode.beam_size)
+    check()
     with autocast(device, dtype):
-        translated = translate_lines(model, tokenizer, sources[:limit], decode, data=cfg.data)
+        # `progress` comes after each decoded batch: the stop request is checked there too
+        translated = translate_lines(
+            model, tokenizer, sources[:limit], decode, progress=check, data=cfg.data
+        )
         hyps = [h[0][0] for h in translated]
     scores = score(hyps, refs[:limit], tgt_lang=cfg.data.tgt_lang)
-    model.train()
     mean = loss / tokens if tokens else math.nan  # no pair fits: no loss to report
     return Validation(
         mean,
