@@ -17,6 +17,7 @@ from translator import checkpoint, cli
 from translator.errors import TranslatorError
 from translator.files import atomic_write
 from translator.train import loop, state
+from translator.train.manifest import RunManifest
 
 Usage = namedtuple("Usage", "total used free")
 
@@ -94,6 +95,29 @@ def test_a_disk_that_fills_during_a_save_leaves_the_last_complete_checkpoint(
     assert not list(run_dir.glob(".*.tmp"))
     session = json.loads((run_dir / "manifest.json").read_text())["sessions"][-1]
     assert (session["last_update"], session["saved_update"]) == (4, 2)
+
+
+def test_a_full_disk_names_the_checkpoint_not_the_run_record_that_fails_after_it(
+    small_data, tmp_path, monkeypatch, capsys
+):
+    """The save fails first; manifest.json's closing write then fails too, and must not hide it."""
+
+    def full_disk(obj, handle, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def record_fails(self, *args):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "run" / "x.json"))
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    monkeypatch.setattr(RunManifest, "finish", record_fails)
+    cfg = small(small_data, tmp_path / "run")
+    monkeypatch.setattr(sys, "argv", ["translator", "train", "-", "--quiet"])
+    monkeypatch.setattr(cli.training, "load_config", lambda *args: cfg)
+    with pytest.raises(SystemExit) as exit_code:
+        cli.main()
+    err = capsys.readouterr().err
+    assert exit_code.value.code == 1 and err.count("\n") == 1
+    assert "last.pt" in err and "x.json" not in err
 
 
 @pytest.mark.parametrize("fail_after", [0, 1, 5])

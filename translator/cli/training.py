@@ -29,7 +29,8 @@ def prepare(
 ) -> None:
     """Clean the corpus, train SentencePiece, write id arrays to data/<name>/ (cached by config).
 
-    A rerun with the same data config is a cache hit. `train` does this itself when the data is
+    A rerun with the same data config is a cache hit (a directory with a file missing, cut
+    short or changed is prepared again). `train` does this itself when the data is
     missing; run it alone to prepare on one machine and train on another.
 
     Example: translator prepare configs/multi30k.yaml --data ../shared/data/multi30k \\

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 import signal
+import sys
 import threading
 import time
+from contextlib import nullcontext, suppress
 
 import torch
 
@@ -237,7 +239,9 @@ def _run(cfg: Config, quiet: bool) -> Transformer:
     finally:
         stop.restore()
         if manifest:
-            manifest.finish(state.step, reason, s.saved_step)
+            # a run already failing (a full disk) keeps its own error: the record's cannot hide it
+            with suppress(OSError) if sys.exc_info()[1] else nullcontext():
+                manifest.finish(state.step, reason, s.saved_step)
         s.metrics.close()
         distributed.close(s.dist)
     if reason == "interrupted":  # saved, but not done: `train ... && eval ...` must not go on
