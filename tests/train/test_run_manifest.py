@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
+from translator.train import manifest
 from translator.train.manifest import RunManifest
 
 
@@ -16,3 +18,15 @@ def test_a_damaged_run_manifest_is_kept_aside_and_a_new_record_starts(prepared, 
     assert (run_dir / "manifest.json.damaged").read_text().startswith('{"sessions"')
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "manifest.json: damaged" in err and "new record" in err
+
+
+def test_data_checksums_of_an_older_prepare_hash_separate_vocabularies(tmp_path, monkeypatch):
+    """A manifest from before prepare recorded sha256s: every id array and SentencePiece model is
+    hashed, the two models of separate vocabularies included (there is no spm.model then)."""
+    for name in ("train.src.ids.npy", "spm.src.model", "spm.tgt.model"):
+        (tmp_path / name).write_bytes(name.encode())
+    monkeypatch.setattr(manifest, "prepared_dir", lambda data: tmp_path)
+    monkeypatch.setattr(manifest, "load_manifest", lambda data, vocab_from=None: {})
+    sums = manifest.data_checksums(None)["sha256"]
+    assert sums == {n: hashlib.sha256(n.encode()).hexdigest() for n in sorted(sums)}
+    assert sorted(sums) == ["spm.src.model", "spm.tgt.model", "train.src.ids.npy"]

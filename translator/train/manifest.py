@@ -8,7 +8,6 @@ since last.pt was saved; the file is rewritten atomically at the start and at th
 
 from __future__ import annotations
 
-import hashlib
 import json
 import platform
 import shlex
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from translator.config import to_dict
+from translator.data.tokenizer import sha256_file
 from translator.files import atomic_write
 from translator.prepared import load_manifest, prepared_dir
 from translator.versions import installed
@@ -50,13 +50,9 @@ def data_checksums(cfg_data, vocab_from: str | None = None) -> dict[str, Any]:
     prepared = load_manifest(cfg_data, vocab_from)
     files = prepared.get("files")
     if files is None:  # prepared by an older version: hash the files now
-        files = {}
-        for path in sorted(folder.glob("*.npy")) + [folder / "spm.model"]:
-            digest = hashlib.sha256()
-            with open(path, "rb") as handle:
-                while chunk := handle.read(1 << 24):
-                    digest.update(chunk)
-            files[path.name] = digest.hexdigest()
+        # *.model: spm.model, or spm.src.model and spm.tgt.model with separate vocabularies
+        paths = sorted(folder.glob("*.npy")) + sorted(folder.glob("*.model"))
+        files = {path.name: sha256_file(path) for path in paths}
     return {
         "dir": str(folder),
         "config_hash": prepared.get("config_hash"),
@@ -135,7 +131,9 @@ class RunManifest:
         self.write()
 
     def write(self) -> None:
-        self.data["wall_seconds"] = round(sum(s["seconds"] for s in self.data["sessions"]), 1)
+        self.data["wall_seconds"] = round(
+            sum(s.get("seconds", 0) for s in self.data["sessions"]), 1
+        )
         with atomic_write(self.path) as handle:
             handle.write(json.dumps(self.data, indent=2) + "\n")
 
