@@ -407,10 +407,12 @@ def run_cli_to(stdout: str, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux's /dev/full")
-@pytest.mark.parametrize("command", ["eval", "info"])
+@pytest.mark.parametrize("command", ["eval", "info", "attention"])
 def test_eval_and_info_refuse_a_closed_stdout_and_name_it_when_full(tiny, tmp_path, command):
     """The scores would be lost with exit 0; a failed write said no path."""
     args = [command, str(tiny.path)]
+    if command == "attention":
+        args += ["A dog.", "-o", str(tmp_path / "attn")]
     if command == "eval":
         (tmp_path / "src").write_text("A dog.\n")
         (tmp_path / "ref").write_text("Ein Hund.\n")

@@ -249,13 +249,13 @@ def attention(
     from translator.loading import load
     from translator.translate import with_overrides
 
+    require_stdout("attention")  # the table is the result
     model, cfg, tokenizer = load(ckpt, device, dtype)
     # lines end at "\n" alone (as for translate: U+2028 inside a sentence does not split it)
     text = sys.stdin.read() if not sentences else ""
     lines = sentences or [line.rstrip("\r") for line in text.split("\n") if line.strip()]
     decode = with_overrides(cfg.decode, beam_size=beam)
-    typer.echo(
-        attention_mod.run(
-            model, tokenizer, cfg.diagnostics, decode, lines, target, out, html, words
-        )
+    table = attention_mod.run(
+        model, tokenizer, cfg.diagnostics, decode, lines, target, out, html, words
     )
+    print_result(table, "the attention table")
