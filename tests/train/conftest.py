@@ -3,6 +3,7 @@ process."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from tests.conftest import REPO, tiny_overrides
@@ -15,3 +16,25 @@ def variant(prepared: config.Config, run_dir: Path, *overrides: str) -> config.C
     data_dir = Path(prepared.data.data_dir)
     base = [*tiny_overrides(data_dir, run_dir), "train.precision=fp32"]
     return config.load(REPO / "configs" / "tiny.yaml", [*base, *overrides])
+
+
+# a model of a few thousand parameters: vocabulary 40, d_model 32, 4 heads, one layer a side
+TINY_MODEL = [
+    "model.vocab_size=40",
+    "model.d_model=32",
+    "model.n_heads=4",
+    "model.d_ff=64",
+    "model.n_encoder_layers=1",
+    "model.n_decoder_layers=1",
+]
+
+
+def torchrun_env(rank: int, port: int, world_size: int = 2) -> None:
+    """The environment `torchrun --nproc_per_node 2` gives process `rank` (for mp.spawn workers)."""
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )

@@ -14,7 +14,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.train.conftest import variant
+from tests.train.conftest import TINY_MODEL, torchrun_env, variant
 from translator import config
 from translator.data.batching import make_batch
 from translator.model.transformer import Transformer
@@ -38,13 +38,7 @@ SETTINGS = (
 def _worker(rank: int, cfg, port: int, out_dir: str) -> None:
     """One process of `torchrun --nproc_per_node 2`: the same environment, then `train`."""
     torch.set_num_threads(1)
-    os.environ.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE="2",
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-    )
+    torchrun_env(rank, port)
     model = loop.run(cfg, quiet=True)
     torch.save(model.state_dict(), os.path.join(out_dir, f"rank{rank}.pt"))
 
@@ -122,12 +116,7 @@ def test_training_changes_no_buffer_so_ddp_need_not_broadcast_them(positions):
     cfg = config.load(
         None,
         [
-            "model.vocab_size=40",
-            "model.d_model=32",
-            "model.n_heads=4",
-            "model.d_ff=64",
-            "model.n_encoder_layers=1",
-            "model.n_decoder_layers=1",
+            *TINY_MODEL,
             f"model.positions={positions}",
         ],
     )

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from tests.train.conftest import variant
+from tests.train.conftest import torchrun_env, variant
 from tests.train.test_ddp import free_port
 from translator.errors import TranslatorError
 from translator.train import loop, session
@@ -108,13 +108,7 @@ INJECT = {
 def _worker(rank: int, cfgs: list, port: int, out_dir: str, inject: str | None) -> None:
     """One process of `torchrun --nproc_per_node 2 -m translator train`; writes how it ended."""
     torch.set_num_threads(1)
-    os.environ.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE="2",
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-    )
+    torchrun_env(rank, port)
     if inject:
         INJECT[inject](rank)
     try:

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from tests.train.conftest import TINY_MODEL
 from translator import config
 from translator.model.transformer import Transformer
 from translator.train.dropout import BitsDropout, at_least, keep_mask, use_bits_dropout
@@ -89,12 +90,7 @@ def tiny_model() -> Transformer:
     cfg = config.load(
         None,
         [
-            "model.vocab_size=40",
-            "model.d_model=32",
-            "model.n_heads=4",
-            "model.d_ff=64",
-            "model.n_encoder_layers=1",
-            "model.n_decoder_layers=1",
+            *TINY_MODEL,
             "model.dropout=0.1",
             "model.activation_dropout=0.2",
         ],

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from tests.train.conftest import TINY_MODEL
 from translator import config
 from translator.data.batching import make_batch
 from translator.device import cpu_native_bf16
@@ -29,12 +30,7 @@ def session(*overrides: str, sgd: bool = False, device: torch.device = CPU) -> S
     cfg = config.load(
         None,
         [
-            "model.vocab_size=40",
-            "model.d_model=32",
-            "model.n_heads=4",
-            "model.d_ff=64",
-            "model.n_encoder_layers=1",
-            "model.n_decoder_layers=1",
+            *TINY_MODEL,
             "model.dropout=0.0",
             "train.precision=fp32",
             *overrides,
