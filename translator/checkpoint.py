@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from translator.config import Config, architecture_changes, from_dict, to_dict
-from translator.data.tokenizer import Tokenizer
+from translator.data.tokenizer import Tokenizer, proto_checksum
 from translator.errors import TranslatorError
 from translator.files import atomic_write
 from translator.model.transformer import Transformer
@@ -127,11 +127,11 @@ def read(path: str | Path) -> dict[str, Any]:
 
 
 def _check_tokenizer(payload: dict[str, Any], path: str | Path) -> None:
-    """The SentencePiece model bytes against their stored sha256 (Tokenizer.checksum's): a flipped
+    """The SentencePiece model bytes against their stored sha256 (proto_checksum): a flipped
     byte there changes every translation silently."""
     saved = payload.get("tokenizer", {})
-    proto = saved.get("proto", b"") + (saved.get("target_proto") or b"")
-    if "sha256" in saved and hashlib.sha256(proto).hexdigest() != saved["sha256"]:
+    checksum = proto_checksum(saved.get("proto", b""), saved.get("target_proto"))
+    if "sha256" in saved and checksum != saved["sha256"]:
         raise TranslatorError(
             "its tokenizer (SentencePiece model) does not match its checksum (the file is damaged)",
             str(path),

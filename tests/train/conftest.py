@@ -4,7 +4,11 @@ process."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+
+import pytest
+import torch.multiprocessing as mp
 
 from tests.conftest import REPO, tiny_overrides
 from translator import config
@@ -38,3 +42,15 @@ def torchrun_env(rank: int, port: int, world_size: int = 2) -> None:
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
     )
+
+
+def spawn_ranks(worker, args: tuple, deadline_s: float) -> None:
+    """worker(rank, *args) in two spawned processes; fails (rather than hang the suite) when they
+    have not finished by the deadline."""
+    context = mp.start_processes(worker, args=args, nprocs=2, join=False, start_method="spawn")
+    deadline = time.time() + deadline_s
+    while not context.join(timeout=1):
+        if time.time() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"the ranks did not finish within {deadline_s} s")

@@ -8,15 +8,13 @@ import math
 import os
 import shutil
 import signal
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
-from tests.train.conftest import torchrun_env, variant
+from tests.train.conftest import spawn_ranks, torchrun_env, variant
 from tests.train.test_ddp import free_port
 from translator.errors import TranslatorError
 from translator.train import loop, session
@@ -126,19 +124,7 @@ def _worker(rank: int, cfgs: list, port: int, out_dir: str, inject: str | None) 
 def run_two(cfgs: list, out_dir: Path, inject: str | None = None, deadline_s: float = 120):
     """Both ranks' outcomes; fails (rather than hang the suite) when they do not end in time."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    context = mp.start_processes(
-        _worker,
-        args=(cfgs, free_port(), str(out_dir), inject),
-        nprocs=2,
-        join=False,
-        start_method="spawn",
-    )
-    deadline = time.time() + deadline_s
-    while not context.join(timeout=1):
-        if time.time() > deadline:
-            for process in context.processes:
-                process.kill()
-            pytest.fail(f"the ranks did not finish within {deadline_s} s")
+    spawn_ranks(_worker, (cfgs, free_port(), str(out_dir), inject), deadline_s)
     return [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(2)]
 
 

@@ -4,15 +4,14 @@ prepares."""
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from tests.conftest import REPO
 from tests.data.conftest import small_splits, write_text_corpus
+from tests.train.conftest import spawn_ranks
 from tests.train.test_ddp import free_port
 from translator import config, prepare
 from translator.errors import TranslatorError
@@ -74,15 +73,7 @@ def _worker(rank: int, cfg: config.Config, port: int, out_dir: str) -> None:
 def spawn_two(cfg: config.Config, out_dir: Path, deadline_s: float = 300) -> None:
     """Run both ranks; fail (rather than hang the suite) if they have not finished by the
     deadline."""
-    context = mp.start_processes(
-        _worker, args=(cfg, free_port(), str(out_dir)), nprocs=2, join=False, start_method="spawn"
-    )
-    deadline = time.time() + deadline_s
-    while not context.join(timeout=1):
-        if time.time() > deadline:
-            for process in context.processes:
-                process.kill()
-            pytest.fail(f"the ranks did not finish within {deadline_s} s")
+    spawn_ranks(_worker, (cfg, free_port(), str(out_dir)), deadline_s)
 
 
 def test_two_ranks_prepare_once_then_train_alike(tmp_path):

@@ -147,9 +147,8 @@ class Tokenizer:
         return self.target_sp.get_piece_size()
 
     def checksum(self) -> str:
-        """sha256 of the model; with separate vocabularies, of the source model's bytes then the
-        target's."""
-        return hashlib.sha256(self._proto + (self._target_proto or b"")).hexdigest()
+        """sha256 of the model (proto_checksum)."""
+        return proto_checksum(self._proto, self._target_proto)
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Source ids without BOS/EOS; callers add them where the model needs them."""
@@ -183,6 +182,12 @@ def _processor(proto: bytes) -> spm.SentencePieceProcessor:
             fix="train it with `translator prepare`",
         )
     return sp
+
+
+def proto_checksum(proto: bytes, target_proto: bytes | None = None) -> str:
+    """sha256 of a SentencePiece model; with separate vocabularies, of the source model's bytes
+    then the target's (what checkpoints store as the tokenizer's sha256)."""
+    return hashlib.sha256(proto + (target_proto or b"")).hexdigest()
 
 
 def sha256_file(path: str | Path) -> str:
