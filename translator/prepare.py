@@ -74,12 +74,18 @@ def run(
         )
         return out
     # replaced whole: refuse a directory that holds something else
+    elsewhere = "move it away, or set another data.name or data.data_dir"
     refuse_foreign_dir(
-        out,
-        ("manifest.json",),
-        "exists but holds no prepared data (no manifest.json)",
-        "move it away, or set another data.name or data.data_dir",
+        out, ("manifest.json",), "exists but holds no prepared data (no manifest.json)", elsewhere
     )
+    # a training run directory has a manifest.json too, but never a SentencePiece model file
+    if (out / "manifest.json").is_file() and not any(out.glob("spm*.model")):
+        raise TranslatorError(
+            "holds a manifest.json but no SentencePiece model: not prepared data "
+            "(a training run directory?), and prepare would replace it",
+            str(out),
+            elsewhere,
+        )
     started = time.time()
     with Bars(quiet) as bars, atomic_dir(out) as tmp:
         manifest = _prepare(data, tmp, bars, vocab)

@@ -413,3 +413,17 @@ def test_the_summary_says_when_the_vocabulary_is_smaller_than_requested(joint):
     manifest["settings"]["vocab_size"] = 1677
     vocab_row = next(v for k, v in prepared.summary_rows(manifest) if k.startswith("vocabular"))
     assert "requested" not in vocab_row
+
+
+def test_a_training_run_directory_is_not_prepared_over(tmp_path, corpus):
+    """A run directory has a manifest.json too: data.name set to a run's name must not replace
+    its checkpoints."""
+    cfg = tiny_config(corpus, tmp_path / "data")
+    run_dir = prepared_dir(cfg.data)
+    run_dir.mkdir(parents=True)
+    (run_dir / "manifest.json").write_text('{"sessions": []}\n')
+    (run_dir / "best.pt").write_bytes(b"weights")
+    with pytest.raises(TranslatorError, match="no SentencePiece model") as err:
+        run(cfg, force=True)
+    assert err.value.where == str(run_dir)
+    assert sorted(p.name for p in run_dir.iterdir()) == ["best.pt", "manifest.json"]
