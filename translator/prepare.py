@@ -18,6 +18,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 
 from translator import checkpoint
@@ -42,6 +43,17 @@ from translator.prepared import (
 
 SPLITS = ("valid", "test", "train")  # the small ones first: a missing split fails at once
 SEED = 1  # SentencePiece sample and training: fixed, so that train.seed does not change the data
+
+
+def _holds_prepared_data(folder: Path) -> bool:
+    """Whether `folder`, which has a manifest.json, is an earlier prepare's output: its manifest
+    lists prepared files, or (the manifest damaged) a SentencePiece model is there. A training run
+    directory has a manifest.json too, of another kind, and never a SentencePiece model file."""
+    with suppress(OSError, ValueError, UnicodeDecodeError):
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        if isinstance(manifest, dict) and "files" in manifest:
+            return True
+    return any(folder.glob("spm*.model"))
 
 
 def checkpoint_vocab(cfg: Config) -> Tokenizer | None:
@@ -78,11 +90,10 @@ def run(
     refuse_foreign_dir(
         out, ("manifest.json",), "exists but holds no prepared data (no manifest.json)", elsewhere
     )
-    # a training run directory has a manifest.json too, but never a SentencePiece model file
-    if (out / "manifest.json").is_file() and not any(out.glob("spm*.model")):
+    if (out / "manifest.json").is_file() and not _holds_prepared_data(out):
         raise TranslatorError(
-            "holds a manifest.json but no SentencePiece model: not prepared data "
-            "(a training run directory?), and prepare would replace it",
+            "holds a manifest.json but no prepared data (a training run directory?): "
+            "prepare would replace it",
             str(out),
             elsewhere,
         )

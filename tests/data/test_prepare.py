@@ -423,7 +423,7 @@ def test_a_training_run_directory_is_not_prepared_over(tmp_path, corpus):
     run_dir.mkdir(parents=True)
     (run_dir / "manifest.json").write_text('{"sessions": []}\n')
     (run_dir / "best.pt").write_bytes(b"weights")
-    with pytest.raises(TranslatorError, match="no SentencePiece model") as err:
+    with pytest.raises(TranslatorError, match="no prepared data .a training run directory") as err:
         run(cfg, force=True)
     assert err.value.where == str(run_dir)
     assert sorted(p.name for p in run_dir.iterdir()) == ["best.pt", "manifest.json"]
