@@ -43,12 +43,12 @@ def split_long(ids: list[int], limit: int, pieces: list[str]) -> list[list[int]]
 
 def _split_sentence(ids: list[int], limit: int, pieces: list[str]) -> list[list[int]]:
     """Cut one sentence into runs of <= limit, each cut at the best place _cut_rank finds."""
-    out = []
-    while len(ids) > limit:
-        cut = max(range(1, limit + 1), key=lambda i, p=pieces: _cut_rank(p, i))
-        out.append(ids[:cut])
-        ids, pieces = ids[cut:], pieces[cut:]
-    return [*out, ids]
+    out, start = [], 0  # cut by index: slicing off the rest at each cut is quadratic in length
+    while len(ids) - start > limit:
+        cut = max(range(start + 1, start + limit + 1), key=lambda i: _cut_rank(pieces, i))
+        out.append(ids[start:cut])
+        start = cut
+    return [*out, ids[start:]]
 
 
 def _word_start(piece: str) -> bool:
