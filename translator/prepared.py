@@ -94,6 +94,15 @@ def read_manifest(folder: Path) -> dict:
         raise TranslatorError(f"damaged manifest.json ({err})", str(path), PREPARE_AGAIN) from None
     if not isinstance(manifest, dict):
         raise TranslatorError("damaged manifest.json (not an object)", str(path), PREPARE_AGAIN)
+    for key in ("files", "file_sizes"):
+        # prepare lists the files it wrote by name: a path would be read outside the directory
+        for name in manifest.get(key) or {}:
+            if name in ("", ".", "..") or Path(name).name != name:
+                raise TranslatorError(
+                    f"damaged manifest.json ({key} names {name!r}, not a file of the directory)",
+                    str(path),
+                    PREPARE_AGAIN,
+                )
     return manifest
 
 

@@ -27,6 +27,13 @@ def truncate(path, keep: int = 100) -> None:
     path.write_bytes(path.read_bytes()[:keep])
 
 
+def list_file(folder, key: str, name: str) -> None:
+    """An edited manifest.json that lists a path outside the directory: it would be read there."""
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest[key][name] = manifest[key]["valid.de" if key == "file_sizes" else "spm.model"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
 @pytest.mark.parametrize(
     "damage, message",
     [
@@ -35,6 +42,8 @@ def truncate(path, keep: int = 100) -> None:
         (lambda d: (d / "spm.model").unlink(), r"spm\.model is missing"),
         (lambda d: (d / "valid.de").unlink(), r"valid\.de is missing"),
         (lambda d: truncate(d / "manifest.json"), r"damaged manifest\.json \(.*"),
+        (lambda d: list_file(d, "file_sizes", "../outside.txt"), r"file_sizes names '\.\./out"),
+        (lambda d: list_file(d, "files", "/etc/hostname"), r"files names '/etc/hostname'"),
     ],
 )
 def test_damaged_data_is_refused_in_one_line_and_prepare_repairs_it(cfg, damage, message):
