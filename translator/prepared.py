@@ -144,7 +144,9 @@ def checksum_damage(folder: Path, manifest: dict) -> str:
         if seen.get(name) != now[name] and sha256_file(path) != digest:
             return f"{name} changed after prepare (its sha256 is not manifest.json's)"
     if now != seen:
-        with suppress(OSError):  # read-only prepared data: hashed again next time
+        # read-only prepared data (atomic_write words its OSError as a TranslatorError): hashed
+        # again next time
+        with suppress(OSError, TranslatorError):
             with atomic_write(folder / VERIFIED) as handle:
                 json.dump(now, handle)
     return ""

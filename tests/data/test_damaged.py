@@ -4,7 +4,9 @@ it up to date."""
 
 from __future__ import annotations
 
+import errno
 import json
+import tempfile
 
 import numpy as np
 import pytest
@@ -127,3 +129,16 @@ def test_eval_refuses_a_truncated_reference_file(cfg):
     truncate(prepared_dir(cfg.data) / "test.de", 50)
     with pytest.raises(TranslatorError, match=r"test\.de has 50 bytes, not the"):
         _split_files(cfg.data, "test")
+
+
+def test_prepared_data_on_a_read_only_file_system_are_checked_and_used(cfg, monkeypatch):
+    """Prepared on one machine, trained on another from a read-only mount: the checksums'
+    cache cannot be written there, and that is no reason to refuse the data."""
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    folder = prepared_dir(cfg.data)
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    prepare.ensure(cfg, quiet=True)  # the first start: every file hashed, nothing cached
+    assert not (folder / VERIFIED).exists()
