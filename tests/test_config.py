@@ -278,3 +278,26 @@ def test_a_length_ratio_below_one_is_refused_as_it_would_drop_every_pair():
     assert err.value.where == "data.max_length_ratio"
     for ratio in ("0", "1", "1.5"):  # off; equal lengths only; a ratio
         config.load(None, [f"data.max_length_ratio={ratio}"])
+
+
+def test_paths_expand_home_and_environment_variables_as_a_shell_would(monkeypatch):
+    monkeypatch.setenv("HOME", "/home/someone")
+    monkeypatch.setenv("SCRATCH", "/scratch/someone")
+    cfg = config.load(
+        None,
+        [
+            "data.data_dir=~/data",
+            "data.source=$SCRATCH/corpus",
+            "train.run_dir=${SCRATCH}/runs/x",
+            "train.init_from=~/base.pt",
+        ],
+    )
+    assert cfg.data.data_dir == "/home/someone/data"
+    assert cfg.data.source == "/scratch/someone/corpus"
+    assert cfg.train.run_dir == "/scratch/someone/runs/x"
+    assert cfg.train.init_from == "/home/someone/base.pt"
+    assert config.load(None, ["data.source=hf:wmt/wmt14:de-en"]).data.source == "hf:wmt/wmt14:de-en"
+    monkeypatch.delenv("NOSUCH", raising=False)
+    with pytest.raises(TranslatorError, match=r"names \$NOSUCH, which is not set") as err:
+        config.load(None, ["train.run_dir=$NOSUCH/runs"])
+    assert err.value.where == "train.run_dir"

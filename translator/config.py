@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -49,6 +51,18 @@ def _check_range(
         raise TranslatorError(
             f"{name}={value} is out of range", f"{section}.{name}", f"use a value {rule}"
         )
+
+
+def _expand_path(value: str, key: str) -> str:
+    """A path setting with `~` and `$NAME` expanded, as a shell would: YAML files and `--set`
+    values reach us unexpanded, and a literal `~` would become a directory of that name here."""
+    expanded = os.path.expandvars(os.path.expanduser(value))
+    unset = re.search(r"\$\{?\w+\}?", expanded)
+    if unset:
+        raise TranslatorError(
+            f"{value!r} names {unset[0]}, which is not set", key, "set it, or write the path out"
+        )
+    return expanded
 
 
 @dataclass(kw_only=True)
@@ -106,6 +120,9 @@ class DataConfig:
     """Train SentencePiece on a seeded random sample of at most this many sentences (0 = all)."""
 
     def __post_init__(self) -> None:
+        self.data_dir = _expand_path(self.data_dir, "data.data_dir")
+        if not self.source.startswith("hf:"):
+            self.source = _expand_path(self.source, "data.source")
         _check_range(
             "data",
             self,
@@ -373,6 +390,8 @@ class TrainConfig:
     """Stop after this many validations without a better BLEU (0 = never)."""
 
     def __post_init__(self) -> None:
+        self.run_dir = _expand_path(self.run_dir, "train.run_dir")
+        self.init_from = _expand_path(self.init_from, "train.init_from")
         if not self.run_dir.strip():  # the current directory would take checkpoints and logs
             raise TranslatorError(
                 "run_dir is empty", "train.run_dir", "name a directory, e.g. runs/my-run"
