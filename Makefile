@@ -40,6 +40,8 @@ FORCE:
 # The test install includes the peers (transformers, ctranslate2: the `bench` extra) so that the
 # interop tests run; the constraint keeps pip from replacing the pinned torch while resolving them.
 $(STAMP): pyproject.toml Makefile $(TORCH_INDEX_FILE)  ## venv with torch pinned first (TORCH_INDEX=URL picks its build), then the package with dev and bench extras
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null || { \
+		echo "error: $(PYTHON) is not Python 3.10 or newer, which translator needs (give one: make install PYTHON=python3.11)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) \
@@ -75,7 +77,7 @@ lint: $(STAMP)  ## ruff check and ruff format --check
 ifeq ($(DATA),)
 DATA_ARGS :=
 else
-DATA_ARGS := --data $(DATA) --set data.splits.valid=valid --set data.splits.test=test2016
+DATA_ARGS := --data '$(DATA)' --set data.splits.valid=valid --set data.splits.test=test2016
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 endif
