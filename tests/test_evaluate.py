@@ -124,6 +124,23 @@ def test_eval_scores_in_the_checkpoints_target_language(prepared, tmp_path, monk
     assert scores.bleu == pytest.approx(43.47, abs=0.01) and "tok:zh" in scores.bleu_signature
 
 
+def test_eval_does_not_write_through_a_link_beside_a_downloaded_checkpoint(prepared, tmp_path):
+    """The default hypothesis file is named here, beside the checkpoint: a link planted there
+    (a downloaded model's directory) is replaced, not followed; a link given with -o is."""
+    ckpt = save_tiny(prepared, tmp_path / "model" / "tiny.pt")
+    src, ref = tmp_path / "src.en", tmp_path / "ref.de"
+    src.write_text("A man rides a bike.\n"), ref.write_text("Ein Mann fährt Fahrrad.\n")
+    precious = tmp_path / "precious.txt"
+    precious.write_text("mine")
+    (tmp_path / "model" / "ref.de.hyp").symlink_to(precious)
+    evaluate.run(ckpt, src_file=src, ref_file=ref, quiet=True)
+    assert precious.read_text() == "mine"
+    assert not (tmp_path / "model" / "ref.de.hyp").is_symlink()
+    (tmp_path / "mine.hyp").symlink_to(precious)
+    evaluate.run(ckpt, src_file=src, ref_file=ref, hyp_file=tmp_path / "mine.hyp", quiet=True)
+    assert precious.read_text() != "mine" and (tmp_path / "mine.hyp").is_symlink()
+
+
 def test_hypothesis_count_must_match():
     with pytest.raises(ValueError, match="2 hypotheses for 3 references"):
         evaluate.score(REFS[:2], REFS)

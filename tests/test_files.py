@@ -275,3 +275,20 @@ def test_a_directory_sweep_removes_dead_owners_temps_only(tmp_path):
         (tmp_path / name).write_bytes(b"x")
     assert sweep_dead_temps(tmp_path) == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept)
+
+
+def test_atomic_write_not_following_a_link_replaces_the_link_and_spares_its_target(tmp_path):
+    """For a name the command picks in a directory it was given (a downloaded run or model
+    directory): a link planted there must not aim the write at a file elsewhere."""
+    elsewhere = tmp_path / "home" / ".bashrc"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text("precious")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for name, target in (("config.yaml", elsewhere), ("to-dir", elsewhere.parent)):
+        (run_dir / name).symlink_to(target)
+        with atomic_write(run_dir / name, follow_link=False) as handle:
+            handle.write("ours")
+        assert not (run_dir / name).is_symlink() and (run_dir / name).read_text() == "ours"
+    assert elsewhere.read_text() == "precious"
+    assert sorted(p.name for p in elsewhere.parent.iterdir()) == [".bashrc"]

@@ -87,8 +87,11 @@ def save(
     cfg: Config,
     tokenizer: Tokenizer,
     state: dict[str, Any] | None = None,
+    *,
+    follow_link: bool = True,
 ) -> None:
-    """Write model weights, config, tokenizer and any training `state` (optimizer, step, RNG...)."""
+    """Write model weights, config, tokenizer and any training `state` (optimizer, step, RNG...).
+    `follow_link`: see files.atomic_write (False for a name training picks in its run directory)."""
     payload = {
         "model": model.state_dict(),
         "config": to_dict(cfg),
@@ -99,7 +102,7 @@ def save(
         },
         "state": state or {},
     }
-    with atomic_write(path, "wb") as handle:
+    with atomic_write(path, "wb", follow_link=follow_link) as handle:
         torch.save(seal(payload), handle)
 
 

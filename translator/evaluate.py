@@ -146,7 +146,8 @@ def run(
         raise TranslatorError(
             "the hypotheses would overwrite an input", str(hyp_path), "give another -o file"
         )
-    with atomic_write(hyp_path) as handle:  # opened first: an unwritable path fails before decoding
+    # opened first: an unwritable path fails before decoding; a name picked here replaces a link
+    with atomic_write(hyp_path, follow_link=bool(hyp_file)) as handle:
         if not quiet:
             log(f"eval: {model_precision(model, dtype or cfg.decode.dtype)}")
         with sentence_progress("eval", quiet) as progress:

@@ -15,25 +15,32 @@ from translator.errors import TranslatorError
 
 
 @contextmanager
-def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator:
+def atomic_write(
+    path: str | Path, mode: str = "w", encoding: str | None = "utf-8", *, follow_link: bool = True
+) -> Iterator:
     """Open a temporary file beside `path`; rename it over `path` only if the block succeeds.
 
     A path that cannot be written fails here, before the block runs (eval opens its output before
     decoding). A symlink keeps pointing where it did: the file it names is replaced. A device or
     pipe (`-o /dev/null`, `/dev/stdout`) is written through, never replaced. A write that fails
     (a full disk) is one error naming `path`.
+
+    `follow_link=False`, for a name the command picks itself inside a directory it was given (a
+    run directory, a checkpoint's): a symlink there is replaced by the file, not written through,
+    so a downloaded directory cannot aim the write at a file elsewhere.
     """
     given = path = Path(path)
-    if path.is_dir():
+    replace_link = path.is_symlink() and not follow_link  # os.replace puts the file in its place
+    if path.is_dir() and not replace_link:
         raise TranslatorError("is a directory", str(path), "give a file name")
-    if path.exists() and not path.is_file():
+    if path.exists() and not path.is_file() and not replace_link:
         with (
             write_errors(given),
             open(path, mode, encoding=None if "b" in mode else encoding) as handle,
         ):
             yield handle
         return
-    if path.is_symlink():  # replace the file it names (or would name), not the link
+    if path.is_symlink() and follow_link:  # replace the file it names (or would name), not the link
         path = Path(os.path.realpath(path))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

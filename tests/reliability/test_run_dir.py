@@ -186,3 +186,25 @@ def test_an_unreadable_last_pt_names_a_separate_checkpoint_to_resume_from(
     with pytest.raises(TranslatorError) as refused:
         loop.run(cfg, quiet=True)
     assert refused.value.fix.startswith("remove it, then copy step-2.pt (a file of its own)")
+
+
+def test_links_in_a_copied_run_dir_are_replaced_not_written_through(
+    small_data, trained_run, tmp_path
+):
+    """A downloaded or copied run directory whose files are symlinks: resuming there writes the
+    run directory's own files and leaves what the links named as it was."""
+    run_dir = _copy(trained_run, tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for name in ("config.yaml", "manifest.json", ".lock", "last.pt"):
+        if (run_dir / name).exists():
+            shutil.copy(run_dir / name, elsewhere / name)
+        else:
+            (elsewhere / name).write_text("precious")
+        (run_dir / name).unlink(missing_ok=True)
+        (run_dir / name).symlink_to(elsewhere / name)
+    before = {p.name: p.read_bytes() for p in elsewhere.iterdir()}
+    loop.run(small(small_data, run_dir, "train.max_updates=6"), quiet=True)
+    assert {p.name: p.read_bytes() for p in elsewhere.iterdir()} == before
+    assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 6
+    assert not any((run_dir / name).is_symlink() for name in ("config.yaml", "manifest.json"))

@@ -98,7 +98,9 @@ def write_results(
         lines.append(
             f"test, {described(chosen)} (the better on valid):\n  " + "\n  ".join(test.lines())
         )
-    with atomic_write(run_dir / "scores.txt") as handle:
+    with atomic_write(run_dir / "scores.txt", follow_link=False) as handle:
         handle.write("\n".join(lines) + "\n")
-    with atomic_write(run_dir / MANIFEST) as handle:  # last: its presence marks a finished recipe
+    with atomic_write(
+        run_dir / MANIFEST, follow_link=False
+    ) as handle:  # last: its presence marks a finished recipe
         handle.write(json.dumps(manifest, indent=2) + "\n")

@@ -134,7 +134,7 @@ class RunManifest:
         self.data["wall_seconds"] = round(
             sum(s.get("seconds", 0) for s in self.data["sessions"]), 1
         )
-        with atomic_write(self.path) as handle:
+        with atomic_write(self.path, follow_link=False) as handle:
             handle.write(json.dumps(self.data, indent=2) + "\n")
 
 

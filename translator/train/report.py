@@ -35,7 +35,7 @@ def start_logging(s: Session, data: TrainBatches) -> None:
     (rank 0)."""
     cfg, state, n_pairs = s.cfg, s.state, len(data.src)
     if s.dist.main:
-        with atomic_write(s.run_dir / "config.yaml") as handle:
+        with atomic_write(s.run_dir / "config.yaml", follow_link=False) as handle:
             handle.write(dump(cfg))
     s.metrics.advance(state.step, "")
     s.metrics.text(state.step, "config", "```yaml\n" + dump(cfg) + "```")

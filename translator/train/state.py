@@ -134,7 +134,7 @@ def save_checkpoints(
     """
     keep = cfg.train.keep_last if validated else 0
     last = run_dir / "last.pt"
-    checkpoint.save(last, model, cfg, tokenizer, payload)
+    checkpoint.save(last, model, cfg, tokenizer, payload, follow_link=False)
     for name in [f"step-{step}.pt"] * bool(keep) + ["best.pt"] * best:
         _link(last, run_dir / name)
     if keep:
@@ -228,7 +228,10 @@ def _lock(run_dir: Path) -> bool:
     other hosts see."""
     if run_dir.resolve() in _LOCKS:
         return True
-    fd = os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    lock = run_dir / ".lock"
+    if lock.is_symlink():  # never ours: a copied or downloaded run directory's, aimed elsewhere
+        lock.unlink()
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as err:
