@@ -41,8 +41,9 @@ class Scores:
         if self.lc_tok_bleu is not None:
             out.append(
                 f"lowercased tokenized BLEU = {self.lc_tok_bleu:.2f}  ({self.lc_tok_signature})  "
-                "[as Multi30k papers report (multi-bleu on lowercased, tokenized text); "
-                "not comparable with sacreBLEU above]"
+                "[as Multi30k papers report (multi-bleu on lowercased, tokenized text), "
+                "sacreBLEU's 13a tokenizer standing in for Moses'; not comparable with "
+                "sacreBLEU above]"
             )
         return out
 

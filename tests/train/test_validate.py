@@ -195,3 +195,8 @@ def test_training_says_at_start_up_that_valid_pairs_are_too_long_and_validates_a
     over = int(log[start:].split()[1])
     assert 0 < over < 40 and "pairs take more than model.max_positions=24" in log
     assert f"; {over} pairs over model.max_positions not in the loss" in log
+    # the BLEU is labelled with what it decoded: not eval's whole split with decode.beam_size
+    n_valid = len((tmp_path / "data" / cfg.data.name / "valid.en").read_text().splitlines())
+    beam = cfg.train.valid_beam_size or cfg.decode.beam_size
+    said = "greedy" if beam == 1 else f"beam {beam}"
+    assert f" on 4 of {n_valid:,} sentences, {said}" in log

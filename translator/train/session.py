@@ -209,7 +209,8 @@ def _log_validation(s: Session, result: Validation, began: float) -> bool:
     )
     s.metrics.line(
         f"validation at update {state.step}: loss {result.loss:.3f}, ppl {result.ppl:.2f}, "
-        f"BLEU {result.bleu:.2f}, chrF {result.chrf:.2f}{' (best)' if improved else ''} "
+        f"BLEU {result.bleu:.2f}, chrF {result.chrf:.2f} on {result.decoded}"
+        f"{' (best)' if improved else ''} "
         f"[{result.signature}]"
         + (
             f"; {result.too_long} pairs over model.max_positions not in the loss"

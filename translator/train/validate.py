@@ -1,7 +1,10 @@
 """Validation: loss and perplexity of the valid split, then BLEU/chrF of its decoded sources.
 
 Decoding and scoring go through `translate.translate_lines` and `evaluate.score`, the code the
-`eval` command uses, so a validation BLEU is the BLEU `eval` reports for the same checkpoint.
+`eval` command uses. A validation BLEU is what `eval --split valid` reports for the same checkpoint
+only where both decode alike: by default validation decodes the first train.valid_bleu_sentences
+sentences with train.valid_beam_size (greedy in the recipes), under training's autocast, where
+eval decodes them all with decode.beam_size in decode.dtype; the log line names what it decoded.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class Validation:
     samples: list[tuple[str, str, str]]  # (source, hypothesis, reference), the first few sentences
     # pairs left out of the loss: longer than the model's positions (BLEU splits their sources)
     too_long: int = 0
+    decoded: str = ""  # what BLEU and chrF scored, e.g. "300 of 1,014 sentences, greedy"
 
     def scalars(self) -> dict[str, float]:
         return {"loss": self.loss, "ppl": self.ppl, "bleu": self.bleu, "chrf": self.chrf}
@@ -134,4 +138,6 @@ def _validate(
         scores.bleu_signature,
         list(zip(sources, hyps, refs))[:n_samples],
         len(src) - len(fits),
+        f"{'all ' if limit >= len(sources) else f'{limit:,} of '}{len(sources):,} sentences, "
+        + ("greedy" if decode.beam_size == 1 else f"beam {decode.beam_size}"),
     )
