@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import resource
 import shlex
 import shutil
 import statistics
@@ -39,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from bench.machine import cpu_model
+from bench.machine import cpu_model, memory_mib
 from translator import checkpoint, config, evaluate, prepare
 from translator.device import resolve_device
 from translator.files import atomic_write, read_lines
@@ -144,7 +143,7 @@ def run_option(option: str, args) -> dict:
     peak = (
         torch.cuda.max_memory_allocated(device)
         if device.type == "cuda"
-        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        else memory_mib("VmHWM") * 2**20  # not ru_maxrss: a child's starts at its parent's peak
     )
     return {
         "option": option,

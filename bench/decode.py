@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.machine import cpu_model, load_average, versions
+from bench.machine import cpu_model, load_average, memory_mib, versions
 from translator.data.tokenizer import Tokenizer, train_sentencepiece
 
 WMT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wmt"
@@ -95,7 +95,7 @@ def worker(spec: dict, workdir: Path) -> dict:
         decode, params = decode_systems.load(spec)
     last = batches[-1]
     decode({"src": last["src"][:8], "pieces": last["pieces"][:8], "length": 8})  # warm-up
-    rss_before = _proc_status_mib("VmRSS")
+    rss_before = memory_mib("VmRSS")
     on_cuda = spec["device"] == "cuda"
     if on_cuda:
         import torch
@@ -106,7 +106,7 @@ def worker(spec: dict, workdir: Path) -> dict:
         tokens += decode(batch)
     seconds = time.perf_counter() - started
     # VmHWM, not ru_maxrss: a child's ru_maxrss starts at its parent's RSS at the fork
-    peak = torch.cuda.max_memory_allocated() / 2**20 if on_cuda else _proc_status_mib("VmHWM")
+    peak = torch.cuda.max_memory_allocated() / 2**20 if on_cuda else memory_mib("VmHWM")
     return {
         **spec,
         "params": params,
@@ -116,15 +116,6 @@ def worker(spec: dict, workdir: Path) -> dict:
         "peak_mib": round(peak),
         "rss_after_warmup_mib": round(rss_before),
     }
-
-
-def _proc_status_mib(field: str) -> float:
-    """A memory figure of this process from /proc (VmRSS now, VmHWM its peak); 0 without /proc."""
-    try:
-        fields = Path("/proc/self/status").read_text().split(f"{field}:")[1].split()
-        return int(fields[0]) / 1024  # kB
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 def run_all(specs: list[dict], workdir: Path, repeats: int) -> tuple[list[dict], list[list[dict]]]:

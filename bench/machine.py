@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from translator.device import cpu_features, cpu_name
 from translator.versions import installed
@@ -36,3 +37,21 @@ def versions(*packages: str) -> str:
     """ "transformers 5.25.0, ctranslate2 4.8.5" for those of `packages` that are installed."""
     found = installed(*packages)
     return ", ".join(f"{p} {found[p]}" for p in packages if p in found)
+
+
+def memory_mib(field: str) -> float:
+    """A memory figure of this process from /proc/self/status in MiB (VmRSS now, VmHWM its peak);
+    0 without /proc. VmHWM, not ru_maxrss: a child's ru_maxrss starts at its parent's peak."""
+    try:
+        fields = Path("/proc/self/status").read_text().split(f"{field}:")[1].split()
+        return int(fields[0]) / 1024  # kB
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def reset_peak_memory() -> None:
+    """Set this process's VmHWM to its VmRSS (Linux), so that the peak counts from now on."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass

@@ -8,9 +8,10 @@ Each config runs in its own process: real token batches from prepared data (Mult
 multi30k, the WMT newstest files standing in for WMT14 for base, with the model's vocabulary at the
 config's 32000), the training step of `translator train` (AdamW, label smoothing, autocast,
 clipping), warm-up updates first, then timed updates. Memory: torch.cuda.max_memory_allocated on
-CUDA; on CPU the process's peak resident set (ru_maxrss), with the resident set before the model
-was built shown beside it. On CUDA the model FLOPs utilisation is reported: the forward and backward
-matmul FLOPs of the real (non-padding) tokens, over the time, over the GPU's dense bf16 peak.
+CUDA; on CPU the process's peak resident set (VmHWM, reset just before the model is built), with
+the resident set at that moment shown beside it. On CUDA the model FLOPs utilisation is reported:
+the forward and backward matmul FLOPs of the real (non-padding) tokens, over the time, over the
+GPU's dense bf16 peak.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from bench.machine import cpu_model, load_average
+from bench.machine import cpu_model, load_average, memory_mib, reset_peak_memory
 from translator import config, prepare
 from translator.config import Config, ModelConfig
 from translator.data.batching import Batch
@@ -87,8 +87,9 @@ feed-forward layers, the output projection, attention scores and values; recompu
 checkpointing not counted). MFU = TFLOP/s / the GPU's dense bf16 peak (table in bench/train.py;
 `n/a` for an unknown GPU or a CPU)."""
 NOTES_CPU = """\
-Memory on CPU is the process's peak resident set (`ru_maxrss`), which includes the Python and
-torch libraries; the resident set before the model was built is the baseline to subtract. Not yet
+Memory on CPU is the process's peak resident set (VmHWM, reset just before the model is built),
+which includes the Python and torch libraries; the resident set at that moment is the baseline to
+subtract. Not yet
 measured: the CUDA path (bf16, the config's max_tokens and grad_accum_steps, 5 warm-up + 20 timed
 updates, `torch.cuda.max_memory_allocated`, MFU); no GPU was available for this run."""
 NOTES_CUDA = """\
@@ -118,7 +119,8 @@ def bench_config(name: str, device: torch.device, args) -> dict:
     on_cuda = device.type == "cuda"
     cfg = bench_cfg(name, device, args.max_tokens)
     cfg.model.vocab_size = MODEL_VOCAB.get(name) or cfg.data.vocab_size
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    reset_peak_memory()  # the peak counts from here: not imports, data loading or a parent's
+    rss_before = memory_mib("VmRSS")
     s = build(cfg, device)
     data, state = TrainBatches(cfg, s.dist), TrainState()
     tokens = flops = 0.0
@@ -148,12 +150,9 @@ def bench_config(name: str, device: torch.device, args) -> dict:
         "seconds": seconds,
         "tgt_tokens_per_s": tokens / seconds,
         "peak_mib": (
-            torch.cuda.max_memory_allocated(device)
-            if on_cuda
-            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        )
-        / 2**20,
-        "rss_before_mib": rss_before / 2**20,
+            torch.cuda.max_memory_allocated(device) / 2**20 if on_cuda else memory_mib("VmHWM")
+        ),
+        "rss_before_mib": rss_before,
         "tflops": flops / seconds / 1e12,
         "mfu": flops / seconds / peak if peak else None,
     }
