@@ -331,6 +331,15 @@ def test_average_refuses_other_architectures(prepared, tmp_path):
     assert not (tmp_path / "avg.pt").exists()
 
 
+def test_a_checkpoint_whose_config_does_not_build_its_weights_is_one_line(prepared, tmp_path):
+    ckpt = save_tiny(prepared, tmp_path / "a.pt")
+    payload = checkpoint.read(ckpt)
+    payload["config"]["model"]["d_ff"] += 8  # a hand-edited config, resealed
+    torch.save(checkpoint.seal(payload), ckpt)
+    with pytest.raises(TranslatorError, match=r"do not fit its model settings \(size mismatch f"):
+        checkpoint.load(ckpt)
+
+
 def test_average_refuses_checkpoints_of_another_tokenizer(prepared, tmp_path):
     a, b = (
         save_tiny(prepared, tmp_path / "a.pt", seed=1),

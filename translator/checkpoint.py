@@ -222,11 +222,25 @@ def load(
     payload = read(path)
     cfg = from_dict(payload["config"], str(path))
     model = Transformer(cfg.model)
-    model.load_state_dict(payload["model"])
+    fit_weights(model, payload["model"], str(path))
     tokenizer = Tokenizer.from_proto(
         payload["tokenizer"]["proto"], payload["tokenizer"].get("target_proto")
     )
     return model.to(device).eval(), cfg, tokenizer
+
+
+def fit_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], where: str) -> None:
+    """Load `weights` into `model`; names or shapes its config does not build (a hand-edited
+    config, a foreign file) are one line naming the first, not torch's list of every one."""
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as err:
+        first = str(err).splitlines()[1:2] or ["mismatched parameters"]
+        raise TranslatorError(
+            f"its weights do not fit its model settings ({first[0].strip()})",
+            where,
+            "use a checkpoint written by `translator train` or `translator import-hf`",
+        ) from None
 
 
 def saved_update(path: str | Path) -> int | None:

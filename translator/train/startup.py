@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from translator import prepare
+from translator.checkpoint import fit_weights
 from translator.config import Config, ModelConfig
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
@@ -171,13 +172,6 @@ def initial_model(cfg: Config, d: Dist, start: finetune.Start) -> Transformer:
     seed_all(cfg.train.seed)  # the same initial weights on every process
     model = training_model(cfg.model, d.device, compiled=cfg.train.compile)
     if start.weights is not None:
-        try:
-            model.load_state_dict(start.weights)
-        except RuntimeError as err:  # names and shapes that its own model section does not build
-            first = str(err).splitlines()[1:2] or ["mismatched parameters"]
-            raise TranslatorError(
-                f"its weights do not fit its model settings ({first[0].strip()})",
-                f"train.init_from: {cfg.train.init_from}",
-                "use a checkpoint written by `translator train` or `translator import-hf`",
-            ) from None
+        # names and shapes that its own model section does not build: one line
+        fit_weights(model, start.weights, f"train.init_from: {cfg.train.init_from}")
     return model
