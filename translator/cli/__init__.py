@@ -17,6 +17,7 @@ import typer
 
 from translator import __version__
 from translator.cli import decoding, interop, training
+from translator.cli.stdout import use_utf8
 from translator.errors import TranslatorError
 
 app = typer.Typer(
@@ -79,8 +80,10 @@ def run_command(command: typer.Typer) -> None:
     TranslatorError, or an OSError (disk full, permissions), becomes one `error: ...` line and
     exit code 1 (under torchrun, one that every process raised is printed by rank 0 alone); a
     usage error (an unknown flag, a value out of range) one line and exit code 2. SIGTERM exits
-    143 through the same clean-ups as Ctrl-C (train installs its own handler: it saves first)."""
+    143 through the same clean-ups as Ctrl-C (train installs its own handler: it saves first).
+    stdin and stdout are UTF-8 whatever the locale (see `use_utf8`)."""
     signal.signal(signal.SIGTERM, _terminate)
+    use_utf8()
     try:
         args = sys.argv[1:] or ["--help"]
         if {"-h", "--help"} & set(args) and not sys.stdout.isatty():

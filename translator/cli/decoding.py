@@ -26,7 +26,12 @@ from translator.cli.options import (
     QuietOpt,
     needs_channel,
 )
-from translator.cli.stdout import print_result, reader_may_leave, require_stdout
+from translator.cli.stdout import (
+    print_result,
+    reader_may_leave,
+    require_stdout,
+    utf8_argument,
+)
 from translator.errors import TranslatorError
 
 
@@ -252,10 +257,12 @@ def attention(
     require_stdout("attention")  # the table is the result
     model, cfg, tokenizer = load(ckpt, device, dtype)
     # lines end at "\n" alone (as for translate: U+2028 inside a sentence does not split it)
-    text = sys.stdin.read() if not sentences else ""
-    lines = sentences or [line.rstrip("\r") for line in text.split("\n") if line.strip()]
+    text = sys.stdin.read() if not sentences else ""  # UTF-8: see cli.stdout.use_utf8
+    lines = [utf8_argument(s) for s in sentences or []]
+    lines = lines or [line.rstrip("\r") for line in text.split("\n") if line.strip()]
+    targets = None if target is None else [utf8_argument(t) for t in target]
     decode = with_overrides(cfg.decode, beam_size=beam)
     table = attention_mod.run(
-        model, tokenizer, cfg.diagnostics, decode, lines, target, out, html, words
+        model, tokenizer, cfg.diagnostics, decode, lines, targets, out, html, words
     )
     print_result(table, "the attention table")

@@ -1,8 +1,9 @@
-"""What the commands print on stdout: refused up front when there is no stdout, a reader that
-leaves early ends the command quietly, and a failed write names stdout."""
+"""What the commands print on stdout: UTF-8 whatever the locale, refused up front when there is no
+stdout, a reader that leaves early ends the command quietly, and a failed write names stdout."""
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from collections.abc import Iterator
@@ -10,6 +11,32 @@ from contextlib import contextmanager
 
 from translator.errors import TranslatorError
 from translator.files import write_errors
+
+
+def use_utf8() -> None:
+    """stdin and stdout as UTF-8, whatever the locale (LC_ALL=C, a Latin-1 terminal) says.
+
+    The corpora, the SentencePiece model and sacreBLEU are UTF-8, and translate reads stdin's
+    bytes as UTF-8 itself; a locale's encoding on stdout crashed on the first umlaut (ASCII) or
+    wrote files that the next tool misread (Latin-1). Marian, sacreBLEU and CTranslate2 do the
+    same. stdin's bad bytes become U+FFFD, as translate's do (attention echoes each sentence, so
+    they show); a path from the command line whose bytes are not UTF-8 is written back as those
+    bytes (surrogateescape), as Python does under a C locale. stderr keeps the locale, and
+    Python's backslashreplace there never fails.
+    """
+    if isinstance(sys.stdin, io.TextIOWrapper):
+        sys.stdin.reconfigure(encoding="utf-8", errors="replace")
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(encoding="utf-8", errors="surrogateescape")
+
+
+def utf8_argument(text: str) -> str:
+    """A command-line argument that is text, not a path, read as UTF-8.
+
+    Under a C locale Python decodes arguments as ASCII, keeping other bytes as lone surrogates,
+    which SentencePiece cannot take; their bytes are the UTF-8 the user typed. Not UTF-8: U+FFFD.
+    """
+    return os.fsencode(text).decode("utf-8", errors="replace")
 
 
 def require_stdout(command: str) -> None:
