@@ -227,6 +227,18 @@ def test_progress_bar_only_for_redirected_bulk_work_on_a_terminal(
     assert stream.show_progress(quiet, tty(stdin), tty(stdout), tty(stderr)) is shown
 
 
+@pytest.mark.parametrize("env", ["FORCE_COLOR", "TTY_COMPATIBLE"])
+def test_no_live_bar_in_a_log_with_colour_forced(tmp_path, monkeypatch, env):
+    """`FORCE_COLOR=1 translator translate ... 2> log`: rich calls the file a terminal."""
+    monkeypatch.setenv(env, "1")
+    with open(tmp_path / "log", "w") as log:
+        monkeypatch.setattr(sys, "stderr", log)
+        with stream.sentence_progress("translate", quiet=False) as progress:
+            for done in range(0, 2001, 100):
+                progress(done, 2000)
+    assert (tmp_path / "log").read_text() == ""
+
+
 def _no_hang(signum, frame):
     raise TimeoutError("read_chunks waited for input that was never coming")
 

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from translator.config import DataConfig, DecodeConfig
-from translator.data.progress import StatsColumn
+from translator.data.progress import StatsColumn, live_terminal
 from translator.data.tokenizer import Tokenizer
 from translator.device import describe
 from translator.errors import TranslatorError
@@ -274,7 +274,7 @@ def sentence_progress(label: str, quiet: bool) -> Iterator[Callable[[int, int], 
         StatsColumn(),
         TextColumn("sentences"),
         console=console,
-        disable=quiet or not console.is_terminal,
+        disable=quiet or not live_terminal(console.file),
         transient=True,
         redirect_stdout=False,
     )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import pytest
 
 from tests.data.conftest import small_splits, tiny_config, write_text_corpus
 from translator.data.corpus import load_split, source_files
-from translator.data.progress import bytes_read
+from translator.data.progress import Bars, bytes_read, live_terminal
 from translator.data.spm_log import TrainingLog, stderr_lines
 from translator.data.tokenizer import train_sentencepiece
 from translator.errors import TranslatorError
@@ -167,3 +169,65 @@ def test_a_step_that_ends_at_once_shows_its_mean_rate_not_zero():
     progress.update(task, completed=5000)
     progress.stop_task(task)
     assert str(StatsColumn().render(progress.tasks[task])) == "5,000/5,000 2.5k/s eta 0:00:00"
+
+
+# rich's own answers: a forced colour or "TTY compatible" makes any file a terminal to it
+RICH_TERMINAL_ENV = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "NO_COLOR", "TERM")
+
+
+@pytest.fixture
+def stderr_to(tmp_path, monkeypatch, request):
+    """stderr as a log file or a terminal (a pseudo-terminal: a real isatty, no faked answer),
+    with the given environment -> the stream."""
+
+    def make(where: str, **env: str):
+        for name in RICH_TERMINAL_ENV:
+            monkeypatch.delenv(name, raising=False)
+        for name, value in {"TERM": "xterm-256color", **env}.items():
+            monkeypatch.setenv(name, value)
+        if where == "terminal":
+            screen, fd = os.openpty()  # the screen's end stays open: closed, isatty turns False
+            request.addfinalizer(lambda: os.close(screen))
+            stream = os.fdopen(fd, "w")
+        else:
+            stream = open(tmp_path / "log", "w")
+        monkeypatch.setattr(sys, "stderr", stream)
+        return stream
+
+    return make
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+@pytest.mark.parametrize(
+    "where, env, live",
+    [
+        ("log", {}, False),
+        ("log", {"FORCE_COLOR": "1"}, False),  # `FORCE_COLOR=1 translator prepare ... > log 2>&1`
+        ("log", {"TTY_COMPATIBLE": "1"}, False),
+        ("terminal", {}, True),
+        ("terminal", {"FORCE_COLOR": "1"}, True),
+    ],
+)
+def test_live_bars_only_on_a_terminal_that_redraws(stderr_to, where, env, live):
+    stream = stderr_to(where, **env)
+    try:
+        assert live_terminal(stream) is live
+        bars = Bars(quiet=False)
+        assert bars.live is live and bars.progress.disable is not live
+    finally:
+        stream.close()
+
+
+def test_forced_colour_in_a_log_gives_plain_lines(stderr_to, tmp_path):
+    stream = stderr_to("log", FORCE_COLOR="1")
+    with Bars(quiet=False) as bars, bars.step("encode train", 10) as step:
+        step.advance(10)
+    bars.summary("prepared", [("pairs", "10")])
+    stream.close()
+    lines = (tmp_path / "log").read_text().splitlines()
+    assert lines[0].startswith("encode train: ") and lines[1:] == ["prepared", "pairs: 10"]
+    assert "\x1b" not in (tmp_path / "log").read_text()  # no redraws, no cursor codes
+
+
+def test_live_terminal_without_a_file_descriptor():
+    assert not live_terminal(None) and not live_terminal(io.StringIO())

@@ -4,6 +4,8 @@ thread's traceback and the end of training."""
 from __future__ import annotations
 
 import errno
+import os
+import sys
 import threading
 
 import pytest
@@ -53,3 +55,36 @@ def test_a_full_disk_under_train_log_names_it(tmp_path):
     assert raised.value.filename == str(tmp_path / "train.log")
     metrics.log_file = open(tmp_path / "other.log", "a")
     metrics.close()
+
+
+@pytest.mark.parametrize(
+    "where, env",
+    [
+        ("log", {"FORCE_COLOR": "1"}),  # `FORCE_COLOR=1 translator train ... > log`
+        ("log", {"TTY_COMPATIBLE": "1"}),
+    ],
+)
+def test_no_live_bar_in_a_log_with_colour_forced(tmp_path, monkeypatch, where, env):
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "NO_COLOR"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {"TERM": "xterm-256color", **env}.items():
+        monkeypatch.setenv(name, value)
+    screen = None
+    if where == "terminal":
+        screen, fd = os.openpty()  # a real terminal (its screen's end open, as isatty needs)
+        stdout = os.fdopen(fd, "w")
+    else:
+        stdout = open(tmp_path / "stdout.log", "w")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    metrics = Metrics(tmp_path, 20, 0, quiet=False)
+    for update in range(1, 21):
+        metrics.advance(update, f"loss {1 / update:.3f}")
+    metrics.line("update 20")
+    metrics.close()
+    stdout.close()
+    if screen is not None:
+        os.close(screen)
+    assert metrics.progress.disable
+    if where == "log":
+        lines = (tmp_path / "stdout.log").read_text().split("\n")
+        assert lines[0].startswith("session started ") and lines[1:] == ["update 20", ""]

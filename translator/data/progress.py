@@ -3,6 +3,7 @@ quiet.
 
 Off a terminal (a log file, a pipe, a batch job) there is nothing live to redraw: each finished step
 and each summary row is one plain line instead, never wrapped at the console's width.
+`live_terminal` decides which, for train's and translate's bars too.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 from rich.console import Console
 from rich.filesize import decimal
@@ -27,6 +29,20 @@ from rich.progress import (
 )
 from rich.table import Column, Table
 from rich.text import Text
+
+
+def live_terminal(stream: TextIO | None) -> bool:
+    """Can `stream` show a bar redrawn in place: is it a terminal?
+
+    Asks the descriptor, not rich's `Console.is_terminal`: that says yes to a log file under
+    FORCE_COLOR or TTY_COMPATIBLE (for colour, which may stay), and a file then fills with a
+    redraw per refresh.
+    """
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # None, or a stream of a test runner
+        return False
+    return os.isatty(fd)
 
 
 class StatsColumn(ProgressColumn):
@@ -119,7 +135,8 @@ class Bars:
         self.seconds: dict[str, float] = {}  # step -> wall-clock seconds, once finished
         self.quiet = quiet
         self.console = Console(stderr=True, quiet=quiet)
-        self.live = not quiet and self.console.is_terminal
+        self.terminal = live_terminal(self.console.file)  # else plain lines
+        self.live = not quiet and self.terminal
         self.progress = Progress(
             SpinnerColumn(),
             TextColumn("{task.description:<18}"),
@@ -136,7 +153,7 @@ class Bars:
 
     def __exit__(self, kind, value, traceback) -> None:
         # failed: a log holds the error line alone
-        if kind is not None and not self.console.is_terminal:
+        if kind is not None and not self.terminal:
             self.console.quiet = True
         self.progress.stop()  # on a terminal the steps stay on screen, the error goes below them
 
@@ -147,7 +164,7 @@ class Bars:
 
         Off a terminal there is no live display to take away (and stopping would print it).
         """
-        if not self.console.is_terminal:
+        if not self.terminal:
             yield
             return
         self.progress.stop()
@@ -165,11 +182,11 @@ class Bars:
 
     def print(self, line: str) -> None:
         """One line as given (brackets are not markup), wrapped only on a terminal."""
-        self.console.print(Text(line), soft_wrap=not self.console.is_terminal)
+        self.console.print(Text(line), soft_wrap=not self.terminal)
 
     def summary(self, title: str, rows: list[tuple[str, str]]) -> None:
         """The final table on a terminal; elsewhere the title and a `what: value` line per row."""
-        if self.console.is_terminal:
+        if self.terminal:
             self.console.print(summary_table(title, rows))
             return
         for line in [title, *(f"{name}: {value}" for name, value in rows)]:

@@ -25,6 +25,8 @@ from rich.text import Text
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
+from translator.data.progress import live_terminal
+
 
 class Metrics:
     """Scalars and text to TensorBoard, lines to `train.log` (a session's first: `session started
@@ -50,6 +52,7 @@ class Metrics:
         self.events = run_dir / "tensorboard"
         self.writer = self.by_seconds = None
         self.console = Console()  # stdout
+        self.terminal = live_terminal(self.console.file)  # else plain lines
         self.progress = Progress(
             TextColumn("train"),
             BarColumn(),
@@ -59,7 +62,7 @@ class Metrics:
             TextColumn("ETA"),
             TimeRemainingColumn(),
             console=self.console,
-            disable=quiet or not enabled or not self.console.is_terminal,
+            disable=quiet or not enabled or not self.terminal,
         )
         self.task = self.progress.add_task("train", total=total_updates, completed=start, status="")
         self.progress.start()
@@ -150,7 +153,7 @@ class Metrics:
             return
         self._log(message)
         if not self.quiet:  # Text: brackets (the sacreBLEU signature) are not markup
-            self.console.print(Text(message), soft_wrap=not self.console.is_terminal)
+            self.console.print(Text(message), soft_wrap=not self.terminal)
 
     def warning(self, message: str) -> None:
         """A warning: into train.log, and onto stderr even when quiet."""
