@@ -206,6 +206,8 @@ def stderr_to(tmp_path, monkeypatch, request):
         ("log", {"TTY_COMPATIBLE": "1"}, False),
         ("terminal", {}, True),
         ("terminal", {"FORCE_COLOR": "1"}, True),
+        ("terminal", {"TERM": "dumb"}, False),  # no cursor moves: rich would show nothing
+        ("terminal", {"TERM": "unknown"}, False),
     ],
 )
 def test_live_bars_only_on_a_terminal_that_redraws(stderr_to, where, env, live):

@@ -62,9 +62,10 @@ def test_a_full_disk_under_train_log_names_it(tmp_path):
     [
         ("log", {"FORCE_COLOR": "1"}),  # `FORCE_COLOR=1 translator train ... > log`
         ("log", {"TTY_COMPATIBLE": "1"}),
+        ("terminal", {"TERM": "dumb"}),  # no cursor moves: a bar would show nothing until the end
     ],
 )
-def test_no_live_bar_in_a_log_with_colour_forced(tmp_path, monkeypatch, where, env):
+def test_no_live_bar_in_a_log_or_on_a_dumb_terminal(tmp_path, monkeypatch, where, env):
     for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "NO_COLOR"):
         monkeypatch.delenv(name, raising=False)
     for name, value in {"TERM": "xterm-256color", **env}.items():

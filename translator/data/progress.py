@@ -32,17 +32,17 @@ from rich.text import Text
 
 
 def live_terminal(stream: TextIO | None) -> bool:
-    """Can `stream` show a bar redrawn in place: is it a terminal?
+    """Can `stream` show a bar redrawn in place: a terminal that moves its cursor?
 
     Asks the descriptor, not rich's `Console.is_terminal`: that says yes to a log file under
     FORCE_COLOR or TTY_COMPATIBLE (for colour, which may stay), and a file then fills with a
-    redraw per refresh.
+    redraw per refresh. On TERM=dumb rich draws nothing until the end, so plain lines instead.
     """
     try:
         fd = stream.fileno()
     except (AttributeError, OSError, ValueError):  # None, or a stream of a test runner
         return False
-    return os.isatty(fd)
+    return os.isatty(fd) and os.environ.get("TERM", "").lower() not in ("dumb", "unknown")
 
 
 class StatsColumn(ProgressColumn):
