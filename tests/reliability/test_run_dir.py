@@ -196,7 +196,7 @@ def test_links_in_a_copied_run_dir_are_replaced_not_written_through(
     run_dir = _copy(trained_run, tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    for name in ("config.yaml", "manifest.json", ".lock", "last.pt"):
+    for name in ("config.yaml", "manifest.json", ".lock", "last.pt", "train.log"):
         if (run_dir / name).exists():
             shutil.copy(run_dir / name, elsewhere / name)
         else:
@@ -207,4 +207,6 @@ def test_links_in_a_copied_run_dir_are_replaced_not_written_through(
     loop.run(small(small_data, run_dir, "train.max_updates=6"), quiet=True)
     assert {p.name: p.read_bytes() for p in elsewhere.iterdir()} == before
     assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 6
-    assert not any((run_dir / name).is_symlink() for name in ("config.yaml", "manifest.json"))
+    assert not any(
+        (run_dir / name).is_symlink() for name in ("config.yaml", "manifest.json", "train.log")
+    )

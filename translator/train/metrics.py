@@ -11,6 +11,7 @@ console's width.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
+from typing import TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -26,6 +28,15 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
 from translator.data.progress import live_terminal
+
+
+def open_log(path: Path) -> TextIO:
+    """`path` for appending; a symlink there (a copied or downloaded run directory's, aimed
+    elsewhere) is replaced by a file of its own, never appended through."""
+    if path.is_symlink():
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    return open(fd, "a", encoding="utf-8")
 
 
 class Metrics:
@@ -48,7 +59,7 @@ class Metrics:
         self.enabled, self.quiet = enabled, quiet
         # the log first: an unwritable run_dir then fails here, before TensorBoard's writer thread
         # starts (which would print its own traceback beside our one-line error)
-        self.log_file = open(run_dir / "train.log", "a", encoding="utf-8") if enabled else None
+        self.log_file = open_log(run_dir / "train.log") if enabled else None
         self.events = run_dir / "tensorboard"
         self.writer = self.by_seconds = None
         self.console = Console()  # stdout
