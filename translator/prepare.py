@@ -124,7 +124,7 @@ def _prepare(data: DataConfig, tmp: Path, bars: Bars, vocab: Tokenizer | None) -
     cache = None if is_hub(data.source) else scratch / "datasets"
     tables = {}
     for split in SPLITS:
-        if is_hub(data.source) and not bars.quiet:  # the hub's own download bars, then ours again
+        if is_hub(data.source) and bars.live:  # the hub's own download bars, then ours again
             with bars.step(f"load {split}"), bars.paused():
                 tables[split] = load_split(data, split, hub_bars=True)
             continue

@@ -130,11 +130,16 @@ def test_a_hub_download_draws_the_hubs_own_bars_between_ours(tmp_path, monkeypat
 
     monkeypatch.setattr(datasets, "load_dataset", fake_hub)
     cfg = tiny_config("hf:wmt/wmt14:de-en", tmp_path / "data", "data.splits.valid=validation")
-    prepare.run(cfg, log=lambda line: None)
-    assert seen == [(False, False)] * 3  # shown while loading each split
+    from translator.data import progress
+
+    prepare.run(cfg, force=True, log=lambda line: None)  # stderr a log file (pytest's capture)
+    assert seen == [(True, True)] * 3  # no redrawn bars written into a log
+    monkeypatch.setattr(progress, "live_terminal", lambda stream: True)
+    prepare.run(cfg, force=True, log=lambda line: None)
+    assert seen[3:] == [(False, False)] * 3  # on a terminal: shown while loading each split
     assert are_progress_bars_disabled()  # and off again for the rest of the job
     prepare.run(cfg, force=True, quiet=True)
-    assert seen[3:] == [(True, True)] * 3  # --quiet: nobody's bars
+    assert seen[6:] == [(True, True)] * 3  # --quiet: nobody's bars
 
 
 def test_stderr_lines_keeps_draining_when_the_reader_fails():
@@ -233,3 +238,14 @@ def test_forced_colour_in_a_log_gives_plain_lines(stderr_to, tmp_path):
 
 def test_live_terminal_without_a_file_descriptor():
     assert not live_terminal(None) and not live_terminal(io.StringIO())
+
+
+def test_an_eta_past_a_day_keeps_its_hours():
+    from translator.data.progress import clock
+
+    assert [clock(s) for s in (0, 59.9, 3661, 90000)] == [
+        "0:00:00",
+        "0:00:59",
+        "1:01:01",
+        "25:00:00",
+    ]

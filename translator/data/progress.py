@@ -45,6 +45,12 @@ def live_terminal(stream: TextIO | None) -> bool:
     return os.isatty(fd) and os.environ.get("TERM", "").lower() not in ("dumb", "unknown")
 
 
+def clock(seconds: float) -> str:
+    """`H:MM:SS`, past 24 hours too (strftime's `%-H` is not portable; gmtime wraps a day)."""
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
+
+
 class StatsColumn(ProgressColumn):
     """`done/total rate eta` for a bar, e.g. `1,200,000/4,500,000 52.1k/s eta 0:01:03` (or in bytes,
     `310.2 MB/1.3 GB 41.0 MB/s eta 0:00:24`); blank for a spinner."""
@@ -73,7 +79,7 @@ class StatsColumn(ProgressColumn):
                 else f"{speed:.0f}/s"
             )
         left = task.time_remaining
-        eta = "-:--:--" if left is None else time.strftime("%-H:%M:%S", time.gmtime(left))
+        eta = "-:--:--" if left is None else clock(left)
         return Text(f"{counts} {rate} eta {eta}", style="progress.data.speed")
 
 
