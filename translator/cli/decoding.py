@@ -67,7 +67,11 @@ def evaluate(
     lc_tok: Annotated[
         bool,
         typer.Option(
-            "--lc-tok", help="Also print lowercased, tokenized BLEU (as Multi30k papers report)."
+            "--lc-tok",
+            help=(
+                "Also print lowercased, tokenized BLEU (as Multi30k papers report; sacreBLEU's "
+                "13a tokenizer standing in for Moses')."
+            ),
         ),
     ] = False,
     quiet: QuietOpt = False,
