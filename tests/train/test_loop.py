@@ -382,7 +382,7 @@ def test_keep_last_keeps_the_newest_numbered_checkpoints(tmp_path, monkeypatch):
     from translator import config
     from translator.train import state as train_state
 
-    def save(path, model, cfg, tokenizer, payload):  # the file says which update it holds
+    def save(path, model, cfg, tokenizer, payload, follow_link):  # the file says its update
         # replaced, as checkpoint.save's atomic write does: the links keep the earlier updates
         Path(f"{path}.tmp").write_text(str(payload["step"]))
         Path(f"{path}.tmp").replace(path)

@@ -207,10 +207,10 @@ def _log_validation(s: Session, result: Validation, began: float) -> bool:
             for src, hyp, ref in result.samples
         ),
     )
+    decoded = f" on {result.decoded}" if result.decoded else ""  # what BLEU and chrF scored
     s.metrics.line(
         f"validation at update {state.step}: loss {result.loss:.3f}, ppl {result.ppl:.2f}, "
-        f"BLEU {result.bleu:.2f}, chrF {result.chrf:.2f} on {result.decoded}"
-        f"{' (best)' if improved else ''} "
+        f"BLEU {result.bleu:.2f}, chrF {result.chrf:.2f}{decoded}{' (best)' if improved else ''} "
         f"[{result.signature}]"
         + (
             f"; {result.too_long} pairs over model.max_positions not in the loss"
