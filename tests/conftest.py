@@ -95,6 +95,22 @@ def opus_separate(multi30k, tmp_path_factory):
     return root, *build_opus(root, multi30k, transformers, separate=True)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_thread_everywhere():
+    """One thread for module and session fixtures too (they start before the per-test fixture
+    below), and for every command a test starts as a subprocess (OMP_NUM_THREADS): a fixture's
+    training at two threads against the other xdist worker was measured 18x slower."""
+    threads, before = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+    torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    yield
+    torch.set_num_threads(threads)
+    if before is None:
+        os.environ.pop("OMP_NUM_THREADS", None)
+    else:
+        os.environ["OMP_NUM_THREADS"] = before
+
+
 @pytest.fixture(autouse=True)
 def _seed_and_one_thread():
     """Seeded, and one intra-op thread: tiny models gain nothing from two, and two OpenMP threads

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
-import torch
 
 from tests.conftest import MULTI30K, REPO, tiny_overrides
 from tests.train.conftest import variant
@@ -44,16 +43,12 @@ SETTINGS = (
 def finished(prepared, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("recipe") / "run"
     cfg = variant(prepared, run_dir, *SETTINGS)
-    threads = torch.get_num_threads()
-    # module fixtures run before the per-test one-thread fixture (conftest)
-    torch.set_num_threads(1)
     # the checkout as the recipe starts, then as if a commit landed while it ran
     states = iter([{"commit": "a" * 40, "dirty": False}, {"commit": "b" * 40, "dirty": True}])
     real_git_state, recipe.git_state = recipe.git_state, lambda: next(states)
     try:
         return cfg, recipe.run(cfg, budget_minutes=10, average_last=2, quiet=True)
     finally:
-        torch.set_num_threads(threads)
         recipe.git_state = real_git_state
 
 

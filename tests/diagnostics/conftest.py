@@ -52,9 +52,6 @@ def cross_entropy_now(model: Transformer, ids: list[list[int]]) -> float:
 @pytest.fixture(scope="session")
 def copy_model(tmp_path_factory):
     """1+1 layers, d_model 32, 300 Adam updates of 16 sentences: copies, with a clear diagonal."""
-    threads = torch.get_num_threads()
-    # session fixtures run before the per-test one-thread fixture (see tests/conftest.py)
-    torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("copy")
     spm_path = train_sentencepiece(sentences(2000, seed=0), root / "spm", vocab_size=40)
     tokenizer = Tokenizer(spm_path)
@@ -88,7 +85,6 @@ def copy_model(tmp_path_factory):
         loss.backward()
         optimizer.step()
     model.eval()
-    torch.set_num_threads(threads)
     path = root / "copy.pt"
     checkpoint.save(path, model, cfg, tokenizer)
     return SimpleNamespace(

@@ -41,7 +41,7 @@ def page(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser():
+def browser(tmp_path_factory):
     webdriver = pytest.importorskip(
         "selenium.webdriver", reason="selenium is not installed (the dev extra has it)"
     )
@@ -59,6 +59,8 @@ def browser():
     options.binary_location = binary
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
         options.add_argument(arg)
+    # its profile among the test's temporary files, not a directory left in $TMPDIR per run
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium')}")
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     try:
         driver = webdriver.Chrome(service=webdriver.ChromeService(driver_path), options=options)

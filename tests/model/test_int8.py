@@ -35,8 +35,6 @@ def reversal_batch(generator: torch.Generator, rows: int = 32) -> tuple[torch.Te
 @pytest.fixture(scope="module")
 def reverser() -> Transformer:
     """A 2+2-layer, d_model 64 model trained in seconds to reverse its input (a peaked output)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # module fixtures run before the per-test one-thread fixture
     torch.manual_seed(0)
     model = Transformer(tiny_config(d_model=64, d_ff=128))
     optimizer = torch.optim.Adam(model.train().parameters(), lr=5e-3)
@@ -48,7 +46,6 @@ def reverser() -> Transformer:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    torch.set_num_threads(threads)
     return model.eval().requires_grad_(False)
 
 

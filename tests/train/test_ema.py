@@ -32,10 +32,9 @@ def steps(run_dir) -> list[dict]:
 @pytest.fixture(scope="module")
 def runs(prepared, tmp_path_factory):
     """Without and with the average; with it, stopped at update 2 and resumed; and an average
-    run's step-3.pt resumed without it. All here, under one thread count: the function-scoped
-    one-thread fixture does not cover a module fixture, and two threads round differently."""
-    root, threads = tmp_path_factory.mktemp("ema"), torch.get_num_threads()
-    torch.set_num_threads(1)
+    run's step-3.pt resumed without it. All here, under one thread count (two threads round
+    differently): tests/conftest.py's session fixture sets one."""
+    root = tmp_path_factory.mktemp("ema")
     ema = f"train.ema_decay={DECAY}"
     loop.run(variant(prepared, root / "plain", *SETTINGS), quiet=True)
     loop.run(variant(prepared, root / "ema", *SETTINGS, ema), quiet=True)
@@ -48,7 +47,6 @@ def runs(prepared, tmp_path_factory):
     (root / "dropped").mkdir()
     (root / "dropped" / "last.pt").write_bytes((root / "ema" / "step-3.pt").read_bytes())
     loop.run(variant(prepared, root / "dropped", *SETTINGS), quiet=True)  # ema_decay 0
-    torch.set_num_threads(threads)
     return root, stopped
 
 

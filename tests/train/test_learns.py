@@ -15,7 +15,6 @@ import random
 from pathlib import Path
 
 import pytest
-import torch
 
 from translator import config
 from translator.data.tokenizer import Tokenizer
@@ -79,13 +78,7 @@ def trained(tmp_path_factory):
             "diagnostics.enabled=false",
         ],
     )
-    threads = torch.get_num_threads()
-    # module fixtures run before the per-test one-thread fixture (conftest)
-    torch.set_num_threads(1)
-    try:
-        model = loop.run(cfg, quiet=True).eval()
-    finally:
-        torch.set_num_threads(threads)
+    model = loop.run(cfg, quiet=True).eval()
     tokenizer = Tokenizer(prepared_dir(cfg.data) / "spm.model")
     return model, tokenizer, cfg, splits["test"]
 

@@ -398,8 +398,11 @@ def test_a_killed_session_is_on_record_to_its_last_save(prepared, tmp_path):
         trainer.wait()
     saved = checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"]
     (session,) = json.loads((run_dir / "manifest.json").read_text())["sessions"]
-    assert session["end_reason"] is None and session["saved_update"] == saved >= 4
-    assert session["last_update"] == saved and session["seconds"] > 0
+    # a kill between last.pt's rename and the manifest's write leaves it one save (2 updates)
+    # behind: a narrow window, but a test must not fail by its timing
+    assert session["end_reason"] is None and session["saved_update"] in (saved, saved - 2)
+    assert saved >= 4 and session["last_update"] == session["saved_update"]
+    assert session["seconds"] > 0
 
 
 def _log(run_dir) -> str:
