@@ -72,6 +72,20 @@ def test_chinese_targets_are_scored_with_the_chinese_tokenizer(lang):
     assert scores.chrf == pytest.approx(evaluate.score([ZH_HYP], [ZH_REF]).chrf)
 
 
+@pytest.mark.parametrize("lang", ["cn", "zh_cn"])
+def test_country_codes_used_as_language_suffixes_pick_the_languages_tokenizer(lang):
+    scores = evaluate.score([ZH_HYP], [ZH_REF], tgt_lang=lang)
+    assert "tok:zh" in scores.bleu_signature
+    assert evaluate.unspaced_warning([ZH_REF], lang) == ""
+
+
+@pytest.mark.parametrize("lang", ["ch", "chinese", "yy"])
+def test_references_in_chinese_scored_with_13a_are_warned_about(lang):
+    assert "13a tokenizer" in evaluate.unspaced_warning([ZH_REF, "我喜欢 Python。"], lang)
+    assert evaluate.unspaced_warning(["Ein Mann fährt Fahrrad.", ZH_REF], lang) == ""
+    assert "tok:13a" in evaluate.score([ZH_HYP], [ZH_REF], tgt_lang=lang).bleu_signature
+
+
 @pytest.mark.parametrize(
     "lang, tokenizer, hyp, ref",
     [

@@ -20,8 +20,15 @@ from translator.translate import (
     with_overrides,
 )
 
-# ISO 639 codes other than the two-letter ones that sacreBLEU knows for its language tokenizers
-LANGUAGE_ALIASES = {"zho": "zh", "chi": "zh", "cmn": "zh", "jpn": "ja", "kor": "ko"}
+# ISO 639 codes other than the two-letter ones that sacreBLEU knows for its language tokenizers,
+# and country codes that corpora use as language suffixes (`train.jp`)
+LANGUAGE_ALIASES = {
+    **{"zho": "zh", "chi": "zh", "cmn": "zh", "jpn": "ja", "kor": "ko"},
+    **{"cn": "zh", "jp": "ja", "kr": "ko"},
+}
+# written without spaces between words (13a would score whole phrases as one word): ideographs,
+# kana, hangul
+UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
 
 @dataclass
@@ -76,16 +83,37 @@ def score(
 def bleu_metric(tgt_lang: str) -> sacrebleu.BLEU:
     """sacreBLEU's BLEU for a target language code (`zh`, `ja-JP`, `kor`...; region and script
     ignored)."""
-    lang = re.split(r"[-_]", tgt_lang.strip().lower())[0]
-    lang = LANGUAGE_ALIASES.get(lang, lang)
     try:
-        return sacrebleu.BLEU(trg_lang=lang)
+        return sacrebleu.BLEU(trg_lang=_language(tgt_lang))
     except RuntimeError:  # sacreBLEU's MeCab tokenizers for ja/ko are extras, missing here
         raise TranslatorError(
             f"scoring BLEU for {tgt_lang!r} needs sacreBLEU's MeCab tokenizer, not installed",
             "data.tgt_lang",
             "pip install 'sacrebleu[ja,ko]' (or this package's [cjk] extra)",
         ) from None
+
+
+def _language(tgt_lang: str) -> str:
+    """`zh-Hans`, `ja_JP`, `jpn`, `jp` -> `zh`, `ja`, `ja`, `ja`: the code sacreBLEU knows."""
+    lang = re.split(r"[-_]", tgt_lang.strip().lower())[0]
+    return LANGUAGE_ALIASES.get(lang, lang)
+
+
+def unspaced_warning(references: list[str], tgt_lang: str) -> str:
+    """A warning when most of the references' characters are Chinese, Japanese or Korean but
+    `tgt_lang` picks 13a (a corpus's own suffix, `zh_cn` or `ch`): 13a splits only at spaces and
+    punctuation, so BLEU would count whole clauses as words. Empty when none is due."""
+    if _language(tgt_lang) in ("zh", "ja", "ko"):
+        return ""
+    text = "".join(references).replace(" ", "")
+    if not text or len(UNSPACED.findall(text)) < 0.3 * len(text):
+        return ""
+    return (
+        f"the references are mostly Chinese, Japanese or Korean characters, but data.tgt_lang="
+        f"{tgt_lang!r} scores BLEU with sacreBLEU's 13a tokenizer, which splits at spaces: that "
+        "BLEU is not comparable (chrF is); score the hypotheses with `sacrebleu -tok zh` (or "
+        "ja-mecab, ko-mecab), and name the language zh, ja or ko in data.tgt_lang next time"
+    )
 
 
 def run(
@@ -138,6 +166,8 @@ def run(
     if src_file is None or ref_file is None:
         src_file, ref_file = _split_files(cfg.data, split)
     sources, refs = _read_test_set(Path(src_file), Path(ref_file), cfg.data.nfc)
+    if warning := unspaced_warning(refs, cfg.data.tgt_lang):
+        warn_stderr(warning)
     hyp_path = (
         Path(hyp_file)
         if hyp_file
