@@ -9,6 +9,7 @@ then every head; and per kind the heads' pairwise divergence) and a self-contain
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,11 +91,19 @@ def run(
     }
     views = [sentence_maps(forced, b, labels[b], words) for b in range(len(sources))]
     if out_dir is not None:
-        write_figures(out_dir, views)
+        missing = write_figures(out_dir, views)
         for kind in forced.maps:  # over all the sentences: which heads attend alike
             save_png(
                 diversity_figure([st.divergence for st in stats[kind]], KIND_NAMES[kind]),
                 out_dir / f"diversity-{kind}.png",
+            )
+        if missing:
+            shown = ", ".join(sorted(missing)[:5]) + (" ..." if len(missing) > 5 else "")
+            print(
+                f"warning: {out_dir}: no installed font draws {len(missing)} characters of the "
+                f"labels ({shown}): boxes in the figures (install one that has them, e.g. Noto "
+                "Sans CJK; the HTML page shows them)",
+                file=sys.stderr,
             )
     if html is not None:
         write_page(
@@ -181,17 +190,22 @@ def sentence_maps(
     return pieces, maps
 
 
-def write_figures(out_dir: Path, views: list[tuple[Pieces, dict[str, list[torch.Tensor]]]]) -> None:
-    """`sentence{i}-{kind}-layer{l}.png` for every sentence, kind and layer."""
+def write_figures(
+    out_dir: Path, views: list[tuple[Pieces, dict[str, list[torch.Tensor]]]]
+) -> set[str]:
+    """`sentence{i}-{kind}-layer{l}.png` for every sentence, kind and layer; returns the label
+    characters no installed font draws."""
+    missing = set()
     for i, (pieces, maps) in enumerate(views):
         for kind, layers in maps.items():
             rows, cols = pieces.axes(kind)
             for layer, weights in enumerate(layers):
                 title = f"sentence {i}, {KIND_NAMES[kind]}, layer {layer}"
-                save_png(
+                missing |= save_png(
                     heads_figure(weights, rows, cols, title),
                     out_dir / f"sentence{i}-{kind}-layer{layer}.png",
                 )
+    return missing
 
 
 def format_table(stats: dict[str, list[LayerStats]]) -> str:

@@ -65,3 +65,17 @@ def test_tiles_image_puts_panels_side_by_side_on_one_scale():
     assert pixel(0, 6) == (255, 255, 255) and pixel(0, 10) == (255, 255, 255)
     # b's 1, and below b
     assert pixel(0, 11 + 3) == (253, 231, 37) and pixel(4, 11) == (255, 255, 255)
+
+
+def test_labels_no_font_draws_are_returned_once_not_warned_per_character(tmp_path):
+    import warnings
+
+    weights = torch.softmax(torch.randn(2, 3, 3), dim=-1)
+    lacking = ["\ue000", "\ue001", "a"]  # private-use characters: in no font matplotlib ships
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's per-glyph UserWarning would raise here
+        missing = save_png(heads_figure(weights, lacking, lacking, "t", dpi=30), tmp_path / "a.png")
+        plain = save_png(
+            heads_figure(weights, ["a"] * 3, ["b"] * 3, "t", dpi=30), tmp_path / "b.png"
+        )
+    assert missing == {"\ue000", "\ue001"} and plain == set()

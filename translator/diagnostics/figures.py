@@ -7,12 +7,17 @@ so drawing needs no display and leaks no open figures; TensorBoard's `add_figure
 from __future__ import annotations
 
 import math
+import re
+import warnings
 from pathlib import Path
 
 import torch
 from matplotlib.figure import Figure
 
 from translator.files import atomic_write
+
+# matplotlib on a character its font lacks: "Glyph 21278 (\N{CJK ...}) missing from font(s)"
+GLYPH_MISSING = re.compile(r"Glyph (\d+) \(.+?\) missing from font")
 
 CMAP = "viridis"
 
@@ -120,10 +125,20 @@ def diversity_figure(divergences: list[torch.Tensor], title: str, dpi: int = 100
     return fig
 
 
-def save_png(fig: Figure, path: str | Path) -> None:
-    """Write `fig` as a PNG, atomically."""
-    with atomic_write(path, "wb") as handle:
+def save_png(fig: Figure, path: str | Path) -> set[str]:
+    """Write `fig` as a PNG, atomically; returns the label characters no installed font could
+    draw (CJK with matplotlib's own DejaVu: boxes), which matplotlib warns about two lines a
+    character, so that the caller can say it once."""
+    with atomic_write(path, "wb") as handle, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         fig.savefig(handle, format="png")
+    missing = set()
+    for w in caught:
+        if found := GLYPH_MISSING.search(str(w.message)):
+            missing.add(chr(int(found[1])))
+        else:  # anything else, as it came
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return missing
 
 
 def tiles_image(
