@@ -4,6 +4,7 @@ loading."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import pytest
 import torch
@@ -246,6 +247,22 @@ def test_over_long_line_is_translated_in_pieces_with_a_warning(tiny):
         [hyps[0].tokens for hyps in translate.search(tiny.model, parts, tiny.cfg.decode)]
     )
     assert out[1][0][0] == " ".join(pieces)  # the pieces' translations, joined
+
+
+def test_a_python_caller_gets_the_warnings_as_user_warnings_and_none_drops_them(tiny):
+    long_line = " ".join(SENTENCES * 2)
+    with pytest.warns(UserWarning, match=r"line 1: .*translated in \d+ pieces"):
+        translate.translate_lines(tiny.model, tiny.tokenizer, [long_line], tiny.cfg.decode)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        translate.translate_lines(
+            tiny.model, tiny.tokenizer, [long_line], tiny.cfg.decode, warn=None
+        )
+
+
+def test_one_string_is_refused_not_translated_character_by_character(tiny):
+    with pytest.raises(TypeError, match="a list of lines"):
+        translate.translate_lines(tiny.model, tiny.tokenizer, "A dog runs.", tiny.cfg.decode)
 
 
 def test_length_batches_cover_every_index_within_the_budget():

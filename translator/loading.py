@@ -27,7 +27,11 @@ def load(
 ) -> tuple[Transformer, Config, Tokenizer]:
     """A checkpoint's model (eval mode) on `device` in `dtype`; None: the checkpoint's decode.*.
 
-    dtype `int8`: the fp32 model on the CPU with its linear layers in dynamic int8.
+    dtype `int8`: the fp32 model on the CPU with its linear layers in dynamic int8. On the CPU the
+    model is converted for searching (model/inference.py: packed oneDNN weights), so it is for
+    decoding only: its state_dict lacks the linear weights; checkpoint.load gives the plain model
+    (to train, save or copy). Decoding is read-only except with alignments, which hook the
+    model's cross-attention: do not decode with alignments from two threads on one model.
     """
     model, cfg, tokenizer = checkpoint.load(ckpt, "cpu")
     dtype = dtype or cfg.decode.dtype

@@ -18,6 +18,7 @@ are in `stream.py`; device and dtype names in `device.py`.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable, Iterator
 
 import torch
@@ -108,13 +109,19 @@ def length_batches(lengths: list[int], batch_tokens: int) -> Iterator[list[int]]
         yield batch
 
 
+def python_warning(message: str) -> None:
+    """translate_lines' warnings for a Python caller: UserWarnings, which the caller's filters
+    govern (the commands print them as `warning:` lines instead)."""
+    warnings.warn(message, stacklevel=3)
+
+
 def translate_lines(
     model: Transformer | Ensemble,
     tokenizer: Tokenizer,
     lines: list[str],
     decode: DecodeConfig,
     nbest: int = 1,
-    warn: Callable[[str], None] | None = None,
+    warn: Callable[[str], None] | None = python_warning,
     progress: Callable[[int, int], None] | None = None,
     first_line: int = 1,
     alignment_layer: int | None = None,
@@ -136,8 +143,10 @@ def translate_lines(
     An empty (or whitespace-only) line gives one empty translation with score 0. `progress(done,
     total)` is called after each batch, counting sentences (pieces of over-long lines count apart).
     Warnings (a line split, <unk> tokens in the source or dropped from the output, outputs ended
-    by the length limit) number lines from `first_line`.
+    by the length limit) number lines from `first_line` and go to `warn` (None: dropped).
     """
+    if isinstance(lines, str):  # would translate each character as a line
+        raise TypeError("translate_lines takes a list of lines, not one string: [line]")
     _check_request(model, decode.beam_size, nbest, alignment_layer, channel)
     shown, nbest = nbest, max(nbest, channel.candidates) if channel else nbest
     sources = [source_text(line, data) for line in lines]

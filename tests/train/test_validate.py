@@ -71,7 +71,7 @@ def test_validation_decodes_with_valid_beam_size_else_decode_beam_size(prepared,
     monkeypatch.setattr(
         validate_module,
         "translate_lines",
-        lambda model, tokenizer, lines, decode, data, progress=None: (
+        lambda model, tokenizer, lines, decode, data, warn, progress=None: (
             beams.append(decode.beam_size) or [[("", 0.0)]] * len(lines)
         ),
     )
@@ -122,7 +122,9 @@ def test_validation_bleu_is_tokenized_for_the_target_language(prepared, monkeypa
     monkeypatch.setattr(
         validate_module,
         "translate_lines",
-        lambda model, tokenizer, lines, decode, data, progress=None: [[(hyp, 0.0)]] * len(lines),
+        lambda model, tokenizer, lines, decode, data, warn, progress=None: (
+            [[(hyp, 0.0)]] * len(lines)
+        ),
     )
     monkeypatch.setattr(
         validate_module,

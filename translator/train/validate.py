@@ -123,9 +123,10 @@ def _validate(
     decode = replace(cfg.decode, beam_size=cfg.train.valid_beam_size or cfg.decode.beam_size)
     check()
     with autocast(device, dtype):
-        # `progress` comes after each decoded batch: the stop request is checked there too
+        # `progress` comes after each decoded batch: the stop request is checked there too; no
+        # warnings: a model still learning runs into the length limit, noise for the training log
         translated = translate_lines(
-            model, tokenizer, sources[:limit], decode, progress=check, data=cfg.data
+            model, tokenizer, sources[:limit], decode, warn=None, progress=check, data=cfg.data
         )
         hyps = [h[0][0] for h in translated]
     scores = score(hyps, refs[:limit], tgt_lang=cfg.data.tgt_lang)
