@@ -6,7 +6,8 @@
   DIR with {split}.tsv[.gz]        one pair per line; a header row or data.tsv_columns names
                                    the columns
   DIR with {split}.jsonl / .json   records `translation: {en: .., de: ..}` (the hub's WMT
-                                   schema) or flat `en`, `de`
+                                   schema) or flat `en`, `de`; a language missing from a record
+                                   is an empty side, other keys are ignored
   DIR written by save_to_disk      a DatasetDict
 Each becomes an Arrow-backed, memory-mapped `datasets.Dataset`; `pair_batches` streams it in
 batches. Text and TSV lines are split on "\\n" only (data/lines.py); JSON goes through `datasets`'
@@ -20,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from translator.config import DataConfig
-from translator.data.local_files import load_local, split_files
+from translator.data.local_files import load_local, missing_language, split_files
 from translator.errors import TranslatorError
 
 
@@ -77,11 +78,7 @@ def check_languages(table, src_lang: str, tgt_lang: str, where: str) -> None:
         )
     for lang in (src_lang, tgt_lang):
         if lang not in found:
-            raise TranslatorError(
-                f"language {lang!r} not in the data (found: {', '.join(found) or 'none'})",
-                where,
-                "set data.src_lang / data.tgt_lang to codes the data has",
-            )
+            raise missing_language(lang, found, where)
         kind = (
             schema.field("translation").type.field(lang)
             if "translation" in schema.names

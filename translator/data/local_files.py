@@ -63,7 +63,8 @@ def load_local(datasets, root: Path, split: str, data: DataConfig, cache_dir: Pa
     if kind == "tsv":
         return _load_tsv(datasets, files[0], data, cache_dir)
     if kind == "json":
-        return _builder(datasets, "json", files[0], cache_dir)
+        table = _builder(datasets, "json", files[0], cache_dir)
+        return _translation_as_struct(datasets, table, files[0], langs)
     texts = [_find(root, f"{split}.{lang}") for lang in langs]
     if any(texts):
         missing = langs[texts.index(None)]
@@ -156,6 +157,93 @@ def _builder(datasets, kind: str, path: Path, cache_dir: Path | None, **options)
         raise TranslatorError(
             f"cannot read {kind} file: {message}", str(path), "check its format"
         ) from None
+
+
+def _translation_as_struct(datasets, table, path: Path, langs: tuple[str, str]):
+    """A `translation` column that `datasets` read as JSON text (its records do not all have the
+    same keys) as a struct of our two languages, as it reads records that do: a missing language
+    is None (an empty side, dropped and counted in train) and any other key is ignored."""
+    if "translation" not in table.column_names or not isinstance(
+        table.features["translation"], datasets.Json
+    ):
+        return table
+    found = {}  # every key of every record, in order: what the data offers when a language is not
+
+    def pick(records: list) -> dict[str, list]:
+        for record in records:
+            if not isinstance(record, dict | None):
+                raise _not_a_record(path)
+            found.update(dict.fromkeys(record or {}))
+        sides = {lang: [(record or {}).get(lang) for record in records] for lang in langs}
+        for lang, values in sides.items():
+            if not all(isinstance(value, str | None) for value in values):
+                raise not_text(lang, path)
+        return {"translation": [dict(zip(langs, pair)) for pair in zip(*sides.values())]}
+
+    features = table.features.copy()
+    features["translation"] = {lang: datasets.Value("string") for lang in langs}
+    # not from a cache: `pick` must see every record to collect `found`
+    table = table.map(
+        pick,
+        batched=True,
+        input_columns=["translation"],
+        features=features,
+        load_from_cache_file=False,
+    )
+    for lang in langs:
+        if lang not in found:
+            raise missing_language(lang, list(found), str(path))
+    return table
+
+
+def _not_a_record(path: Path) -> TranslatorError:
+    line = _first_line(path, lambda r: not isinstance(r.get("translation"), dict | None))
+    return TranslatorError(
+        "'translation' is not a record of languages",
+        f"{path}:{line}" if line else str(path),
+        'give it as {"translation": {"en": "...", "de": "..."}}',
+    )
+
+
+def missing_language(lang: str, found: list[str], where: str) -> TranslatorError:
+    return TranslatorError(
+        f"language {lang!r} not in the data (found: {', '.join(found) or 'none'})",
+        where,
+        "set data.src_lang / data.tgt_lang to codes the data has",
+    )
+
+
+def not_text(lang: str, path: Path) -> TranslatorError:
+    """The error for a value of `lang` that is not a string, naming the first such line."""
+
+    def bad(record: dict) -> bool:
+        pairs = record.get("translation")
+        value = (pairs if isinstance(pairs, dict) else record).get(lang)
+        return not isinstance(value, str | None)
+
+    line = _first_line(path, bad)
+    return TranslatorError(
+        f"the {lang!r} value is not text",
+        f"{path}:{line}" if line else str(path),
+        "give every sentence as a string",
+    )
+
+
+def _first_line(path: Path, bad) -> int:
+    """1-based number of the first line of a JSON-lines file that holds an object for which
+    `bad(object)` is true; 0 if none, or if the file is one JSON array. Reads the whole file: only
+    for naming the line of an error."""
+    with open_maybe_gz(path) as handle:
+        for number, raw in enumerate(handle, 1):
+            if raw.lstrip().startswith(b"["):
+                return 0
+            try:
+                record = json.loads(raw) if raw.strip() else None
+            except ValueError:
+                continue
+            if isinstance(record, dict) and bad(record):
+                return number
+    return 0
 
 
 def _messages(err: BaseException | None) -> str:

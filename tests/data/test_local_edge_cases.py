@@ -1,0 +1,54 @@
+"""Local files that are almost right: records of uneven shape, a header row beside
+data.tsv_columns, empty held-out records, values that are not text, UTF-16 text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.data.conftest import tiny_config
+from translator.data.corpus import load_split, pair_batches
+from translator.errors import TranslatorError
+
+
+def load(tmp_path, files: dict[str, str | bytes], split="train", *overrides: str):
+    """The (sources, targets) of `split` from a directory holding `files`."""
+    root = tmp_path / "src"
+    root.mkdir(parents=True)
+    for name, content in files.items():
+        data = content.encode() if isinstance(content, str) else content
+        (root / name).write_bytes(data)
+    cfg = tiny_config(root, tmp_path / "data", *overrides)
+    table = load_split(cfg.data, split, tmp_path / "cache")
+    src, tgt = [], []
+    for batch_src, batch_tgt in pair_batches(table, "en", "de"):
+        src += batch_src
+        tgt += batch_tgt
+    return src, tgt
+
+
+def jsonl(*records) -> str:
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+def wmt(**sides) -> dict:
+    return {"translation": sides}
+
+
+def test_wmt_records_missing_a_language_or_with_another_one_read_like_flat_ones(tmp_path):
+    # `datasets` reads a struct whose keys differ between records as JSON text, not as a struct
+    records = jsonl(wmt(en="a", de="b"), wmt(en="c"), wmt(en="e", de="f", zz="g"), {})
+    assert load(tmp_path, {"train.jsonl": records}) == (["a", "c", "e", ""], ["b", "", "f", ""])
+
+
+def test_wmt_records_of_uneven_shape_name_what_is_wrong(tmp_path):
+    records = jsonl(wmt(en="a", fr="b"), wmt(en="c", fr="d", zz="e"))
+    with pytest.raises(TranslatorError, match=r"train.jsonl: language 'de' not in .*en, fr, zz"):
+        load(tmp_path / "missing", {"train.jsonl": records})
+    records = jsonl(wmt(en="a", de="b"), wmt(en="c"), wmt(en="e", de=["f"]))
+    with pytest.raises(TranslatorError, match=r"train.jsonl:3: the 'de' value is not text"):
+        load(tmp_path / "list", {"train.jsonl": records})
+    records = jsonl(wmt(en="a", de="b"), wmt(en="c"), {"translation": "e"})
+    with pytest.raises(TranslatorError, match=r"train.jsonl:3: 'translation' is not a record"):
+        load(tmp_path / "string", {"train.jsonl": records})
