@@ -52,3 +52,19 @@ def test_wmt_records_of_uneven_shape_name_what_is_wrong(tmp_path):
     records = jsonl(wmt(en="a", de="b"), wmt(en="c"), {"translation": "e"})
     with pytest.raises(TranslatorError, match=r"train.jsonl:3: 'translation' is not a record"):
         load(tmp_path / "string", {"train.jsonl": records})
+
+
+@pytest.mark.parametrize("split", ["train", "valid", "test"])
+def test_a_header_row_is_skipped_when_tsv_columns_names_the_same_columns(tmp_path, split):
+    files = {f"{split}.tsv": "de\ten\nhallo\thello\nja\tyes\n"}
+    pairs = (["hello", "yes"], ["hallo", "ja"])
+    assert load(tmp_path / "header", files, split, "data.tsv_columns=de,en") == pairs
+    assert load(tmp_path / "spaces", files, split, "data.tsv_columns= de , en") == pairs
+    headerless = {f"{split}.tsv": "hallo\thello\nja\tyes\n"}
+    assert load(tmp_path / "bare", headerless, split, "data.tsv_columns=de,en") == pairs
+
+
+def test_a_header_row_in_another_order_than_tsv_columns_is_refused(tmp_path):
+    files = {"train.tsv": "de\ten\nhallo\thello\n"}
+    with pytest.raises(TranslatorError, match=r"train.tsv:1: .*another order \(de, en\)"):
+        load(tmp_path, files, "train", "data.tsv_columns=en,de")

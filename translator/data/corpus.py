@@ -4,7 +4,7 @@
   hf:NAME[:CONFIG]                 a hub dataset (e.g. hf:wmt/wmt14:de-en, hf:bentrevett/multi30k)
   DIR with {split}.{lang}[.gz]     line-aligned plain text, one file per language
   DIR with {split}.tsv[.gz]        one pair per line; a header row or data.tsv_columns names
-                                   the columns
+                                   the columns (a first row equal to them is a header either way)
   DIR with {split}.jsonl / .json   records `translation: {en: .., de: ..}` (the hub's WMT
                                    schema) or flat `en`, `de`; a language missing from a record
                                    is an empty side, other keys are ignored

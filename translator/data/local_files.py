@@ -102,6 +102,9 @@ def _load_text_pair(datasets, paths: list[Path], langs: tuple[str, str], cache_d
 
 
 def _load_tsv(datasets, path: Path, data: DataConfig, cache_dir: Path | None):
+    """One pair per row. Without data.tsv_columns a header row must name the columns; with it, a
+    first row that is the column names as given (a header kept in the file) is skipped too, so it
+    does not become a pair. A first row naming them in another order is refused: which is right?"""
     _check_not_empty(path)
     names = [c.strip() for c in data.tsv_columns.split(",") if c.strip()]
     header = _lines(path, 1)[0].split("\t")
@@ -111,10 +114,17 @@ def _load_tsv(datasets, path: Path, data: DataConfig, cache_dir: Path | None):
             f"{path}:1",
             "add a header row, or set data.tsv_columns (e.g. en,de) for headerless files",
         )
+    named = [field.strip() for field in header]
+    if names and named != names and sorted(named) == sorted(names):
+        raise TranslatorError(
+            f"the header row names the columns in another order ({', '.join(named)}) than "
+            f"data.tsv_columns ({', '.join(names)})",
+            f"{path}:1",
+            "give data.tsv_columns in file order, or leave it empty to follow the header",
+        )
     columns = names or header
-    table = lines_dataset(
-        datasets, path, tsv_rows(path, columns, skip=0 if names else 1), columns, cache_dir
-    )
+    skip = 0 if names and named != names else 1
+    table = lines_dataset(datasets, path, tsv_rows(path, columns, skip=skip), columns, cache_dir)
     if not table.num_rows:
         raise TranslatorError("no data rows", str(path), "give at least one sentence pair")
     return table
