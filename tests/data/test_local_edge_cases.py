@@ -68,3 +68,30 @@ def test_a_header_row_in_another_order_than_tsv_columns_is_refused(tmp_path):
     files = {"train.tsv": "de\ten\nhallo\thello\n"}
     with pytest.raises(TranslatorError, match=r"train.tsv:1: .*another order \(de, en\)"):
         load(tmp_path, files, "train", "data.tsv_columns=en,de")
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {"valid.jsonl": jsonl(wmt(en="a", de="b"), {}, {"translation": None}, wmt(en=" ", de="c"))},
+        {
+            "valid.jsonl": jsonl(
+                {"en": "a", "de": "b"}, {}, {"en": None, "de": ""}, {"en": " ", "de": "c"}
+            )
+        },
+        {"valid.en": "a\n\n\n \n", "valid.de": "b\n\n\nc\n"},
+    ],
+)
+def test_empty_held_out_pairs_are_kept_and_counted(tmp_path, files, capsys):
+    # kept: the lines must match the references; counted: they are scored, so say so
+    assert load(tmp_path, files, "valid") == (["a", "", "", " "], ["b", "", "", "c"])
+    assert capsys.readouterr().err.startswith("warning: ")
+    warnings = []
+    cfg = tiny_config(tmp_path / "src", tmp_path / "data")
+    load_split(cfg.data, "valid", tmp_path / "cache", warn=warnings.append)
+    assert len(warnings) == 1 and "(valid): 3 of 4 pairs have an empty side" in warnings[0]
+
+
+def test_a_held_out_split_without_empty_sides_gives_no_warning(tmp_path, capsys):
+    load(tmp_path, {"test.jsonl": jsonl(wmt(en="a", de="b"))}, "test")
+    assert capsys.readouterr().err == ""

@@ -17,10 +17,12 @@ builder. Local directories are read in data/local_files.py; the hub is read here
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from translator.config import DataConfig
+from translator.data.clean import normalize
 from translator.data.local_files import load_local, missing_language, split_files
 from translator.errors import TranslatorError
 
@@ -29,11 +31,25 @@ def is_hub(source: str) -> bool:
     return source.startswith("hf:")
 
 
-def load_split(data: DataConfig, split: str, cache_dir: Path | None = None, hub_bars: bool = False):
+def warn_stderr(message: str) -> None:
+    # stderr even under --quiet, as the other warnings about the input; a live progress display
+    # redirects it above itself
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def load_split(
+    data: DataConfig,
+    split: str,
+    cache_dir: Path | None = None,
+    hub_bars: bool = False,
+    warn: Callable[[str], None] = warn_stderr,
+):
     """Our split `split` (train/valid/test), mapped through data.splits, as a `datasets.Dataset`.
 
     Local sources are converted to Arrow under `cache_dir` (a scratch folder the caller deletes).
-    A hub download shows the hub's and `datasets`' own progress bars when `hub_bars`.
+    A hub download shows the hub's and `datasets`' own progress bars when `hub_bars`. Valid/test
+    pairs with an empty side are kept (so that their lines match the references they are scored
+    against), with a warning through `warn` that counts them; train's are the cleaner's to drop.
     """
     name = data.splits.get(split, split)
     if is_hub(data.source):
@@ -43,6 +59,12 @@ def load_split(data: DataConfig, split: str, cache_dir: Path | None = None, hub_
         os.environ["HF_HUB_OFFLINE"] = "1"
         table = load_local(_datasets(), Path(data.source), name, data, cache_dir)
     check_languages(table, data.src_lang, data.tgt_lang, f"{data.source} ({name})")
+    if split != "train" and (empty := count_empty_pairs(table, data)):
+        warn(
+            f"{data.source} ({name}): {empty:,} of {table.num_rows:,} pairs have an empty side "
+            "(a blank line, or a record without the sentence): kept as they are, so that the "
+            "lines match the references, and scored"
+        )
     if split == "train" and data.max_train_pairs and data.max_train_pairs < table.num_rows:
         table = table.select(range(data.max_train_pairs))
     return table
@@ -92,6 +114,16 @@ def check_languages(table, src_lang: str, tgt_lang: str, where: str) -> None:
                 where,
                 "give every sentence as a string",
             )
+
+
+def count_empty_pairs(table, data: DataConfig) -> int:
+    """Pairs with a side that is empty once cleaned (data.drop_empty's rule for train)."""
+    return sum(
+        not normalize(s, False, data.normalize_spaces)
+        or not normalize(t, False, data.normalize_spaces)
+        for src, tgt in pair_batches(table, data.src_lang, data.tgt_lang)
+        for s, t in zip(src, tgt)
+    )
 
 
 def pair_batches(
