@@ -163,7 +163,9 @@ def test_records_that_are_not_text_or_of_mixed_shape_are_refused(tmp_path, recor
     root = tmp_path / "src"
     root.mkdir()
     (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    with pytest.raises(TranslatorError, match="'de' values are not all text|records of two shapes"):
+    with pytest.raises(
+        TranslatorError, match=r"jsonl:\d+: the 'de' value is not text|records of two shapes"
+    ):
         pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")
 
 

@@ -95,3 +95,23 @@ def test_empty_held_out_pairs_are_kept_and_counted(tmp_path, files, capsys):
 def test_a_held_out_split_without_empty_sides_gives_no_warning(tmp_path, capsys):
     load(tmp_path, {"test.jsonl": jsonl(wmt(en="a", de="b"))}, "test")
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        [{"en": "a", "de": "b"}, {"en": "c"}, {"en": "d", "de": 4}, {"en": "e", "de": "f"}],
+        [{"en": "a", "de": "b"}, {"en": "c", "de": None}, {"en": "d", "de": {"x": 1}}],
+        [{"en": "a", "de": 1}, {"en": "c", "de": 2}, {"en": "d", "de": 3}],
+        [wmt(en="a", de="b"), wmt(en="c", de=None), wmt(en="d", de=4.5)],
+    ],
+)
+def test_a_value_that_is_not_text_is_named_by_its_line(tmp_path, records):
+    files = {"train.jsonl": "\n" + jsonl(*records)}  # a blank line: Arrow's rows are not lines
+    first = 1 + next(n for n, r in enumerate(records, 1) if not isinstance(_de(r), str | None))
+    with pytest.raises(TranslatorError, match=rf"train.jsonl:{first}: the 'de' value is not text"):
+        load(tmp_path, files)
+
+
+def _de(record: dict):
+    return record.get("translation", record).get("de")

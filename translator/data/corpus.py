@@ -23,7 +23,13 @@ from pathlib import Path
 
 from translator.config import DataConfig
 from translator.data.clean import normalize
-from translator.data.local_files import load_local, missing_language, split_files
+from translator.data.local_files import (
+    is_text,
+    lang_type,
+    load_local,
+    missing_language,
+    split_files,
+)
 from translator.errors import TranslatorError
 
 
@@ -89,8 +95,6 @@ def languages(table) -> list[str]:
 
 def check_languages(table, src_lang: str, tgt_lang: str, where: str) -> None:
     """Both languages are in the table, as text."""
-    import pyarrow as pa
-
     found, schema = languages(table), table.data.schema
     if "translation" in schema.names and {src_lang, tgt_lang} & set(schema.names):
         raise TranslatorError(
@@ -101,14 +105,8 @@ def check_languages(table, src_lang: str, tgt_lang: str, where: str) -> None:
     for lang in (src_lang, tgt_lang):
         if lang not in found:
             raise missing_language(lang, found, where)
-        kind = (
-            schema.field("translation").type.field(lang)
-            if "translation" in schema.names
-            else schema.field(lang)
-        ).type
-        if not (
-            pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)
-        ):
+        kind = lang_type(schema, lang)
+        if not is_text(kind):
             raise TranslatorError(
                 f"the {lang!r} values are not all text (Arrow type {kind})",
                 where,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 from translator.config import DataConfig
@@ -63,8 +64,11 @@ def load_local(datasets, root: Path, split: str, data: DataConfig, cache_dir: Pa
     if kind == "tsv":
         return _load_tsv(datasets, files[0], data, cache_dir)
     if kind == "json":
-        table = _builder(datasets, "json", files[0], cache_dir)
-        return _translation_as_struct(datasets, table, files[0], langs)
+        table = _translation_as_struct(
+            datasets, _builder(datasets, "json", files[0], cache_dir, langs), files[0], langs
+        )
+        _check_text(table, files[0], langs)
+        return table
     texts = [_find(root, f"{split}.{lang}") for lang in langs]
     if any(texts):
         missing = langs[texts.index(None)]
@@ -130,8 +134,11 @@ def _load_tsv(datasets, path: Path, data: DataConfig, cache_dir: Path | None):
     return table
 
 
-def _builder(datasets, kind: str, path: Path, cache_dir: Path | None, **options):
-    """One file through a `datasets` packaged builder (json), with errors that name the file."""
+def _builder(
+    datasets, kind: str, path: Path, cache_dir: Path | None, langs: tuple[str, ...] = (), **options
+):
+    """One file through a `datasets` packaged builder (json), with errors that name the file (and
+    the line, for a value of one of `langs` that is not text)."""
     _check_not_empty(path)
     try:
         table = datasets.load_dataset(
@@ -162,6 +169,10 @@ def _builder(datasets, kind: str, path: Path, cache_dir: Path | None, **options)
             raise TranslatorError(
                 "not a JSON object", f"{path}:{line}", "write one JSON object per line"
             ) from None
+        # Arrow's reader: "Column(/translation/de) changed from string to number in row N"
+        changed = re.search(r"Column\(/(?:translation/)?([^/)]+)\) changed from", _messages(err))
+        if kind == "json" and changed and changed[1] in langs:
+            raise not_text(changed[1], path) from None
         cause = err.__cause__ or err.__context__ or err
         message = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
         raise TranslatorError(
@@ -204,6 +215,33 @@ def _translation_as_struct(datasets, table, path: Path, langs: tuple[str, str]):
         if lang not in found:
             raise missing_language(lang, list(found), str(path))
     return table
+
+
+def _check_text(table, path: Path, langs: tuple[str, str]) -> None:
+    """Every value of our languages is a string (or missing); else the first line that is not is
+    named. The Arrow type tells whether to look: the file is read again only then."""
+    for lang in langs:
+        kind = lang_type(table.data.schema, lang)
+        if kind is not None and not is_text(kind):
+            raise not_text(lang, path)
+
+
+def lang_type(schema, lang: str):
+    """The Arrow type of `lang`'s values, in a `translation` struct or a column; None if absent."""
+    import pyarrow as pa
+
+    if "translation" in schema.names:
+        nested = schema.field("translation").type
+        if pa.types.is_struct(nested) and nested.get_field_index(lang) >= 0:
+            return nested.field(lang).type
+    return schema.field(lang).type if lang in schema.names else None
+
+
+def is_text(kind) -> bool:
+    """An Arrow type of sentences: strings, or no value at all."""
+    import pyarrow as pa
+
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)
 
 
 def _not_a_record(path: Path) -> TranslatorError:
