@@ -115,3 +115,23 @@ def test_a_value_that_is_not_text_is_named_by_its_line(tmp_path, records):
 
 def _de(record: dict):
     return record.get("translation", record).get("de")
+
+
+@pytest.mark.parametrize("encoding", ["UTF-16LE", "UTF-16BE", "UTF-32LE", "UTF-32BE", "UTF-16"])
+@pytest.mark.parametrize("name", ["dev.de", "dev.tsv", "dev.jsonl"])
+def test_a_utf16_or_utf32_file_is_named_with_its_encoding(tmp_path, encoding, name):
+    sentences = [f"Satz Nummer {i} — schön" for i in range(100)]
+    text = {
+        "dev.de": "".join(s + "\n" for s in sentences),
+        "dev.tsv": "en\tde\n" + "".join(f"s\t{s}\n" for s in sentences),
+        "dev.jsonl": jsonl(*({"en": "s", "de": s} for s in sentences)),
+    }[name]
+    files = {name: text.encode(encoding), "dev.en": "s\n" * 100}
+    shown = {"UTF-16": "UTF-16LE"}.get(encoding, encoding)  # Python writes a BOM, then LE
+    with pytest.raises(TranslatorError, match=rf"{name}: looks like {shown} \(NUL bytes\)"):
+        load(tmp_path, files, "dev")
+
+
+def test_a_stray_nul_in_utf8_text_is_left_to_the_cleaner(tmp_path):
+    files = {"dev.en": "a\x00b\n\x00\nc\n", "dev.de": "x\ny\nz\n"}
+    assert load(tmp_path, files, "dev") == (["a\x00b", "\x00", "c"], ["x", "y", "z"])

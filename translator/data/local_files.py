@@ -87,7 +87,7 @@ def load_local(datasets, root: Path, split: str, data: DataConfig, cache_dir: Pa
 
 def _load_text_pair(datasets, paths: list[Path], langs: tuple[str, str], cache_dir: Path | None):
     for path in paths:
-        _check_not_empty(path)
+        _check_start(path)
     sides = [
         lines_dataset(
             datasets, path, ({lang: lines} for lines in line_blocks(path)), [lang], cache_dir
@@ -109,7 +109,7 @@ def _load_tsv(datasets, path: Path, data: DataConfig, cache_dir: Path | None):
     """One pair per row. Without data.tsv_columns a header row must name the columns; with it, a
     first row that is the column names as given (a header kept in the file) is skipped too, so it
     does not become a pair. A first row naming them in another order is refused: which is right?"""
-    _check_not_empty(path)
+    _check_start(path)
     names = [c.strip() for c in data.tsv_columns.split(",") if c.strip()]
     header = _lines(path, 1)[0].split("\t")
     if not names and not {data.src_lang, data.tgt_lang} <= set(header):
@@ -139,7 +139,7 @@ def _builder(
 ):
     """One file through a `datasets` packaged builder (json), with errors that name the file (and
     the line, for a value of one of `langs` that is not text)."""
-    _check_not_empty(path)
+    _check_start(path)
     try:
         table = datasets.load_dataset(
             kind,
@@ -338,18 +338,47 @@ def first_invalid_json_line(path: Path) -> int:
     return 0
 
 
-def _check_not_empty(path: Path) -> None:
-    """An empty file is named as such (the builders' own messages for it say nothing useful)."""
-    if not _lines(path, 1):
+def _check_start(path: Path) -> None:
+    """An empty file, or one in UTF-16 or UTF-32, is named as such: the builders say nothing
+    useful about the one, and the other reaches the user as line counts that differ."""
+    head = _read(path, lambda handle: handle.read(4096))
+    if not head:
         raise TranslatorError("the file is empty", str(path), "give at least one line")
+    if encoding := wide_encoding(head):
+        raise TranslatorError(
+            f"looks like {encoding} (NUL bytes)",
+            str(path),
+            f"convert it to UTF-8 (iconv -f {encoding} -t UTF-8)",
+        )
+
+
+def wide_encoding(head: bytes) -> str | None:
+    """'UTF-16LE', 'UTF-32BE'... when the start of a file looks like UTF-16/32 text: most newline
+    bytes beside a NUL byte. UTF-8 text has a NUL only where one was put by mistake, which the
+    cleaner removes (a control character): that is no reason to refuse the file."""
+    beside = [found.start() for found in re.finditer(rb"\n\x00|\x00\n", head)]
+    if not beside or 2 * len(beside) < head.count(b"\n"):
+        return None
+    newline = beside[0] + (head[beside[0]] == 0)
+    width = 32 if b"\x00\x00\x00" in head else 16
+    # a newline's byte opens its code unit in little-endian order and closes it in big-endian
+    order = "LE" if newline % (width // 8) == 0 else "BE"
+    return f"UTF-{width}{order}"
 
 
 def _lines(path: Path, count: int) -> list[str]:
     """The first `count` lines of a (possibly gzipped) file, fewer if it is shorter; without a
     byte-order mark."""
+    raw = _read(path, lambda handle: [handle.readline() for _ in range(count)])
+    text = [line.decode("utf-8", errors="replace").rstrip("\r\n") for line in raw if line]
+    return [text[0].removeprefix("\ufeff"), *text[1:]] if text else []
+
+
+def _read(path: Path, read):
+    """`read(handle)` on the (possibly gzipped) file, with one-line errors for what stops it."""
     try:
         with open_maybe_gz(path) as handle:
-            raw = [handle.readline() for _ in range(count)]
+            return read(handle)
     except gzip.BadGzipFile:
         raise TranslatorError(
             "not a gzip file", str(path), "gzip it, or name it without .gz"
@@ -360,8 +389,6 @@ def _lines(path: Path, count: int) -> list[str]:
             str(path),
             "check the file",
         ) from None
-    text = [line.decode("utf-8", errors="replace").rstrip("\r\n") for line in raw if line]
-    return [text[0].removeprefix("\ufeff"), *text[1:]] if text else []
 
 
 def _find(root: Path, name: str) -> Path | None:
