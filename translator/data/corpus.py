@@ -11,7 +11,8 @@
   DIR written by save_to_disk      a DatasetDict
 Each becomes an Arrow-backed, memory-mapped `datasets.Dataset`; `pair_batches` streams it in
 batches. Text and TSV lines are split on "\\n" only (data/lines.py); JSON goes through `datasets`'
-builder. Local directories are read in data/local_files.py; the hub is read here.
+builder. Local directories are read in data/local_files.py (JSON in data/json_records.py); the
+hub is read here.
 """
 
 from __future__ import annotations
@@ -23,13 +24,8 @@ from pathlib import Path
 
 from translator.config import DataConfig
 from translator.data.clean import normalize
-from translator.data.local_files import (
-    is_text,
-    lang_type,
-    load_local,
-    missing_language,
-    split_files,
-)
+from translator.data.json_records import is_text, lang_type, missing_language
+from translator.data.local_files import load_local, split_files
 from translator.errors import TranslatorError
 
 
