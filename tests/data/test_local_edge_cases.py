@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import datasets
 import pytest
 
 from tests.data.conftest import tiny_config
@@ -135,3 +136,11 @@ def test_a_utf16_or_utf32_file_is_named_with_its_encoding(tmp_path, encoding, na
 def test_a_stray_nul_in_utf8_text_is_left_to_the_cleaner(tmp_path):
     files = {"dev.en": "a\x00b\n\x00\nc\n", "dev.de": "x\ny\nz\n"}
     assert load(tmp_path, files, "dev") == (["a\x00b", "\x00", "c"], ["x", "y", "z"])
+
+
+def test_a_saved_dataset_whose_translation_is_not_a_record_is_refused(tmp_path):
+    saved = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"translation": ["a"]})})
+    saved.save_to_disk(str(tmp_path / "saved"))
+    cfg = tiny_config(tmp_path / "saved", tmp_path / "data")
+    with pytest.raises(TranslatorError, match=r"\(train\): 'translation' is not a record .*string"):
+        load_split(cfg.data, "train", tmp_path / "cache")

@@ -83,9 +83,12 @@ def source_files(data: DataConfig, split: str) -> list[Path]:
 
 def languages(table) -> list[str]:
     """Language codes a table offers: fields of a `translation` struct, else its string columns."""
+    import pyarrow as pa
+
     schema = table.data.schema
     if "translation" in schema.names:
-        return [f.name for f in schema.field("translation").type]
+        kind = schema.field("translation").type
+        return [f.name for f in kind] if pa.types.is_struct(kind) else []
     return list(schema.names)
 
 
@@ -97,6 +100,13 @@ def check_languages(table, src_lang: str, tgt_lang: str, where: str) -> None:
             "records of two shapes: some with a 'translation' field, some flat",
             where,
             "give every record one shape",
+        )
+    if "translation" in schema.names and not languages(table):
+        raise TranslatorError(
+            f"'translation' is not a record of languages (Arrow type "
+            f"{schema.field('translation').type})",
+            where,
+            'give it as {"translation": {"en": "...", "de": "..."}}',
         )
     for lang in (src_lang, tgt_lang):
         if lang not in found:
