@@ -301,3 +301,21 @@ def test_paths_expand_home_and_environment_variables_as_a_shell_would(monkeypatc
     with pytest.raises(TranslatorError, match=r"names \$NOSUCH, which is not set") as err:
         config.load(None, ["train.run_dir=$NOSUCH/runs"])
     assert err.value.where == "train.run_dir"
+
+
+@pytest.mark.parametrize(
+    "overrides, said",
+    [
+        (["data.vocab_size=1"], "pad, unk, bos and eos take 4 pieces"),
+        (["data.vocab_size=4"], "pad, unk, bos and eos take 4 pieces"),
+        (["data.vocab_size=2", "data.byte_fallback=true"], "byte pieces 256 more"),
+        (["data.vocab_size=260", "data.byte_fallback=true"], "byte pieces 256 more"),
+    ],
+)
+def test_a_vocabulary_with_no_room_beside_the_special_pieces_is_refused(overrides, said):
+    """SentencePiece would fail with its internal check on inserting <unk> or <s>."""
+    with pytest.raises(TranslatorError) as err:
+        config.load(None, overrides)
+    assert err.value.where == "data.vocab_size" and said in err.value.what
+    assert config.load(None, ["data.vocab_size=5"]).data.vocab_size == 5
+    assert config.load(None, ["data.vocab_size=261", "data.byte_fallback=true"]).data.byte_fallback

@@ -65,6 +65,10 @@ def _expand_path(value: str, key: str) -> str:
     return expanded
 
 
+# Pieces every SentencePiece model of ours holds before any of the text's (tokenizer.py's ids)
+SPECIAL_PIECES, BYTE_PIECES = 4, 256
+
+
 @dataclass(kw_only=True)
 class DataConfig:
     name: str = "multi30k"
@@ -129,7 +133,7 @@ class DataConfig:
             "max_train_pairs max_tokens_per_side max_length_ratio input_sentence_size",
             0,
         )
-        _check_range("data", self, "vocab_size", 1)
+        self._check_vocab_size()
         # the ratio is longer side / shorter side, never below 1: under 1 every pair is dropped
         if 0 < self.max_length_ratio < 1:
             raise TranslatorError(
@@ -165,6 +169,20 @@ class DataConfig:
                 f"data.splits.{unknown[0]}",
                 f"did you mean data.splits.{close[0]}?" if close else "use train, valid or test",
             )
+
+    def _check_vocab_size(self) -> None:
+        # below this SentencePiece fails with its internal check on inserting a special token
+        least = SPECIAL_PIECES + (BYTE_PIECES if self.byte_fallback else 0)
+        if self.vocab_size > least:
+            return
+        needs = "pad, unk, bos and eos take 4 pieces" + (
+            " and byte_fallback's byte pieces 256 more" if self.byte_fallback else ""
+        )
+        raise TranslatorError(
+            f"vocab_size={self.vocab_size} leaves no piece for the text: {needs}",
+            "data.vocab_size",
+            f"use more than {least}; a real corpus needs thousands",
+        )
 
 
 @dataclass(kw_only=True)
