@@ -43,6 +43,7 @@ from translator.prepared import (
 
 SPLITS = ("valid", "test", "train")  # the small ones first: a missing split fails at once
 SEED = 1  # SentencePiece sample and training: fixed, so that train.seed does not change the data
+SIDE_NAMES = {"src": "source", "tgt": "target"}
 
 
 def _holds_prepared_data(folder: Path) -> bool:
@@ -239,6 +240,8 @@ def _train_tokenizer(
         input_sentence_size=0,
         seed=SEED,  # 0: the sample above is the whole input
         progress=None if bars.quiet else trained,
+        # one side's of two: a failure says which (the sides' texts differ, their settings do not)
+        which="" if len(sides) == 2 else f"the {SIDE_NAMES[sides[0]]} model ({name})",
     )
     for step in training:
         step.finish()

@@ -29,13 +29,15 @@ def train_sentencepiece(
     input_sentence_size: int = 0,
     seed: int = 1,
     progress: Callable[[int, int], None] | None = None,
+    which: str = "",
 ) -> Path:
     """Train a SentencePiece model on `sentences`; writes and returns `{model_prefix}.model`.
 
     The model comes back in memory (model_writer) rather than through model_prefix, which
     SentencePiece would store inside the model: the same data then gives the same bytes wherever
     it is prepared, so the checksum identifies the vocabulary. `progress(done, total)`, when given,
-    follows the training itself (see TrainingLog), called from another thread.
+    follows the training itself (see TrainingLog), called from another thread. `which`, when
+    given, names the model in an error (one side's of two).
     """
     spm.set_random_generator_seed(seed)
     model = io.BytesIO()
@@ -79,7 +81,7 @@ def train_sentencepiece(
         # the C++ file, line and failed check
         reason = re.sub(r"^INTERNAL: \S+ \[.*?\] ", "", reason)
         raise TranslatorError(
-            f"SentencePiece training failed: {reason}",
+            f"SentencePiece training{' of ' + which if which else ''} failed: {reason}",
             "data.vocab_size",
             "check data.vocab_size, data.character_coverage and the training text",
         ) from None
