@@ -319,3 +319,10 @@ def test_a_vocabulary_with_no_room_beside_the_special_pieces_is_refused(override
     assert err.value.where == "data.vocab_size" and said in err.value.what
     assert config.load(None, ["data.vocab_size=5"]).data.vocab_size == 5
     assert config.load(None, ["data.vocab_size=261", "data.byte_fallback=true"]).data.byte_fallback
+
+
+def test_a_stored_config_from_before_spm_normalization_loads_with_the_default():
+    """A checkpoint's config written before the setting existed has no such key."""
+    stored = config.to_dict(config.load(None, ["data.spm_normalization=identity"]))
+    del stored["data"]["spm_normalization"]
+    assert config.from_dict(stored).data.spm_normalization == "nmt_nfkc"

@@ -65,6 +65,8 @@ def _expand_path(value: str, key: str) -> str:
     return expanded
 
 
+# SentencePiece's own names of its normalization rules (DataConfig.spm_normalization)
+SpmNormalization = Literal["nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf", "identity"]
 # Pieces every SentencePiece model of ours holds before any of the text's (tokenizer.py's ids)
 SPECIAL_PIECES, BYTE_PIECES = 4, 256
 
@@ -120,6 +122,13 @@ class DataConfig:
     """SentencePiece character coverage (1.0 for Latin scripts, 0.9995 for CJK)."""
     byte_fallback: bool = False
     """Encode unknown characters as UTF-8 bytes instead of <unk>."""
+    spm_normalization: SpmNormalization = "nmt_nfkc"
+    """SentencePiece's rewriting of all text before it is split, and so of what the model can
+    output: `nmt_nfkc` NFKC (full-width `，？１Ａ` become `,?1A`, `…` `...`, `ﬁ` `fi`) and
+    deletes format controls (RLM) and makes ZWNJ a space; `nfkc` NFKC alone; `nmt_nfkc_cf` and
+    `nfkc_cf` also lowercase; `identity` keeps the text as cleaned. Use identity for CJK,
+    Persian, Arabic and any target whose characters must survive (prepare counts the references
+    the rule changes)."""
     input_sentence_size: int = 1_000_000
     """Train SentencePiece on a seeded random sample of at most this many sentences (0 = all)."""
 

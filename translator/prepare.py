@@ -23,7 +23,7 @@ from pathlib import Path
 
 from translator import checkpoint
 from translator.config import Config, DataConfig, dump
-from translator.data import clean
+from translator.data import clean, coverage
 from translator.data.binarize import clean_to_scratch, encode_to_ids, sample_lines, sample_mask
 from translator.data.corpus import is_hub, load_split, pair_batches, source_files
 from translator.data.progress import Bars, bytes_read
@@ -113,6 +113,8 @@ def run(
             say(f"{name}: {value}")
     else:
         bars.summary(f"prepared {out}", rows)
+    for line in coverage.warnings(manifest):
+        (say or bars.print)(line)
     return out
 
 
@@ -237,6 +239,7 @@ def _train_tokenizer(
         model_type=data.spm_model_type,
         character_coverage=data.character_coverage,
         byte_fallback=data.byte_fallback,
+        normalization=data.spm_normalization,
         input_sentence_size=0,
         seed=SEED,  # 0: the sample above is the whole input
         progress=None if bars.quiet else trained,
@@ -256,12 +259,15 @@ def _write_eval_split(
     tokenizers: dict[str, Tokenizer],
     cleaner: clean.Cleaner,
     data: DataConfig,
-) -> dict[str, int]:
+) -> dict:
     """Ids of the normalised text, and the raw text as given (sources to decode, sacreBLEU
-    references)."""
-    counts = {"pairs": len(src)}
+    references); counts, and what SentencePiece changes of the references (coverage)."""
+    counts: dict = {"pairs": len(src)}
     for side, lang, texts in (("src", data.src_lang, src), ("tgt", data.tgt_lang, tgt)):
-        ids = tokenizers[side].encode([cleaner.normalize(t) for t in texts])
+        cleaned = [cleaner.normalize(t) for t in texts]
+        ids = tokenizers[side].encode(cleaned)
+        if side == "tgt":
+            counts["round_trip"] = coverage.round_trip(tokenizers[side], cleaned, ids)
         counts[f"{side}_tokens"] = write_ids(
             tmp / f"{split}.{side}", ids, tokenizers[side].vocab_size
         )

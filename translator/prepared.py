@@ -11,7 +11,7 @@ from pathlib import Path
 
 from translator import __version__
 from translator.config import DataConfig, to_dict
-from translator.data import clean
+from translator.data import clean, coverage
 from translator.data.corpus import is_hub
 from translator.data.shards import PREPARE_AGAIN, id_dtype
 from translator.data.tokenizer import Tokenizer, sha256_file, size_note
@@ -27,7 +27,11 @@ SPM_SETTINGS = (
     "character_coverage",
     "byte_fallback",
     "input_sentence_size",
+    "spm_normalization",
 )
+# Settings recorded only when not at their default (-> that default): data prepared before they
+# existed keeps its config hash and is not refused
+ONLY_WHEN_SET = {"spm_normalization": DataConfig.spm_normalization}
 
 
 def prepared_dir(data: DataConfig) -> Path:
@@ -58,7 +62,11 @@ def shaping_settings(data: DataConfig, vocab_from: str | None = None) -> dict:
     the sha256 of the checkpoint tokenizer that encodes them, which replaces SentencePiece's
     settings."""
     moot = ("data_dir", "name", *(SPM_SETTINGS if vocab_from else ()))
-    settings = {k: v for k, v in to_dict(data).items() if k not in moot}
+    settings = {
+        k: v
+        for k, v in to_dict(data).items()
+        if k not in moot and not (k in ONLY_WHEN_SET and v == ONLY_WHEN_SET[k])
+    }
     # only when set: data prepared before this setting existed keeps its hash
     return {**settings, "vocab_from": vocab_from} if vocab_from else settings
 
@@ -203,6 +211,7 @@ def build_manifest(
         "tokens": {
             split: {"src": c["src_tokens"], "tgt": c["tgt_tokens"]} for split, c in counts.items()
         },
+        "spm_round_trip": _round_trips(counts),
         "joint_vocab": data.joint_vocab,
         "vocab_from": None,  # or the checkpoint whose tokenizer encoded the data (run() fills it)
         "vocab": vocab,
@@ -214,6 +223,17 @@ def build_manifest(
         # every file (the text of valid/test too), checked at each open (check_files)
         "file_sizes": {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()},
         "versions": installed("datasets", "pyarrow", "sentencepiece", "numpy", "torch"),
+    }
+
+
+def _round_trips(counts: dict) -> dict:
+    """What SentencePiece changes of the valid and test references, and one example of it."""
+    trips = {split: counts[split]["round_trip"] for split in ("valid", "test")}
+    first = next((t for t in trips.values() if t["example"]), trips["valid"])
+    return {
+        **{split: {k: t[k] for k in ("lines", "changed")} for split, t in trips.items()},
+        "example": first["example"],
+        "cause": first["cause"],
     }
 
 
@@ -274,6 +294,7 @@ def summary_rows(manifest: dict) -> list[tuple[str, str]]:
     else:
         note = size_note(wanted, min(src, tgt))
         rows.append(("vocabularies src / tgt", f"{src:,} / {tgt:,}{note}"))
+    rows += coverage.summary_rows(manifest)
     rows.append(("time", f"{manifest['seconds']} s"))
     return rows
 
@@ -309,6 +330,8 @@ def load_manifest(data: DataConfig, vocab_from: str | None = None) -> dict:
             "to replace it, run `translator prepare` with this config (and the same --set/--data); "
             "to keep it, set another data.name",
         )
+    # a setting recorded only when set is at its default where it is missing
+    made, wanted = {**ONLY_WHEN_SET, **made}, {**ONLY_WHEN_SET, **wanted}
     changed = sorted(
         k for k in wanted if k not in ("source", "splits") and made.get(k) != wanted[k]
     )

@@ -1,12 +1,20 @@
-"""What SentencePiece does to the text `prepare` gives it: which side's model failed to train."""
+"""What SentencePiece does to the text `prepare` gives it: the references its normalization rule
+changes (data.spm_normalization), and which side's model failed to train."""
 
 from __future__ import annotations
+
+import hashlib
+import json
 
 import pytest
 
 from tests.data.conftest import tiny_config, write_text_corpus
-from translator import prepare
+from translator import __version__, prepare
+from translator.config import to_dict
+from translator.data.shards import TokenArray
+from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
+from translator.prepared import FORMAT, config_hash, load_manifest, source_fingerprint
 
 # 40 distinct letters: more than a 20-piece vocabulary can hold (SentencePiece refuses to train)
 MANY_LETTERS = (
@@ -48,3 +56,80 @@ def test_a_failed_sentencepiece_training_names_its_side(tmp_path, side):
     name = {"source": "spm.src.model", "target": "spm.tgt.model"}[side]
     assert f"SentencePiece training of the {side} model ({name}) failed" in err.value.what
     assert "smaller than required_chars" in err.value.what
+
+
+# Chinese punctuation is full width: NFKC (SentencePiece's default rule) makes it ASCII
+FULL_WIDTH = "，？！："
+
+
+def full_width_splits() -> dict[str, tuple[list[str], list[str]]]:
+    """Chinese-like targets, each with full-width punctuation inside and at its end."""
+    splits = alphabet_splits("abc", MANY_LETTERS)
+    for split, (src, tgt) in splits.items():
+        punctuated = [
+            f"{t[:3]}{FULL_WIDTH[i % 4]}{t[3:]}{FULL_WIDTH[(i + 1) % 4]}" for i, t in enumerate(tgt)
+        ]
+        splits[split] = (src, punctuated)
+    return splits
+
+
+def prepare_zh(tmp_path, *overrides):
+    corpus = write_text_corpus(tmp_path / "corpus", full_width_splits(), ("en", "zh"))
+    cfg = tiny_config(corpus, tmp_path / "data", "data.tgt_lang=zh", *overrides)
+    said = []
+    out = prepare.run(cfg, log=said.append)
+    return cfg, out, said
+
+
+def test_the_default_normalization_is_counted_and_warned_about_and_identity_keeps_the_text(
+    tmp_path,
+):
+    references = full_width_splits()["test"][1]
+    cfg, out, said = prepare_zh(tmp_path / "default")
+    trip = json.loads((out / "manifest.json").read_text())["spm_round_trip"]
+    assert trip["valid"] == {"lines": 20, "changed": 20} and trip["test"]["changed"] == 20
+    assert "valid / test references SentencePiece changes: 20 of 20 / 20 of 20" in said
+    warning = [line for line in said if line.startswith("warning: ")]
+    assert len(warning) == 1 and "40 of the 40 valid and test references" in warning[0]
+    # the first valid reference's first change: its comma
+    assert "(e.g. '，' became ',')" in warning[0]
+    assert "data.spm_normalization=identity" in warning[0]
+    ids = TokenArray(out / "test.tgt")
+    decoded = Tokenizer(out / "spm.model").decode([ids[i] for i in range(len(ids))])
+    assert decoded != references and all(c not in "".join(decoded) for c in FULL_WIDTH)
+
+    cfg, out, said = prepare_zh(tmp_path / "identity", "data.spm_normalization=identity")
+    trip = json.loads((out / "manifest.json").read_text())["spm_round_trip"]
+    assert trip["valid"]["changed"] == trip["test"]["changed"] == 0
+    assert "valid / test references SentencePiece changes: 0 of 20 / 0 of 20" in said
+    assert not [line for line in said if line.startswith("warning: ")]
+    ids = TokenArray(out / "test.tgt")
+    decoded = Tokenizer(out / "spm.model").decode([ids[i] for i in range(len(ids))])
+    assert decoded == references
+
+
+def test_data_prepared_before_the_setting_keeps_its_hash_and_another_rule_is_refused(tmp_path):
+    cfg, out, _ = prepare_zh(tmp_path)
+    manifest = load_manifest(cfg.data)
+    assert "spm_normalization" not in manifest["settings"]
+    # the hash as prepare computed it before the setting existed
+    settings = {k: v for k, v in to_dict(cfg.data).items() if k not in ("data_dir", "name")}
+    del settings["spm_normalization"]
+    before = [__version__, FORMAT, settings, source_fingerprint(cfg.data)]
+    assert (
+        config_hash(cfg.data)
+        == hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:16]
+    )
+
+    identity = tiny_config(
+        cfg.data.source, tmp_path / "data", "data.tgt_lang=zh", "data.spm_normalization=identity"
+    )
+    with pytest.raises(
+        TranslatorError, match="data.spm_normalization: 'nmt_nfkc' there, 'identity' here"
+    ):
+        load_manifest(identity.data)
+    prepare.run(identity, quiet=True)
+    with pytest.raises(
+        TranslatorError, match="data.spm_normalization: 'identity' there, 'nmt_nfkc' here"
+    ):
+        load_manifest(cfg.data)
