@@ -169,6 +169,9 @@ def _prepare(data: DataConfig, tmp: Path, bars: Bars, vocab: Tokenizer | None) -
                 step.advance,
             )
         }
+    # first: an uncovered script's pairs fall to the length rules, which would be blamed
+    where = "train.init_from" if vocab else data.source
+    coverage.check_unk(counts["train"]["unk"], where, checkpoint_vocab=vocab is not None)
     if not counts["train"]["pairs"]:
         raise TranslatorError(
             f"no training pairs left after the length rules (dropped: {_drops(cleaner.drops)})",

@@ -211,6 +211,8 @@ def build_manifest(
         "tokens": {
             split: {"src": c["src_tokens"], "tgt": c["tgt_tokens"]} for split, c in counts.items()
         },
+        # of the training text as encoded, before the length rules
+        "unk": counts["train"]["unk"],
         "spm_round_trip": _round_trips(counts),
         "joint_vocab": data.joint_vocab,
         "vocab_from": None,  # or the checkpoint whose tokenizer encoded the data (run() fills it)

@@ -1,20 +1,33 @@
 """What SentencePiece does to the text `prepare` gives it: the references its normalization rule
-changes (data.spm_normalization), and which side's model failed to train."""
+changes (data.spm_normalization), the <unk> of a checkpoint's vocabulary that lacks the data's
+script, and which side's model failed to train."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 import pytest
 
-from tests.data.conftest import tiny_config, write_text_corpus
+from tests.data.conftest import (
+    multi30k_lines,
+    small_splits,
+    tiny_config,
+    write_text_corpus,
+)
 from translator import __version__, prepare
 from translator.config import to_dict
 from translator.data.shards import TokenArray
-from translator.data.tokenizer import Tokenizer
+from translator.data.tokenizer import Tokenizer, train_sentencepiece
 from translator.errors import TranslatorError
-from translator.prepared import FORMAT, config_hash, load_manifest, source_fingerprint
+from translator.prepared import (
+    FORMAT,
+    config_hash,
+    load_manifest,
+    prepared_dir,
+    source_fingerprint,
+)
 
 # 40 distinct letters: more than a 20-piece vocabulary can hold (SentencePiece refuses to train)
 MANY_LETTERS = (
@@ -133,3 +146,61 @@ def test_data_prepared_before_the_setting_keeps_its_hash_and_another_rule_is_ref
         TranslatorError, match="data.spm_normalization: 'identity' there, 'nmt_nfkc' here"
     ):
         load_manifest(cfg.data)
+
+
+@pytest.fixture
+def english_checkpoint(tmp_path, monkeypatch) -> str:
+    """train.init_from naming a checkpoint whose SentencePiece model knows English text only."""
+    english = multi30k_lines("train", "en", 1000)
+    tokenizer = Tokenizer(train_sentencepiece(english, tmp_path / "en", vocab_size=300))
+    monkeypatch.setattr(prepare.checkpoint, "read_tokenizer", lambda path: (tokenizer, {}))
+    return f"train.init_from={tmp_path / 'en.pt'}"
+
+
+# the length rule on (it drops every pair, and was blamed), or off (<unk> was trained on)
+@pytest.mark.parametrize("ratio", ["3", "0"])
+def test_a_checkpoint_vocabulary_without_the_data_script_is_refused_naming_the_cause(
+    tmp_path, english_checkpoint, ratio
+):
+    # English sentences, Chinese-like words: "▁ <unk>" each, far shorter than their sources
+    splits, start = small_splits(), 0
+    for split, (en, _) in splits.items():
+        splits[split] = (en, [spelled(start + n, MANY_LETTERS, 5) for n in range(len(en))])
+        start += len(en)
+    corpus = write_text_corpus(tmp_path / "corpus", splits, ("en", "zh"))
+    cfg = tiny_config(
+        corpus,
+        tmp_path / "data",
+        "data.tgt_lang=zh",
+        english_checkpoint,
+        f"data.max_length_ratio={ratio}",
+    )
+    with pytest.raises(TranslatorError) as err:
+        prepare.run(cfg, quiet=True)
+    assert err.value.where == "train.init_from" and re.fullmatch(
+        r"\d\d% of the target side's training tokens are <unk> \([\d,]+ of [\d,]+\): "
+        r"the checkpoint's vocabulary does not cover this data",
+        err.value.what,
+    )
+    assert "fine-tune from a checkpoint trained on this language" in err.value.fix
+    assert not prepared_dir(cfg.data).exists()
+
+
+def test_a_checkpoint_vocabulary_missing_a_few_letters_is_a_warning(
+    tmp_path, corpus, english_checkpoint
+):
+    """English pieces for German text: its umlauts and ß become <unk>."""
+    said = []
+    out = prepare.run(tiny_config(corpus, tmp_path / "data", english_checkpoint), log=said.append)
+    unk = json.loads((out / "manifest.json").read_text())["unk"]
+    german = "".join(small_splits()["train"][1])
+    assert unk["tgt"]["unk"] >= sum(german.count(c) for c in "äöüß") / 3 > 0
+    assert unk["src"]["unk"] < unk["tgt"]["unk"]
+    row = next(line for line in said if line.startswith("train <unk> src / tgt: "))
+    assert re.fullmatch(r"train <unk> src / tgt: \d\.\d\d% / \d\.\d\d%", row)
+    warning = [line for line in said if "side's training tokens are <unk>" in line]
+    assert len(warning) == 1 and warning[0].startswith("warning: ")
+    assert (
+        "of the target side's" in warning[0]
+        and "a checkpoint trained on this language" in warning[0]
+    )

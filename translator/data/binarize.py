@@ -18,7 +18,7 @@ import numpy as np
 from translator.data.clean import Cleaner, length_filter
 from translator.data.corpus import pair_batches
 from translator.data.shards import IdWriter
-from translator.data.tokenizer import Tokenizer
+from translator.data.tokenizer import UNK_ID, Tokenizer
 
 CHUNK = 20_000  # pairs per batch: large enough for vectorised work, small enough to stay in cache
 Advance = Callable[[int], None]
@@ -94,12 +94,14 @@ def encode_to_ids(
     advance: Advance,
 ) -> dict[str, int]:
     """Encode the kept pairs into out/train.{src,tgt}.{ids,offsets}.npy; returns pair and token
-    counts."""
+    counts, and per side the <unk> and all tokens encoded before the length rules (a vocabulary
+    that lacks the text's script turns pairs into <unk> runs the rules may drop)."""
     writers = {
         side: IdWriter(out / f"train.{side}", tokenizers[side].vocab_size)
         for side in ("src", "tgt")
     }
     pairs = 0
+    unk = {side: {"unk": 0, "tokens": 0} for side in ("src", "tgt")}
     for src, tgt in scratch_chunks(scratch, keep):
         ids = {"src": tokenizers["src"].encode(src), "tgt": tokenizers["tgt"].encode(tgt)}
         lengths = {
@@ -108,6 +110,8 @@ def encode_to_ids(
         }
         fits = length_filter(lengths["src"], lengths["tgt"], max_tokens, max_ratio, drops)
         for side, rows in ids.items():
+            unk[side]["unk"] += sum(row.count(UNK_ID) for row in rows)
+            unk[side]["tokens"] += int(lengths[side].sum())
             writers[side].append(rows if fits.all() else list(itertools.compress(rows, fits)))
         pairs += int(fits.sum())
         advance(len(src))
@@ -117,4 +121,5 @@ def encode_to_ids(
         "pairs": pairs,
         "src_tokens": writers["src"].tokens,
         "tgt_tokens": writers["tgt"].tokens,
+        "unk": unk,
     }
