@@ -40,13 +40,18 @@ def versions(*packages: str) -> str:
 
 
 def memory_mib(field: str) -> float:
-    """A memory figure of this process from /proc/self/status in MiB (VmRSS now, VmHWM its peak);
-    0 without /proc. VmHWM, not ru_maxrss: a child's ru_maxrss starts at its parent's peak."""
+    """A memory figure of this process from /proc/self/status in MiB (VmRSS now, VmHWM its peak).
+    VmHWM, not ru_maxrss: a child's ru_maxrss starts at its parent's peak. Without /proc (macOS)
+    the peak is ru_maxrss (bytes there), the current figure 0."""
     try:
         fields = Path("/proc/self/status").read_text().split(f"{field}:")[1].split()
         return int(fields[0]) / 1024  # kB
     except (OSError, IndexError, ValueError):
-        return 0.0
+        if field != "VmHWM":
+            return 0.0
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 def reset_peak_memory() -> None:

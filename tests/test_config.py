@@ -326,3 +326,15 @@ def test_a_stored_config_from_before_spm_normalization_loads_with_the_default():
     stored = config.to_dict(config.load(None, ["data.spm_normalization=identity"]))
     del stored["data"]["spm_normalization"]
     assert config.from_dict(stored).data.spm_normalization == "nmt_nfkc"
+
+
+def test_a_stored_config_is_not_expanded_again_and_dollar_digits_are_not_names(monkeypatch):
+    """A checkpoint's config holds paths as they were resolved when it was written: loading it
+    elsewhere neither expands nor refuses them; `$5` in a path is not a variable."""
+    monkeypatch.delenv("NOPE_VAR", raising=False)
+    stored = config.to_dict(config.load(None))
+    stored["train"]["run_dir"] = "runs/$NOPE_VAR"
+    assert config.from_dict(stored).train.run_dir == "runs/$NOPE_VAR"
+    assert config.load(None, ["data.source=/data/price$5/corpus"]).data.source == (
+        "/data/price$5/corpus"
+    )

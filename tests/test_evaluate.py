@@ -125,6 +125,23 @@ def test_a_missing_mecab_tokenizer_is_a_one_line_error_before_decoding(
         evaluate.run(ckpt, src_file=src, ref_file=ref, quiet=True)
 
 
+def test_training_with_a_missing_mecab_tokenizer_stops_before_anything_is_done(
+    tmp_path, monkeypatch
+):
+    """Its first validation would need it: refused at the start, not after the first updates."""
+    from sacrebleu.tokenizers import tokenizer_ja_mecab
+
+    from translator import config
+    from translator.train import loop
+
+    monkeypatch.setattr(tokenizer_ja_mecab, "MeCab", None)
+    run_dir = tmp_path / "run"
+    cfg = config.load(None, ["data.tgt_lang=jp", f"train.run_dir={run_dir}"])
+    with pytest.raises(TranslatorError, match="MeCab"):
+        loop.run(cfg, quiet=True)
+    assert not run_dir.exists()
+
+
 def test_eval_scores_in_the_checkpoints_target_language(prepared, tmp_path, monkeypatch):
     ckpt = save_tiny(prepared, tmp_path / "tiny.pt", tgt_lang="zh")
     src, ref = tmp_path / "src.en", tmp_path / "ref.zh"

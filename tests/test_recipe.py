@@ -388,3 +388,24 @@ def test_members_of_a_top_of_range_seed_get_seeds_within_the_range():
     cfg = load_config(None, ["train.seed=4294967295"])
     seeds = [c.train.seed for c in member_configs(cfg, 3)]
     assert seeds == [4294967295, 0, 1]
+
+
+def test_the_recipes_hypotheses_replace_a_link_in_its_run_dir(tmp_path, monkeypatch):
+    """The recipe names run_dir/test.STEM.hyp itself: a link there (a copied run directory's)
+    is replaced by the file, and what it named is left as it was."""
+    from translator import evaluate
+    from translator.files import atomic_write
+    from translator.recipe import choose
+
+    def fake_eval(ckpts, *, hyp_file, **options):
+        with atomic_write(hyp_file) as handle:  # as eval writes a file it was given
+            handle.write("hypotheses\n")
+        return Scores(1.0, 2.0, "sig", "sig")
+
+    monkeypatch.setattr(evaluate, "run", fake_eval)
+    precious = tmp_path / "precious.txt"
+    precious.write_text("mine")
+    (tmp_path / "test.avg.hyp").symlink_to(precious)
+    choose.score(tmp_path, "avg.pt", "test", quiet=True)
+    assert precious.read_text() == "mine"
+    assert (tmp_path / "test.avg.hyp").read_text() == "hypotheses\n"

@@ -57,7 +57,7 @@ def _expand_path(value: str, key: str) -> str:
     """A path setting with `~` and `$NAME` expanded, as a shell would: YAML files and `--set`
     values reach us unexpanded, and a literal `~` would become a directory of that name here."""
     expanded = os.path.expandvars(os.path.expanduser(value))
-    unset = re.search(r"\$\{?\w+\}?", expanded)
+    unset = re.search(r"\$\{?[A-Za-z_]\w*\}?", expanded)  # `$5`, `$` alone: not names
     if unset:
         raise TranslatorError(
             f"{value!r} names {unset[0]}, which is not set", key, "set it, or write the path out"
@@ -133,9 +133,6 @@ class DataConfig:
     """Train SentencePiece on a seeded random sample of at most this many sentences (0 = all)."""
 
     def __post_init__(self) -> None:
-        self.data_dir = _expand_path(self.data_dir, "data.data_dir")
-        if not self.source.startswith("hf:"):
-            self.source = _expand_path(self.source, "data.source")
         _check_range(
             "data",
             self,
@@ -417,8 +414,6 @@ class TrainConfig:
     """Stop after this many validations without a better BLEU (0 = never)."""
 
     def __post_init__(self) -> None:
-        self.run_dir = _expand_path(self.run_dir, "train.run_dir")
-        self.init_from = _expand_path(self.init_from, "train.init_from")
         if not self.run_dir.strip():  # the current directory would take checkpoints and logs
             raise TranslatorError(
                 "run_dir is empty", "train.run_dir", "name a directory, e.g. runs/my-run"
@@ -607,7 +602,14 @@ def load(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -
             ) from None
         _set_dotted(raw, key.strip(), value, item)
         overridden[key.strip()] = f"--set {item}"
-    return _build(Config, raw, where, "", overridden)
+    cfg = _build(Config, raw, where, "", overridden)
+    # what a user wrote, not what a checkpoint stores (from_dict): that was expanded when written
+    cfg.data.data_dir = _expand_path(cfg.data.data_dir, "data.data_dir")
+    if not cfg.data.source.startswith("hf:"):
+        cfg.data.source = _expand_path(cfg.data.source, "data.source")
+    cfg.train.run_dir = _expand_path(cfg.train.run_dir, "train.run_dir")
+    cfg.train.init_from = _expand_path(cfg.train.init_from, "train.init_from")
+    return cfg
 
 
 def from_dict(raw: dict[str, Any], where: str = "config") -> Config:

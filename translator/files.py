@@ -14,6 +14,15 @@ from pathlib import Path
 from translator.errors import TranslatorError
 
 
+def open_own(path: Path, flags: int) -> int:
+    """os.open of a file a command names itself in a directory it was given (a run directory's
+    .lock, train.log): a symlink there (a copied or downloaded directory's, aimed elsewhere) is
+    removed first, and O_NOFOLLOW refuses one put back meanwhile."""
+    if path.is_symlink():
+        path.unlink()
+    return os.open(path, flags | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+
+
 @contextmanager
 def atomic_write(
     path: str | Path, mode: str = "w", encoding: str | None = "utf-8", *, follow_link: bool = True

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -43,7 +44,6 @@ from translator.prepared import (
 
 SPLITS = ("valid", "test", "train")  # the small ones first: a missing split fails at once
 SEED = 1  # SentencePiece sample and training: fixed, so that train.seed does not change the data
-SIDE_NAMES = {"src": "source", "tgt": "target"}
 
 
 def _holds_prepared_data(folder: Path) -> bool:
@@ -113,8 +113,11 @@ def run(
             say(f"{name}: {value}")
     else:
         bars.summary(f"prepared {out}", rows)
-    for line in coverage.warnings(manifest):
-        (say or bars.print)(line)
+    for line in coverage.warnings(manifest):  # under --quiet too, as other input warnings
+        if quiet:
+            print(line, file=sys.stderr)
+        else:
+            (say or bars.print)(line)
     return out
 
 
@@ -247,7 +250,7 @@ def _train_tokenizer(
         seed=SEED,  # 0: the sample above is the whole input
         progress=None if bars.quiet else trained,
         # one side's of two: a failure says which (the sides' texts differ, their settings do not)
-        which="" if len(sides) == 2 else f"the {SIDE_NAMES[sides[0]]} model ({name})",
+        which="" if len(sides) == 2 else f"the {coverage.SIDES[sides[0]]} model ({name})",
     )
     for step in training:
         step.finish()

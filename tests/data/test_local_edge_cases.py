@@ -136,6 +136,16 @@ def test_a_utf16_or_utf32_file_is_named_with_its_encoding(tmp_path, encoding, na
 def test_a_stray_nul_in_utf8_text_is_left_to_the_cleaner(tmp_path):
     files = {"dev.en": "a\x00b\n\x00\nc\n", "dev.de": "x\ny\nz\n"}
     assert load(tmp_path, files, "dev") == (["a\x00b", "\x00", "c"], ["x", "y", "z"])
+    files = {"dev.en": "Hallo Welt\x00\nZweite Zeile\n", "dev.de": "x\ny\n"}  # beside "\n"
+    assert load(tmp_path / "b", files, "dev") == (["Hallo Welt\x00", "Zweite Zeile"], ["x", "y"])
+
+
+@pytest.mark.parametrize("encoding", ["UTF-16LE", "UTF-16BE"])
+def test_utf16_chinese_with_few_nul_bytes_is_named_too(tmp_path, encoding):
+    text = "".join(f"第{i}句话在上海\n" for i in range(50))  # 上 is U+4E0A: a "\n" byte in it
+    files = {"dev.de": text.encode(encoding), "dev.en": "s\n" * 50}
+    with pytest.raises(TranslatorError, match=rf"looks like {encoding} \(NUL bytes\)"):
+        load(tmp_path, files, "dev")
 
 
 def test_a_saved_dataset_whose_translation_is_not_a_record_is_refused(tmp_path):

@@ -204,3 +204,11 @@ def test_a_checkpoint_vocabulary_missing_a_few_letters_is_a_warning(
         "of the target side's" in warning[0]
         and "a checkpoint trained on this language" in warning[0]
     )
+
+
+def test_the_normalization_warning_reaches_stderr_under_quiet(tmp_path, capsys):
+    """`train --quiet` prepares quietly: a warning that explains a capped BLEU still shows."""
+    corpus = write_text_corpus(tmp_path / "corpus", full_width_splits(), ("en", "zh"))
+    prepare.run(tiny_config(corpus, tmp_path / "data", "data.tgt_lang=zh"), quiet=True)
+    err = capsys.readouterr().err
+    assert err.count("warning: ") == 1 and "data.spm_normalization=identity" in err

@@ -17,8 +17,9 @@ def use_utf8() -> None:
     """stdin and stdout as UTF-8, whatever the locale (LC_ALL=C, a Latin-1 terminal) says.
 
     The corpora, the SentencePiece model and sacreBLEU are UTF-8, and translate reads stdin's
-    bytes as UTF-8 itself; a locale's encoding on stdout crashed on the first umlaut (ASCII) or
-    wrote files that the next tool misread (Latin-1). Marian, sacreBLEU and CTranslate2 do the
+    bytes as UTF-8 itself; a locale's encoding on stdout crashed on the first umlaut (ASCII: a C
+    locale with Python's UTF-8 mode off, PYTHONUTF8=0) or wrote files that the next tool misread
+    (Latin-1). Marian, sacreBLEU and CTranslate2 do the
     same. stdin's bad bytes become U+FFFD, as translate's do (attention echoes each sentence, so
     they show); a path from the command line whose bytes are not UTF-8 is written back as those
     bytes (surrogateescape), as Python does under a C locale. stderr keeps the locale, and
@@ -33,9 +34,12 @@ def use_utf8() -> None:
 def utf8_argument(text: str) -> str:
     """A command-line argument that is text, not a path, read as UTF-8.
 
-    Under a C locale Python decodes arguments as ASCII, keeping other bytes as lone surrogates,
-    which SentencePiece cannot take; their bytes are the UTF-8 the user typed. Not UTF-8: U+FFFD.
+    Where Python decodes arguments as ASCII (a C locale with UTF-8 mode off), other bytes come as
+    lone surrogates, which SentencePiece cannot take; their bytes are the UTF-8 the user typed.
+    Not UTF-8: U+FFFD. An argument the locale decoded (Latin-1: `Grüße`) is kept as it is.
     """
+    if not any("\udc80" <= char <= "\udcff" for char in text):
+        return text
     return os.fsencode(text).decode("utf-8", errors="replace")
 
 

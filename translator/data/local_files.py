@@ -152,7 +152,9 @@ def wide_encoding(head: bytes) -> str | None:
     bytes beside a NUL byte. UTF-8 text has a NUL only where one was put by mistake, which the
     cleaner removes (a control character): that is no reason to refuse the file."""
     beside = [found.start() for found in re.finditer(rb"\n\x00|\x00\n", head)]
-    if not beside or 2 * len(beside) < head.count(b"\n"):
+    # two at least: a UTF-8 file of two short lines with one stray NUL before a newline is not
+    # UTF-16 (a share of NUL bytes would not do: UTF-16 CJK text has few)
+    if len(beside) < 2 or 2 * len(beside) < head.count(b"\n"):
         return None
     newline = beside[0] + (head[beside[0]] == 0)
     width = 32 if b"\x00\x00\x00" in head else 16

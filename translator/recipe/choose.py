@@ -130,6 +130,8 @@ def score(run_dir: Path, chosen: Chosen, split: str, quiet: bool) -> evaluate.Sc
     else:
         ckpts = run_dir / chosen
         hyp_file = ckpts.parent / f"{split}.{ckpts.stem}{suffix}.hyp"
+    if hyp_file.is_symlink():  # a name picked here: replaced, never written through (eval's -o is)
+        hyp_file.unlink()
     return evaluate.run(
         ckpts,
         split=split,

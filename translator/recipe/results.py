@@ -100,7 +100,6 @@ def write_results(
         )
     with atomic_write(run_dir / "scores.txt", follow_link=False) as handle:
         handle.write("\n".join(lines) + "\n")
-    with atomic_write(
-        run_dir / MANIFEST, follow_link=False
-    ) as handle:  # last: its presence marks a finished recipe
+    # last: its presence marks a finished recipe
+    with atomic_write(run_dir / MANIFEST, follow_link=False) as handle:
         handle.write(json.dumps(manifest, indent=2) + "\n")

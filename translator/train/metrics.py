@@ -28,15 +28,12 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
 from translator.data.progress import live_terminal
+from translator.files import open_own
 
 
 def open_log(path: Path) -> TextIO:
-    """`path` for appending; a symlink there (a copied or downloaded run directory's, aimed
-    elsewhere) is replaced by a file of its own, never appended through."""
-    if path.is_symlink():
-        path.unlink()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    return open(fd, "a", encoding="utf-8")
+    """`path` for appending, never through a symlink (files.open_own)."""
+    return open(open_own(path, os.O_WRONLY | os.O_APPEND), "a", encoding="utf-8")
 
 
 class Metrics:

@@ -12,6 +12,7 @@ from translator.checkpoint import fit_weights
 from translator.config import Config, ModelConfig
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
+from translator.evaluate import bleu_metric
 from translator.model.transformer import Transformer
 from translator.prepared import load_manifest, prepared_dir
 from translator.train import distributed, finetune
@@ -32,6 +33,7 @@ from translator.train.state import (
 def setup(cfg: Config, quiet: bool) -> Session:
     """Process group, prepared data and tokenizer, seeded model, optimizer and scaler; resumed when
     run_dir/last.pt exists."""
+    bleu_metric(cfg.data.tgt_lang)  # a missing MeCab (ja, ko) fails now, not at the validation
     t, d = cfg.train, distributed.init(cfg.train.device)
     last = Path(t.run_dir) / "last.pt"
     try:

@@ -21,7 +21,7 @@ from translator import checkpoint
 from translator.config import Config
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
-from translator.files import sweep_dead_temps
+from translator.files import open_own, sweep_dead_temps
 from translator.train.distributed import EveryRankError
 
 
@@ -228,10 +228,7 @@ def _lock(run_dir: Path) -> bool:
     other hosts see."""
     if run_dir.resolve() in _LOCKS:
         return True
-    lock = run_dir / ".lock"
-    if lock.is_symlink():  # never ours: a copied or downloaded run directory's, aimed elsewhere
-        lock.unlink()
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    fd = open_own(run_dir / ".lock", os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as err:
