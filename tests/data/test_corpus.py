@@ -314,7 +314,13 @@ def test_only_newline_ends_a_line_in_every_line_format(tmp_path, name):
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(
-        st.text(st.characters(blacklist_categories=("Cs",)), max_size=12), min_size=1, max_size=8
+        # no NUL: NULs beside most newlines are how a UTF-16 file is told (local_files.py), and
+        # such text is refused on purpose (tests/data/test_local_edge_cases.py)
+        st.text(
+            st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12
+        ),
+        min_size=1,
+        max_size=8,
     ),
     st.booleans(),
 )

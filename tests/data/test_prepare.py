@@ -313,7 +313,9 @@ def test_cli_bad_input_is_one_line_and_quiet_is_silent(tmp_path, corpus):
         "data.vocab_size=200",
         "--quiet",
     )
-    assert done.returncode == 0 and done.stdout == done.stderr == ""
+    # quiet: nothing but warnings about the input (a 200-piece vocabulary lacks a few letters)
+    assert done.returncode == 0 and done.stdout == ""
+    assert all(line.startswith("warning: ") for line in done.stderr.splitlines())
 
 
 def test_session_fixture_matches_the_contract(prepared):
