@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -251,8 +252,9 @@ def test_over_long_line_is_translated_in_pieces_with_a_warning(tiny):
 
 def test_a_python_caller_gets_the_warnings_as_user_warnings_and_none_drops_them(tiny):
     long_line = " ".join(SENTENCES * 2)
-    with pytest.warns(UserWarning, match=r"line 1: .*translated in \d+ pieces"):
+    with pytest.warns(UserWarning, match=r"line 1: .*translated in \d+ pieces") as caught:
         translate.translate_lines(tiny.model, tiny.tokenizer, [long_line], tiny.cfg.decode)
+    assert {Path(w.filename).name for w in caught} == {"test_translate.py"}  # the caller's line
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         translate.translate_lines(

@@ -18,6 +18,7 @@ are in `stream.py`; device and dtype names in `device.py`.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 
@@ -111,8 +112,12 @@ def length_batches(lengths: list[int], batch_tokens: int) -> Iterator[list[int]]
 
 def python_warning(message: str) -> None:
     """translate_lines' warnings for a Python caller: UserWarnings, which the caller's filters
-    govern (the commands print them as `warning:` lines instead)."""
-    warnings.warn(message, stacklevel=3)
+    govern (the commands print them as `warning:` lines instead), pointing at the caller's line
+    however deep in this package the warning was raised."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("translator."):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, stacklevel=level + 1)
 
 
 def translate_lines(
