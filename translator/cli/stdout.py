@@ -19,11 +19,10 @@ def use_utf8() -> None:
     The corpora, the SentencePiece model and sacreBLEU are UTF-8, and translate reads stdin's
     bytes as UTF-8 itself; a locale's encoding on stdout crashed on the first umlaut (ASCII: a C
     locale with Python's UTF-8 mode off, PYTHONUTF8=0) or wrote files that the next tool misread
-    (Latin-1). Marian, sacreBLEU and CTranslate2 do the
-    same. stdin's bad bytes become U+FFFD, as translate's do (attention echoes each sentence, so
-    they show); a path from the command line whose bytes are not UTF-8 is written back as those
-    bytes (surrogateescape), as Python does under a C locale. stderr keeps the locale, and
-    Python's backslashreplace there never fails.
+    (Latin-1). Marian, sacreBLEU and CTranslate2 do the same. stdin's bad bytes become U+FFFD, as
+    translate's do (attention echoes each sentence, so they show); a path from the command line
+    whose bytes are not UTF-8 is written back as those bytes (surrogateescape), as Python does
+    under a C locale. stderr keeps the locale, and Python's backslashreplace there never fails.
     """
     if isinstance(sys.stdin, io.TextIOWrapper):
         sys.stdin.reconfigure(encoding="utf-8", errors="replace")
