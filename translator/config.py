@@ -125,7 +125,7 @@ class DataConfig:
     spm_normalization: SpmNormalization = "nmt_nfkc"
     """SentencePiece's rewriting of all text before it is split, and so of what the model can
     output: `nmt_nfkc` NFKC (full-width `，？１Ａ` become `,?1A`, `…` `...`, `ﬁ` `fi`) and
-    deletes format controls (RLM) and makes ZWNJ a space; `nfkc` NFKC alone; `nmt_nfkc_cf` and
+    makes ZWNJ and RLM (U+200C, U+200F) spaces; `nfkc` NFKC alone; `nmt_nfkc_cf` and
     `nfkc_cf` also lowercase; `identity` keeps the text as cleaned. Use identity for CJK,
     Persian, Arabic and any target whose characters must survive (prepare counts the references
     the rule changes)."""
