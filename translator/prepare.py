@@ -37,6 +37,7 @@ from translator.prepared import (
     check_checksums,
     load_manifest,
     prepared_dir,
+    read_manifest,
     summary_rows,
     up_to_date,
     vocab_files,
@@ -50,9 +51,8 @@ def _holds_prepared_data(folder: Path) -> bool:
     """Whether `folder`, which has a manifest.json, is an earlier prepare's output: its manifest
     lists prepared files, or (the manifest damaged) a SentencePiece model is there. A training run
     directory has a manifest.json too, of another kind, and never a SentencePiece model file."""
-    with suppress(OSError, ValueError, UnicodeDecodeError):
-        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-        if isinstance(manifest, dict) and "files" in manifest:
+    with suppress(OSError, TranslatorError):  # TranslatorError: damaged
+        if "files" in read_manifest(folder):
             return True
     return any(folder.glob("spm*.model"))
 
