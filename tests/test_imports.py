@@ -26,6 +26,7 @@ LAYERS = [
         "translator.loading",
         "translator.rerank",
         "translator.stream",
+        "translator.score",
         "translator.summary",
         "translator.export",
         "translator.marian",

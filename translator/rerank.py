@@ -15,14 +15,11 @@ cannot tell from candidates that are merely longer (docs/experiments.md, item 36
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-import torch
-
-from translator.data.batching import pad, padding_mask
-from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from translator.data.tokenizer import Tokenizer
 from translator.decode.beam import length_penalty
+from translator.decode.forced import target_log_probs
 from translator.model.ensemble import Ensemble
 from translator.model.transformer import Transformer
 
@@ -76,7 +73,6 @@ class Channel:
         return out
 
 
-@torch.inference_mode()
 def source_log_probs(
     model: Transformer | Ensemble,
     tokenizer: Tokenizer,
@@ -86,28 +82,6 @@ def source_log_probs(
 ) -> list[float]:
     """log p(source | translation) under the channel `model`: the sum over the source's tokens and
     its EOS, teacher forced (an ensemble: the log of its members' mean probability per token)."""
-    src_ids = tokenizer.encode(translations)  # the channel reads translations...
-    tgt_ids = tokenizer.target_sp.encode(sources)  # ...and scores the sources
-    members = model.members if isinstance(model, Ensemble) else [model]
-    device = next(model.parameters()).device
-    out = [0.0] * len(sources)
-    order = sorted(range(len(sources)), key=lambda i: -max(len(src_ids[i]), len(tgt_ids[i])))
-    start = 0
-    while start < len(order):  # longest first; rows * (longest + 1) <= batch_tokens
-        longest = max(len(src_ids[order[start]]), len(tgt_ids[order[start]])) + 1
-        rows = order[start : start + max(1, batch_tokens // longest)]
-        start += len(rows)
-        src = pad([src_ids[i] for i in rows], suffix=[EOS_ID]).to(device)  # (B, S)
-        tgt_in = pad([tgt_ids[i] for i in rows], prefix=[BOS_ID]).to(device)  # (B, T)
-        tgt_out = pad([tgt_ids[i] for i in rows], suffix=[EOS_ID]).to(device)  # (B, T)
-        src_mask = padding_mask(src)
-        token = None  # log sum_m p_m(source token) (B, T), fp32: only the tokens scored
-        for member in members:
-            log_p = torch.log_softmax(member(src, tgt_in, src_mask).float(), dim=-1)  # (B, T, V)
-            picked = log_p.gather(-1, tgt_out.unsqueeze(-1)).squeeze(-1)  # (B, T)
-            token = picked if token is None else torch.logaddexp(token, picked)
-        token = token - math.log(len(members))
-        sums = token.masked_fill(tgt_out == PAD_ID, 0.0).sum(dim=-1)  # (B,)
-        for i, value in zip(rows, sums.tolist()):
-            out[i] = value
-    return out
+    # the channel reads translations and scores the sources
+    src_ids, tgt_ids = tokenizer.encode(translations), tokenizer.target_sp.encode(sources)
+    return target_log_probs(model, src_ids, tgt_ids, batch_tokens)

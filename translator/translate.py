@@ -354,7 +354,7 @@ def unk_message(counts: dict[int, int], shown: int = 10) -> str:
     total = sum(counts.values())
     return (
         f"{total} <unk> token{'s' if total != 1 else ''} (characters outside the vocabulary) "
-        f"dropped from the output of {_line_list(sorted(counts), shown)}; "
+        f"dropped from the output of {line_list(sorted(counts), shown)}; "
         "a model prepared with data.byte_fallback: true spells such characters in bytes instead"
     )
 
@@ -364,7 +364,7 @@ def source_unk_message(counts: dict[int, int], shown: int = 10) -> str:
     total = sum(counts.values())
     return (
         f"{total} source piece{'s' if total != 1 else ''} outside the model's vocabulary "
-        f"(read as <unk>, their meaning lost) in {_line_list(sorted(counts), shown)}; "
+        f"(read as <unk>, their meaning lost) in {line_list(sorted(counts), shown)}; "
         "a model prepared with data.byte_fallback: true spells such characters in bytes instead"
     )
 
@@ -376,13 +376,13 @@ def length_message(lines: list[int], capped: bool = False, shown: int = 10) -> s
     if capped:
         fix += " (where the model's max_positions - 1 was the limit, only shorter input lines help)"
     return (
-        f"the output of {_line_list(lines, shown)} stopped at the length limit "
+        f"the output of {line_list(lines, shown)} stopped at the length limit "
         f"(decode.max_len_a * source tokens + max_len_b, at most max_positions - 1) and may be "
         f"cut short; {fix}"
     )
 
 
-def _line_list(lines: list[int], shown: int) -> str:
+def line_list(lines: list[int], shown: int) -> str:
     """'line 4', or 'lines 1, 2, ... 10 and 2 more' (sorted line numbers)."""
     where = ", ".join(map(str, lines[:shown])) + (
         f" and {len(lines) - shown} more" if len(lines) > shown else ""

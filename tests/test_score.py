@@ -1,0 +1,179 @@
+"""`translator score`: forced-decoding scores against independent references (a token-by-token
+cached decode, the beam search's own scores, the training loss), and the command's input checks."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.conftest import SENTENCES
+from translator import score
+from translator.data.batching import make_batch
+from translator.data.tokenizer import BOS_ID, EOS_ID
+from translator.decode.beam import beam_search, length_penalty
+from translator.decode.forced import target_log_probs
+from translator.model.ensemble import Ensemble
+from translator.model.transformer import Transformer
+from translator.train.loss import token_loss
+
+TARGETS = ["Ein Mann spielt Gitarre.", "Zwei Hunde.", "", "Leute gehen die Straße entlang.", "Ja"]
+
+
+@torch.inference_mode()
+def cached_log_prob(model, src: list[int], tgt: list[int]) -> float:
+    """log p(tgt + EOS | src) one token at a time through the KV cache, in float64 sums."""
+    src_t = torch.tensor([src + [EOS_ID]])
+    src_mask = (src_t != 0)[:, None, None, :]
+    memory = model.encode(src_t, src_mask)
+    cache = model.new_cache(1, len(tgt) + 1, torch.float32, torch.device("cpu"))
+    previous, total = BOS_ID, 0.0
+    for token in tgt + [EOS_ID]:
+        logits = model.decode(torch.tensor([[previous]]), memory, src_mask, cache)  # (1, 1, V)
+        cache.advance(1)
+        total += torch.log_softmax(logits[0, -1].double(), -1)[token].item()
+        previous = token
+    return total
+
+
+def test_scores_are_the_cached_token_by_token_sums_in_input_order(tiny):
+    sources = SENTENCES[:5]
+    src = tiny.tokenizer.encode(sources)
+    tgt = tiny.tokenizer.target_sp.encode(TARGETS)
+    # 50 tokens a batch: several batches of mixed lengths, each padded to its longest pair
+    scores = target_log_probs(tiny.model, src, tgt, batch_tokens=50)
+    expected = [cached_log_prob(tiny.model, s, t) for s, t in zip(src, tgt)]
+    torch.testing.assert_close(scores, expected, atol=1e-4, rtol=1e-5)
+    assert len({round(s, 3) for s in scores}) == len(scores)  # a mix-up of rows would show
+
+
+def test_scoring_the_beams_own_hypotheses_gives_their_scores(tiny):
+    """The search's scores come from cached incremental steps; scoring its output teacher-forced
+    and dividing by the same length penalty must give them back."""
+    src = tiny.tokenizer.encode(SENTENCES[:4])
+    batch = make_batch(src, [[] for _ in src])
+    alpha = 0.8
+    found = beam_search(
+        tiny.model,
+        batch.src,
+        batch.src_mask,
+        beam_size=3,
+        alpha=alpha,
+        max_len_a=0.0,
+        max_len_b=12,
+        nbest=3,
+    )
+    pairs = [(s, h) for s, hyps in zip(src, found) for h in hyps]
+    sums = target_log_probs(tiny.model, [s for s, _ in pairs], [h.tokens for _, h in pairs])
+    for (_, h), total in zip(pairs, sums):
+        assert total / length_penalty(len(h.tokens) + 1, alpha) == pytest.approx(h.score, abs=1e-4)
+
+
+def test_the_summary_cross_entropy_is_the_training_losss_nll(tiny):
+    """Per-token NLL over a set of pairs, through the training loss on full logits."""
+    pairs = score.score_lines(tiny.model, tiny.tokenizer, SENTENCES[:5], TARGETS, warn=None)
+    batch = make_batch(
+        tiny.tokenizer.encode(SENTENCES[:5]), tiny.tokenizer.target_sp.encode(TARGETS)
+    )
+    with torch.inference_mode():
+        logits = tiny.model(batch.src, batch.tgt_in, batch.src_mask)
+        _, nll = token_loss(logits, batch.tgt_out, 0.0)
+    assert sum(p.tokens for p in pairs) == batch.n_tgt_tokens
+    assert -sum(p.log_prob for p in pairs) == pytest.approx(nll.item(), rel=1e-5)
+
+
+def test_an_ensemble_scores_each_token_by_its_members_mean_probability(tiny):
+    torch.manual_seed(5)
+    other = Transformer(tiny.cfg.model).eval()
+    src = tiny.tokenizer.encode(SENTENCES[:3])
+    tgt = tiny.tokenizer.target_sp.encode(TARGETS[:3])
+    scores = target_log_probs(Ensemble([tiny.model, other]), src, tgt)
+    for s, t, total in zip(src, tgt, scores):
+        per_model = []
+        for model in (tiny.model, other):
+            with torch.inference_mode():
+                b = make_batch([s], [t])
+                log_p = torch.log_softmax(model(b.src, b.tgt_in, b.src_mask)[0].double(), -1)
+                per_model.append(log_p.gather(1, b.tgt_out[0][:, None]).squeeze(1))
+        mean = torch.logaddexp(*per_model) - math.log(2)
+        assert total == pytest.approx(mean.sum().item(), abs=1e-4)
+
+
+def test_a_pair_too_long_for_the_positions_is_nan_with_a_warning_and_the_rest_unchanged(tiny):
+    long = " ".join(["A man rides a bike."] * 20)  # far over the tiny model's 40 positions
+    sources, targets = [SENTENCES[0], long, SENTENCES[1]], [TARGETS[0], TARGETS[1], long]
+    warned = []
+    pairs = score.score_lines(tiny.model, tiny.tokenizer, sources, targets, warn=warned.append)
+    alone = score.score_lines(tiny.model, tiny.tokenizer, [SENTENCES[0]], [TARGETS[0]], warn=None)
+    assert math.isnan(pairs[1].log_prob) and math.isnan(pairs[2].log_prob)
+    assert pairs[0].log_prob == pytest.approx(alone[0].log_prob, abs=1e-5)
+    assert len(warned) == 1 and "lines 2, 3:" in warned[0] and "not scored" in warned[0]
+
+
+def test_normalised_values():
+    pair = score.PairScore(-12.0, 4)
+    assert pair.value() == -12.0
+    assert pair.value(per_token=True) == -3.0
+    assert pair.value(alpha=1.0) == pytest.approx(-12.0 / ((5 + 4) / 6))
+
+
+def test_score_lines_refuses_strings_and_unequal_lists(tiny):
+    with pytest.raises(TypeError):
+        score.score_lines(tiny.model, tiny.tokenizer, "A dog.", "Ein Hund.")
+    with pytest.raises(ValueError):
+        score.score_lines(tiny.model, tiny.tokenizer, ["A dog."], [])
+
+
+def _score(tiny, *args, stdin: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "translator", "score", str(tiny.path), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_command_reads_files_or_tsv_and_prints_one_score_a_pair(tiny, tmp_path):
+    src, tgt = tmp_path / "s.en", tmp_path / "t.de"
+    src.write_text("\n".join(SENTENCES[:5]) + "\n")
+    tgt.write_text("\n".join(TARGETS) + "\n")
+    files = _score(tiny, "--src", str(src), "--tgt", str(tgt))
+    assert files.returncode == 0, files.stderr
+    values = [float(v) for v in files.stdout.splitlines()]
+    pairs = score.score_lines(tiny.model, tiny.tokenizer, SENTENCES[:5], TARGETS, tiny.cfg.data)
+    assert values == pytest.approx([p.log_prob for p in pairs], abs=1e-3)
+    tsv = "".join(f"{s}\t{t}\n" for s, t in zip(SENTENCES[:5], TARGETS))
+    piped = _score(tiny, "--per-token", "-q", stdin=tsv)
+    assert piped.returncode == 0 and piped.stderr == ""
+    per_token = [float(v) for v in piped.stdout.splitlines()]
+    assert per_token == pytest.approx([p.log_prob / p.tokens for p in pairs], abs=1e-3)
+    # the summary: perplexity of all target tokens
+    tokens = sum(p.tokens for p in pairs)
+    ppl = math.exp(-sum(p.log_prob for p in pairs) / tokens)
+    assert f"{tokens} target tokens" in files.stderr and f"perplexity {ppl:.2f}" in files.stderr
+
+
+@pytest.mark.parametrize(
+    "args, stdin, message",
+    [
+        (["--src", "{src}"], "", "--src and --tgt go together"),
+        (["--per-token", "--length-penalty", "1"], "a\tb\n", "both normalise"),
+        ([], "A dog.\tEin Hund.\nA cat.\n", "stdin line 2: no TAB"),
+        ([], "A\tB\tC\n", "stdin line 1: more than one TAB"),
+        (["--src", "{src}", "--tgt", "{short}"], "", "has 2 lines but"),
+    ],
+)
+def test_bad_input_is_one_line_error(tiny, tmp_path, args, stdin, message):
+    (tmp_path / "s").write_text("A dog.\nA cat.\n")
+    (tmp_path / "short").write_text("Ein Hund.\n")
+    args = [a.format(src=tmp_path / "s", short=tmp_path / "short") for a in args]
+    result = _score(tiny, "-q", *args, stdin=stdin)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert message in result.stderr
+    if "line 2" not in message:
+        assert result.stdout == ""

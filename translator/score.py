@@ -1,0 +1,220 @@
+"""Scoring given translations (`translator score`): log p(target | source) per line pair.
+
+Forced decoding (decode/forced.py): the model's log-probability of the target's SentencePiece
+tokens and EOS, in natural log, summed; or per token; or divided by the GNMT length penalty, as
+`translate --nbest` scores a hypothesis (the two agree where the search wrote the same tokens
+that the target text encodes to). What users do with it: filter a crawled corpus by the model's
+cross-entropy, read a test set's perplexity, rerank another system's n-best.
+
+Input: two line-aligned files, or `source<TAB>target` lines on stdin (`paste src.txt tgt.txt`).
+Output: one score a line, in input order. A pair too long for the model's positions is not
+scored: `nan`, and a warning naming the line.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from translator.config import DataConfig
+from translator.data.tokenizer import UNK_ID, Tokenizer
+from translator.decode.beam import length_penalty
+from translator.decode.forced import target_log_probs
+from translator.errors import TranslatorError
+from translator.files import read_lines, write_errors
+from translator.loading import Checkpoints, load_models
+from translator.model.ensemble import Ensemble
+from translator.model.transformer import Transformer
+from translator.stream import (
+    log,
+    model_precision,
+    read_chunks,
+    sentence_progress,
+    show_progress,
+    warn_stderr,
+)
+from translator.translate import line_list, python_warning, source_text, source_unk_message
+
+CHUNK_LINES = 2000  # pairs scored and written at a time
+
+
+@dataclass
+class PairScore:
+    log_prob: float  # log p(target | source), natural log; nan: not scored (too long)
+    tokens: int  # target tokens it sums over: SentencePiece pieces and EOS
+
+    def value(self, per_token: bool = False, alpha: float = 0.0) -> float:
+        """The sum, or per token, or divided by the GNMT length penalty of `alpha`."""
+        if per_token:
+            return self.log_prob / self.tokens
+        return self.log_prob / length_penalty(self.tokens, alpha) if alpha else self.log_prob
+
+
+def score_lines(
+    model: Transformer | Ensemble,
+    tokenizer: Tokenizer,
+    sources: list[str],
+    targets: list[str],
+    data: DataConfig | None = None,
+    batch_tokens: int = 4096,
+    warn: Callable[[str], None] | None = python_warning,
+    first_line: int = 1,
+) -> list[PairScore]:
+    """Score each (source, target) pair; in input order.
+
+    `data`: the model's data settings, so that both sides are normalised as its training text
+    was (see translate.translate_lines); None: only stripped. Warnings (pairs too long to score,
+    pieces outside the vocabulary) number lines from `first_line` and go to `warn` (None: dropped).
+    """
+    if isinstance(sources, str) or isinstance(targets, str):
+        raise TypeError("score_lines takes lists of lines, not strings: [source], [target]")
+    if len(sources) != len(targets):
+        raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
+    src_ids = tokenizer.encode([source_text(s, data) for s in sources])
+    tgt_ids = tokenizer.target_sp.encode([source_text(t, data) for t in targets])
+    positions = model.cfg.max_positions  # each side with its EOS (source) or BOS (target)
+    fits = [len(s) < positions and len(t) < positions for s, t in zip(src_ids, tgt_ids)]
+    kept = [i for i, ok in enumerate(fits) if ok]
+    sums = target_log_probs(
+        model, [src_ids[i] for i in kept], [tgt_ids[i] for i in kept], batch_tokens
+    )
+    out = [PairScore(math.nan, len(t) + 1) for t in tgt_ids]
+    for i, value in zip(kept, sums):
+        out[i].log_prob = value
+    if warn is not None:
+        for message in _warnings(src_ids, tgt_ids, fits, positions, first_line):
+            warn(message)
+    return out
+
+
+def _warnings(
+    src_ids: list[list[int]],
+    tgt_ids: list[list[int]],
+    fits: list[bool],
+    positions: int,
+    first_line: int,
+) -> Iterator[str]:
+    if long := [first_line + i for i, ok in enumerate(fits) if not ok]:
+        yield (
+            f"{line_list(long, 10)}: over the model's {positions - 1} tokens a side "
+            "(max_positions - 1), not scored (nan); shorten or split those pairs"
+        )
+    if unknown := {first_line + i: n for i, ids in enumerate(src_ids) if (n := ids.count(UNK_ID))}:
+        yield source_unk_message(unknown)
+    if unknown := {first_line + i: n for i, ids in enumerate(tgt_ids) if (n := ids.count(UNK_ID))}:
+        total = sum(unknown.values())
+        yield (
+            f"{total} target piece{'s' if total != 1 else ''} outside the model's vocabulary "
+            f"(scored as <unk>) in {line_list(sorted(unknown), 10)}"
+        )
+
+
+def run(
+    ckpt: Checkpoints,
+    *,
+    src_file: Path | None = None,
+    tgt_file: Path | None = None,
+    per_token: bool = False,
+    alpha: float = 0.0,
+    batch_tokens: int | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    quiet: bool = False,
+) -> int:
+    """The `score` command: pairs from two files or stdin's TSV, one score a line to stdout;
+    returns the line count. Unless quiet, the device line and a summary go to stderr."""
+    if (src_file is None) != (tgt_file is None):
+        raise TranslatorError(
+            "--src and --tgt go together", "score", "give both, or neither to read stdin"
+        )
+    if per_token and alpha:
+        raise TranslatorError(
+            "--per-token and --length-penalty both normalise the score", "score", "give one"
+        )
+    if src_file is None and sys.stdin is None:
+        raise TranslatorError("stdin is closed", "score", "give pairs on stdin or --src/--tgt")
+    chunks, lines = _file_chunks(src_file, tgt_file) if src_file else (_tsv_chunks(sys.stdin), 0)
+    model, cfg, tokenizer = load_models(ckpt, device, dtype)
+    if not quiet:
+        log(f"score: {model_precision(model, dtype or cfg.decode.dtype)}")
+    batch_tokens = batch_tokens or cfg.decode.batch_tokens
+    count, total, tokens, skipped = 0, 0.0, 0, 0
+    # a bar for bulk work only (stream.show_progress): files or piped stdin, scores to a file
+    show = show_progress(quiet, sys.stdin, sys.stdout, sys.stderr) or (
+        src_file is not None and not quiet and sys.stderr.isatty() and not sys.stdout.isatty()
+    )
+    with sentence_progress("score", not show) as progress:
+        for sources, targets in chunks:
+            scores = score_lines(
+                model, tokenizer, sources, targets, cfg.data, batch_tokens, warn_stderr, count + 1
+            )
+            with write_errors("<stdout>", "cannot write the scores"):
+                sys.stdout.write("".join(f"{s.value(per_token, alpha):.4f}\n" for s in scores))
+                sys.stdout.flush()
+            count += len(scores)
+            progress(count, max(count, lines))
+            for s in scores:
+                if math.isnan(s.log_prob):
+                    skipped += 1
+                else:
+                    total, tokens = total + s.log_prob, tokens + s.tokens
+    if not quiet:
+        log(summary(count, skipped, total, tokens))
+    return count
+
+
+def summary(pairs: int, skipped: int, log_prob: float, tokens: int) -> str:
+    """One line: pairs, target tokens, cross-entropy per token and perplexity."""
+    line = f"score: {pairs} pairs"
+    if skipped:
+        line += f" ({skipped} too long, not scored)"
+    if tokens:
+        nats = -log_prob / tokens
+        line += (
+            f", {tokens} target tokens: {nats:.4f} nats a token, perplexity {math.exp(nats):.2f}"
+        )
+    return line
+
+
+def _file_chunks(
+    src_file: Path, tgt_file: Path
+) -> tuple[Iterator[tuple[list[str], list[str]]], int]:
+    """Both files read (UTF-8, checked) and line-aligned, cut into chunks; and the line count."""
+    sources, targets = read_lines(src_file), read_lines(tgt_file)
+    if len(sources) != len(targets):
+        raise TranslatorError(
+            f"{src_file} has {len(sources)} lines but {tgt_file} has {len(targets)}",
+            "score",
+            "source and target files must be line-aligned",
+        )
+    chunks = (
+        (sources[start : start + CHUNK_LINES], targets[start : start + CHUNK_LINES])
+        for start in range(0, len(sources), CHUNK_LINES)
+    )
+    return chunks, len(sources)
+
+
+def _tsv_chunks(stream: TextIO) -> Iterator[tuple[list[str], list[str]]]:
+    """`source<TAB>target` lines from a stream, in chunks; a line without exactly one TAB is
+    an error naming it (the lines before it are scored and written by then)."""
+    count = 0
+    for lines in read_chunks(stream, CHUNK_LINES, warn=warn_stderr):
+        sources, targets = [], []
+        for number, line in enumerate(lines, count + 1):
+            source, tab, target = line.partition("\t")
+            if not tab or "\t" in target:
+                what = "no TAB" if not tab else "more than one TAB"
+                raise TranslatorError(
+                    f"{what} between source and target",
+                    f"stdin line {number}",
+                    "give one `source<TAB>target` pair a line (paste src.txt tgt.txt), "
+                    "or --src/--tgt files",
+                )
+            sources.append(source)
+            targets.append(target)
+        count += len(lines)
+        yield sources, targets
