@@ -18,6 +18,7 @@ import pytest
 from tests.conftest import SENTENCES, without_length_warnings
 from translator import stream, translate
 from translator.data import split
+from translator.decode.sampling import Sampling
 from translator.errors import TranslatorError
 
 
@@ -30,8 +31,8 @@ def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
     monkeypatch.setattr(
         stream,
         "translate_chunks",
-        lambda model, tok, decode, lines, out, nbest, progress, alignment_layer, channel, data: (
-            seen.update(decode=decode, nbest=nbest, alignment_layer=alignment_layer)
+        lambda model, tok, decode, lines, out, nbest, **named: seen.update(
+            decode=decode, nbest=nbest, **named
         ),
     )
     monkeypatch.setattr(stream, "load_channel", lambda *a: "channel")  # loading is tested apart
@@ -82,15 +83,36 @@ def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
             cli.app, ["translate", str(tiny.path), *flags, *extra], input="A dog.\n"
         )
         assert result.exit_code == 0 and seen["alignment_layer"] == layer, result.output
+    assert seen["sampling"] is None
+    drawn = ["--sampling", "--sampling-topk", "5", "--sampling-topp", "0.9", "--temperature", "0.7"]
+    result = CliRunner().invoke(
+        cli.app, ["translate", str(tiny.path), *drawn, "--seed", "3"], input="A dog.\n"
+    )
+    assert result.exit_code == 0, result.output
+    assert seen["sampling"] == Sampling(temperature=0.7, top_k=5, top_p=0.9, seed=3)
     # flags that need another flag to mean anything are refused without it
     for alone, needs in [
         (["--alignment-layer", "1"], "--alignments"),
         (["--channel-weight", "0.4"], "--channel"),
         (["--channel-candidates", "4"], "--channel"),
+        (["--seed", "1"], "--sampling"),
+        (["--sampling-topk", "3"], "--sampling"),
+        (["--temperature", "0.5"], "--sampling"),
     ]:
         result = CliRunner().invoke(cli.app, ["translate", str(tiny.path), *alone], input="")
         assert isinstance(result.exception, TranslatorError), result.output
         assert f"without {needs}" in str(result.exception)
+    # and sampling refuses what it cannot do
+    for clash in (
+        ["--beam", "4"],
+        ["--nbest", "2"],
+        ["--channel", "back.pt"],
+        ["--temperature", "0"],
+    ):
+        result = CliRunner().invoke(
+            cli.app, ["translate", str(tiny.path), "--sampling", *clash], input=""
+        )
+        assert isinstance(result.exception, TranslatorError), result.output
 
 
 def test_translate_device_dtype_and_quiet_flags_reach_load_and_the_bar(tiny, monkeypatch):

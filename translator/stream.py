@@ -17,6 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from translator.config import DataConfig, DecodeConfig
 from translator.data.progress import StatsColumn, live_terminal
 from translator.data.tokenizer import Tokenizer
+from translator.decode.sampling import Sampling
 from translator.device import describe
 from translator.errors import TranslatorError
 from translator.files import write_errors
@@ -50,13 +51,15 @@ def run(
     channel: Checkpoints | None = None,
     channel_weight: float | None = None,
     channel_candidates: int | None = None,
+    sampling: Sampling | None = None,
     quiet: bool = False,
 ) -> int:
     """The `translate` command: stdin to stdout through a checkpoint (several: an ensemble);
     returns the line count.
 
     Flags left None take the checkpoint's decode.* values. `channel`: checkpoint(s) of the reverse
-    direction that rerank each n-best (translator/rerank.py). Unless quiet, one log line on
+    direction that rerank each n-best (translator/rerank.py). `sampling`: draw each token
+    (decode/sampling.py) instead of searching. Unless quiet, one log line on
     stderr says which device and dtype were chosen.
     """
     if sys.stdin is None or sys.stdout is None:
@@ -95,6 +98,7 @@ def run(
             alignment_layer=alignment_layer,
             channel=reranker,
             data=cfg.data,
+            sampling=sampling,
         )
 
 
@@ -192,6 +196,7 @@ def translate_chunks(
     alignment_layer: int | None = None,
     channel: Channel | None = None,
     data: DataConfig | None = None,
+    sampling: Sampling | None = None,
 ) -> int:
     """Translate chunks of lines, writing each chunk as soon as it is done; returns the line count.
 
@@ -224,6 +229,7 @@ def translate_chunks(
             alignment_layer=alignment_layer,
             channel=channel,
             data=data,
+            sampling=sampling,
         ):
             with write_errors(output, "cannot write the translations"):
                 if nbest is None and alignment_layer is None:

@@ -33,6 +33,7 @@ from translator.data.tokenizer import EOS_ID, UNK_ID, Tokenizer
 from translator.decode import Hypothesis, output_limits
 from translator.decode.beam import beam_search, length_penalty
 from translator.decode.greedy import greedy_search
+from translator.decode.sampling import RowSampler, Sampling
 from translator.diagnostics.alignment import align_hypotheses, check_layer, join_alignments
 from translator.diagnostics.words import pharaoh
 from translator.errors import TranslatorError
@@ -57,14 +58,17 @@ def search(
     decode: DecodeConfig,
     nbest: int = 1,
     drop_finished: bool = True,
+    sampler: RowSampler | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode one batch of id lists (no EOS) on the model's device -> nbest hypotheses each.
 
-    `drop_finished=False`: every row is stepped to the end (the searches' reference; benchmarks)."""
+    `drop_finished=False`: every row is stepped to the end (the searches' reference; benchmarks).
+    A `sampler` (one generator per row) draws each token: one hypothesis per row, any beam size.
+    """
     device = next(model.parameters()).device
     src = pad(src_ids, suffix=[EOS_ID]).to(device)  # (B, S)
     src_mask = padding_mask(src)  # (B, 1, 1, S)
-    if decode.beam_size == 1 and nbest == 1:
+    if decode.beam_size == 1 and nbest == 1 or sampler is not None:
         hyps = greedy_search(
             model,
             src,
@@ -74,6 +78,7 @@ def search(
             min_len=decode.min_len,
             cuda_graphs=decode.cuda_graphs,
             drop_finished=drop_finished,
+            sampler=sampler,
         )
         # scored as beam search scores (tokens + EOS under the length penalty): a score, as --nbest
         # prints it, means the same at any --beam
@@ -132,6 +137,7 @@ def translate_lines(
     alignment_layer: int | None = None,
     channel: Channel | None = None,
     data: DataConfig | None = None,
+    sampling: Sampling | None = None,
 ) -> list[list[tuple]]:
     """Translate `lines`; returns, per input line and in input order, (text, score) best first.
 
@@ -141,6 +147,10 @@ def translate_lines(
 
     With a `channel` model the search finds `channel.candidates` hypotheses per line and they are
     reranked with it (translator/rerank.py); scores are then the combined ones.
+
+    With `sampling` each output token is drawn from the model's distribution (decode/sampling.py),
+    one translation per line, reproducible per line from the seed and the line's number
+    (first_line on): beam size, n-best and channel do not apply.
 
     With `alignment_layer` each tuple is (text, score, alignment): Pharaoh `src-tgt` word pairs read
     from that decoder layer's cross-attention (diagnostics/alignment.py).
@@ -152,7 +162,7 @@ def translate_lines(
     """
     if isinstance(lines, str):  # would translate each character as a line
         raise TypeError("translate_lines takes a list of lines, not one string: [line]")
-    _check_request(model, decode.beam_size, nbest, alignment_layer, channel)
+    _check_request(model, decode.beam_size, nbest, alignment_layer, channel, sampling)
     shown, nbest = nbest, max(nbest, channel.candidates) if channel else nbest
     sources = [source_text(line, data) for line in lines]
     limit = piece_limit(model.cfg.max_positions, decode)
@@ -162,8 +172,15 @@ def translate_lines(
     results: list[list[Hypothesis]] = [[] for _ in pieces]
     aligned: list[list[list[tuple[int, int]]]] = [[] for _ in pieces]  # per piece, per hypothesis
     done = 0
+    part = [0] * len(owner)  # each piece's place in its line (a line's pieces are consecutive)
+    for k in range(1, len(owner)):
+        part[k] = part[k - 1] + 1 if owner[k] == owner[k - 1] else 0
     for batch in length_batches([len(p) for p in pieces], decode.batch_tokens):
-        found = search(model, [pieces[i] for i in batch], decode, nbest)
+        sampler = None
+        if sampling is not None:  # each row's draws seeded by its line and piece
+            keys = [(first_line + owner[i], part[i]) for i in batch]
+            sampler = sampling.rows(keys, next(model.parameters()).device)
+        found = search(model, [pieces[i] for i in batch], decode, nbest, sampler=sampler)
         for i, hyps in zip(batch, found):
             results[i] = hyps
         if alignment_layer is not None:
@@ -210,15 +227,22 @@ def _check_request(
     nbest: int,
     alignment_layer: int | None,
     channel: Channel | None,
+    sampling: Sampling | None = None,
 ) -> None:
     """Refuse, before any decoding, what translate_lines cannot do."""
+    if sampling is not None and (nbest > 1 or channel is not None):
+        raise TranslatorError(
+            "sampling draws one translation a line: no n-best, nothing for --channel to rerank",
+            "translate_lines",
+            "give nbest=1 and no channel; repeat a line to draw it again",
+        )
     if channel is not None and alignment_layer is not None:
         raise TranslatorError(
             "alignments come from one search's attention, not from a reranked n-best",
             "--alignments",
             "leave out --channel to print alignments",
         )
-    width = max(beam_size, nbest, channel.candidates if channel else 0)
+    width = 1 if sampling else max(beam_size, nbest, channel.candidates if channel else 0)
     if width > model.cfg.vocab_size:
         raise TranslatorError(
             f"a beam of {width} is wider than the vocabulary ({model.cfg.vocab_size} tokens)",

@@ -25,6 +25,7 @@ from translator.cli.options import (
     MinLenOpt,
     QuietOpt,
     needs_channel,
+    sampling_from,
 )
 from translator.cli.stdout import (
     print_result,
@@ -156,6 +157,45 @@ def translate(
     channel: ChannelOpt = None,
     channel_weight: ChannelWeightOpt = None,
     channel_candidates: ChannelCandidatesOpt = None,
+    sampling: Annotated[
+        bool,
+        typer.Option(
+            "--sampling",
+            help=(
+                "Draw each token from the model's distribution instead of searching (varied "
+                "back-translations); reproducible per line with --seed."
+            ),
+        ),
+    ] = False,
+    sampling_topk: Annotated[
+        Optional[int],
+        typer.Option(
+            "--sampling-topk", min=0, show_default="0: all", help="Draw from the K most likely."
+        ),
+    ] = None,
+    sampling_topp: Annotated[
+        Optional[float],
+        typer.Option(
+            "--sampling-topp",
+            min=0.0,
+            max=1.0,
+            show_default="1",
+            help="Draw from the most likely tokens holding probability P (nucleus).",
+        ),
+    ] = None,
+    temperature: Annotated[
+        Optional[float],
+        typer.Option(
+            "--temperature",
+            min=0.0,
+            show_default="1",
+            help="Divide the log-probabilities by T before drawing (<1 sharper).",
+        ),
+    ] = None,
+    seed: Annotated[
+        Optional[int],
+        typer.Option("--seed", min=0, show_default="0", help="Seed of --sampling's draws."),
+    ] = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Translate stdin to stdout: one output line per input line; an empty line gives an empty line.
@@ -168,7 +208,8 @@ def translate(
     Bytes that are not UTF-8 are replaced (U+FFFD), with a warning naming the line.
 
     Example: echo "A man rides a bike." | translator translate runs/multi30k/best.pt
-    (reranked by a model of the reverse direction: ... --channel runs/multi30k-de-en/best.pt)
+    (reranked by a model of the reverse direction: ... --channel runs/multi30k-de-en/best.pt;
+    sampled, for back-translation: ... --sampling --sampling-topk 10 --seed 1)
     """
     from translator import stream
 
@@ -180,6 +221,9 @@ def translate(
     if alignments:
         layer = -1 if alignment_layer is None else alignment_layer
     needs_channel("translate", channel, channel_weight, channel_candidates)
+    drawn = sampling_from(
+        sampling, sampling_topk, sampling_topp, temperature, seed, beam, nbest, channel
+    )
     with reader_may_leave():  # `translate < in | head`: stops at once, exit 0
         stream.run(
             ckpt,
@@ -197,6 +241,7 @@ def translate(
             channel=channel or None,
             channel_weight=channel_weight,
             channel_candidates=channel_candidates,
+            sampling=drawn,
             quiet=quiet,
         )
 

@@ -165,3 +165,47 @@ def needs_channel(command: str, channel, weight, candidates) -> None:
     for flag, value in (("--channel-weight", weight), ("--channel-candidates", candidates)):
         if value is not None and not channel:
             raise TranslatorError(f"{flag} without --channel", command, "add --channel CKPT")
+
+
+def sampling_from(
+    sampling: bool,
+    top_k: int | None,
+    top_p: float | None,
+    temperature: float | None,
+    seed: int | None,
+    beam: int | None,
+    nbest: int | None,
+    channel: list | None,
+):
+    """translate's --sampling and its settings -> decode.sampling.Sampling, or None; its settings
+    without --sampling, or a beam, n-best or channel beside it, are refused."""
+    from translator.decode.sampling import Sampling
+
+    given = {"--sampling-topk": top_k, "--sampling-topp": top_p, "--temperature": temperature}
+    given["--seed"] = seed
+    if not sampling:
+        for flag, value in given.items():
+            if value is not None:
+                raise TranslatorError(f"{flag} without --sampling", "translate", "add --sampling")
+        return None
+    for flag, value in (("--sampling-topp", top_p), ("--temperature", temperature)):
+        if value is not None and value <= 0:
+            raise TranslatorError(
+                f"{flag} must be above 0", "translate", "leave out --sampling for the most likely"
+            )
+    if beam is not None and beam > 1:
+        raise TranslatorError(
+            "--sampling draws one token a step, --beam searches", "translate", "give one of them"
+        )
+    if nbest is not None or channel:
+        raise TranslatorError(
+            "--sampling draws one translation a line: no n-best, nothing for --channel to rerank",
+            "translate",
+            "leave out --nbest and --channel; repeat a line to draw it again",
+        )
+    return Sampling(
+        temperature=1.0 if temperature is None else temperature,
+        top_k=top_k or 0,
+        top_p=1.0 if top_p is None else top_p,
+        seed=seed or 0,
+    )

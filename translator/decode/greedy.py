@@ -1,4 +1,5 @@
-"""Greedy search: at every step take the most likely next token."""
+"""Greedy search: at every step take the most likely next token (or, with a sampler, a drawn one:
+decode/sampling.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from translator.decode import (
     max_lengths,
     strip,
 )
+from translator.decode.sampling import RowSampler
 from translator.decode.step import decoding_step, use_cuda_graph
 from translator.model.transformer import Transformer
 
@@ -28,6 +30,7 @@ def greedy_search(
     min_len: int = 0,
     cuda_graphs: bool = True,
     drop_finished: bool = True,
+    sampler: RowSampler | None = None,
 ) -> list[Hypothesis]:
     """src (B, S), src_mask (B, 1, 1, S) -> one hypothesis per sentence, scored by its summed
     log-probs.
@@ -36,7 +39,8 @@ def greedy_search(
     least min_len (unless the limit is smaller). The loop stops once every sentence has ended.
     On CUDA, with `cuda_graphs`, each decoder step is one replayed CUDA graph (decode/step.py).
     With `drop_finished` (and no graphs) a sentence leaves the batch when it ends, as in
-    beam_search; without, every row is stepped to the end (the tested reference).
+    beam_search; without, every row is stepped to the end (the tested reference). With a
+    `sampler` (one generator per sentence) each token is drawn instead of the most likely.
     """
     B, device = src.shape[0], src.device
     max_lens = max_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions - 1)  # (B,)
@@ -61,7 +65,7 @@ def greedy_search(
         cache.advance(1)
         # (B, V) fp32
         log_probs = ban_tokens_(log_softmax_into(vocab_buffer, logits[:, -1]), step, eos_from)
-        token = log_probs.argmax(dim=-1)  # (B,)
+        token = log_probs.argmax(dim=-1) if sampler is None else sampler.draw(log_probs)  # (B,)
         token = torch.where(step >= max_lens, EOS_ID, token)  # length limit reached: end here
         token = torch.where(finished, PAD_ID, token)
         scores += torch.where(finished, 0.0, log_probs.gather(1, token[:, None]).squeeze(1))
@@ -77,6 +81,8 @@ def greedy_search(
             finished, max_lens, eos_from = finished[keep], max_lens[keep], eos_from[keep]
             memory, src_mask, vocab_buffer = memory[keep], src_mask[keep], vocab_buffer[: len(keep)]
             cache.reorder(keep, sentences=keep)
+            if sampler is not None:
+                sampler.keep(keep.tolist())
             next_logits = decoding_step(model, memory, src_mask, cache)
     out_tokens[sentence], out_scores[sentence] = tokens, scores
     return [

@@ -1,0 +1,146 @@
+"""Sampling (decode/sampling.py): the truncated distribution against a hand-built one, draws
+against their probabilities, and a sentence's draws independent of its batch."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from translator.decode.greedy import greedy_search
+from translator.decode.sampling import Sampling, truncated
+
+PROBS = [0.05, 0.4, 0.1, 0.25, 0.2]  # one row over a vocabulary of 5
+
+
+def kept(sampling: Sampling) -> list[float]:
+    """The distribution `truncated` leaves, as probabilities."""
+    log_probs = torch.tensor([PROBS]).log()
+    return truncated(log_probs, sampling).softmax(-1)[0].tolist()
+
+
+def test_top_k_keeps_the_k_most_likely_renormalised():
+    # by hand: the 3 most likely are 0.4, 0.25, 0.2 (ids 1, 3, 4), summing to 0.85
+    assert kept(Sampling(top_k=3)) == pytest.approx([0, 0.4 / 0.85, 0, 0.25 / 0.85, 0.2 / 0.85])
+
+
+@pytest.mark.parametrize(
+    "top_p, ids",
+    [
+        (0.3, [1]),  # 0.4 alone reaches 0.3
+        (0.39, [1]),
+        (0.6, [1, 3]),  # 0.4 < 0.6, then 0.65
+        (0.9, [1, 3, 4, 2]),  # 0.85 < 0.9, then 0.95
+        (0.99, [0, 1, 2, 3, 4]),
+    ],
+)
+def test_top_p_keeps_the_smallest_set_of_most_likely_reaching_p(top_p, ids):
+    total = sum(PROBS[i] for i in ids)
+    expected = [PROBS[i] / total if i in ids else 0.0 for i in range(len(PROBS))]
+    assert kept(Sampling(top_p=top_p)) == pytest.approx(expected, abs=1e-6)
+
+
+def test_temperature_raises_the_probabilities_to_1_over_t():
+    t = 0.5
+    powered = [p ** (1 / t) for p in PROBS]
+    assert kept(Sampling(temperature=t)) == pytest.approx([p / sum(powered) for p in powered])
+
+
+def test_draws_follow_the_truncated_probabilities():
+    rows = 20_000
+    log_probs = torch.tensor([PROBS]).log().expand(rows, -1)
+    sampler = Sampling(top_k=4, seed=3).rows(
+        [(line, 0) for line in range(rows)], torch.device("cpu")
+    )
+    counts = torch.bincount(sampler.draw(log_probs), minlength=5).double() / rows
+    expected = torch.tensor(kept(Sampling(top_k=4)), dtype=torch.double)
+    assert counts[0] == 0  # outside the top 4: never drawn
+    # binomial standard error at 20,000 draws is under 0.0035: 4 of them
+    torch.testing.assert_close(counts, expected, atol=0.014, rtol=0)
+
+
+def test_top_k_1_is_greedy(make_model, src_batch):
+    model = make_model()
+    src, src_mask = src_batch
+    greedy = greedy_search(model, src, src_mask, max_len_a=0.0, max_len_b=12)
+    sampler = Sampling(top_k=1, seed=9).rows([(i, 0) for i in range(len(src))], src.device)
+    drawn = greedy_search(model, src, src_mask, max_len_a=0.0, max_len_b=12, sampler=sampler)
+    assert [h.tokens for h in drawn] == [h.tokens for h in greedy]
+    assert [h.score for h in drawn] == pytest.approx([h.score for h in greedy], abs=1e-5)
+
+
+def test_a_sentences_draws_do_not_depend_on_its_batch(make_model, src_batch):
+    """Each row keeps its own generator, also when finished rows leave the batch."""
+    model = make_model()
+    src, src_mask = src_batch
+    sampling = Sampling(temperature=1.5, seed=4)
+    keys = [(10 + i, 0) for i in range(len(src))]
+    together = greedy_search(
+        model, src, src_mask, max_len_a=0.0, max_len_b=12, sampler=sampling.rows(keys, src.device)
+    )
+    for i in range(len(src)):
+        length = int(src_mask[i].sum())
+        alone = greedy_search(
+            model,
+            src[i : i + 1, :length],
+            src_mask[i : i + 1, ..., :length],
+            max_len_a=0.0,
+            max_len_b=12,
+            sampler=sampling.rows([keys[i]], src.device),
+        )
+        assert alone[0].tokens == together[i].tokens
+    other = greedy_search(
+        model,
+        src,
+        src_mask,
+        max_len_a=0.0,
+        max_len_b=12,
+        sampler=Sampling(temperature=1.5, seed=5).rows(keys, src.device),
+    )
+    assert [h.tokens for h in other] != [h.tokens for h in together]  # the seed matters
+
+
+def test_a_drawn_hypothesis_is_scored_by_the_models_own_log_probs(make_model, src_batch):
+    """The score sums the untempered log-probabilities of the drawn tokens (what `score` gives)."""
+    from translator.decode.forced import target_log_probs
+
+    model = make_model()
+    src, src_mask = src_batch
+    sampler = Sampling(temperature=2.0, seed=1).rows([(i, 0) for i in range(4)], src.device)
+    drawn = greedy_search(model, src, src_mask, max_len_a=0.0, max_len_b=12, sampler=sampler)
+    src_ids = [row[: int(m.sum()) - 1] for row, m in zip(src.tolist(), src_mask)]
+    forced = target_log_probs(model, src_ids, [h.tokens for h in drawn])
+    # EOS included, also where the length limit forced it
+    assert all(math.isclose(h.score, f, abs_tol=1e-4) for h, f in zip(drawn, forced))
+
+
+def test_translate_lines_draws_each_line_alike_in_any_chunks_and_batches(tiny):
+    """Piped input arrives in chunks whose size depends on timing: a line's draw must not."""
+    import dataclasses
+
+    from tests.conftest import SENTENCES
+    from translator.translate import translate_lines
+
+    lines = SENTENCES[:6]
+    sampling = Sampling(temperature=1.3, seed=2)
+    quiet = {"warn": None}  # a random model writes <unk>s
+    whole = translate_lines(
+        tiny.model, tiny.tokenizer, lines, tiny.cfg.decode, sampling=sampling, **quiet
+    )
+    small = dataclasses.replace(tiny.cfg.decode, batch_tokens=20)  # other batches
+    pieces = translate_lines(
+        tiny.model, tiny.tokenizer, lines[:2], small, sampling=sampling, **quiet
+    ) + translate_lines(
+        tiny.model, tiny.tokenizer, lines[2:], small, first_line=3, sampling=sampling, **quiet
+    )
+    assert [h[0][0] for h in pieces] == [h[0][0] for h in whole]
+    again = translate_lines(
+        tiny.model,
+        tiny.tokenizer,
+        lines,
+        tiny.cfg.decode,
+        sampling=Sampling(temperature=1.3, seed=3),
+        **quiet,
+    )
+    assert [h[0][0] for h in again] != [h[0][0] for h in whole]

@@ -1,0 +1,76 @@
+"""Sampling: draw each next token from the model's distribution instead of taking the most likely.
+
+What back-translation wants: synthetic sources drawn from p(x|y) are more varied than beam
+search's, and train a better forward model (Edunov et al. 2018). The distribution can be
+sharpened or flattened (`temperature`), cut to its k most likely tokens (`top_k`, Fan et al.
+2018) or to the smallest set holding probability `top_p` (nucleus sampling, Holtzman et al.
+2020), then renormalised.
+
+Each sentence draws from a generator of its own, seeded from the seed and its line number, so a
+line's translation does not depend on which other lines share its batch or how the input was
+cut into chunks: the same seed and input give the same output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+SEED_STRIDE = 1_000_003  # a prime: (seed, line, piece) -> one generator seed, without overlaps
+
+
+@dataclass
+class Sampling:
+    """How to draw; `rows` makes the per-sentence draws for one batch."""
+
+    temperature: float = 1.0
+    top_k: int = 0  # 0: the whole vocabulary
+    top_p: float = 1.0  # 1: no nucleus cut
+    seed: int = 0
+
+    def rows(self, keys: list[tuple[int, int]], device: torch.device) -> RowSampler:
+        """A sampler for a batch whose rows are (line, piece of the line) `keys`."""
+        generators = []
+        for line, piece in keys:
+            seed = ((self.seed * SEED_STRIDE + line) * SEED_STRIDE + piece) % 2**63
+            generators.append(torch.Generator(device).manual_seed(seed))
+        return RowSampler(self, generators)
+
+
+class RowSampler:
+    """Draws one token per row, each row from its own generator; follows the rows as a search
+    drops finished ones (`keep`)."""
+
+    def __init__(self, settings: Sampling, generators: list[torch.Generator]) -> None:
+        self.settings = settings
+        self.generators = generators
+
+    def draw(self, log_probs: torch.Tensor) -> torch.Tensor:
+        """log_probs (N, V) fp32, one row per generator -> (N,) drawn token ids."""
+        probs = truncated(log_probs, self.settings).softmax(dim=-1)  # (N, V)
+        return torch.cat(
+            [torch.multinomial(p, 1, generator=g) for p, g in zip(probs, self.generators)]
+        )
+
+    def keep(self, rows: list[int]) -> None:
+        self.generators = [self.generators[i] for i in rows]
+
+
+def truncated(log_probs: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """log_probs (N, V) -> logits (N, V) divided by the temperature, -inf outside the top k and
+    outside the nucleus: the smallest set of most likely tokens whose probability reaches top_p."""
+    logits = log_probs / sampling.temperature
+    if sampling.top_k and sampling.top_k < logits.shape[-1]:
+        kth = logits.topk(sampling.top_k, dim=-1).values[:, -1:]  # (N, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if sampling.top_p < 1.0:
+        ordered, order = logits.sort(dim=-1, descending=True)  # (N, V)
+        probs = ordered.softmax(dim=-1)
+        before = probs.cumsum(dim=-1) - probs  # (N, V) the more likely tokens' probability
+        # a token stays while the ones before it hold less than top_p (the first always stays)
+        drop = torch.zeros_like(before, dtype=torch.bool).scatter_(
+            -1, order, before >= sampling.top_p
+        )
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
