@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.conftest import MULTI30K, SENTENCES
-from translator import config, loading, translate
+from translator import config, line_warnings, loading, translate
 from translator.data import split
 from translator.data.tokenizer import UNK_ID
 from translator.decode import Hypothesis
@@ -185,7 +185,7 @@ def test_outputs_ended_by_the_length_limit_are_named_in_a_warning(tiny, monkeypa
         tiny.model, tiny.tokenizer, lines, decode, warn=warnings.append, first_line=7
     )
     # line 7 reached the limit; line 8 ended itself one token short; line 9 is one token
-    assert warnings == [translate.length_message([7])]
+    assert warnings == [line_warnings.length_message([7])]
     assert warnings[0].startswith("the output of line 7 stopped at the length limit")
     assert "only shorter input lines help" not in warnings[0]  # max_len_b was the limit
 
@@ -200,7 +200,7 @@ def test_a_length_limit_set_by_the_positions_is_not_blamed_on_max_len(tiny, monk
     translate.translate_lines(
         tiny.model, tiny.tokenizer, ["Two dogs."], decode, warn=warnings.append
     )
-    assert warnings == [translate.length_message([1], capped=True)]
+    assert warnings == [line_warnings.length_message([1], capped=True)]
     assert "only shorter input lines help" in warnings[0]
 
 
@@ -212,8 +212,8 @@ def test_source_pieces_outside_the_vocabulary_are_counted_in_a_warning(tiny):
     translate.translate_lines(
         tiny.model, tiny.tokenizer, lines, tiny.cfg.decode, warn=warnings.append, first_line=4
     )
-    assert translate.source_unk_message({5: unknown}) in warnings
-    assert translate.source_unk_message({5: 2}).startswith(
+    assert line_warnings.source_unk_message({5: unknown}) in warnings
+    assert line_warnings.source_unk_message({5: 2}).startswith(
         "2 source pieces outside the model's vocabulary (read as <unk>, their meaning lost) in "
         "line 5;"
     )
@@ -427,7 +427,7 @@ def test_unk_tokens_are_counted_in_a_warning_not_dropped_unseen(tiny, monkeypatc
     out = translate.translate_lines(
         tiny.model, tiny.tokenizer, lines, tiny.cfg.decode, warn=warnings.append, first_line=11
     )
-    assert warnings == [translate.unk_message({11: 2, 13: 1})]
+    assert warnings == [line_warnings.unk_message({11: 2, 13: 1})]
     assert (
         warnings[0].startswith(
             "3 <unk> tokens (characters outside the vocabulary) dropped from the output of "
@@ -445,10 +445,10 @@ def test_unk_tokens_are_counted_in_a_warning_not_dropped_unseen(tiny, monkeypatc
 
 
 def test_unk_message_names_ten_lines_then_counts_the_rest():
-    assert translate.unk_message({4: 1}).startswith(
+    assert line_warnings.unk_message({4: 1}).startswith(
         "1 <unk> token (characters outside the vocabulary) dropped from the output of line 4;"
     )
-    many = translate.unk_message({line: 2 for line in range(1, 13)})
+    many = line_warnings.unk_message({line: 2 for line in range(1, 13)})
     assert (
         many.startswith("24 <unk> tokens")
         and "lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 2 more;" in many

@@ -26,6 +26,7 @@ from translator.decode.beam import length_penalty
 from translator.decode.forced import target_log_probs
 from translator.errors import TranslatorError
 from translator.files import read_lines, write_errors
+from translator.line_warnings import line_list, source_unk_message, target_unk_message
 from translator.loading import Checkpoints, load_models
 from translator.model.ensemble import Ensemble
 from translator.model.transformer import Transformer
@@ -37,7 +38,7 @@ from translator.stream import (
     show_progress,
     warn_stderr,
 )
-from translator.translate import line_list, python_warning, source_text, source_unk_message
+from translator.translate import python_warning, source_text
 
 CHUNK_LINES = 2000  # pairs scored and written at a time
 
@@ -100,17 +101,13 @@ def _warnings(
 ) -> Iterator[str]:
     if long := [first_line + i for i, ok in enumerate(fits) if not ok]:
         yield (
-            f"{line_list(long, 10)}: over the model's {positions - 1} tokens a side "
+            f"{line_list(long)}: over the model's {positions - 1} tokens a side "
             "(max_positions - 1), not scored (nan); shorten or split those pairs"
         )
     if unknown := {first_line + i: n for i, ids in enumerate(src_ids) if (n := ids.count(UNK_ID))}:
         yield source_unk_message(unknown)
     if unknown := {first_line + i: n for i, ids in enumerate(tgt_ids) if (n := ids.count(UNK_ID))}:
-        total = sum(unknown.values())
-        yield (
-            f"{total} target piece{'s' if total != 1 else ''} outside the model's vocabulary "
-            f"(scored as <unk>) in {line_list(sorted(unknown), 10)}"
-        )
+        yield target_unk_message(unknown)
 
 
 def run(

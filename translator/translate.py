@@ -37,6 +37,7 @@ from translator.decode.sampling import RowSampler, Sampling
 from translator.diagnostics.alignment import align_hypotheses, check_layer, join_alignments
 from translator.diagnostics.words import pharaoh
 from translator.errors import TranslatorError
+from translator.line_warnings import length_message, source_unk_message, unk_message
 from translator.model.ensemble import Ensemble
 from translator.model.transformer import Transformer
 from translator.rerank import Channel
@@ -371,44 +372,3 @@ def _unk_count(pieces_hyps: list[list[Hypothesis]]) -> int:
     piece)."""
     shown = pieces_hyps[0] if len(pieces_hyps) == 1 else [hyps[0] for hyps in pieces_hyps]
     return sum(h.tokens.count(UNK_ID) for h in shown)
-
-
-def unk_message(counts: dict[int, int], shown: int = 10) -> str:
-    """A warning for the <unk> tokens dropped from the output, by line number -> count."""
-    total = sum(counts.values())
-    return (
-        f"{total} <unk> token{'s' if total != 1 else ''} (characters outside the vocabulary) "
-        f"dropped from the output of {line_list(sorted(counts), shown)}; "
-        "a model prepared with data.byte_fallback: true spells such characters in bytes instead"
-    )
-
-
-def source_unk_message(counts: dict[int, int], shown: int = 10) -> str:
-    """A warning for the source pieces the model's vocabulary lacks, by line number -> count."""
-    total = sum(counts.values())
-    return (
-        f"{total} source piece{'s' if total != 1 else ''} outside the model's vocabulary "
-        f"(read as <unk>, their meaning lost) in {line_list(sorted(counts), shown)}; "
-        "a model prepared with data.byte_fallback: true spells such characters in bytes instead"
-    )
-
-
-def length_message(lines: list[int], capped: bool = False, shown: int = 10) -> str:
-    """A warning for the outputs that the length limit ended, by line number; `capped`: for some,
-    the limit was the model's positions, which no flag raises."""
-    fix = "raise --max-len-a/--max-len-b"
-    if capped:
-        fix += " (where the model's max_positions - 1 was the limit, only shorter input lines help)"
-    return (
-        f"the output of {line_list(lines, shown)} stopped at the length limit "
-        f"(decode.max_len_a * source tokens + max_len_b, at most max_positions - 1) and may be "
-        f"cut short; {fix}"
-    )
-
-
-def line_list(lines: list[int], shown: int) -> str:
-    """'line 4', or 'lines 1, 2, ... 10 and 2 more' (sorted line numbers)."""
-    where = ", ".join(map(str, lines[:shown])) + (
-        f" and {len(lines) - shown} more" if len(lines) > shown else ""
-    )
-    return f"line{'s' if len(lines) != 1 else ''} {where}"

@@ -1,0 +1,64 @@
+"""Warnings that name the input lines they are about: the wording `translate` and `score` share.
+
+Lines are numbered from 1 as the user's file counts them; ten are named, the rest counted.
+"""
+
+from __future__ import annotations
+
+BYTE_FALLBACK = (
+    "a model prepared with data.byte_fallback: true spells such characters in bytes instead"
+)
+
+
+def line_list(lines: list[int], shown: int = 10) -> str:
+    """'line 4', or 'lines 1, 2, ... 10 and 2 more' (sorted line numbers)."""
+    where = ", ".join(map(str, lines[:shown])) + (
+        f" and {len(lines) - shown} more" if len(lines) > shown else ""
+    )
+    return f"line{'s' if len(lines) != 1 else ''} {where}"
+
+
+def unk_message(counts: dict[int, int], shown: int = 10) -> str:
+    """The <unk> tokens dropped from the output, by line number -> count."""
+    return _unknown(
+        counts,
+        "<unk> token",
+        "(characters outside the vocabulary) dropped from the output of",
+        shown,
+    )
+
+
+def source_unk_message(counts: dict[int, int], shown: int = 10) -> str:
+    """The source pieces the model's vocabulary lacks, by line number -> count."""
+    return _unknown(
+        counts,
+        "source piece",
+        "outside the model's vocabulary (read as <unk>, their meaning lost) in",
+        shown,
+    )
+
+
+def target_unk_message(counts: dict[int, int], shown: int = 10) -> str:
+    """The pieces of given translations the model's vocabulary lacks (score), by line -> count."""
+    return _unknown(
+        counts, "target piece", "outside the model's vocabulary (scored as <unk>) in", shown
+    )
+
+
+def _unknown(counts: dict[int, int], what: str, where: str, shown: int) -> str:
+    total = sum(counts.values())
+    lines = line_list(sorted(counts), shown)
+    return f"{total} {what}{'s' if total != 1 else ''} {where} {lines}; {BYTE_FALLBACK}"
+
+
+def length_message(lines: list[int], capped: bool = False, shown: int = 10) -> str:
+    """The outputs that the length limit ended, by line number; `capped`: for some, the limit was
+    the model's positions, which no flag raises."""
+    fix = "raise --max-len-a/--max-len-b"
+    if capped:
+        fix += " (where the model's max_positions - 1 was the limit, only shorter input lines help)"
+    return (
+        f"the output of {line_list(lines, shown)} stopped at the length limit "
+        f"(decode.max_len_a * source tokens + max_len_b, at most max_positions - 1) and may be "
+        f"cut short; {fix}"
+    )
