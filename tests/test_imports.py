@@ -28,6 +28,7 @@ LAYERS = [
         "translator.rerank",
         "translator.stream",
         "translator.score",
+        "translator.serve",
         "translator.summary",
         "translator.export",
         "translator.marian",

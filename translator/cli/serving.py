@@ -1,0 +1,59 @@
+"""The serve command: a model behind a JSON-over-HTTP API."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from translator.cli.options import (
+    BatchTokensOpt,
+    BeamOpt,
+    CkptsArg,
+    DeviceOpt,
+    DtypeOpt,
+    LengthPenaltyOpt,
+    QuietOpt,
+)
+
+
+def serve(
+    ckpt: CkptsArg,
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host", help="Address to listen on; 0.0.0.0 for every interface (no auth: mind it)."
+        ),
+    ] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="Port (0: any free one, printed).")
+    ] = 8000,
+    beam: BeamOpt = None,
+    length_penalty: LengthPenaltyOpt = None,
+    batch_tokens: BatchTokensOpt = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Serve a model over HTTP: POST /translate and /score take JSON, GET /health.
+
+    The model is loaded once and answers until Ctrl-C or SIGTERM; one line per request on
+    stderr (not with --quiet). Requests: {"text": [lines]} (optional "beam", "nbest") and
+    {"source": [...], "target": [...]}; a bad request gets a 4xx and {"error": ...}.
+
+    Example: translator serve runs/multi30k/best.pt --port 8000 &
+    curl -s localhost:8000/translate -d '{"text": ["A dog runs."]}'
+    """
+    from translator import serve as serve_mod
+
+    serve_mod.run(
+        ckpt,
+        host=host,
+        port=port,
+        beam=beam,
+        length_penalty=length_penalty,
+        batch_tokens=batch_tokens,
+        device=device,
+        dtype=dtype,
+        quiet=quiet,
+    )
