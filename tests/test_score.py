@@ -4,8 +4,11 @@ cached decode, the beam search's own scores, the training loss), and the command
 from __future__ import annotations
 
 import math
+import os
+import pty
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -177,3 +180,64 @@ def test_bad_input_is_one_line_error(tiny, tmp_path, args, stdin, message):
     assert message in result.stderr
     if "line 2" not in message:
         assert result.stdout == ""
+
+
+def test_stdin_tsv_empty_lines_are_empty_pairs_and_a_bad_line_keeps_what_came_before(tiny):
+    good = "".join(f"{s}\t{t}\n" for s, t in zip(SENTENCES[:3], TARGETS[:3]))
+    result = _score(tiny, "-q", stdin=good + "\n" + "no tab here\n" + good)
+    assert result.returncode == 1 and "stdin line 5: no TAB" in result.stderr
+    scored = result.stdout.splitlines()
+    assert len(scored) == 4  # the three pairs and the empty one before the bad line
+    empty = score.score_lines(tiny.model, tiny.tokenizer, [""], [""], tiny.cfg.data, warn=None)
+    assert float(scored[3]) == pytest.approx(empty[0].log_prob, abs=1e-3)
+
+
+def test_closed_streams(tiny, tmp_path):
+    src = tmp_path / "s.en"
+    src.write_text("A dog.\n")
+    files = ["--src", str(src), "--tgt", str(src)]
+    # stdout closed: refused before any work, one line
+    result = subprocess.run(
+        [sys.executable, "-m", "translator", "score", str(tiny.path), *files],
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.close(1),
+    )
+    assert result.returncode == 1 and result.stderr.startswith("error: ")
+    assert "stdout is closed" in result.stderr and "Traceback" not in result.stderr
+    # files need no stdin, also where a progress bar is due (stderr a terminal)
+    terminal, side = pty.openpty()
+    result = subprocess.run(
+        [sys.executable, "-m", "translator", "score", str(tiny.path), *files],
+        stdout=subprocess.PIPE,
+        stderr=side,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.close(0),
+    )
+    os.close(side)
+    shown = os.read(terminal, 1 << 16).decode(errors="replace")
+    os.close(terminal)
+    assert result.returncode == 0 and len(result.stdout.splitlines()) == 1, shown
+    assert "Traceback" not in shown
+
+
+@pytest.mark.skipif(not Path("/dev/fd").exists(), reason="needs /dev/fd for pipes as paths")
+def test_a_pipe_can_be_the_source_file(tiny, tmp_path):
+    """`--src <(head test.en)`: a pipe, not a regular file, read like one."""
+    read, write = os.pipe()
+    os.write(write, b"A dog.\n")
+    os.close(write)
+    tgt = tmp_path / "t.de"
+    tgt.write_text("Ein Hund.\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "translator", "score", str(tiny.path), "-q"]
+        + ["--src", f"/dev/fd/{read}", "--tgt", str(tgt)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        pass_fds=(read,),
+    )
+    os.close(read)
+    assert result.returncode == 0 and len(result.stdout.splitlines()) == 1, result.stderr

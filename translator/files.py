@@ -239,14 +239,13 @@ def read_lines(path: str | Path) -> list[str]:
     """Lines of a UTF-8 text file without their line endings (and without a byte-order mark: a
     reference that kept one would lose its first word's match); bad bytes name the line."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists() or path.is_dir():  # a pipe is fine (`--src <(head test.en)`)
         what = "a directory, not a text file" if path.is_dir() else "file not found"
         raise TranslatorError(what, str(path), "check the path")
     lines = []
     with open(path, "rb") as handle:
-        if handle.read(2) == b"\x1f\x8b":
+        if handle.peek(2)[:2] == b"\x1f\x8b":  # peek: a pipe cannot seek back
             raise TranslatorError("a gzip file, not text", str(path), "gunzip it first")
-        handle.seek(0)
         for number, raw in enumerate(handle, 1):
             try:
                 line = raw.decode("utf-8").rstrip("\r\n")

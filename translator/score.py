@@ -132,8 +132,10 @@ def run(
         raise TranslatorError(
             "--per-token and --length-penalty both normalise the score", "score", "give one"
         )
-    if src_file is None and sys.stdin is None:
-        raise TranslatorError("stdin is closed", "score", "give pairs on stdin or --src/--tgt")
+    if sys.stdout is None or (src_file is None and sys.stdin is None):
+        raise TranslatorError(
+            "stdin or stdout is closed", "score", "give pairs (stdin or --src/--tgt) and a stdout"
+        )
     chunks, lines = _file_chunks(src_file, tgt_file) if src_file else (_tsv_chunks(sys.stdin), 0)
     model, cfg, tokenizer = load_models(ckpt, device, dtype)
     if not quiet:
@@ -141,9 +143,10 @@ def run(
     batch_tokens = batch_tokens or cfg.decode.batch_tokens
     count, total, tokens, skipped = 0, 0.0, 0, 0
     # a bar for bulk work only (stream.show_progress): files or piped stdin, scores to a file
-    show = show_progress(quiet, sys.stdin, sys.stdout, sys.stderr) or (
-        src_file is not None and not quiet and sys.stderr.isatty() and not sys.stdout.isatty()
-    )
+    if src_file is None:
+        show = show_progress(quiet, sys.stdin, sys.stdout, sys.stderr)
+    else:  # as show_progress says, without stdin, which file input leaves alone
+        show = not quiet and sys.stderr.isatty() and not sys.stdout.isatty()
     with sentence_progress("score", not show) as progress:
         for sources, targets in chunks:
             scores = score_lines(
@@ -196,22 +199,25 @@ def _file_chunks(
 
 
 def _tsv_chunks(stream: TextIO) -> Iterator[tuple[list[str], list[str]]]:
-    """`source<TAB>target` lines from a stream, in chunks; a line without exactly one TAB is
-    an error naming it (the lines before it are scored and written by then)."""
+    """`source<TAB>target` lines from a stream, in chunks. An empty line is an empty pair (as an
+    empty line of both files is); another line without exactly one TAB is an error naming it,
+    raised after the lines before it have been yielded (so they are scored and written)."""
     count = 0
     for lines in read_chunks(stream, CHUNK_LINES, warn=warn_stderr):
         sources, targets = [], []
         for number, line in enumerate(lines, count + 1):
             source, tab, target = line.partition("\t")
-            if not tab or "\t" in target:
-                what = "no TAB" if not tab else "more than one TAB"
-                raise TranslatorError(
-                    f"{what} between source and target",
-                    f"stdin line {number}",
-                    "give one `source<TAB>target` pair a line (paste src.txt tgt.txt), "
-                    "or --src/--tgt files",
-                )
-            sources.append(source)
-            targets.append(target)
+            if (tab and "\t" not in target) or not line.strip():
+                sources.append(source)
+                targets.append(target)
+                continue
+            if sources:
+                yield sources, targets
+            raise TranslatorError(
+                f"{'no TAB' if not tab else 'more than one TAB'} between source and target",
+                f"stdin line {number}",
+                "give one `source<TAB>target` pair a line (paste src.txt tgt.txt), "
+                "or --src/--tgt files",
+            )
         count += len(lines)
         yield sources, targets

@@ -144,3 +144,38 @@ def test_translate_lines_draws_each_line_alike_in_any_chunks_and_batches(tiny):
         **quiet,
     )
     assert [h[0][0] for h in again] != [h[0][0] for h in whole]
+
+
+def test_top_k_keeps_exactly_k_where_logits_tie():
+    """bf16 logits tie often: the k-th's equals must not widen the draw."""
+    log_probs = torch.tensor([[-1.0, -2.0, -2.0, -2.0, -3.0]])
+    kept_ids = torch.isfinite(truncated(log_probs, Sampling(top_k=2)))[0]
+    assert int(kept_ids.sum()) == 2 and bool(kept_ids[0])
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"temperature": 0.0},
+        {"temperature": -1.0},
+        {"temperature": float("inf")},
+        {"temperature": float("nan")},
+        {"temperature": 1e-39},
+        {"top_p": 0.0},
+        {"top_p": 1.5},
+        {"top_k": -1},
+        {"seed": -2},
+    ],
+)
+def test_settings_that_leave_nothing_to_draw_are_refused(settings):
+    from translator.errors import TranslatorError
+
+    with pytest.raises(TranslatorError):
+        Sampling(**settings)
+
+
+def test_different_keys_never_share_a_stream():
+    """(seed, line) pairs that a linear mix would map to one generator seed."""
+    a = Sampling(seed=1).rows([(5, 0)], torch.device("cpu")).generators[0]
+    b = Sampling(seed=0).rows([(5 + 1_000_003, 0)], torch.device("cpu")).generators[0]
+    assert a.initial_seed() != b.initial_seed()

@@ -188,11 +188,6 @@ def sampling_from(
             if value is not None:
                 raise TranslatorError(f"{flag} without --sampling", "translate", "add --sampling")
         return None
-    for flag, value in (("--sampling-topp", top_p), ("--temperature", temperature)):
-        if value is not None and value <= 0:
-            raise TranslatorError(
-                f"{flag} must be above 0", "translate", "leave out --sampling for the most likely"
-            )
     if beam is not None and beam > 1:
         raise TranslatorError(
             "--sampling draws one token a step, --beam searches", "translate", "give one of them"

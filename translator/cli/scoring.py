@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from translator.cli.options import BatchTokensOpt, CkptsArg, DeviceOpt, DtypeOpt, QuietOpt
-from translator.cli.stdout import reader_may_leave
+from translator.cli.options import CkptsArg, DeviceOpt, DtypeOpt, QuietOpt
+from translator.cli.stdout import reader_may_leave, require_stdout
 
 
 def score(
@@ -28,13 +28,24 @@ def score(
         typer.Option(
             "--length-penalty",
             min=0.0,
+            max=10.0,
             help=(
                 "Divide by the GNMT length penalty of this alpha, as `translate --nbest` "
                 "scores (0: the plain sum)."
             ),
         ),
     ] = 0.0,
-    batch_tokens: BatchTokensOpt = None,
+    batch_tokens: Annotated[
+        Optional[int],
+        typer.Option(
+            "--batch-tokens",
+            min=1,
+            help=(
+                "Pairs per batch: rows x (longer side + 1) tokens at most; default from the "
+                "checkpoint (decode.batch_tokens)."
+            ),
+        ),
+    ] = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     quiet: QuietOpt = False,
@@ -50,6 +61,8 @@ def score(
     Example: translator score runs/multi30k/best.pt --src test.en --tgt test.de --per-token
     """
     from translator import score as score_mod
+
+    require_stdout("score")
 
     with reader_may_leave():  # `score ... | head`: stops at once, exit 0
         score_mod.run(

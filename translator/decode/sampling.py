@@ -15,9 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-SEED_STRIDE = 1_000_003  # a prime: (seed, line, piece) -> one generator seed, without overlaps
+from translator.errors import TranslatorError
+
+# beyond these the tempered distribution over- or underflows to nothing to draw from
+TEMPERATURES = (0.01, 100.0)
 
 
 @dataclass
@@ -29,12 +33,30 @@ class Sampling:
     top_p: float = 1.0  # 1: no nucleus cut
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        low, high = TEMPERATURES
+        if not low <= self.temperature <= high:  # NaN too
+            raise TranslatorError(
+                f"temperature {self.temperature} is outside {low}-{high}",
+                "--temperature",
+                "give one in that range (greedy search, without --sampling, for the most likely)",
+            )
+        if not 0 < self.top_p <= 1:
+            raise TranslatorError(
+                f"top-p {self.top_p} is outside (0, 1]", "--sampling-topp", "give one in range"
+            )
+        if self.top_k < 0 or self.seed < 0:
+            raise TranslatorError(
+                "top-k and seed are counts", "--sampling-topk/--seed", "give 0 or more"
+            )
+
     def rows(self, keys: list[tuple[int, int]], device: torch.device) -> RowSampler:
         """A sampler for a batch whose rows are (line, piece of the line) `keys`."""
         generators = []
         for line, piece in keys:
-            seed = ((self.seed * SEED_STRIDE + line) * SEED_STRIDE + piece) % 2**63
-            generators.append(torch.Generator(device).manual_seed(seed))
+            # NumPy's SeedSequence mixes the three numbers: no two keys share a stream
+            state = np.random.SeedSequence((self.seed, line, piece)).generate_state(1, np.uint64)
+            generators.append(torch.Generator(device).manual_seed(int(state[0]) % 2**63))
         return RowSampler(self, generators)
 
 
@@ -62,8 +84,9 @@ def truncated(log_probs: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     outside the nucleus: the smallest set of most likely tokens whose probability reaches top_p."""
     logits = log_probs / sampling.temperature
     if sampling.top_k and sampling.top_k < logits.shape[-1]:
-        kth = logits.topk(sampling.top_k, dim=-1).values[:, -1:]  # (N, 1)
-        logits = logits.masked_fill(logits < kth, float("-inf"))
+        # exactly k, also where bf16 logits tie with the k-th
+        values, index = logits.topk(sampling.top_k, dim=-1)  # (N, k)
+        logits = torch.full_like(logits, float("-inf")).scatter_(-1, index, values)
     if sampling.top_p < 1.0:
         ordered, order = logits.sort(dim=-1, descending=True)  # (N, V)
         probs = ordered.softmax(dim=-1)
