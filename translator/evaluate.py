@@ -11,7 +11,7 @@ import sacrebleu
 
 from translator.config import DataConfig
 from translator.errors import TranslatorError
-from translator.files import atomic_write, read_lines
+from translator.files import atomic_write, read_aligned
 from translator.loading import Checkpoints, checkpoint_list, load_channel, load_models
 from translator.prepared import check_files, prepared_dir, read_manifest
 from translator.stream import log, model_precision, sentence_progress, warn_stderr
@@ -235,13 +235,7 @@ def _split_files(data: DataConfig, split: str) -> tuple[Path, Path]:
 
 def _read_test_set(src_file: Path, ref_file: Path, nfc: bool) -> tuple[list[str], list[str]]:
     """Sources and references, line-aligned and not empty; warns when references are not NFC."""
-    sources, refs = read_lines(src_file), read_lines(ref_file)
-    if len(sources) != len(refs):
-        raise TranslatorError(
-            f"{src_file} has {len(sources)} lines but {ref_file} has {len(refs)}",
-            "eval",
-            "source and reference files must be line-aligned",
-        )
+    sources, refs = read_aligned(src_file, ref_file, "eval")
     if not sources:
         raise TranslatorError(
             "nothing to score: the files are empty", str(src_file), "give a non-empty test set"

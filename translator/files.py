@@ -257,3 +257,18 @@ def read_lines(path: str | Path) -> list[str]:
                     "re-encode the file as UTF-8",
                 ) from None
     return lines
+
+
+def read_aligned(
+    first: str | Path, second: str | Path, command: str
+) -> tuple[list[str], list[str]]:
+    """Two files' lines (read_lines), refused unless they have as many lines (a source and its
+    references or translations)."""
+    a, b = read_lines(first), read_lines(second)
+    if len(a) != len(b):
+        raise TranslatorError(
+            f"{first} has {len(a)} lines but {second} has {len(b)}",
+            command,
+            "the two files must be line-aligned",
+        )
+    return a, b

@@ -25,7 +25,7 @@ from translator.data.tokenizer import UNK_ID, Tokenizer
 from translator.decode.beam import length_penalty
 from translator.decode.forced import target_log_probs
 from translator.errors import TranslatorError
-from translator.files import read_lines, write_errors
+from translator.files import read_aligned, write_errors
 from translator.line_warnings import line_list, source_unk_message, target_unk_message
 from translator.loading import Checkpoints, load_models
 from translator.model.ensemble import Ensemble
@@ -184,13 +184,7 @@ def _file_chunks(
     src_file: Path, tgt_file: Path
 ) -> tuple[Iterator[tuple[list[str], list[str]]], int]:
     """Both files read (UTF-8, checked) and line-aligned, cut into chunks; and the line count."""
-    sources, targets = read_lines(src_file), read_lines(tgt_file)
-    if len(sources) != len(targets):
-        raise TranslatorError(
-            f"{src_file} has {len(sources)} lines but {tgt_file} has {len(targets)}",
-            "score",
-            "source and target files must be line-aligned",
-        )
+    sources, targets = read_aligned(src_file, tgt_file, "score")
     chunks = (
         (sources[start : start + CHUNK_LINES], targets[start : start + CHUNK_LINES])
         for start in range(0, len(sources), CHUNK_LINES)
