@@ -146,3 +146,25 @@ def test_a_port_in_use_is_a_one_line_error(tiny, server):
     )
     assert result.returncode == 1 and result.stderr.startswith("error: 127.0.0.1:")
     assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_a_body_shorter_than_its_length_times_out(server, monkeypatch):
+    import http.client
+
+    monkeypatch.setattr(serve, "IDLE_SECONDS", 1)  # read when the handler class is made
+    host, port = server.removeprefix("http://").split(":")
+    quick = serve.make_server(
+        serve.Translator(None, None, None, None), host, 0
+    )  # a fresh server, so that its handler takes the 1-second timeout
+    thread = threading.Thread(target=quick.serve_forever, daemon=True)
+    thread.start()
+    try:
+        stalled = http.client.HTTPConnection(host, quick.server_address[1], timeout=30)
+        stalled.putrequest("POST", "/translate")
+        stalled.putheader("Content-Length", "100")
+        stalled.endheaders(b'{"text": ')  # and nothing more
+        response = stalled.getresponse()
+        assert response.status == 408 and "stopped short" in json.loads(response.read())["error"]
+    finally:
+        quick.shutdown()
+        quick.server_close()

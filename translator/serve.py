@@ -36,6 +36,7 @@ from translator.stream import model_precision
 from translator.translate import translate_lines, with_overrides
 
 MAX_BODY_BYTES = 1 << 20  # a request's JSON; a client with more sends several requests
+IDLE_SECONDS = 60  # a silent connection is closed after this
 MAX_BEAM = 64  # per-request beam or n-best: a wider one would hold the model for minutes
 
 
@@ -146,6 +147,9 @@ def make_server(
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: a client sends many requests on one socket
+        # seconds a connection may stay silent (idle between requests, or a body that stops
+        # short of its Content-Length) before its thread gives it up
+        timeout = IDLE_SECONDS
 
         def do_GET(self) -> None:
             self._answer("GET")
@@ -207,7 +211,14 @@ def make_server(
                     HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                 )
             try:
-                return json.loads(self.rfile.read(length).decode("utf-8"))
+                body = self.rfile.read(length)
+            except TimeoutError:
+                raise BadRequest(
+                    f"the body stopped short of its Content-Length for {IDLE_SECONDS} s",
+                    HTTPStatus.REQUEST_TIMEOUT,
+                ) from None
+            try:
+                return json.loads(body.decode("utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError) as err:
                 raise BadRequest(f"the body is not UTF-8 JSON: {err}") from None
 
