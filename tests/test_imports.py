@@ -29,6 +29,7 @@ LAYERS = [
         "translator.stream",
         "translator.score",
         "translator.serve",
+        "translator.http_api",
         "translator.summary",
         "translator.export",
         "translator.marian",

@@ -5,24 +5,26 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 
 import pytest
 
 from tests.conftest import SENTENCES
-from translator import serve
+from translator import http_api, serve
 from translator.score import score_lines
 from translator.translate import translate_lines, with_overrides
 
 
 @pytest.fixture(scope="module")
 def server(tiny):
-    translator = serve.Translator(tiny.model, tiny.cfg, tiny.tokenizer, tiny.cfg.decode, "cpu")
-    httpd = serve.make_server(translator, "127.0.0.1", 0)
+    translator = serve.Translator(tiny.model, tiny.cfg, tiny.tokenizer, tiny.cfg.decode)
+    httpd = http_api.JsonServer("127.0.0.1", 0, translator.routes(), log=None)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
@@ -104,6 +106,11 @@ def test_concurrent_requests_each_get_their_own_answer(tiny, server):
         ("GET", "/nowhere", None, 404, "no such path"),
         ("GET", "/translate", None, 405, "/translate takes POST"),
         ("DELETE", "/health", None, 405, "/health takes GET"),
+        ("POST", "/translate", b"[" * 100_000, 400, "not UTF-8 JSON"),  # nesting: no recursion
+        ("POST", "/translate", b'{"text": [], "beam": 1' + b"0" * 5000 + b"}", 400, "JSON"),
+        ("POST", "/translate", {"text": ["a"] * 1001}, 400, "over 1000 lines"),
+        ("POST", "/translate", {"text": ["a" * 100_001]}, 400, "100000 characters"),
+        ("POST", "/translate", {"text": ["a"], "beam": 17}, 400, "from 1 to 16"),
     ],
 )
 def test_bad_requests_get_a_4xx_and_an_error(server, method, path, body, status, message):
@@ -113,7 +120,7 @@ def test_bad_requests_get_a_4xx_and_an_error(server, method, path, body, status,
 
 
 def test_a_body_over_the_limit_is_refused_unread(server, monkeypatch):
-    monkeypatch.setattr(serve, "MAX_BODY_BYTES", 100)
+    monkeypatch.setattr(http_api, "MAX_BODY_BYTES", 100)
     status, reply = call(server + "/translate", {"text": ["A dog runs."] * 20})
     assert status == 413 and "over 100" in reply["error"]
 
@@ -126,7 +133,7 @@ def test_the_command_prints_its_address_and_stops_on_sigterm(tiny):
     )
     try:
         first = proc.stderr.readline()
-        url = first.split("; ")[1].split(" ")[0]
+        url = first.split()[1]
         assert url.startswith("http://127.0.0.1:")
         status, reply = call(url + "/translate", {"text": ["A dog."]})
         assert status == 200 and len(reply["translations"]) == 1
@@ -148,23 +155,81 @@ def test_a_port_in_use_is_a_one_line_error(tiny, server):
     assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
 
 
-def test_a_body_shorter_than_its_length_times_out(server, monkeypatch):
-    import http.client
-
-    monkeypatch.setattr(serve, "IDLE_SECONDS", 1)  # read when the handler class is made
+def raw_request(server: str, head: bytes, wait: float = 30) -> bytes:
+    """Send bytes as they are (headers a client library would not send) -> the raw answer."""
     host, port = server.removeprefix("http://").split(":")
-    quick = serve.make_server(
-        serve.Translator(None, None, None, None), host, 0
-    )  # a fresh server, so that its handler takes the 1-second timeout
-    thread = threading.Thread(target=quick.serve_forever, daemon=True)
-    thread.start()
-    try:
-        stalled = http.client.HTTPConnection(host, quick.server_address[1], timeout=30)
-        stalled.putrequest("POST", "/translate")
-        stalled.putheader("Content-Length", "100")
-        stalled.endheaders(b'{"text": ')  # and nothing more
-        response = stalled.getresponse()
-        assert response.status == 408 and "stopped short" in json.loads(response.read())["error"]
-    finally:
-        quick.shutdown()
-        quick.server_close()
+    with socket.create_connection((host, int(port)), timeout=wait) as sock:
+        sock.sendall(head)
+        chunks = []
+        while chunk := sock.recv(1 << 16):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize(
+    "headers, status, message",
+    [
+        (b"Content-Length: -1", b"400", b"is not a number of bytes"),
+        (b"Content-Length: +5", b"400", b"is not a number of bytes"),
+        (b"Transfer-Encoding: chunked", b"400", b"Transfer-Encoding is not taken"),
+        (b"Content-Length: 5\r\nTransfer-Encoding: chunked", b"400", b"Transfer-Encoding"),
+    ],
+)
+def test_lengths_that_could_misread_a_body_are_refused(server, headers, status, message):
+    answer = raw_request(
+        server, b"POST /translate HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n\r\n{}"
+    )
+    assert answer.startswith(b"HTTP/1.1 " + status) and message in answer
+
+
+def test_a_body_shorter_than_its_length_times_out(server, monkeypatch):
+    monkeypatch.setattr(http_api.Handler, "timeout", 1)
+    answer = raw_request(
+        server, b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"
+    )
+    assert answer.startswith(b"HTTP/1.1 408") and b"stopped short" in answer
+
+
+def test_head_and_options_answer_as_load_balancers_expect(server):
+    head = raw_request(server, b"HEAD /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and head.endswith(b"\r\n\r\n")  # no body
+    options = raw_request(
+        server, b"OPTIONS /translate HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    assert options.startswith(b"HTTP/1.1 200") and b"Allow: POST, OPTIONS" in options
+
+
+def test_a_lone_surrogate_becomes_a_replacement_character(server):
+    status, reply = call(server + "/translate", b'{"text": ["A dog \\ud83d runs."]}')
+    assert status == 200 and len(reply["translations"]) == 1
+
+
+def test_drain_lets_requests_being_answered_finish_and_refuses_new_ones():
+    started, release = threading.Event(), threading.Event()
+
+    def slow(_body):
+        started.set()
+        release.wait(30)
+        return {"done": True}
+
+    routes = {("POST", "/slow"): slow, ("GET", "/health"): lambda _body: {"status": "ok"}}
+    httpd = http_api.JsonServer("127.0.0.1", 0, routes, log=None)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    answers = []
+    request = threading.Thread(target=lambda: answers.append(call(url + "/slow", {})))
+    request.start()
+    assert started.wait(30)
+    drained = []
+    drainer = threading.Thread(target=lambda: drained.append(httpd.drain(30)))
+    drainer.start()
+    while not httpd.closing:
+        time.sleep(0.01)
+    assert call(url + "/health")[0] == 503  # new requests: refused while draining
+    assert not drained  # still waiting for the slow one
+    release.set()
+    request.join(30)
+    drainer.join(30)
+    assert drained == [True] and answers == [(200, {"done": True})]
+    httpd.shutdown()
+    httpd.server_close()

@@ -1,0 +1,225 @@
+"""JSON over HTTP on Python's own http.server: the plumbing under `translator serve`.
+
+A route maps (method, path) to a function of the request's parsed JSON body (None for GET) that
+returns the reply's JSON object, or raises BadRequest (its status and {"error": ...}). What a
+server facing real clients needs beyond http.server's defaults is here: a read timeout (a silent
+or half-sent request does not hold its thread forever), a refused Transfer-Encoding and strict
+Content-Length (no body read past its end, none read to the end of the stream), a listen queue
+for bursts, one log line for a client that left (no traceback), IPv6, and a drain at shutdown:
+new requests get 503 while those being answered finish.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+MAX_BODY_BYTES = 1 << 20  # a request's JSON; a client with more sends several requests
+IDLE_SECONDS = 60  # a connection silent this long (idle, or a body short of its length) is closed
+
+Route = Callable[[Any], dict[str, Any]]
+
+
+class BadRequest(Exception):
+    """What is wrong with a request, sent back as {"error": ...} with `status`."""
+
+    def __init__(self, message: str, status: HTTPStatus = HTTPStatus.BAD_REQUEST) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class JsonServer(ThreadingHTTPServer):
+    """A thread per connection, answering `routes`; `log` gets one line per request (None: none).
+
+    The routes dict may be filled after the server is made (and bound): `translator serve` binds
+    first, so that a port in use is refused before the model loads.
+    """
+
+    request_queue_size = 128  # a burst of new connections waits in the queue, is not refused
+    daemon_threads = True  # idle keep-alive connections do not hold the exit (drain waits for work)
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        routes: dict[tuple[str, str], Route],
+        log: Callable[[str], None] | None,
+    ) -> None:
+        # IPv4 or IPv6, as the host says
+        self.address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        self.routes, self.log = routes, log
+        self.busy = 0  # requests being answered
+        self.closing = False
+        self.changed = threading.Condition()
+        super().__init__((host, port), Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A failure outside a request's answer (the client gone mid-write): one line."""
+        if self.log is not None:
+            self.log(f"connection from {client_address[0]}: {sys.exc_info()[1]!r}")
+
+    def enter(self) -> bool:
+        """Count a request in; False once draining (it is refused)."""
+        with self.changed:
+            if self.closing:
+                return False
+            self.busy += 1
+            return True
+
+    def leave(self) -> None:
+        with self.changed:
+            self.busy -= 1
+            self.changed.notify_all()
+
+    def drain(self, seconds: float) -> bool:
+        """Refuse new requests and wait until those being answered are done (True) or `seconds`
+        pass (False)."""
+        with self.changed:
+            self.closing = True
+            return self.changed.wait_for(lambda: self.busy == 0, timeout=seconds)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: a client sends many requests on one socket
+    server_version, sys_version = "translator", ""  # not the Python version
+    timeout = IDLE_SECONDS
+    server: JsonServer
+
+    def do_GET(self) -> None:
+        self._answer("GET")
+
+    def do_HEAD(self) -> None:  # load balancers' and `curl -I`'s checks: GET's status, no body
+        self._answer("HEAD")
+
+    def do_POST(self) -> None:
+        self._answer("POST")
+
+    def do_PUT(self) -> None:
+        self._answer("PUT")
+
+    def do_PATCH(self) -> None:
+        self._answer("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._answer("DELETE")
+
+    def do_OPTIONS(self) -> None:
+        self._answer("OPTIONS")
+
+    def _answer(self, method: str) -> None:
+        start = time.perf_counter()
+        path = self.path.split("?", 1)[0]
+        if not self.server.enter():
+            busy = {"error": "the server is shutting down"}
+            self._send(method, path, HTTPStatus.SERVICE_UNAVAILABLE, busy, start)
+            return
+        try:
+            status, reply = self._reply(method, path)
+            self._send(method, path, status, reply, start)
+        finally:
+            self.server.leave()
+
+    def _reply(self, method: str, path: str) -> tuple[HTTPStatus, dict[str, Any]]:
+        try:
+            return HTTPStatus.OK, self._route(method, path)
+        except BadRequest as err:
+            return err.status, {"error": str(err)}
+        except Exception as err:  # noqa: BLE001 (a failure of ours: this request alone fails)
+            error = f"internal error: {type(err).__name__}: {err}"
+            return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": error}
+
+    def _route(self, method: str, path: str) -> dict[str, Any]:
+        methods = [m for m, p in self.server.routes if p == path]
+        if not methods:
+            raise BadRequest(f"no such path {path}", HTTPStatus.NOT_FOUND)
+        if method == "OPTIONS":
+            return {"methods": methods}
+        asked = "GET" if method == "HEAD" else method
+        if asked not in methods:
+            raise BadRequest(f"{path} takes {methods[0]}", HTTPStatus.METHOD_NOT_ALLOWED)
+        if asked != "POST":
+            if self._body_length():
+                self.close_connection = True  # its unread body must not be read as a request
+            return self.server.routes[asked, path](None)
+        return self.server.routes[asked, path](self._read_json())
+
+    def _body_length(self) -> int:
+        """The request's Content-Length, refused where it would let a body be misread."""
+        if "Transfer-Encoding" in self.headers:  # chunked, or beside a length: a smuggling risk
+            raise BadRequest("a Transfer-Encoding is not taken: send a Content-Length")
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            return 0
+        if not (raw.isascii() and raw.isdigit()):
+            raise BadRequest(f"Content-Length {raw!r} is not a number of bytes")
+        if int(raw) > MAX_BODY_BYTES:
+            raise BadRequest(
+                f"the body has {raw} bytes, over {MAX_BODY_BYTES}: send fewer lines a request",
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+            )
+        return int(raw)
+
+    def _read_json(self) -> Any:
+        if "Content-Length" not in self.headers and "Transfer-Encoding" not in self.headers:
+            raise BadRequest("a POST needs a Content-Length", HTTPStatus.LENGTH_REQUIRED)
+        length = self._body_length()
+        try:
+            body = self.rfile.read(length)
+        except TimeoutError:
+            raise BadRequest(
+                f"the body stopped short of its Content-Length for {self.timeout} s",
+                HTTPStatus.REQUEST_TIMEOUT,
+            ) from None
+        try:
+            return json.loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as err:  # ValueError: JSON's
+            raise BadRequest(f"the body is not UTF-8 JSON: {err}") from None
+
+    def handle_expect_100(self) -> bool:
+        """`Expect: 100-continue`: a body that would be refused is refused before it is sent."""
+        try:
+            self._body_length()
+        except BadRequest as err:
+            self._send("POST", self.path, err.status, {"error": str(err)}, time.perf_counter())
+            return False
+        return super().handle_expect_100()
+
+    def _send(self, method: str, path: str, status: HTTPStatus, reply: dict, start: float) -> None:
+        body = json.dumps(reply, ensure_ascii=False).encode()
+        # after a refusal the request's body may be unread: it must not be taken for the next
+        self.close_connection = self.close_connection or status != HTTPStatus.OK
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            if method == "OPTIONS" or status == HTTPStatus.METHOD_NOT_ALLOWED:
+                methods = reply.get("methods") or [m for m, p in self.server.routes if p == path]
+                self.send_header("Allow", ", ".join([*methods, "OPTIONS"]))
+            if self.close_connection:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            if method != "HEAD":
+                self.wfile.write(body)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+            status_text = f"{status.value}, not delivered: the client left"
+        else:
+            status_text = str(status.value)
+        if self.server.log is not None:
+            self.server.log(f"{method} {path} {status_text} {time.perf_counter() - start:.3f}s")
+
+    def log_request(self, code: Any = "-", size: Any = "-") -> None:
+        pass  # `_send` logs each request once, with its time
+
+    def log_message(self, format: str, *args: Any) -> None:
+        # what http.server refuses itself (a malformed request line, a timeout): one line
+        if self.server.log is not None:
+            self.server.log(f"{self.address_string()}: {format % args}")
