@@ -147,17 +147,29 @@ def test_the_command_reads_files_or_tsv_and_prints_one_score_a_pair(tiny, tmp_pa
     files = _score(tiny, "--src", str(src), "--tgt", str(tgt))
     assert files.returncode == 0, files.stderr
     values = [float(v) for v in files.stdout.splitlines()]
-    pairs = score.score_lines(tiny.model, tiny.tokenizer, SENTENCES[:5], TARGETS, tiny.cfg.data)
-    assert values == pytest.approx([p.log_prob for p in pairs], abs=1e-3)
+    # the reference: token by token through the cache, lengths from SentencePiece itself
+    src_ids = tiny.tokenizer.encode(SENTENCES[:5])
+    tgt_ids = tiny.tokenizer.target_sp.encode(TARGETS)
+    sums = [cached_log_prob(tiny.model, s, t) for s, t in zip(src_ids, tgt_ids)]
+    lengths = [len(t) + 1 for t in tgt_ids]
+    assert values == pytest.approx(sums, abs=1e-3)
     tsv = "".join(f"{s}\t{t}\n" for s, t in zip(SENTENCES[:5], TARGETS))
     piped = _score(tiny, "--per-token", "-q", stdin=tsv)
     assert piped.returncode == 0 and piped.stderr == ""
     per_token = [float(v) for v in piped.stdout.splitlines()]
-    assert per_token == pytest.approx([p.log_prob / p.tokens for p in pairs], abs=1e-3)
+    assert per_token == pytest.approx([v / n for v, n in zip(sums, lengths)], abs=1e-3)
+    penalised = _score(tiny, "--length-penalty", "1", "-q", stdin=tsv)
+    gnmt = [v / ((5 + n) / 6) for v, n in zip(sums, lengths)]
+    assert [float(v) for v in penalised.stdout.splitlines()] == pytest.approx(gnmt, abs=1e-3)
     # the summary: perplexity of all target tokens
-    tokens = sum(p.tokens for p in pairs)
-    ppl = math.exp(-sum(p.log_prob for p in pairs) / tokens)
-    assert f"{tokens} target tokens" in files.stderr and f"perplexity {ppl:.2f}" in files.stderr
+    ppl = math.exp(-sum(sums) / sum(lengths))
+    assert f"{sum(lengths)} target tokens" in files.stderr
+    assert f"perplexity {ppl:.2f}" in files.stderr
+    # a pair too long for the positions: nan in its place, the others as they were
+    long = " ".join(["A man rides a bike."] * 20)
+    with_long = _score(tiny, "-q", stdin=f"{long}\tEin Mann.\n" + tsv)
+    assert with_long.stdout.splitlines()[0] == "nan"
+    assert [float(v) for v in with_long.stdout.splitlines()[1:]] == pytest.approx(sums, abs=1e-3)
 
 
 @pytest.mark.parametrize(
@@ -188,8 +200,7 @@ def test_stdin_tsv_empty_lines_are_empty_pairs_and_a_bad_line_keeps_what_came_be
     assert result.returncode == 1 and "stdin line 5: no TAB" in result.stderr
     scored = result.stdout.splitlines()
     assert len(scored) == 4  # the three pairs and the empty one before the bad line
-    empty = score.score_lines(tiny.model, tiny.tokenizer, [""], [""], tiny.cfg.data, warn=None)
-    assert float(scored[3]) == pytest.approx(empty[0].log_prob, abs=1e-3)
+    assert float(scored[3]) == pytest.approx(cached_log_prob(tiny.model, [], []), abs=1e-3)
 
 
 def test_closed_streams(tiny, tmp_path):

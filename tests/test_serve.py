@@ -199,13 +199,48 @@ def test_head_and_options_answer_as_load_balancers_expect(server):
     assert options.startswith(b"HTTP/1.1 200") and b"Allow: POST, OPTIONS" in options
 
 
-def test_a_lone_surrogate_becomes_a_replacement_character(server):
+def test_a_lone_surrogate_becomes_one_replacement_character(server):
     status, reply = call(server + "/translate", b'{"text": ["A dog \\ud83d runs."]}')
     assert status == 200 and len(reply["translations"]) == 1
+    assert serve._lines(["A \ud83d b"], "") == ["A \ufffd b"]
 
 
-def test_drain_lets_requests_being_answered_finish_and_refuses_new_ones():
-    started, release = threading.Event(), threading.Event()
+def test_two_content_lengths_are_refused(server):
+    answer = raw_request(
+        server,
+        b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 40\r\n"
+        b"\r\n{}GET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
+    assert answer.startswith(b"HTTP/1.1 400") and b"more than one Content-Length" in answer
+    assert answer.count(b"HTTP/1.1") == 1  # the smuggled request was not answered
+
+
+def test_requests_decode_one_at_a_time(tiny, monkeypatch):
+    inside, most = [0], [0]
+
+    def slow_translate(*args, **kwargs):
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        time.sleep(0.05)
+        inside[0] -= 1
+        return [[("x", 0.0)]]
+
+    monkeypatch.setattr(serve, "translate_lines", slow_translate)
+    translator = serve.Translator(tiny.model, tiny.cfg, tiny.tokenizer, tiny.cfg.decode)
+    threads = [
+        threading.Thread(target=translator.translate, args=({"text": ["a"]},)) for _ in range(6)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most == [1]
+
+
+def test_a_stop_lets_requests_being_answered_finish_and_refuses_new_ones():
+    """serve_until_stopped, as the command runs it: the stop (a signal there) drains while the
+    server still accepts, so a new connection gets 503, not a reset."""
+    started, release, stop = threading.Event(), threading.Event(), threading.Event()
 
     def slow(_body):
         started.set()
@@ -214,22 +249,18 @@ def test_drain_lets_requests_being_answered_finish_and_refuses_new_ones():
 
     routes = {("POST", "/slow"): slow, ("GET", "/health"): lambda _body: {"status": "ok"}}
     httpd = http_api.JsonServer("127.0.0.1", 0, routes, log=None)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    serving = threading.Thread(target=httpd.serve_until_stopped, args=(30, stop))
+    serving.start()
     answers = []
     request = threading.Thread(target=lambda: answers.append(call(url + "/slow", {})))
     request.start()
     assert started.wait(30)
-    drained = []
-    drainer = threading.Thread(target=lambda: drained.append(httpd.drain(30)))
-    drainer.start()
+    stop.set()
     while not httpd.closing:
         time.sleep(0.01)
-    assert call(url + "/health")[0] == 503  # new requests: refused while draining
-    assert not drained  # still waiting for the slow one
+    assert call(url + "/health")[0] == 503  # a new connection, while the slow one is answered
     release.set()
     request.join(30)
-    drainer.join(30)
-    assert drained == [True] and answers == [(200, {"done": True})]
-    httpd.shutdown()
-    httpd.server_close()
+    serving.join(30)
+    assert not serving.is_alive() and answers == [(200, {"done": True})]

@@ -6,7 +6,7 @@ server facing real clients needs beyond http.server's defaults is here: a read t
 or half-sent request does not hold its thread forever), a refused Transfer-Encoding and strict
 Content-Length (no body read past its end, none read to the end of the stream), a listen queue
 for bursts, one log line for a client that left (no traceback), IPv6, and a drain at shutdown:
-new requests get 503 while those being answered finish.
+new requests get 503 while those being answered finish (serve_until_stopped).
 """
 
 from __future__ import annotations
@@ -77,6 +77,22 @@ class JsonServer(ThreadingHTTPServer):
         with self.changed:
             self.busy -= 1
             self.changed.notify_all()
+
+    def serve_until_stopped(
+        self, drain_seconds: float, stop: threading.Event | None = None
+    ) -> None:
+        """Serve from a thread of its own until Ctrl-C or SIGTERM (raised in this, the main
+        thread) or `stop`; then drain, still accepting (new requests get 503), and close."""
+        stop = stop or threading.Event()
+        serving = threading.Thread(target=self.serve_forever, daemon=True)
+        serving.start()
+        try:
+            while not stop.wait(0.5):  # the signal handlers run between waits
+                pass
+        finally:
+            self.drain(drain_seconds)
+            self.shutdown()
+            self.server_close()
 
     def drain(self, seconds: float) -> bool:
         """Refuse new requests and wait until those being answered are done (True) or `seconds`
@@ -154,9 +170,12 @@ class Handler(BaseHTTPRequestHandler):
         """The request's Content-Length, refused where it would let a body be misread."""
         if "Transfer-Encoding" in self.headers:  # chunked, or beside a length: a smuggling risk
             raise BadRequest("a Transfer-Encoding is not taken: send a Content-Length")
-        raw = self.headers.get("Content-Length")
-        if raw is None:
+        lengths = self.headers.get_all("Content-Length") or []
+        if len(lengths) > 1:  # which one a proxy in front used is unknown: a smuggling risk
+            raise BadRequest("more than one Content-Length")
+        if not lengths:
             return 0
+        raw = lengths[0]
         if not (raw.isascii() and raw.isdigit()):
             raise BadRequest(f"Content-Length {raw!r} is not a number of bytes")
         if int(raw) > MAX_BODY_BYTES:

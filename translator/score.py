@@ -122,8 +122,9 @@ def run(
     dtype: str | None = None,
     quiet: bool = False,
 ) -> int:
-    """The `score` command: pairs from two files or stdin's TSV, one score a line to stdout;
-    returns the line count. Unless quiet, the device line and a summary go to stderr."""
+    """The `score` command (which has checked stdout): pairs from two files or stdin's TSV, one
+    score a line to stdout; returns the line count. Unless quiet, the device line and a summary
+    go to stderr."""
     if (src_file is None) != (tgt_file is None):
         raise TranslatorError(
             "--src and --tgt go together", "score", "give both, or neither to read stdin"
@@ -132,10 +133,8 @@ def run(
         raise TranslatorError(
             "--per-token and --length-penalty both normalise the score", "score", "give one"
         )
-    if sys.stdout is None or (src_file is None and sys.stdin is None):
-        raise TranslatorError(
-            "stdin or stdout is closed", "score", "give pairs (stdin or --src/--tgt) and a stdout"
-        )
+    if src_file is None and sys.stdin is None:
+        raise TranslatorError("stdin is closed", "score", "give pairs on stdin or --src/--tgt")
     chunks, lines = _file_chunks(src_file, tgt_file) if src_file else (_tsv_chunks(sys.stdin), 0)
     model, cfg, tokenizer = load_models(ckpt, device, dtype)
     if not quiet:
@@ -143,10 +142,8 @@ def run(
     batch_tokens = batch_tokens or cfg.decode.batch_tokens
     count, total, tokens, skipped = 0, 0.0, 0, 0
     # a bar for bulk work only (stream.show_progress): files or piped stdin, scores to a file
-    if src_file is None:
-        show = show_progress(quiet, sys.stdin, sys.stdout, sys.stderr)
-    else:  # as show_progress says, without stdin, which file input leaves alone
-        show = not quiet and sys.stderr.isatty() and not sys.stdout.isatty()
+    stdin = sys.stdin if src_file is None else None  # None: files
+    show = show_progress(quiet, stdin, sys.stdout, sys.stderr)
     with sentence_progress("score", not show) as progress:
         for sources, targets in chunks:
             scores = score_lines(

@@ -18,10 +18,13 @@ from __future__ import annotations
 import errno
 import math
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from translator.config import Config, DecodeConfig
 from translator.data.tokenizer import Tokenizer
+from translator.device import DTYPE_NAMES
 from translator.errors import TranslatorError
 from translator.http_api import BadRequest, JsonServer, Route
 from translator.loading import Checkpoints, load_models
@@ -37,7 +40,6 @@ MAX_LINES = 1000  # a request's lines: more go in several requests, so that none
 MAX_CHARACTERS = 100_000  # ... and their characters (one long line is split into many pieces)
 MAX_BEAM = 16  # per-request beam or n-best
 DRAIN_SECONDS = 60  # at SIGTERM, how long requests being answered may take to finish
-DTYPE_NAMES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
 
 
 class Translator:
@@ -68,7 +70,7 @@ class Translator:
         nbest = _small_int(request, "nbest")
         decode = with_overrides(self.decode, beam_size=beam)
         warnings: list[str] = []
-        with self.lock:
+        with self.lock, _refused_as_bad_request():
             found = translate_lines(
                 self.model,
                 self.tokenizer,
@@ -91,7 +93,7 @@ class Translator:
         if len(sources) != len(targets):
             raise BadRequest(f"{len(sources)} sources but {len(targets)} targets")
         warnings: list[str] = []
-        with self.lock:
+        with self.lock, _refused_as_bad_request():
             pairs = score_lines(
                 self.model,
                 self.tokenizer,
@@ -107,13 +109,22 @@ class Translator:
 
     def health(self) -> dict[str, Any]:
         data, weight = self.cfg.data, next(self.model.parameters())
-        dtype = "int8" if is_int8(self.model) else DTYPE_NAMES.get(str(weight.dtype), "?")
+        dtype = "int8" if is_int8(self.model) else DTYPE_NAMES.get(weight.dtype, str(weight.dtype))
         return {
             "status": "ok",
             "direction": f"{data.src_lang}->{data.tgt_lang}",
             "device": str(weight.device),
             "dtype": dtype,
         }
+
+
+@contextmanager
+def _refused_as_bad_request() -> Iterator[None]:
+    """What decoding refuses for this request (a beam wider than the vocabulary) is a 400."""
+    try:
+        yield
+    except TranslatorError as err:
+        raise BadRequest(str(err)) from None
 
 
 def _only_keys(request: Any, keys: set[str]) -> None:
@@ -133,7 +144,8 @@ def _lines(value: Any, must: str) -> list[str]:
         raise BadRequest(
             f"over {MAX_LINES} lines or {MAX_CHARACTERS} characters a request: send several"
         )
-    return [line.encode("utf-8", "surrogatepass").decode("utf-8", "replace") for line in value]
+    # through UTF-16, whose decoder replaces a lone surrogate with one U+FFFD (UTF-8's with three)
+    return [line.encode("utf-16", "surrogatepass").decode("utf-16", "replace") for line in value]
 
 
 def _small_int(request: dict[str, Any], key: str) -> int | None:
@@ -178,9 +190,8 @@ def run(
         log_line(f"serve: http://{address}:{bound} (POST /translate, /score; GET /health)")
         if not quiet:
             log_line(f"serve: {model_precision(model, dtype or cfg.decode.dtype)}")
-        try:
-            server.serve_forever()
-        finally:  # Ctrl-C or SIGTERM: what is being answered is answered (a second one: at once)
-            server.drain(DRAIN_SECONDS)
-    finally:
+    except BaseException:
         server.server_close()
+        raise
+    # Ctrl-C or SIGTERM: what is being answered is answered (a second one: at once)
+    server.serve_until_stopped(DRAIN_SECONDS)

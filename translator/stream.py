@@ -255,13 +255,14 @@ def _tail(translation: tuple) -> str:
     return f"\t{translation[2]}" if len(translation) > 2 else ""
 
 
-def show_progress(quiet: bool, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> bool:
-    """A bar only for bulk work watched on a terminal: input and output redirected, stderr a
-    terminal.
+def show_progress(quiet: bool, stdin: TextIO | None, stdout: TextIO, stderr: TextIO) -> bool:
+    """A bar only for bulk work watched on a terminal: input (stdin, or files: None) and output
+    redirected, stderr a terminal.
 
     Interactive input, or output on the same screen, would interleave with a live bar.
     """
-    return not quiet and stderr.isatty() and not stdin.isatty() and not stdout.isatty()
+    piped = stdin is None or not stdin.isatty()
+    return not quiet and stderr.isatty() and piped and not stdout.isatty()
 
 
 @contextmanager

@@ -33,7 +33,7 @@ from translator.data.tokenizer import EOS_ID, UNK_ID, Tokenizer
 from translator.decode import Hypothesis, output_limits
 from translator.decode.beam import beam_search, length_penalty
 from translator.decode.greedy import greedy_search
-from translator.decode.sampling import RowSampler, Sampling
+from translator.decode.sampling import RowSampler, Sampling, piece_keys
 from translator.diagnostics.alignment import align_hypotheses, check_layer, join_alignments
 from translator.diagnostics.words import pharaoh
 from translator.errors import TranslatorError
@@ -173,14 +173,9 @@ def translate_lines(
     results: list[list[Hypothesis]] = [[] for _ in pieces]
     aligned: list[list[list[tuple[int, int]]]] = [[] for _ in pieces]  # per piece, per hypothesis
     done = 0
-    part = [0] * len(owner)  # each piece's place in its line (a line's pieces are consecutive)
-    for k in range(1, len(owner)):
-        part[k] = part[k - 1] + 1 if owner[k] == owner[k - 1] else 0
+    keys = piece_keys(owner, first_line)  # seed each piece's draws (sampling)
     for batch in length_batches([len(p) for p in pieces], decode.batch_tokens):
-        sampler = None
-        if sampling is not None:  # each row's draws seeded by its line and piece
-            keys = [(first_line + owner[i], part[i]) for i in batch]
-            sampler = sampling.rows(keys, next(model.parameters()).device)
+        sampler = sampling.rows([keys[i] for i in batch]) if sampling is not None else None
         found = search(model, [pieces[i] for i in batch], decode, nbest, sampler=sampler)
         for i, hyps in zip(batch, found):
             results[i] = hyps
@@ -231,12 +226,8 @@ def _check_request(
     sampling: Sampling | None = None,
 ) -> None:
     """Refuse, before any decoding, what translate_lines cannot do."""
-    if sampling is not None and (nbest > 1 or channel is not None):
-        raise TranslatorError(
-            "sampling draws one translation a line: no n-best, nothing for --channel to rerank",
-            "translate_lines",
-            "give nbest=1 and no channel; repeat a line to draw it again",
-        )
+    if sampling is not None:
+        check_sampling(nbest > 1, channel is not None)
     if channel is not None and alignment_layer is not None:
         raise TranslatorError(
             "alignments come from one search's attention, not from a reranked n-best",
@@ -258,6 +249,16 @@ def _check_request(
         )
     if alignment_layer is not None:
         check_layer(model, alignment_layer)
+
+
+def check_sampling(nbest: bool, channel: bool) -> None:
+    """Sampling draws one translation a line: refused beside an n-best or a channel."""
+    if nbest or channel:
+        raise TranslatorError(
+            "sampling draws one translation a line: no n-best, nothing for --channel to rerank",
+            "--sampling",
+            "leave out --nbest and --channel; repeat a line to draw it again",
+        )
 
 
 def _source_pieces(

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from translator.decode.greedy import greedy_search
-from translator.decode.sampling import Sampling, truncated
+from translator.decode.sampling import Sampling, piece_keys, truncated
 
 PROBS = [0.05, 0.4, 0.1, 0.25, 0.2]  # one row over a vocabulary of 5
 
@@ -50,11 +50,10 @@ def test_temperature_raises_the_probabilities_to_1_over_t():
 def test_draws_follow_the_truncated_probabilities():
     rows = 20_000
     log_probs = torch.tensor([PROBS]).log().expand(rows, -1)
-    sampler = Sampling(top_k=4, seed=3).rows(
-        [(line, 0) for line in range(rows)], torch.device("cpu")
-    )
+    sampler = Sampling(top_k=4, seed=3).rows([(line, 0) for line in range(rows)])
     counts = torch.bincount(sampler.draw(log_probs), minlength=5).double() / rows
-    expected = torch.tensor(kept(Sampling(top_k=4)), dtype=torch.double)
+    # by hand: the 4 most likely of PROBS hold 0.95
+    expected = torch.tensor([0, 0.4, 0.1, 0.25, 0.2], dtype=torch.double) / 0.95
     assert counts[0] == 0  # outside the top 4: never drawn
     # binomial standard error at 20,000 draws is under 0.0035: 4 of them
     torch.testing.assert_close(counts, expected, atol=0.014, rtol=0)
@@ -64,7 +63,7 @@ def test_top_k_1_is_greedy(make_model, src_batch):
     model = make_model()
     src, src_mask = src_batch
     greedy = greedy_search(model, src, src_mask, max_len_a=0.0, max_len_b=12)
-    sampler = Sampling(top_k=1, seed=9).rows([(i, 0) for i in range(len(src))], src.device)
+    sampler = Sampling(top_k=1, seed=9).rows([(i, 0) for i in range(len(src))])
     drawn = greedy_search(model, src, src_mask, max_len_a=0.0, max_len_b=12, sampler=sampler)
     assert [h.tokens for h in drawn] == [h.tokens for h in greedy]
     assert [h.score for h in drawn] == pytest.approx([h.score for h in greedy], abs=1e-5)
@@ -77,7 +76,7 @@ def test_a_sentences_draws_do_not_depend_on_its_batch(make_model, src_batch):
     sampling = Sampling(temperature=1.5, seed=4)
     keys = [(10 + i, 0) for i in range(len(src))]
     together = greedy_search(
-        model, src, src_mask, max_len_a=0.0, max_len_b=12, sampler=sampling.rows(keys, src.device)
+        model, src, src_mask, max_len_a=0.0, max_len_b=12, sampler=sampling.rows(keys)
     )
     for i in range(len(src)):
         length = int(src_mask[i].sum())
@@ -87,7 +86,7 @@ def test_a_sentences_draws_do_not_depend_on_its_batch(make_model, src_batch):
             src_mask[i : i + 1, ..., :length],
             max_len_a=0.0,
             max_len_b=12,
-            sampler=sampling.rows([keys[i]], src.device),
+            sampler=sampling.rows([keys[i]]),
         )
         assert alone[0].tokens == together[i].tokens
     other = greedy_search(
@@ -96,7 +95,7 @@ def test_a_sentences_draws_do_not_depend_on_its_batch(make_model, src_batch):
         src_mask,
         max_len_a=0.0,
         max_len_b=12,
-        sampler=Sampling(temperature=1.5, seed=5).rows(keys, src.device),
+        sampler=Sampling(temperature=1.5, seed=5).rows(keys),
     )
     assert [h.tokens for h in other] != [h.tokens for h in together]  # the seed matters
 
@@ -107,7 +106,7 @@ def test_a_drawn_hypothesis_is_scored_by_the_models_own_log_probs(make_model, sr
 
     model = make_model()
     src, src_mask = src_batch
-    sampler = Sampling(temperature=2.0, seed=1).rows([(i, 0) for i in range(4)], src.device)
+    sampler = Sampling(temperature=2.0, seed=1).rows([(i, 0) for i in range(4)])
     drawn = greedy_search(model, src, src_mask, max_len_a=0.0, max_len_b=12, sampler=sampler)
     src_ids = [row[: int(m.sum()) - 1] for row, m in zip(src.tolist(), src_mask)]
     forced = target_log_probs(model, src_ids, [h.tokens for h in drawn])
@@ -176,6 +175,11 @@ def test_settings_that_leave_nothing_to_draw_are_refused(settings):
 
 def test_different_keys_never_share_a_stream():
     """(seed, line) pairs that a linear mix would map to one generator seed."""
-    a = Sampling(seed=1).rows([(5, 0)], torch.device("cpu")).generators[0]
-    b = Sampling(seed=0).rows([(5 + 1_000_003, 0)], torch.device("cpu")).generators[0]
+    a = Sampling(seed=1).rows([(5, 0)]).generators[0]
+    b = Sampling(seed=0).rows([(5 + 1_000_003, 0)]).generators[0]
     assert a.initial_seed() != b.initial_seed()
+
+
+def test_a_split_lines_pieces_draw_from_streams_of_their_own():
+    # lines 7 (one piece), 8 (three pieces), 9 (one), numbered from first_line 7
+    assert piece_keys([0, 1, 1, 1, 2], 7) == [(7, 0), (8, 0), (8, 1), (8, 2), (9, 0)]

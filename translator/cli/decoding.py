@@ -24,6 +24,11 @@ from translator.cli.options import (
     MaxLenBOpt,
     MinLenOpt,
     QuietOpt,
+    SamplingOpt,
+    SamplingTopkOpt,
+    SamplingToppOpt,
+    SeedOpt,
+    TemperatureOpt,
     needs_channel,
     sampling_from,
 )
@@ -157,45 +162,11 @@ def translate(
     channel: ChannelOpt = None,
     channel_weight: ChannelWeightOpt = None,
     channel_candidates: ChannelCandidatesOpt = None,
-    sampling: Annotated[
-        bool,
-        typer.Option(
-            "--sampling",
-            help=(
-                "Draw each token from the model's distribution instead of searching (varied "
-                "back-translations); reproducible per line with --seed."
-            ),
-        ),
-    ] = False,
-    sampling_topk: Annotated[
-        Optional[int],
-        typer.Option(
-            "--sampling-topk", min=0, show_default="0: all", help="Draw from the K most likely."
-        ),
-    ] = None,
-    sampling_topp: Annotated[
-        Optional[float],
-        typer.Option(
-            "--sampling-topp",
-            min=0.0,
-            max=1.0,
-            show_default="1",
-            help="Draw from the most likely tokens holding probability P (nucleus).",
-        ),
-    ] = None,
-    temperature: Annotated[
-        Optional[float],
-        typer.Option(
-            "--temperature",
-            min=0.0,
-            show_default="1",
-            help="Divide the log-probabilities by T before drawing (<1 sharper).",
-        ),
-    ] = None,
-    seed: Annotated[
-        Optional[int],
-        typer.Option("--seed", min=0, show_default="0", help="Seed of --sampling's draws."),
-    ] = None,
+    sampling: SamplingOpt = False,
+    sampling_topk: SamplingTopkOpt = None,
+    sampling_topp: SamplingToppOpt = None,
+    temperature: TemperatureOpt = None,
+    seed: SeedOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Translate stdin to stdout: one output line per input line; an empty line gives an empty line.

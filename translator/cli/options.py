@@ -97,7 +97,52 @@ MinLenOpt = Annotated[
     Optional[int], typer.Option("--min-len", min=0, help="Output tokens before EOS is allowed.")
 ]
 BatchTokensOpt = Annotated[
-    Optional[int], typer.Option("--batch-tokens", min=1, help="Source tokens per batch.")
+    Optional[int],
+    typer.Option(
+        "--batch-tokens",
+        min=1,
+        help="Source tokens per batch, padding included (score: rows x the longer side + 1); "
+        "default from the checkpoint.",
+    ),
+]
+SamplingOpt = Annotated[
+    bool,
+    typer.Option(
+        "--sampling",
+        help=(
+            "Draw each token from the model's distribution instead of searching (varied "
+            "back-translations); reproducible per line with --seed."
+        ),
+    ),
+]
+SamplingTopkOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--sampling-topk", min=0, show_default="0: all", help="Draw from the K most likely."
+    ),
+]
+SamplingToppOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--sampling-topp",
+        min=0.0,
+        max=1.0,
+        show_default="1",
+        help="Draw from the most likely tokens holding probability P (nucleus).",
+    ),
+]
+TemperatureOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--temperature",
+        min=0.0,
+        show_default="1",
+        help="Divide the log-probabilities by T before drawing (<1 sharper).",
+    ),
+]
+SeedOpt = Annotated[
+    Optional[int],
+    typer.Option("--seed", min=0, show_default="0", help="Seed of --sampling's draws."),
 ]
 
 
@@ -180,6 +225,7 @@ def sampling_from(
     """translate's --sampling and its settings -> decode.sampling.Sampling, or None; its settings
     without --sampling, or a beam, n-best or channel beside it, are refused."""
     from translator.decode.sampling import Sampling
+    from translator.translate import check_sampling
 
     given = {"--sampling-topk": top_k, "--sampling-topp": top_p, "--temperature": temperature}
     given["--seed"] = seed
@@ -192,12 +238,7 @@ def sampling_from(
         raise TranslatorError(
             "--sampling draws one token a step, --beam searches", "translate", "give one of them"
         )
-    if nbest is not None or channel:
-        raise TranslatorError(
-            "--sampling draws one translation a line: no n-best, nothing for --channel to rerank",
-            "translate",
-            "leave out --nbest and --channel; repeat a line to draw it again",
-        )
+    check_sampling(nbest is not None, bool(channel))  # before the model loads
     return Sampling(
         temperature=1.0 if temperature is None else temperature,
         top_k=top_k or 0,

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from translator.cli.options import CkptsArg, DeviceOpt, DtypeOpt, QuietOpt
+from translator.cli.options import BatchTokensOpt, CkptsArg, DeviceOpt, DtypeOpt, QuietOpt
 from translator.cli.stdout import reader_may_leave, require_stdout
 
 
@@ -35,17 +35,7 @@ def score(
             ),
         ),
     ] = 0.0,
-    batch_tokens: Annotated[
-        Optional[int],
-        typer.Option(
-            "--batch-tokens",
-            min=1,
-            help=(
-                "Pairs per batch: rows x (longer side + 1) tokens at most; default from the "
-                "checkpoint (decode.batch_tokens)."
-            ),
-        ),
-    ] = None,
+    batch_tokens: BatchTokensOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     quiet: QuietOpt = False,

@@ -49,8 +49,11 @@ def target_log_probs(
             picked = logits.gather(1, target[:, None]).squeeze(1) - logits.logsumexp(dim=1)
             token = picked if token is None else torch.logaddexp(token, picked)
         token = token - math.log(len(members))
-        T = batch.tgt_out.shape[1]
-        sums = torch.zeros(len(pairs), device=device).index_add_(0, rows // T, token)  # (B,)
+        # (B, T) with zeros at padding, summed per row: index_add_ would be nondeterministic
+        # on CUDA, and the same pairs must score the same every time
+        per_position = token.new_zeros(batch.tgt_out.numel())
+        per_position[rows] = token
+        sums = per_position.view(batch.tgt_out.shape).sum(dim=1)  # (B,)
         for i, value in zip(pairs, sums.tolist()):
             out[i] = value
     return out
