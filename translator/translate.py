@@ -175,7 +175,9 @@ def translate_lines(
     done = 0
     keys = piece_keys(owner, first_line)  # seed each piece's draws (sampling)
     for batch in length_batches([len(p) for p in pieces], decode.batch_tokens):
-        sampler = sampling.rows([keys[i] for i in batch]) if sampling is not None else None
+        sampler = None
+        if sampling is not None:
+            sampler = sampling.rows([keys[i] for i in batch], next(model.parameters()).device)
         found = search(model, [pieces[i] for i in batch], decode, nbest, sampler=sampler)
         for i, hyps in zip(batch, found):
             results[i] = hyps

@@ -12,6 +12,7 @@ from translator.decode.greedy import greedy_search
 from translator.decode.sampling import Sampling, piece_keys, truncated
 
 PROBS = [0.05, 0.4, 0.1, 0.25, 0.2]  # one row over a vocabulary of 5
+CPU = torch.device("cpu")
 
 
 def kept(sampling: Sampling) -> list[float]:
@@ -50,7 +51,7 @@ def test_temperature_raises_the_probabilities_to_1_over_t():
 def test_draws_follow_the_truncated_probabilities():
     rows = 20_000
     log_probs = torch.tensor([PROBS]).log().expand(rows, -1)
-    sampler = Sampling(top_k=4, seed=3).rows([(line, 0) for line in range(rows)])
+    sampler = Sampling(top_k=4, seed=3).rows([(line, 0) for line in range(rows)], CPU)
     counts = torch.bincount(sampler.draw(log_probs), minlength=5).double() / rows
     # by hand: the 4 most likely of PROBS hold 0.95
     expected = torch.tensor([0, 0.4, 0.1, 0.25, 0.2], dtype=torch.double) / 0.95
@@ -63,7 +64,7 @@ def test_top_k_1_is_greedy(make_model, src_batch):
     model = make_model()
     src, src_mask = src_batch
     greedy = greedy_search(model, src, src_mask, max_len_a=0.0, max_len_b=12)
-    sampler = Sampling(top_k=1, seed=9).rows([(i, 0) for i in range(len(src))])
+    sampler = Sampling(top_k=1, seed=9).rows([(i, 0) for i in range(len(src))], CPU)
     drawn = greedy_search(model, src, src_mask, max_len_a=0.0, max_len_b=12, sampler=sampler)
     assert [h.tokens for h in drawn] == [h.tokens for h in greedy]
     assert [h.score for h in drawn] == pytest.approx([h.score for h in greedy], abs=1e-5)
@@ -76,7 +77,7 @@ def test_a_sentences_draws_do_not_depend_on_its_batch(make_model, src_batch):
     sampling = Sampling(temperature=1.5, seed=4)
     keys = [(10 + i, 0) for i in range(len(src))]
     together = greedy_search(
-        model, src, src_mask, max_len_a=0.0, max_len_b=12, sampler=sampling.rows(keys)
+        model, src, src_mask, max_len_a=0.0, max_len_b=12, sampler=sampling.rows(keys, CPU)
     )
     for i in range(len(src)):
         length = int(src_mask[i].sum())
@@ -86,7 +87,7 @@ def test_a_sentences_draws_do_not_depend_on_its_batch(make_model, src_batch):
             src_mask[i : i + 1, ..., :length],
             max_len_a=0.0,
             max_len_b=12,
-            sampler=sampling.rows([keys[i]]),
+            sampler=sampling.rows([keys[i]], CPU),
         )
         assert alone[0].tokens == together[i].tokens
     other = greedy_search(
@@ -95,7 +96,7 @@ def test_a_sentences_draws_do_not_depend_on_its_batch(make_model, src_batch):
         src_mask,
         max_len_a=0.0,
         max_len_b=12,
-        sampler=Sampling(temperature=1.5, seed=5).rows(keys),
+        sampler=Sampling(temperature=1.5, seed=5).rows(keys, CPU),
     )
     assert [h.tokens for h in other] != [h.tokens for h in together]  # the seed matters
 
@@ -106,7 +107,7 @@ def test_a_drawn_hypothesis_is_scored_by_the_models_own_log_probs(make_model, sr
 
     model = make_model()
     src, src_mask = src_batch
-    sampler = Sampling(temperature=2.0, seed=1).rows([(i, 0) for i in range(4)])
+    sampler = Sampling(temperature=2.0, seed=1).rows([(i, 0) for i in range(4)], CPU)
     drawn = greedy_search(model, src, src_mask, max_len_a=0.0, max_len_b=12, sampler=sampler)
     src_ids = [row[: int(m.sum()) - 1] for row, m in zip(src.tolist(), src_mask)]
     forced = target_log_probs(model, src_ids, [h.tokens for h in drawn])
@@ -175,8 +176,8 @@ def test_settings_that_leave_nothing_to_draw_are_refused(settings):
 
 def test_different_keys_never_share_a_stream():
     """(seed, line) pairs that a linear mix would map to one generator seed."""
-    a = Sampling(seed=1).rows([(5, 0)]).generators[0]
-    b = Sampling(seed=0).rows([(5 + 1_000_003, 0)]).generators[0]
+    a = Sampling(seed=1).rows([(5, 0)], CPU).generators[0]
+    b = Sampling(seed=0).rows([(5 + 1_000_003, 0)], CPU).generators[0]
     assert a.initial_seed() != b.initial_seed()
 
 
