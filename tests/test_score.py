@@ -252,3 +252,17 @@ def test_a_pipe_can_be_the_source_file(tiny, tmp_path):
     )
     os.close(read)
     assert result.returncode == 0 and len(result.stdout.splitlines()) == 1, result.stderr
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_scores_match_the_cpus_and_repeat_exactly(tiny):
+    import copy
+
+    src = tiny.tokenizer.encode(SENTENCES[:5])
+    tgt = tiny.tokenizer.target_sp.encode(TARGETS)
+    cpu = target_log_probs(tiny.model, src, tgt, batch_tokens=50)
+    model = copy.deepcopy(tiny.model).cuda()
+    first = target_log_probs(model, src, tgt, batch_tokens=50)
+    assert first == target_log_probs(model, src, tgt, batch_tokens=50)  # no atomics in the sums
+    torch.testing.assert_close(first, cpu, atol=1e-3, rtol=1e-4)

@@ -184,3 +184,25 @@ def test_different_keys_never_share_a_stream():
 def test_a_split_lines_pieces_draw_from_streams_of_their_own():
     # lines 7 (one piece), 8 (three pieces), 9 (one), numbered from first_line 7
     assert piece_keys([0, 1, 1, 1, 2], 7) == [(7, 0), (8, 0), (8, 1), (8, 2), (9, 0)]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_draws_are_reproducible_per_line_and_follow_top_k(make_model, src_batch):
+    """The generators live on the GPU: the same keys draw alike, in any batch, within top-k."""
+    model = make_model().cuda()
+    src, src_mask = (t.cuda() for t in src_batch)
+    sampling = Sampling(temperature=1.5, top_k=3, seed=4)
+    keys = [(i, 0) for i in range(len(src))]
+    device = torch.device("cuda")
+    first = greedy_search(
+        model, src, src_mask, max_len_a=0.0, max_len_b=12, sampler=sampling.rows(keys, device)
+    )
+    again = greedy_search(
+        model, src, src_mask, max_len_a=0.0, max_len_b=12, sampler=sampling.rows(keys, device)
+    )
+    assert [h.tokens for h in first] == [h.tokens for h in again]
+    log_probs = torch.randn(64, 50, device="cuda").log_softmax(-1)
+    drawn = sampling.rows([(i, 0) for i in range(64)], device).draw(log_probs)
+    top3 = (log_probs / 1.5).topk(3, dim=-1).indices
+    assert bool((top3 == drawn[:, None]).any(dim=1).all())
