@@ -84,8 +84,8 @@ class RowSampler:
 
         One multinomial draw a row, each from its row's generator. PyTorch draws it as an
         exponential race (the token maximising p / noise), which a tiny change of p (bf16
-        arithmetic in a batch of another shape) rarely turns: inverse transform sampling from
-        one uniform a row, tried instead, is cheaper but turned 27 of 50 lines' draws there.
+        arithmetic in a batch of another shape) rarely turns; inverse transform sampling from one
+        uniform a row, tried instead, is cheaper but turned many more draws there (README).
         """
         probs = truncated(log_probs, self.settings).softmax(dim=-1)  # (N, V)
         return torch.cat(
