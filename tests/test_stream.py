@@ -105,7 +105,6 @@ def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
     # and sampling refuses what it cannot do
     for clash in (
         ["--beam", "4"],
-        ["--nbest", "2"],
         ["--channel", "back.pt"],
         ["--temperature", "0"],
     ):

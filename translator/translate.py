@@ -102,6 +102,26 @@ def search(
     )
 
 
+def sample(
+    model: Transformer | Ensemble,
+    src_ids: list[list[int]],
+    keys: list[tuple[int, int]],
+    decode: DecodeConfig,
+    sampling: Sampling,
+    draws: int,
+) -> list[list[Hypothesis]]:
+    """`draws` translations drawn for each of a batch's id lists (keys: their (line, piece)),
+    best first, scored as `search` scores."""
+    rows = [(i, d) for i in range(len(src_ids)) for d in range(draws)]
+    device = next(model.parameters()).device
+    sampler = sampling.rows([(*keys[i], d) for i, d in rows], device)
+    found = search(model, [src_ids[i] for i, _ in rows], decode, sampler=sampler)
+    out: list[list[Hypothesis]] = [[] for _ in src_ids]
+    for (i, _), hyps in zip(rows, found):
+        out[i] += hyps
+    return [sorted(hyps, key=lambda h: -h.score) for hyps in out]
+
+
 def length_batches(lengths: list[int], batch_tokens: int) -> Iterator[list[int]]:
     """Indices sorted by length (longest first, so memory peaks at once),
     cut so rows * (longest + EOS) <= batch_tokens."""
@@ -150,8 +170,8 @@ def translate_lines(
     reranked with it (translator/rerank.py); scores are then the combined ones.
 
     With `sampling` each output token is drawn from the model's distribution (decode/sampling.py),
-    one translation per line, reproducible per line from the seed and the line's number
-    (first_line on): beam size, n-best and channel do not apply.
+    reproducible per line from the seed and the line's number (first_line on); `nbest` draws a
+    line, best first (repeats kept); beam size does not apply, a channel is refused.
 
     With `alignment_layer` each tuple is (text, score, alignment): Pharaoh `src-tgt` word pairs read
     from that decoder layer's cross-attention (diagnostics/alignment.py).
@@ -174,11 +194,14 @@ def translate_lines(
     aligned: list[list[list[tuple[int, int]]]] = [[] for _ in pieces]  # per piece, per hypothesis
     done = 0
     keys = piece_keys(owner, first_line)  # seed each piece's draws (sampling)
-    for batch in length_batches([len(p) for p in pieces], decode.batch_tokens):
-        sampler = None
-        if sampling is not None:
-            sampler = sampling.rows([keys[i] for i in batch], next(model.parameters()).device)
-        found = search(model, [pieces[i] for i in batch], decode, nbest, sampler=sampler)
+    # sampling decodes each piece nbest times: batches of fewer pieces keep to batch_tokens
+    budget = decode.batch_tokens if sampling is None else max(1, decode.batch_tokens // nbest)
+    for batch in length_batches([len(p) for p in pieces], budget):
+        if sampling is None:
+            found = search(model, [pieces[i] for i in batch], decode, nbest)
+        else:
+            batch_keys = [keys[i] for i in batch]
+            found = sample(model, [pieces[i] for i in batch], batch_keys, decode, sampling, nbest)
         for i, hyps in zip(batch, found):
             results[i] = hyps
         if alignment_layer is not None:
@@ -229,7 +252,7 @@ def _check_request(
 ) -> None:
     """Refuse, before any decoding, what translate_lines cannot do."""
     if sampling is not None:
-        check_sampling(nbest > 1, channel is not None)
+        check_sampling(channel is not None)
     if channel is not None and alignment_layer is not None:
         raise TranslatorError(
             "alignments come from one search's attention, not from a reranked n-best",
@@ -253,13 +276,13 @@ def _check_request(
         check_layer(model, alignment_layer)
 
 
-def check_sampling(nbest: bool, channel: bool) -> None:
-    """Sampling draws one translation a line: refused beside an n-best or a channel."""
-    if nbest or channel:
+def check_sampling(channel: bool) -> None:
+    """A channel reranks a search's n-best, not drawn translations: refused beside sampling."""
+    if channel:
         raise TranslatorError(
-            "sampling draws one translation a line: no n-best, nothing for --channel to rerank",
+            "--channel reranks a beam's n-best, not sampled translations",
             "--sampling",
-            "leave out --nbest and --channel; repeat a line to draw it again",
+            "leave out --channel (or --sampling)",
         )
 
 

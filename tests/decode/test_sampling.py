@@ -206,3 +206,20 @@ def test_on_cuda_draws_are_reproducible_per_line_and_follow_top_k(make_model, sr
     drawn = sampling.rows([(i, 0) for i in range(64)], device).draw(log_probs)
     top3 = (log_probs / 1.5).topk(3, dim=-1).indices
     assert bool((top3 == drawn[:, None]).any(dim=1).all())
+
+
+def test_an_nbest_of_draws_holds_the_single_draw_and_is_sorted(tiny):
+    """Draw d of a line has its own stream: the n-best's draws do not depend on n, so the single
+    draw (d = 0) is among the three, which come best first."""
+    from translator.translate import translate_lines
+
+    # short lines: an over-long one is split and gets one (joined) translation, as with a beam
+    lines = ["A dog runs.", "Two men play chess.", "A girl in a red dress."]
+    sampling = Sampling(temperature=1.3, seed=6)
+    args = (tiny.model, tiny.tokenizer, lines, tiny.cfg.decode)
+    one = translate_lines(*args, 1, warn=None, sampling=sampling)
+    three = translate_lines(*args, 3, warn=None, sampling=sampling)
+    for single, draws in zip(one, three):
+        assert len(draws) == 3 and single[0] in draws
+        assert [s for _, s in draws] == sorted((s for _, s in draws), reverse=True)
+    assert any(len({t for t, _ in draws}) > 1 for draws in three)  # not one draw three times

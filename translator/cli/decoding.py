@@ -126,7 +126,7 @@ def translate(
             min=1,
             help=(
                 "Print up to N best as TSV: line (from 0), text, score (1 too: the best with "
-                "its score); the beam widens to N if narrower."
+                "its score); the beam widens to N if narrower; with --sampling, N draws."
             ),
         ),
     ] = None,
@@ -192,9 +192,7 @@ def translate(
     if alignments:
         layer = -1 if alignment_layer is None else alignment_layer
     needs_channel("translate", channel, channel_weight, channel_candidates)
-    drawn = sampling_from(
-        sampling, sampling_topk, sampling_topp, temperature, seed, beam, nbest, channel
-    )
+    drawn = sampling_from(sampling, sampling_topk, sampling_topp, temperature, seed, beam, channel)
     with reader_may_leave():  # `translate < in | head`: stops at once, exit 0
         stream.run(
             ckpt,

@@ -219,11 +219,10 @@ def sampling_from(
     temperature: float | None,
     seed: int | None,
     beam: int | None,
-    nbest: int | None,
     channel: list | None,
 ):
     """translate's --sampling and its settings -> decode.sampling.Sampling, or None; its settings
-    without --sampling, or a beam, n-best or channel beside it, are refused."""
+    without --sampling, or a beam or channel beside it, are refused."""
     from translator.decode.sampling import Sampling
     from translator.translate import check_sampling
 
@@ -238,7 +237,7 @@ def sampling_from(
         raise TranslatorError(
             "--sampling draws one token a step, --beam searches", "translate", "give one of them"
         )
-    check_sampling(nbest is not None, bool(channel))  # before the model loads
+    check_sampling(bool(channel))  # before the model loads
     return Sampling(
         temperature=1.0 if temperature is None else temperature,
         top_k=top_k or 0,

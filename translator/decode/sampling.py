@@ -51,12 +51,13 @@ class Sampling:
                 "top-k and seed are counts", "--sampling-topk/--seed", "give 0 or more"
             )
 
-    def rows(self, keys: list[tuple[int, int]], device: torch.device) -> RowSampler:
-        """A sampler for a batch whose rows are (line, piece of the line) `keys`, on `device`."""
+    def rows(self, keys: list[tuple[int, ...]], device: torch.device) -> RowSampler:
+        """A sampler for a batch whose rows are `keys` (line, piece of the line, draw), on
+        `device`."""
         generators = []
-        for line, piece in keys:
-            # NumPy's SeedSequence mixes the three numbers: no two keys share a stream
-            state = np.random.SeedSequence((self.seed, line, piece)).generate_state(1, np.uint64)
+        for key in keys:
+            # NumPy's SeedSequence mixes the numbers: no two keys share a stream
+            state = np.random.SeedSequence((self.seed, *key)).generate_state(1, np.uint64)
             generators.append(torch.Generator(device).manual_seed(int(state[0]) % 2**63))
         return RowSampler(self, generators)
 
