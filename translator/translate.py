@@ -193,7 +193,8 @@ def translate_lines(
     results: list[list[Hypothesis]] = [[] for _ in pieces]
     aligned: list[list[list[tuple[int, int]]]] = [[] for _ in pieces]  # per piece, per hypothesis
     done = 0
-    keys = piece_keys(owner, first_line)  # seed each piece's draws (sampling)
+    # seed each piece's draws (only when sampling: searches need no keys)
+    keys = piece_keys(owner, first_line) if sampling is not None else []
     # sampling decodes each piece nbest times: batches of fewer pieces keep to batch_tokens
     budget = decode.batch_tokens if sampling is None else max(1, decode.batch_tokens // nbest)
     for batch in length_batches([len(p) for p in pieces], budget):

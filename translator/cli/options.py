@@ -226,8 +226,12 @@ def sampling_from(
     from translator.decode.sampling import Sampling
     from translator.translate import check_sampling
 
-    given = {"--sampling-topk": top_k, "--sampling-topp": top_p, "--temperature": temperature}
-    given["--seed"] = seed
+    given = {
+        "--sampling-topk": top_k,
+        "--sampling-topp": top_p,
+        "--temperature": temperature,
+        "--seed": seed,
+    }
     if not sampling:
         for flag, value in given.items():
             if value is not None:
