@@ -18,8 +18,9 @@ import time
 
 import torch
 
+from translator.decode.batch import search
 from translator.loading import load
-from translator.translate import length_batches, search, with_overrides
+from translator.translate import length_batches, with_overrides
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ from translator import config, line_warnings, loading, translate
 from translator.data import split
 from translator.data.tokenizer import UNK_ID
 from translator.decode import Hypothesis
+from translator.decode import batch as decode_batch
 from translator.errors import TranslatorError
 
 
@@ -40,9 +41,9 @@ def test_every_decode_setting_reaches_the_search(tiny, beam_size, cuda_graphs, m
     """decode.* (and so the translate/eval flags) arrive at greedy and beam search unchanged."""
     seen = []
     for name in ("greedy_search", "beam_search"):
-        search = getattr(translate, name)
+        search = getattr(decode_batch, name)
         monkeypatch.setattr(
-            translate,
+            decode_batch,
             name,
             lambda *a, _search=search, _name=name, **kw: (
                 seen.append((_name, kw)) or _search(*a, **kw)

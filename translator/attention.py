@@ -17,6 +17,7 @@ import torch
 
 from translator.config import DecodeConfig, DiagnosticsConfig
 from translator.data.tokenizer import Tokenizer
+from translator.decode.batch import search
 from translator.diagnostics.capture import Forced, forced_attention
 from translator.diagnostics.figures import diversity_figure, heads_figure, save_png
 from translator.diagnostics.html import sentence_data, write_page
@@ -24,7 +25,6 @@ from translator.diagnostics.stats import LayerStats, allowed_keys, layer_stats
 from translator.diagnostics.words import merge_words, word_labels
 from translator.errors import TranslatorError
 from translator.model.transformer import Transformer
-from translator.translate import search
 
 KIND_NAMES = {
     "encoder": "encoder self-attention",

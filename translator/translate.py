@@ -11,8 +11,9 @@ the length limit (the search, not the model, ended it). (With --nbest a split li
 hypothesis, the joined best.) The `<unk>` tokens a model emits are dropped from the text, with a
 warning that counts them; another counts the source pieces outside its vocabulary.
 
-Loading checkpoints (device, dtype, ensembles) is `loading.py`; reading stdin and the progress bar
-are in `stream.py`; device and dtype names in `device.py`.
+Searching one batch (greedy, beam, sampling) is `decode/batch.py`; loading checkpoints (device,
+dtype, ensembles) `loading.py`; reading stdin and the progress bar `stream.py`; device and dtype
+names `device.py`.
 """
 
 from __future__ import annotations
@@ -25,15 +26,13 @@ from collections.abc import Callable, Iterator
 import torch
 
 from translator.config import DataConfig, DecodeConfig
-from translator.data.batching import pad, padding_mask
 from translator.data.clean import normalize
 from translator.data.join import join_pieces
 from translator.data.split import piece_limit, split_long
-from translator.data.tokenizer import EOS_ID, UNK_ID, Tokenizer
+from translator.data.tokenizer import UNK_ID, Tokenizer
 from translator.decode import Hypothesis, output_limits
-from translator.decode.beam import beam_search, length_penalty
-from translator.decode.greedy import greedy_search
-from translator.decode.sampling import RowSampler, Sampling, piece_keys
+from translator.decode.batch import sample, search
+from translator.decode.sampling import Sampling, piece_keys
 from translator.diagnostics.alignment import align_hypotheses, check_layer, join_alignments
 from translator.diagnostics.words import pharaoh
 from translator.errors import TranslatorError
@@ -51,75 +50,6 @@ def with_overrides(decode: DecodeConfig, **values) -> DecodeConfig:
     """`decode` with the values that are not None put in (command-line flags), checked again by
     DecodeConfig."""
     return dataclasses.replace(decode, **{k: v for k, v in values.items() if v is not None})
-
-
-def search(
-    model: Transformer | Ensemble,
-    src_ids: list[list[int]],
-    decode: DecodeConfig,
-    nbest: int = 1,
-    drop_finished: bool = True,
-    sampler: RowSampler | None = None,
-) -> list[list[Hypothesis]]:
-    """Decode one batch of id lists (no EOS) on the model's device -> nbest hypotheses each.
-
-    `drop_finished=False`: every row is stepped to the end (the searches' reference; benchmarks).
-    A `sampler` (one generator per row) draws each token: one hypothesis per row, any beam size.
-    """
-    device = next(model.parameters()).device
-    src = pad(src_ids, suffix=[EOS_ID]).to(device)  # (B, S)
-    src_mask = padding_mask(src)  # (B, 1, 1, S)
-    if decode.beam_size == 1 and nbest == 1 or sampler is not None:
-        hyps = greedy_search(
-            model,
-            src,
-            src_mask,
-            max_len_a=decode.max_len_a,
-            max_len_b=decode.max_len_b,
-            min_len=decode.min_len,
-            cuda_graphs=decode.cuda_graphs,
-            drop_finished=drop_finished,
-            sampler=sampler,
-        )
-        # scored as beam search scores (tokens + EOS under the length penalty): a score, as --nbest
-        # prints it, means the same at any --beam
-        alpha = decode.length_penalty
-        return [
-            [Hypothesis(h.tokens, h.score / length_penalty(len(h.tokens) + 1, alpha))] for h in hyps
-        ]
-    return beam_search(
-        model,
-        src,
-        src_mask,
-        beam_size=max(decode.beam_size, nbest),
-        alpha=decode.length_penalty,
-        max_len_a=decode.max_len_a,
-        max_len_b=decode.max_len_b,
-        min_len=decode.min_len,
-        nbest=nbest,
-        cuda_graphs=decode.cuda_graphs,
-        drop_finished=drop_finished,
-    )
-
-
-def sample(
-    model: Transformer | Ensemble,
-    src_ids: list[list[int]],
-    keys: list[tuple[int, int]],
-    decode: DecodeConfig,
-    sampling: Sampling,
-    draws: int,
-) -> list[list[Hypothesis]]:
-    """`draws` translations drawn for each of a batch's id lists (keys: their (line, piece)),
-    best first, scored as `search` scores."""
-    rows = [(i, d) for i in range(len(src_ids)) for d in range(draws)]
-    device = next(model.parameters()).device
-    sampler = sampling.rows([(*keys[i], d) for i, d in rows], device)
-    found = search(model, [src_ids[i] for i, _ in rows], decode, sampler=sampler)
-    out: list[list[Hypothesis]] = [[] for _ in src_ids]
-    for (i, _), hyps in zip(rows, found):
-        out[i] += hyps
-    return [sorted(hyps, key=lambda h: -h.score) for hyps in out]
 
 
 def length_batches(lengths: list[int], batch_tokens: int) -> Iterator[list[int]]:

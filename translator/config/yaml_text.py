@@ -1,4 +1,4 @@
-"""YAML as config.py reads it: PyYAML's safe loader, with two changes. A key given twice in one
+"""YAML as the config reads it: PyYAML's safe loader, with two changes. A key given twice in one
 mapping is an error (YAML requires unique keys; PyYAML keeps the last silently), and an unquoted
 number, boolean or date keeps the text it was written as (`Plain`), so that a string setting
 gets the text and any other setting the value."""

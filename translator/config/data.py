@@ -1,0 +1,135 @@
+"""The data section: where the corpus comes from and how it is prepared."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Literal
+
+from translator.config.checks import check_range
+from translator.errors import TranslatorError
+
+# SentencePiece's own names of its normalization rules (DataConfig.spm_normalization)
+SpmNormalization = Literal["nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf", "identity"]
+# Pieces every SentencePiece model of ours holds before any of the text's (tokenizer.py's ids)
+SPECIAL_PIECES, BYTE_PIECES = 4, 256
+
+
+@dataclass(kw_only=True)
+class DataConfig:
+    name: str = "multi30k"
+    """Name of the prepared data set: it lands in `{data_dir}/{name}/`."""
+    source: str = "hf:bentrevett/multi30k"
+    """`hf:NAME[:CONFIG]` (hub), or a directory of `{split}.{lang}[.gz]`, `{split}.tsv`,
+    `{split}.jsonl` files or a `save_to_disk` dataset."""
+    data_dir: str = "data"
+    """Root directory for prepared data."""
+    src_lang: str = "en"
+    """Source language code, as it appears in the data (column or file suffix)."""
+    tgt_lang: str = "de"
+    """Target language code; for zh, ja and ko BLEU uses sacreBLEU's tokenizer of that language."""
+    splits: dict[str, str] = field(
+        default_factory=lambda: {"train": "train", "valid": "validation", "test": "test"}
+    )
+    """Our split name -> the source's split name (train, valid and test are used)."""
+    max_train_pairs: int = 0
+    """Use only the first N training pairs (0 = all); handy for quick experiments."""
+    tsv_columns: str = ""
+    """Column names of headerless TSV files in file order, comma-separated (e.g. `de,en`); empty = a
+    header row names them."""
+    nfc: bool = True
+    """Cleaning: Unicode NFC normalisation of every sentence."""
+    normalize_spaces: bool = True
+    """Cleaning: remove control characters; turn each whitespace run (TAB, NO-BREAK SPACE...) into
+    one space; trim."""
+    drop_empty: bool = True
+    """Cleaning: drop training pairs with an empty side."""
+    drop_debris: bool = True
+    """Cleaning: drop training pairs with a side that has no letter or digit (markup debris such as
+    `@@`)."""
+    max_tokens_per_side: int = 250
+    """Cleaning: drop training pairs with a side longer than this many subword tokens (0 = off)."""
+    max_length_ratio: float = 3.0
+    """Cleaning: drop training pairs whose longer side has more than this many times the shorter
+    side's tokens (at least 1; 0 = off)."""
+    dedup: bool = True
+    """Cleaning: drop exact duplicate training pairs (the first occurrence stays)."""
+    drop_held_out: bool = True
+    """Cleaning: drop training pairs whose source or target also occurs in the valid or test set."""
+    joint_vocab: bool = True
+    """One SentencePiece model for both languages (tied embeddings need it), or one per side."""
+    vocab_size: int = 8000
+    """SentencePiece vocabulary size (of each model when the vocabularies are separate)."""
+    spm_model_type: Literal["unigram", "bpe"] = "unigram"
+    """SentencePiece algorithm."""
+    character_coverage: float = 1.0
+    """SentencePiece character coverage (1.0 for Latin scripts, 0.9995 for CJK)."""
+    byte_fallback: bool = False
+    """Encode unknown characters as UTF-8 bytes instead of <unk>."""
+    spm_normalization: SpmNormalization = "nmt_nfkc"
+    """SentencePiece's rewriting of all text before it is split, and so of what the model can
+    output: `nmt_nfkc` NFKC (full-width `，？１Ａ` become `,?1A`, `…` `...`, `ﬁ` `fi`) and
+    makes ZWNJ and RLM (U+200C, U+200F) spaces; `nfkc` NFKC alone; `nmt_nfkc_cf` and
+    `nfkc_cf` also lowercase; `identity` keeps the text as cleaned. Use identity for CJK,
+    Persian, Arabic and any target whose characters must survive (prepare counts the references
+    the rule changes)."""
+    input_sentence_size: int = 1_000_000
+    """Train SentencePiece on a seeded random sample of at most this many sentences (0 = all)."""
+
+    def __post_init__(self) -> None:
+        check_range(
+            "data",
+            self,
+            "max_train_pairs max_tokens_per_side max_length_ratio input_sentence_size",
+            0,
+        )
+        self._check_vocab_size()
+        # the ratio is longer side / shorter side, never below 1: under 1 every pair is dropped
+        if 0 < self.max_length_ratio < 1:
+            raise TranslatorError(
+                f"max_length_ratio={self.max_length_ratio} is below 1, so every training pair "
+                "would be dropped (the ratio is longer side / shorter side)",
+                "data.max_length_ratio",
+                "use a value of at least 1 (e.g. 3), or 0 for no ratio rule",
+            )
+        if not 0 < self.character_coverage <= 1:
+            raise TranslatorError(
+                f"character_coverage={self.character_coverage} is out of range",
+                "data.character_coverage",
+                "use a value in (0, 1]",
+            )
+        if self.src_lang == self.tgt_lang:
+            raise TranslatorError(
+                f"src_lang and tgt_lang are both {self.src_lang!r}",
+                "data.tgt_lang",
+                "give two different language codes",
+            )
+        # a directory of its own under data_dir: prepare replaces it whole
+        if self.name in ("", ".", "..") or any(sep in self.name for sep in "/\\"):
+            raise TranslatorError(
+                f"name={self.name!r} is not one directory name",
+                "data.name",
+                "use a plain name such as multi30k: the data lands in data_dir/NAME",
+            )
+        unknown = sorted(set(self.splits) - {"train", "valid", "test"})
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], ["train", "valid", "test"], n=1)
+            raise TranslatorError(
+                f"unknown split {unknown[0]!r}",
+                f"data.splits.{unknown[0]}",
+                f"did you mean data.splits.{close[0]}?" if close else "use train, valid or test",
+            )
+
+    def _check_vocab_size(self) -> None:
+        # below this SentencePiece fails with its internal check on inserting a special token
+        least = SPECIAL_PIECES + (BYTE_PIECES if self.byte_fallback else 0)
+        if self.vocab_size > least:
+            return
+        needs = "pad, unk, bos and eos take 4 pieces" + (
+            " and byte_fallback's byte pieces 256 more" if self.byte_fallback else ""
+        )
+        raise TranslatorError(
+            f"vocab_size={self.vocab_size} leaves no piece for the text: {needs}",
+            "data.vocab_size",
+            f"use more than {least}; a real corpus needs thousands",
+        )

@@ -1,0 +1,103 @@
+"""The decode and diagnostics sections: search settings, and the attention checks' thresholds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from translator.config.checks import check_range
+from translator.errors import TranslatorError
+
+
+@dataclass(kw_only=True)
+class DecodeConfig:
+    beam_size: int = 4
+    """Beam width; 1 = greedy search."""
+    length_penalty: float = 0.6
+    """GNMT length-penalty exponent alpha (0 = none)."""
+    max_len_a: float = 1.2
+    """Maximum output length is max_len_a * source_length + max_len_b tokens (EOS not counted),
+    capped by max_positions - 1."""
+    max_len_b: int = 10
+    """See max_len_a."""
+    min_len: int = 0
+    """Minimum output length in tokens before EOS is allowed (the maximum length wins if
+    smaller)."""
+    batch_tokens: int = 4096
+    """Source tokens per decoding batch, padding included (sentences are sorted by length first)."""
+    device: str = "auto"
+    """Inference device for `translate`/`eval` (their --device overrides): `auto` (CUDA when
+    present), `cpu`, `cuda` or `cuda:N`."""
+    dtype: Literal["auto", "fp32", "bf16", "fp16", "int8"] = "auto"
+    """Inference dtype (--dtype overrides): auto = bf16 on CUDA that supports it, fp16 on older
+    CUDA; on CPU bf16 where it is native (AVX512-BF16, AMX, Arm BF16), else fp32.
+    int8 (CPU only): the fp32 model with its linear layers dynamically quantised to int8."""
+    cuda_graphs: bool = True
+    """On CUDA, replay each decoding step as one CUDA graph over a fixed-shape KV cache
+    (--no-cuda-graphs turns it off). No effect on CPU or under autocast."""
+    channel_weight: float = 0.2
+    """With a reverse-direction model (`--channel`): the weight of its log p(source | candidate)
+    beside the direct score when it reranks the n-best (translator/rerank.py)."""
+    channel_candidates: int = 8
+    """With `--channel`: the n-best size it reranks (the beam widens to it if narrower)."""
+
+    def __post_init__(self) -> None:
+        check_range("decode", self, "beam_size batch_tokens", 1)
+        # bounds far past any use: beyond them the scores overflow (lp = ((5 + L) / 6) ** alpha)
+        # or the lengths do not fit the search's integers
+        check_range("decode", self, "channel_weight", 0, 100)
+        check_range("decode", self, "channel_candidates", 2)
+        check_range("decode", self, "max_len_a", 0, 1000)
+        check_range("decode", self, "max_len_b min_len", 0, 1_000_000)
+        check_range("decode", self, "length_penalty", -10, 10)  # negative favours short outputs
+        if self.max_len_a == 0 and self.min_len > self.max_len_b > 0:
+            raise TranslatorError(
+                f"min_len={self.min_len} is above the output limit max_len_b={self.max_len_b}",
+                "decode.min_len",
+                "lower min_len or raise the limit",
+            )
+        if self.max_len_a == 0 and self.max_len_b == 0:
+            raise TranslatorError(
+                "max_len_a=0 and max_len_b=0 allow no output",
+                "decode.max_len_b",
+                "raise either (the limit is max_len_a * source length + max_len_b)",
+            )
+
+
+@dataclass(kw_only=True)
+class DiagnosticsConfig:
+    enabled: bool = True
+    """Attention diagnostics at each validation: TensorBoard entropy, head diversity and heatmaps,
+    and log warnings."""
+    sentences: int = 8
+    """Valid sentences (the first N, teacher-forced with their references) whose attention the
+    statistics average."""
+    image_sentences: int = 2
+    """How many of them get heatmap images in TensorBoard (first and last layer of each attention
+    kind; 0 = none)."""
+    uniform_entropy: float = 0.95
+    """A head whose mean attention entropy, divided by log(number of keys), is at least this is
+    flagged near-uniform."""
+    one_hot_entropy: float = 0.05
+    """A head whose mean normalised entropy is at most this is flagged near-one-hot (a saturated
+    softmax)."""
+    duplicate_divergence: float = 0.02
+    """Two heads whose mean Jensen-Shannon divergence (bits, 0-1) is at most this are flagged
+    near-duplicates."""
+    qk_scale_ratio: float = 2.0
+    """Warn at start-up when a layer's Q and K projection weights differ in RMS by more than this
+    factor."""
+
+    def __post_init__(self) -> None:
+        check_range("diagnostics", self, "sentences image_sentences", 0)
+        check_range(
+            "diagnostics", self, "uniform_entropy one_hot_entropy duplicate_divergence", 0, 1
+        )
+        check_range("diagnostics", self, "qk_scale_ratio", 1)
+        if self.one_hot_entropy >= self.uniform_entropy:
+            raise TranslatorError(
+                f"one_hot_entropy={self.one_hot_entropy} is not below uniform_entropy="
+                f"{self.uniform_entropy}",
+                "diagnostics.one_hot_entropy",
+                "keep one_hot_entropy < uniform_entropy",
+            )
