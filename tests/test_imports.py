@@ -23,6 +23,7 @@ LAYERS = [
         "translator.prepare",
         "translator.prepared",
         "translator.translate",
+        "translator.prefixes",
         "translator.loading",
         "translator.rerank",
         "translator.stream",
