@@ -23,7 +23,6 @@ LAYERS = [
         "translator.prepare",
         "translator.prepared",
         "translator.translate",
-        "translator.prefixes",
         "translator.loading",
         "translator.rerank",
         "translator.stream",

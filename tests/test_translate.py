@@ -408,7 +408,7 @@ def fake_search(outputs: dict[int, list[int]]):
     """A search that answers a source whose first id is k with the tokens outputs[k] (else one
     ordinary token)."""
 
-    def search(model, src_ids, decode, nbest=1, sampler=None, prefixes=None):
+    def search(model, src_ids, decode, nbest=1, sampler=None):
         return [[Hypothesis(outputs.get(ids[0], [UNK_ID + 100]), -1.0)] * nbest for ids in src_ids]
 
     return search

@@ -45,16 +45,6 @@ def target_unk_message(counts: dict[int, int], shown: int = 10) -> str:
     )
 
 
-def prefix_unk_message(counts: dict[int, int], shown: int = 10) -> str:
-    """The pieces of target prefixes (translate --prefix) the model's vocabulary lacks, by line."""
-    return _unknown(
-        counts,
-        "prefix piece",
-        "outside the model's vocabulary (forced as <unk>, dropped) in",
-        shown,
-    )
-
-
 def _unknown(counts: dict[int, int], what: str, where: str, shown: int) -> str:
     total = sum(counts.values())
     lines = line_list(sorted(counts), shown)

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TextIO
 
 from translator.config import DataConfig
-from translator.data.clean import input_text
 from translator.data.tokenizer import UNK_ID, Tokenizer
 from translator.decode.beam import length_penalty
 from translator.decode.forced import target_log_probs
@@ -39,7 +38,7 @@ from translator.stream import (
     show_progress,
     warn_stderr,
 )
-from translator.translate import python_warning
+from translator.translate import python_warning, source_text
 
 CHUNK_LINES = 2000  # pairs scored and written at a time
 
@@ -76,8 +75,8 @@ def score_lines(
         raise TypeError("score_lines takes lists of lines, not strings: [source], [target]")
     if len(sources) != len(targets):
         raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
-    src_ids = tokenizer.encode([input_text(s, data) for s in sources])
-    tgt_ids = tokenizer.target_sp.encode([input_text(t, data) for t in targets])
+    src_ids = tokenizer.encode([source_text(s, data) for s in sources])
+    tgt_ids = tokenizer.target_sp.encode([source_text(t, data) for t in targets])
     positions = model.cfg.max_positions  # each side with its EOS (source) or BOS (target)
     fits = [len(s) < positions and len(t) < positions for s, t in zip(src_ids, tgt_ids)]
     kept = [i for i, ok in enumerate(fits) if ok]

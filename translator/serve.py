@@ -63,15 +63,9 @@ class Translator:
         }
 
     def translate(self, request: dict[str, Any]) -> dict[str, Any]:
-        _only_keys(request, {"text", "beam", "nbest", "prefix"})
+        _only_keys(request, {"text", "beam", "nbest"})
         text = request.get("text")
         lines = _lines([text] if isinstance(text, str) else text, "'text' must be a string or")
-        prefix = request.get("prefix")
-        prefixes = None  # each translation's forced start (prefixes.py), like `text`'s lines
-        if prefix is not None:
-            prefixes = _lines([prefix] if isinstance(prefix, str) else prefix, "'prefix' must be")
-            if len(prefixes) != len(lines) or isinstance(prefix, str) != isinstance(text, str):
-                raise BadRequest("'prefix' must be a string or list as 'text' is, a prefix a line")
         beam = _small_int(request, "beam")
         nbest = _small_int(request, "nbest")
         decode = with_overrides(self.decode, beam_size=beam)
@@ -85,7 +79,6 @@ class Translator:
                 nbest or 1,
                 warn=warnings.append,
                 data=self.cfg.data,
-                prefixes=prefixes,
             )
         reply: dict[str, Any] = {"translations": [hyps[0][0] for hyps in found]}
         if nbest:

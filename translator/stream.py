@@ -25,7 +25,6 @@ from translator.loading import Checkpoints, load_channel, load_models
 from translator.model.ensemble import Ensemble
 from translator.model.inference import is_int8
 from translator.model.transformer import Transformer
-from translator.prefixes import split_prefixes
 from translator.rerank import Channel
 from translator.translate import (
     translate_lines,
@@ -53,7 +52,6 @@ def run(
     channel_weight: float | None = None,
     channel_candidates: int | None = None,
     sampling: Sampling | None = None,
-    prefixed: bool = False,
     quiet: bool = False,
 ) -> int:
     """The `translate` command: stdin to stdout through a checkpoint (several: an ensemble);
@@ -61,8 +59,7 @@ def run(
 
     Flags left None take the checkpoint's decode.* values. `channel`: checkpoint(s) of the reverse
     direction that rerank each n-best (translator/rerank.py). `sampling`: draw each token
-    (decode/sampling.py) instead of searching. `prefixed`: lines are `source<TAB>prefix`
-    (prefixes.py). Unless quiet, one log line on
+    (decode/sampling.py) instead of searching. Unless quiet, one log line on
     stderr says which device and dtype were chosen.
     """
     if sys.stdin is None or sys.stdout is None:
@@ -102,7 +99,6 @@ def run(
             channel=reranker,
             data=cfg.data,
             sampling=sampling,
-            prefixed=prefixed,
         )
 
 
@@ -201,7 +197,6 @@ def translate_chunks(
     channel: Channel | None = None,
     data: DataConfig | None = None,
     sampling: Sampling | None = None,
-    prefixed: bool = False,
 ) -> int:
     """Translate chunks of lines, writing each chunk as soon as it is done; returns the line count.
 
@@ -210,7 +205,6 @@ def translate_chunks(
     search finds fewer distinct hypotheses.
     With `alignment_layer`, each line (or row) ends in a TAB and its Pharaoh word alignment.
     `progress(done, total)` counts sentences over all chunks; total is what has been read so far.
-    `prefixed`: each line is `source<TAB>prefix` (prefixes.split_prefixes).
     """
     count, decoded = 0, 0  # lines written; sentences decoded in earlier chunks
     output = getattr(out, "name", "the output")  # <stdout>, as a failed write names it
@@ -223,11 +217,10 @@ def translate_chunks(
             chunk_total[0] = total
             progress(before + done, before + total)
 
-        sources, prefixes = split_prefixes(chunk, count + 1) if prefixed else (chunk, None)
         for hyps in translate_lines(
             model,
             tokenizer,
-            sources,
+            chunk,
             decode,
             nbest or 1,
             warn=warn_stderr,
@@ -237,7 +230,6 @@ def translate_chunks(
             channel=channel,
             data=data,
             sampling=sampling,
-            prefixes=prefixes,
         ):
             with write_errors(output, "cannot write the translations"):
                 if nbest is None and alignment_layer is None:

@@ -26,12 +26,11 @@ from collections.abc import Callable, Iterator
 import torch
 
 from translator.config import DataConfig, DecodeConfig
-from translator.data.batching import pad
-from translator.data.clean import input_text
+from translator.data.clean import normalize
 from translator.data.join import join_pieces
 from translator.data.split import piece_limit, split_long
 from translator.data.tokenizer import UNK_ID, Tokenizer
-from translator.decode import Hypothesis, output_limits, prefix_limits
+from translator.decode import Hypothesis, output_limits
 from translator.decode.batch import sample, search
 from translator.decode.sampling import Sampling, piece_keys
 from translator.diagnostics.alignment import align_hypotheses, check_layer, join_alignments
@@ -40,7 +39,6 @@ from translator.errors import TranslatorError
 from translator.line_warnings import length_message, source_unk_message, unk_message
 from translator.model.ensemble import Ensemble
 from translator.model.transformer import Transformer
-from translator.prefixes import piece_prefixes
 from translator.rerank import Channel
 
 # an output is one line: a line break a model spells in bytes (byte fallback's <0x0A>, <0x0D>)
@@ -91,7 +89,6 @@ def translate_lines(
     channel: Channel | None = None,
     data: DataConfig | None = None,
     sampling: Sampling | None = None,
-    prefixes: list[str] | None = None,
 ) -> list[list[tuple]]:
     """Translate `lines`; returns, per input line and in input order, (text, score) best first.
 
@@ -106,10 +103,6 @@ def translate_lines(
     reproducible per line from the seed and the line's number (first_line on); `nbest` draws a
     line, best first (repeats kept); beam size does not apply, a channel is refused.
 
-    `prefixes` (one per line, "" for none): the text each line's translation starts with, its
-    pieces forced before the search goes on (an over-long line's first piece gets it; an empty
-    line still gives an empty translation). Scores include the prefix's log-probs.
-
     With `alignment_layer` each tuple is (text, score, alignment): Pharaoh `src-tgt` word pairs read
     from that decoder layer's cross-attention (diagnostics/alignment.py).
 
@@ -122,13 +115,10 @@ def translate_lines(
         raise TypeError("translate_lines takes a list of lines, not one string: [line]")
     _check_request(model, decode.beam_size, nbest, alignment_layer, channel, sampling)
     shown, nbest = nbest, max(nbest, channel.candidates) if channel else nbest
-    sources = [input_text(line, data) for line in lines]
+    sources = [source_text(line, data) for line in lines]
     limit = piece_limit(model.cfg.max_positions, decode)
     pieces, owner = _source_pieces(
         tokenizer, sources, limit, model.cfg.max_positions, warn, first_line
-    )
-    forced = piece_prefixes(
-        tokenizer, lines, prefixes, owner, data, model.cfg.max_positions, warn, first_line
     )
     results: list[list[Hypothesis]] = [[] for _ in pieces]
     aligned: list[list[list[tuple[int, int]]]] = [[] for _ in pieces]  # per piece, per hypothesis
@@ -138,22 +128,11 @@ def translate_lines(
     # sampling decodes each piece nbest times: batches of fewer pieces keep to batch_tokens
     budget = decode.batch_tokens if sampling is None else max(1, decode.batch_tokens // nbest)
     for batch in length_batches([len(p) for p in pieces], budget):
-        batch_prefixes = [forced[i] for i in batch] if forced else None
         if sampling is None:
-            found = search(
-                model, [pieces[i] for i in batch], decode, nbest, prefixes=batch_prefixes
-            )
+            found = search(model, [pieces[i] for i in batch], decode, nbest)
         else:
             batch_keys = [keys[i] for i in batch]
-            found = sample(
-                model,
-                [pieces[i] for i in batch],
-                batch_keys,
-                decode,
-                sampling,
-                nbest,
-                prefixes=batch_prefixes,
-            )
+            found = sample(model, [pieces[i] for i in batch], batch_keys, decode, sampling, nbest)
         for i, hyps in zip(batch, found):
             results[i] = hyps
         if alignment_layer is not None:
@@ -174,9 +153,7 @@ def translate_lines(
     }
     if unknown and warn is not None:
         warn(unk_message(unknown))
-    cut, capped = _at_length_limit(
-        pieces, owner, results, decode, model.cfg.max_positions - 1, forced
-    )
+    cut, capped = _at_length_limit(pieces, owner, results, decode, model.cfg.max_positions - 1)
     if cut and warn is not None:
         warn(length_message([first_line + number for number in cut], capped))
     out = [_detokenize(tokenizer, [results[k] for k in ks]) for ks in by_line]
@@ -282,23 +259,27 @@ def _at_length_limit(
     results: list[list[Hypothesis]],
     decode: DecodeConfig,
     positions: int,
-    forced: list[list[int]],
 ) -> tuple[list[int], bool]:
     """The lines (0-based, sorted) where the best output of a piece has as many tokens as the
     length limit allows (at that step only EOS was allowed, so the limit ended it, not the model),
-    and whether for one of them the limit was max_positions - 1 rather than max_len_a/b's. A
-    piece's forced prefix raises its limit, as in the searches (decode.prefix_limits)."""
+    and whether for one of them the limit was max_positions - 1 rather than max_len_a/b's."""
     if not pieces:
         return [], False
     lengths = torch.tensor([len(ids) for ids in pieces])
-    limits = output_limits(lengths, decode.max_len_a, decode.max_len_b, positions)
-    limits = (prefix_limits(limits, pad(forced)) if forced else limits).tolist()
+    limits = output_limits(lengths, decode.max_len_a, decode.max_len_b, positions).tolist()
     hit = [
         (line, limit >= positions)
         for line, hyps, limit in zip(owner, results, limits)
         if len(hyps[0].tokens) >= limit
     ]
     return sorted({line for line, _ in hit}), any(capped for _, capped in hit)
+
+
+def source_text(line: str, data: DataConfig | None) -> str:
+    """One input line as the tokenizer gets it (see `translate_lines`)."""
+    if data is None:
+        return line.strip()
+    return normalize(line, data.nfc, data.normalize_spaces).strip()
 
 
 def _with_alignments(

@@ -23,7 +23,6 @@ from translator.cli.options import (
     MaxLenAOpt,
     MaxLenBOpt,
     MinLenOpt,
-    PrefixOpt,
     QuietOpt,
     SamplingOpt,
     SamplingTopkOpt,
@@ -168,7 +167,6 @@ def translate(
     sampling_topp: SamplingToppOpt = None,
     temperature: TemperatureOpt = None,
     seed: SeedOpt = None,
-    prefix: PrefixOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Translate stdin to stdout: one output line per input line; an empty line gives an empty line.
@@ -182,8 +180,7 @@ def translate(
 
     Example: echo "A man rides a bike." | translator translate runs/multi30k/best.pt
     (reranked by a model of the reverse direction: ... --channel runs/multi30k-de-en/best.pt;
-    sampled, for back-translation: ... --sampling --sampling-topk 10 --seed 1; with the
-    output's start given: printf 'A man rides a bike.\\tEin Mann' | ... --prefix)
+    sampled, for back-translation: ... --sampling --sampling-topk 10 --seed 1)
     """
     from translator import stream
 
@@ -214,7 +211,6 @@ def translate(
             channel_weight=channel_weight,
             channel_candidates=channel_candidates,
             sampling=drawn,
-            prefixed=prefix,
             quiet=quiet,
         )
 

@@ -144,16 +144,6 @@ SeedOpt = Annotated[
     Optional[int],
     typer.Option("--seed", min=0, show_default="0", help="Seed of --sampling's draws."),
 ]
-PrefixOpt = Annotated[
-    bool,
-    typer.Option(
-        "--prefix",
-        help=(
-            "Input lines are `source<TAB>prefix`: each translation starts with its prefix, "
-            "forced, and the model goes on from there (a line without a TAB has none)."
-        ),
-    ),
-]
 
 
 def _device_name(value: str | None) -> str | None:

@@ -56,16 +56,6 @@ def normalize(text: str, nfc: bool = True, spaces: bool = True) -> str:
     return unicodedata.normalize("NFC", text) if nfc else text
 
 
-def input_text(line: str, data: DataConfig | None) -> str:
-    """One line to translate or score (a source, a given target, a prefix) as the tokenizer gets
-    it: cleaned as the model's training text was (`data`: control characters, whitespace runs,
-    NFC), so a character the cleaner took out of that text is not an `<unk>` here; None: only
-    stripped."""
-    if data is None:
-        return line.strip()
-    return normalize(line, data.nfc, data.normalize_spaces).strip()
-
-
 def is_debris(text: str) -> bool:
     """A non-empty side that is only markup: no letter or digit once tags and entities are gone
     (`@@`, `<br/>`).

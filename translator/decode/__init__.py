@@ -70,23 +70,3 @@ def ban_tokens_(log_probs: torch.Tensor, step: int, eos_from: torch.Tensor) -> t
     log_probs[:, BOS_ID] = float("-inf")
     log_probs[:, EOS_ID] = log_probs[:, EOS_ID].masked_fill(step < eos_from, float("-inf"))
     return log_probs
-
-
-def prefix_limits(max_lens: torch.Tensor, prefix: torch.Tensor | None) -> torch.Tensor:
-    """(B,) length limits raised to each row's target prefix (B, P; PAD after its end): a forced
-    prefix is output even where it is longer than max_len_a/b allow (never past the positions:
-    translate refuses such a prefix)."""
-    if prefix is None:
-        return max_lens
-    return torch.maximum(max_lens, (prefix != PAD_ID).sum(dim=1))
-
-
-def force_prefix_(log_probs: torch.Tensor, prefix: torch.Tensor | None, step: int) -> torch.Tensor:
-    """log_probs (N, V), in place: a row whose target prefix (N, P; PAD after its end) has a token
-    at `step` may emit only that token, at the log-prob the model gives it (CTranslate2,
-    fairseq's --prefix-size: a prefix's tokens count in the score)."""
-    if prefix is None or step >= prefix.shape[1]:
-        return log_probs
-    forced = prefix[:, step : step + 1]  # (N, 1)
-    vocab = torch.arange(log_probs.shape[1], device=log_probs.device)  # (V,)
-    return log_probs.masked_fill_((vocab != forced) & (forced != PAD_ID), float("-inf"))

@@ -20,19 +20,15 @@ def search(
     nbest: int = 1,
     drop_finished: bool = True,
     sampler: RowSampler | None = None,
-    prefixes: list[list[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode one batch of id lists (no EOS) on the model's device -> nbest hypotheses each.
 
     `drop_finished=False`: every row is stepped to the end (the searches' reference; benchmarks).
     A `sampler` (one generator per row) draws each token: one hypothesis per row, any beam size.
-    `prefixes`: target ids each output starts with (forced, then searched on; [] for none).
     """
     device = next(model.parameters()).device
     src = pad(src_ids, suffix=[EOS_ID]).to(device)  # (B, S)
     src_mask = padding_mask(src)  # (B, 1, 1, S)
-    # (B, P), PAD after each prefix; None when no row has one (no mask to apply)
-    prefix = pad(prefixes).to(device) if prefixes and any(prefixes) else None
     if decode.beam_size == 1 and nbest == 1 or sampler is not None:
         hyps = greedy_search(
             model,
@@ -44,7 +40,6 @@ def search(
             cuda_graphs=decode.cuda_graphs,
             drop_finished=drop_finished,
             sampler=sampler,
-            prefix=prefix,
         )
         # scored as beam search scores (tokens + EOS under the length penalty): a score, as --nbest
         # prints it, means the same at any --beam
@@ -64,7 +59,6 @@ def search(
         nbest=nbest,
         cuda_graphs=decode.cuda_graphs,
         drop_finished=drop_finished,
-        prefix=prefix,
     )
 
 
@@ -75,17 +69,13 @@ def sample(
     decode: DecodeConfig,
     sampling: Sampling,
     draws: int,
-    prefixes: list[list[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """`draws` translations drawn for each of a batch's id lists (keys: their (line, piece)),
-    best first, scored as `search` scores; each starts with its prefix, as in `search`."""
+    best first, scored as `search` scores."""
     rows = [(i, d) for i in range(len(src_ids)) for d in range(draws)]
     device = next(model.parameters()).device
     sampler = sampling.rows([(*keys[i], d) for i, d in rows], device)
-    row_prefixes = [prefixes[i] for i, _ in rows] if prefixes else None
-    found = search(
-        model, [src_ids[i] for i, _ in rows], decode, sampler=sampler, prefixes=row_prefixes
-    )
+    found = search(model, [src_ids[i] for i, _ in rows], decode, sampler=sampler)
     out: list[list[Hypothesis]] = [[] for _ in src_ids]
     for (i, _), hyps in zip(rows, found):
         out[i] += hyps

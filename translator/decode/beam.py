@@ -20,10 +20,8 @@ from translator.decode import (
     Hypothesis,
     ban_tokens_,
     eos_allowed_from,
-    force_prefix_,
     log_softmax_into,
     max_lengths,
-    prefix_limits,
     strip,
 )
 from translator.decode.step import decoding_step, use_cuda_graph
@@ -49,7 +47,6 @@ def beam_search(
     nbest: int = 1,
     cuda_graphs: bool = True,
     drop_finished: bool = True,
-    prefix: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """src (B, S), src_mask (B, 1, 1, S) -> per sentence its min(nbest, k) best hypotheses, best
     first.
@@ -58,13 +55,10 @@ def beam_search(
     `cuda_graphs`, the decoder steps are one replayed CUDA graph each (decode/step.py). With
     `drop_finished` (and no graphs) the batch sheds each sentence as it is done, so the steps
     after it no longer compute its beams; without, every row is stepped to the end (the tested
-    reference). A `prefix` (B, P; PAD after each row's end) is each sentence's forced first tokens:
-    its beams open only after it.
+    reference).
     """
     B, k, n, device = src.shape[0], beam_size, min(nbest, beam_size), src.device
     max_lens = max_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions - 1)  # (B,)
-    max_lens = prefix_limits(max_lens, prefix)
-    beam_prefix = prefix.repeat_interleave(k, dim=0) if prefix is not None else None  # (B*k, P)
     eos_from = eos_allowed_from(max_lens, min_len).repeat_interleave(k)  # (B*k,)
     steps = int(max_lens.max()) + 1  # the last step can only emit EOS
     shortest_limit = int(max_lens.min())  # before this step no sentence is at its limit
@@ -100,7 +94,6 @@ def beam_search(
         cache.advance(1)
         # (B*k, V)
         log_probs = ban_tokens_(log_softmax_into(vocab_buffer, logits[:, -1]), step, eos_from)
-        force_prefix_(log_probs, beam_prefix, step)  # a forced token: one proposal a beam
         if step >= shortest_limit:  # at its length limit a sentence's only continuation is EOS
             _only_eos_(log_probs, (step >= max_lens).repeat_interleave(k))
 
@@ -152,7 +145,6 @@ def beam_search(
             longest_penalty, memory, src_mask = longest_penalty[keep], memory[keep], src_mask[keep]
             tokens, eos_from, row_offset = tokens[rows], eos_from[rows], row_offset[: len(keep)]
             B, vocab_buffer = len(keep), vocab_buffer[: len(rows)]
-            beam_prefix = beam_prefix[rows] if beam_prefix is not None else None
             cache.reorder(rows, sentences=keep)
             next_logits = decoding_step(model, memory, src_mask, cache)
 

@@ -10,10 +10,8 @@ from translator.decode import (
     Hypothesis,
     ban_tokens_,
     eos_allowed_from,
-    force_prefix_,
     log_softmax_into,
     max_lengths,
-    prefix_limits,
     strip,
 )
 from translator.decode.sampling import RowSampler
@@ -33,7 +31,6 @@ def greedy_search(
     cuda_graphs: bool = True,
     drop_finished: bool = True,
     sampler: RowSampler | None = None,
-    prefix: torch.Tensor | None = None,
 ) -> list[Hypothesis]:
     """src (B, S), src_mask (B, 1, 1, S) -> one hypothesis per sentence, scored by its summed
     log-probs.
@@ -43,12 +40,10 @@ def greedy_search(
     On CUDA, with `cuda_graphs`, each decoder step is one replayed CUDA graph (decode/step.py).
     With `drop_finished` (and no graphs) a sentence leaves the batch when it ends, as in
     beam_search; without, every row is stepped to the end (the tested reference). With a
-    `sampler` (one generator per sentence) each token is drawn instead of the most likely. A
-    `prefix` (B, P; PAD after each row's end) is each sentence's forced first tokens.
+    `sampler` (one generator per sentence) each token is drawn instead of the most likely.
     """
     B, device = src.shape[0], src.device
     max_lens = max_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions - 1)  # (B,)
-    max_lens = prefix_limits(max_lens, prefix)
     eos_from = eos_allowed_from(max_lens, min_len)  # (B,)
     steps = int(max_lens.max()) + 1  # the last step can only emit EOS
     # (B, S, D); cross-attention K/V are projected from it once
@@ -70,7 +65,6 @@ def greedy_search(
         cache.advance(1)
         # (B, V) fp32
         log_probs = ban_tokens_(log_softmax_into(vocab_buffer, logits[:, -1]), step, eos_from)
-        force_prefix_(log_probs, prefix, step)
         token = log_probs.argmax(dim=-1) if sampler is None else sampler.draw(log_probs)  # (B,)
         token = torch.where(step >= max_lens, EOS_ID, token)  # length limit reached: end here
         token = torch.where(finished, PAD_ID, token)
@@ -86,7 +80,6 @@ def greedy_search(
             sentence, tokens, scores = sentence[keep], tokens[keep], scores[keep]
             finished, max_lens, eos_from = finished[keep], max_lens[keep], eos_from[keep]
             memory, src_mask, vocab_buffer = memory[keep], src_mask[keep], vocab_buffer[: len(keep)]
-            prefix = prefix[keep] if prefix is not None else None
             cache.reorder(keep, sentences=keep)
             if sampler is not None:
                 sampler.keep(keep.tolist())
