@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from translator.decode.batch import search
+from translator.decode.search import search
 from translator.loading import load
 from translator.translate import length_batches, with_overrides
 

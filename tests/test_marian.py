@@ -21,7 +21,7 @@ import torch
 from translator import checkpoint, marian, translate
 from translator.data.batching import pad, padding_mask
 from translator.data.tokenizer import BOS_ID, EOS_ID
-from translator.decode import batch as decode_batch
+from translator.decode import search as decode_search
 from translator.errors import TranslatorError
 
 transformers = pytest.importorskip(
@@ -133,7 +133,7 @@ def test_imported_model_generates_what_hugging_face_generates(any_opus, tmp_path
             their_ids = [  # Marian's ids -> pieces -> ours, without the start and the final </s>
                 tokenizer.target_sp.piece_to_id(target_pieces[i]) for i in out[0].tolist()[1:-1]
             ]
-            our_ids = decode_batch.search(model, [ids], decode)[0][0].tokens
+            our_ids = decode_search.search(model, [ids], decode)[0][0].tokens
             differing.append((score_under(model, ids, our_ids), score_under(model, ids, their_ids)))
     if beam == 1:
         assert ours == theirs

@@ -15,7 +15,7 @@ from translator import config, line_warnings, loading, translate
 from translator.data import split
 from translator.data.tokenizer import UNK_ID
 from translator.decode import Hypothesis
-from translator.decode import batch as decode_batch
+from translator.decode import search as decode_search
 from translator.errors import TranslatorError
 
 
@@ -41,9 +41,9 @@ def test_every_decode_setting_reaches_the_search(tiny, beam_size, cuda_graphs, m
     """decode.* (and so the translate/eval flags) arrive at greedy and beam search unchanged."""
     seen = []
     for name in ("greedy_search", "beam_search"):
-        search = getattr(decode_batch, name)
+        search = getattr(decode_search, name)
         monkeypatch.setattr(
-            decode_batch,
+            decode_search,
             name,
             lambda *a, _search=search, _name=name, **kw: (
                 seen.append((_name, kw)) or _search(*a, **kw)
@@ -246,7 +246,7 @@ def test_over_long_line_is_translated_in_pieces_with_a_warning(tiny):
     parts = split.split_long(ids, piece_limit(tiny), tiny.tokenizer.sp.id_to_piece(ids))
     assert len(parts) > 1
     pieces = tiny.tokenizer.decode(
-        [hyps[0].tokens for hyps in translate.search(tiny.model, parts, tiny.cfg.decode)]
+        [hyps[0].tokens for hyps in decode_search.search(tiny.model, parts, tiny.cfg.decode)]
     )
     assert out[1][0][0] == " ".join(pieces)  # the pieces' translations, joined
 
@@ -336,7 +336,7 @@ def test_an_over_long_lines_score_is_the_sum_of_its_pieces(tiny):
         out = translate.translate_lines(
             tiny.model, tiny.tokenizer, [long_line], decode, nbest=nbest
         )
-        expected = sum(hyps[0].score for hyps in translate.search(tiny.model, parts, decode))
+        expected = sum(hyps[0].score for hyps in decode_search.search(tiny.model, parts, decode))
         # one joined hypothesis
         assert len(out[0]) == 1 and out[0][0][1] == pytest.approx(expected, abs=1e-4)
 
@@ -466,7 +466,7 @@ def test_a_greedy_score_is_on_the_beam_searchs_scale(tiny, alpha):
 
     decode = dataclasses.replace(tiny.cfg.decode, beam_size=1, length_penalty=alpha)
     ids = tiny.tokenizer.encode(SENTENCES)
-    greedy = translate.search(tiny.model, ids, decode)
+    greedy = decode_search.search(tiny.model, ids, decode)
     src = pad(ids, suffix=[EOS_ID])
     beam = beam_search(tiny.model, src, padding_mask(src), beam_size=1, alpha=alpha)
     for (g,), (b, *_) in zip(greedy, beam):

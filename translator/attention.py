@@ -17,7 +17,7 @@ import torch
 
 from translator.config import DecodeConfig, DiagnosticsConfig
 from translator.data.tokenizer import Tokenizer
-from translator.decode.batch import search
+from translator.decode.search import search
 from translator.diagnostics.capture import Forced, forced_attention
 from translator.diagnostics.figures import diversity_figure, heads_figure, save_png
 from translator.diagnostics.html import sentence_data, write_page

@@ -11,7 +11,7 @@ the length limit (the search, not the model, ended it). (With --nbest a split li
 hypothesis, the joined best.) The `<unk>` tokens a model emits are dropped from the text, with a
 warning that counts them; another counts the source pieces outside its vocabulary.
 
-Searching one batch (greedy, beam, sampling) is `decode/batch.py`; loading checkpoints (device,
+Searching one batch (greedy, beam, sampling) is `decode/search.py`; loading checkpoints (device,
 dtype, ensembles) `loading.py`; reading stdin and the progress bar `stream.py`; device and dtype
 names `device.py`.
 """
@@ -31,8 +31,8 @@ from translator.data.join import join_pieces
 from translator.data.split import piece_limit, split_long
 from translator.data.tokenizer import UNK_ID, Tokenizer
 from translator.decode import Hypothesis, output_limits
-from translator.decode.batch import sample, search
 from translator.decode.sampling import Sampling, piece_keys
+from translator.decode.search import sample, search
 from translator.diagnostics.alignment import align_hypotheses, check_layer, join_alignments
 from translator.diagnostics.words import pharaoh
 from translator.errors import TranslatorError

@@ -18,7 +18,8 @@ import yaml
 from translator.config.checks import expand_path
 from translator.config.convert import build, set_dotted
 from translator.config.data import DataConfig
-from translator.config.decode import DecodeConfig, DiagnosticsConfig
+from translator.config.decode import DecodeConfig
+from translator.config.diagnostics import DiagnosticsConfig
 from translator.config.model import (
     TRAINING_ONLY,
     ModelConfig,

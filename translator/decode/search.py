@@ -1,4 +1,4 @@
-"""A batch of id lists -> hypotheses: the search the decode settings name, or sampling."""
+"""The search the decode settings name, over one batch of id lists -> hypotheses (or sampling)."""
 
 from __future__ import annotations
 
