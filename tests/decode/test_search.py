@@ -95,21 +95,27 @@ def reference_beam_search(
     next_log_probs, max_len: int, k: int, alpha: float
 ) -> list[tuple[list[int], float]]:
     """next_log_probs(prefixes with BOS, step) -> (len(prefixes), V) -> every finished hypothesis,
-    best first."""
+    best first.
+
+    A beam's EOS continuation finishes when EOS is among its k + 1 best tokens; the open beams
+    are the k best of all open beams' other continuations, every token considered. A beam of one
+    is greedy: its best token, and it ends when that is EOS.
+    """
     open_beams, finished = [([], 0.0)], []  # (tokens, summed log-prob)
     for step in range(max_len + 1):
         rows = next_log_probs([[BOS_ID, *tokens] for tokens, _ in open_beams], step).tolist()
-        proposals = []
+        continuations = []
         for (tokens, score), row in zip(open_beams, rows):
-            allowed = [v for v in range(len(row)) if row[v] > NEG_INF]
-            best = sorted(allowed, key=lambda v: -row[v])[:k]
-            proposals += [(tokens + [v], score + row[v]) for v in best]
-        finished += [
-            (tokens[:-1], score / length_penalty(len(tokens), alpha))
-            for tokens, score in proposals
-            if tokens[-1] == EOS_ID
-        ]
-        open_beams = sorted([p for p in proposals if p[0][-1] != EOS_ID], key=lambda p: -p[1])[:k]
+            allowed = sorted(
+                (v for v in range(len(row)) if row[v] > NEG_INF), key=lambda v: -row[v]
+            )
+            ranked = allowed[: k + 1] if k > 1 else allowed[:1]
+            if EOS_ID in ranked:
+                ended = score + row[EOS_ID]
+                finished.append((tokens, ended / length_penalty(len(tokens) + 1, alpha)))
+            considered = allowed if k > 1 else ranked
+            continuations += [(tokens + [v], score + row[v]) for v in considered if v != EOS_ID]
+        open_beams = sorted(continuations, key=lambda p: -p[1])[:k]
         if not open_beams:
             break
     return sorted(finished, key=lambda hyp: -hyp[1])

@@ -196,6 +196,18 @@ def test_a_finished_hypothesis_is_kept_when_open_beams_outscore_it(toy):
         )
 
 
+def test_an_eos_among_a_beams_best_does_not_cost_an_open_slot(toy):
+    """k = 2. Step 0: EOS .45, A .3, B .25; then A -> {A .5, EOS .5}, B -> {EOS 1}. The empty
+    output finishes at once (.45); the two open beams must be A and B, the best two other
+    continuations, so "B" (.25) is found, beating "A" (.15). Proposing only each beam's 2 best
+    (EOS and A) left one slot empty and lost B."""
+    table = {(): {EOS_ID: 0.45, A: 0.3, B: 0.25}, (A,): {A: 0.5, EOS_ID: 0.5}, (B,): {EOS_ID: 1.0}}
+    src, src_mask = source([3])
+    hyps = beam_search(toy(table, floor=0.0), src, src_mask, beam_size=2, alpha=0.0, nbest=2)[0]
+    assert [h.tokens for h in hyps] == [[], [B]]
+    assert [h.score for h in hyps] == pytest.approx([math.log(0.45), math.log(0.25)], abs=1e-4)
+
+
 def _random_table(seed: int, depth: int) -> dict[tuple[int, ...], dict[int, float]]:
     """Every prefix over tokens 4-6 up to `depth` gets a random distribution over 1-4 of EOS, 4, 5,
     6."""

@@ -1,6 +1,6 @@
 """Beam search with fixed (B, k) shapes, a KV cache, a finished buffer and a GNMT length penalty.
 
-Each step, every open beam proposes its k best next tokens (a beam of one is then greedy search).
+Each step, every open beam proposes its k + 1 best next tokens (a beam of one its best: greedy).
 A proposal that ends with EOS goes, with its normalised score, into the sentence's finished
 buffer, which keeps the k best and which no open beam can evict (fairseq, Marian); the k best
 other proposals are the next open beams. A sentence stops when no open beam can still beat its
@@ -58,6 +58,8 @@ def beam_search(
     reference).
     """
     B, k, n, device = src.shape[0], beam_size, min(nbest, beam_size), src.device
+    # proposals a beam (step 2); a beam of one proposes one: greedy search, which ends at EOS
+    m = min(k + 1, model.cfg.vocab_size) if k > 1 else 1
     max_lens = max_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions - 1)  # (B,)
     eos_from = eos_allowed_from(max_lens, min_len).repeat_interleave(k)  # (B*k,)
     steps = int(max_lens.max()) + 1  # the last step can only emit EOS
@@ -97,9 +99,11 @@ def beam_search(
         if step >= shortest_limit:  # at its length limit a sentence's only continuation is EOS
             _only_eos_(log_probs, (step >= max_lens).repeat_interleave(k))
 
-        # 2. Every beam proposes its k best tokens, running score added: (B, k, k), not (B, k, V).
-        values, proposed = top_k(log_probs, k)  # (B*k, k) each
-        proposals, proposed = scores[..., None] + values.view(B, k, k), proposed.view(B, k, k)
+        # 2. Every beam proposes its m = k + 1 best tokens, running score added: (B, k, m), not
+        #    (B, k, V). One more than k: with EOS among them, k others remain, so the open beams
+        #    (step 4) are the k best non-EOS continuations of all k * V.
+        values, proposed = top_k(log_probs, m)  # (B*k, m) each
+        proposals, proposed = scores[..., None] + values.view(B, k, m), proposed.view(B, k, m)
         is_eos = proposed == EOS_ID
 
         # 3. A beam's EOS proposal (step + 1 tokens with the EOS) goes to the finished buffer.
@@ -115,7 +119,7 @@ def beam_search(
         #    reorders its self-attention K/V.
         # (B, k)
         scores, index = proposals.masked_fill(is_eos, float("-inf")).flatten(1).topk(k, dim=1)
-        origin, token = index // k, proposed.flatten(1).gather(1, index)  # (B, k) each
+        origin, token = index // m, proposed.flatten(1).gather(1, index)  # (B, k) each
         rows = (row_offset + origin).view(-1)  # (B*k,)
         tokens = tokens.index_select(0, rows)
         tokens[:, step + 1] = token.view(-1)
