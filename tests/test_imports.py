@@ -42,12 +42,18 @@ LAYERS = [
 
 
 def layer_of(module: str) -> int:
-    for depth in range(module.count(".") + 1, 0, -1):
+    # the longest listed prefix, down to translator.X: `translator` alone is the package's
+    # __init__ (version only), not a layer every new module falls into
+    for depth in range(module.count(".") + 1, 1 if module != "translator" else 0, -1):
         prefix = ".".join(module.split(".")[:depth])
         for index, layer in enumerate(LAYERS):
             if prefix in layer:
                 return index
     raise AssertionError(f"{module} is in no layer; add it to LAYERS")
+
+
+def is_module(name: str) -> bool:
+    return (PACKAGE / f"{name}.py").is_file() or (PACKAGE / name / "__init__.py").is_file()
 
 
 def modules():
@@ -70,10 +76,15 @@ def test_imports_point_down_the_layers():
                 names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
             elif isinstance(node, ast.Import):
                 names = [a.name for a in node.names if a.name.startswith("translator")]
-            for name in names[:1] if isinstance(node, ast.ImportFrom) else names:
-                target = name
-                if isinstance(node, ast.ImportFrom) and node.module == "translator":
-                    target = f"translator.{node.names[0].name}"
+            if isinstance(node, ast.ImportFrom) and node.module == "translator":
+                # each module named (`__version__` is the package's own)
+                names = [
+                    f"translator.{a.name}" if is_module(a.name) else "translator"
+                    for a in node.names
+                ]
+            elif isinstance(node, ast.ImportFrom):
+                names = names[:1]
+            for target in names:
                 if target.split(".")[:2] == module.split(".")[:2] and own != 0:
                     continue  # inside one sub-package
                 if layer_of(target) > own:

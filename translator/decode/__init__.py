@@ -18,13 +18,8 @@ class Hypothesis:
 def max_lengths(
     src_mask: torch.Tensor, max_len_a: float, max_len_b: int, limit: int
 ) -> torch.Tensor:
-    """(B,) longest allowed output per sentence: a * |src| + b tokens (|src| without EOS), capped.
-
-    `limit` is the model's own bound (max_positions - 1: BOS takes a position). Computed in float64
-    and capped before the conversion to integers, so no a or b overflows; the 1e-6 makes a * |src|
-    land on the integer it means when `a` is a decimal binary floats cannot hold (0.7 * 90 = 63,
-    not 62.99999999999999).
-    """
+    """(B,) longest allowed output per sentence: a * |src| + b tokens (|src| without EOS), capped
+    at `limit`, the model's own bound (max_positions - 1: BOS takes a position)."""
     return output_limits(src_mask.sum(dim=(1, 2, 3)) - 1, max_len_a, max_len_b, limit)
 
 
@@ -32,7 +27,12 @@ def output_limits(
     src_lens: torch.Tensor, max_len_a: float, max_len_b: int, limit: int
 ) -> torch.Tensor:
     """max_lengths from the source lengths (B,) (without EOS): what callers compare an output's
-    length with to tell that the limit, not the model, ended it."""
+    length with to tell that the limit, not the model, ended it.
+
+    Computed in float64 and capped before the conversion to integers, so no a or b overflows; the
+    1e-6 makes a * |src| land on the integer it means when `a` is a decimal binary floats cannot
+    hold (0.7 * 90 = 63, not 62.99999999999999).
+    """
     lengths = (max_len_a * src_lens.double() + float(max_len_b) + 1e-6).floor()
     return lengths.clamp(min=1, max=limit).long()
 

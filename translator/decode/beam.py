@@ -80,10 +80,10 @@ def beam_search(
     # open beams' summed log-probs; -inf: empty slot
     scores = torch.full((B, k), float("-inf"), device=device)
     scores[:, 0] = 0.0  # all beams start equal: let only the first one expand at step 0
-    # log_softmax_into
+    # the log-probs of every step, written in place (why: log_softmax_into)
     vocab_buffer = torch.empty(B * k, model.cfg.vocab_size, device=device, dtype=torch.float32)
     finished_scores = torch.full((B, k), float("-inf"), device=device)  # normalised, best first
-    # empty: ""
+    # finished outputs, EOS-filled: an empty slot reads as the empty output ""
     finished_tokens = torch.full((B, k, steps + 1), EOS_ID, dtype=torch.long, device=device)
     row_offset = torch.arange(B, device=device)[:, None] * k  # (B, 1): first row of each sentence
     sentence = torch.arange(B, device=device)  # (B,) each row's sentence in the caller's batch
@@ -107,7 +107,7 @@ def beam_search(
         is_eos = proposed == EOS_ID
 
         # 3. A beam's EOS proposal (step + 1 tokens with the EOS) goes to the finished buffer.
-        ended = tokens.view(B, k, -1).clone()
+        ended = tokens.view(B, k, -1).clone()  # (B*k, T) -> (B, k, T)
         ended[..., step + 1] = EOS_ID
         eos_scores = proposals.masked_fill(~is_eos, float("-inf")).amax(dim=2)  # (B, k)
         normalised = eos_scores / length_penalty(step + 1, alpha)
@@ -179,7 +179,7 @@ def top_k(x: torch.Tensor, k: int, block: int = 128) -> tuple[torch.Tensor, torc
     N, V = x.shape
     if V % block or V // block < k:
         return x.topk(k, dim=-1)
-    blocks = x.view(N, V // block, block)
+    blocks = x.view(N, V // block, block)  # (N, V/block, block)
     best = blocks.amax(dim=-1).topk(k, dim=-1).indices  # (N, k) block numbers
     candidates = blocks.gather(1, best[..., None].expand(N, k, block))  # (N, k, block)
     values, index = candidates.flatten(1).topk(k, dim=-1)  # (N, k) over the k * block candidates

@@ -58,7 +58,7 @@ def greedy_search(
     finished = torch.zeros(B, dtype=torch.bool, device=device)
     sentence = torch.arange(B, device=device)  # (B,) each row's sentence in the caller's batch
     out_tokens, out_scores = tokens.clone(), scores.clone()  # returned: written as rows leave
-    # see log_softmax_into
+    # the log-probs of every step, written in place (why: log_softmax_into)
     vocab_buffer = torch.empty(B, model.cfg.vocab_size, device=device, dtype=torch.float32)
     for step in range(steps):
         logits = next_logits(tokens[:, step : step + 1])  # (B, 1, V)

@@ -29,7 +29,7 @@ def search(
     device = next(model.parameters()).device
     src = pad(src_ids, suffix=[EOS_ID]).to(device)  # (B, S)
     src_mask = padding_mask(src)  # (B, 1, 1, S)
-    if decode.beam_size == 1 and nbest == 1 or sampler is not None:
+    if (decode.beam_size == 1 and nbest == 1) or sampler is not None:
         hyps = greedy_search(
             model,
             src,

@@ -48,9 +48,8 @@ class CudaGraphStep:
     ) -> None:
         # the step, eagerly
         self.decode = lambda tokens: model.decode(tokens, memory, src_mask, cache)
-        self.tokens: torch.Tensor | None = (
-            None  # (N, 1): the graph's input, copied into at each step
-        )
+        # (N, 1): the graph's input, copied into at each step
+        self.tokens: torch.Tensor | None = None
         self.graph: torch.cuda.CUDAGraph | None = None
         self.logits: torch.Tensor | None = None  # (N, 1, V): the graph's output
         self.eager = False  # capture failed: step without a graph

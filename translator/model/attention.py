@@ -290,6 +290,7 @@ class RotaryEmbedding(nn.Module):
         inv_freq = base ** (-torch.arange(0, d_head, 2).float() / d_head)  # (K/2,)
         angles = torch.outer(torch.arange(max_positions).float(), inv_freq)  # (P, K/2)
         cos, sin = angles.cos(), angles.sin()
+        # (P, K): each angle twice, side by side, for the pair (a, b) it rotates
         self.register_buffer("cos", torch.stack((cos, cos), -1).flatten(-2), persistent=False)
         self.register_buffer("sin", torch.stack((-sin, sin), -1).flatten(-2), persistent=False)
 

@@ -124,7 +124,7 @@ class KVCache:
         beam = torch.cat([ancestry[:, : self.length], own], dim=1)
         allowed = beam[..., None] == torch.arange(beams, device=device)  # (N, L / beams, beams)
         allowed = allowed.view(-1, beams, 1, L) & mask  # (B, beams, T, L)
-        return allowed.view(-1, 1, beams * T, L)
+        return allowed.view(-1, 1, beams * T, L)  # (B, 1, beams*T, L): beams' queries folded
 
     def advance(self, T: int) -> None:
         """The caller's step wrote T positions."""

@@ -9,7 +9,7 @@ compute the same functions faster (why, with the measurements: docs/benchmarks/d
 - the KV cache keeps a sentence's beams side by side (model/cache.py), so a beam reorder moves
   no keys. Attention stays the fused SDPA call: with the beams' queries folded onto their
   sentence's keys it measured faster than a written-out kernel in most decoding shapes, and
-  within 12% where slower (short cross-attention, greedy).
+  close where slower (short cross-attention, greedy).
 With `int8=True` (`--dtype int8`) the linear layers become PyTorch's dynamically quantised int8
 ones instead of oneDNN fp32 ones: int8 weights with one scale per output row, each input
 quantised on the fly with one scale per call, products in int8, outputs in fp32 (`int8_linears`).

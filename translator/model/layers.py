@@ -54,7 +54,16 @@ class Embeddings(nn.Module):
         return self.dropout(x)
 
 
-ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
+def _activation(name: str) -> nn.Module:
+    """model.activation's module."""
+    match name:
+        case "relu":
+            return nn.ReLU()
+        case "gelu":
+            return nn.GELU()
+        case "silu":
+            return nn.SiLU()
+    raise ValueError(f"unknown activation {name!r}")  # config checks it first
 
 
 class FeedForward(nn.Module):
@@ -70,7 +79,7 @@ class FeedForward(nn.Module):
     ) -> None:
         super().__init__()
         self.up = nn.Linear(d_model, 2 * d_ff if gated else d_ff)  # gated: one product, two halves
-        self.activation, self.gated = ACTIVATIONS[activation](), gated
+        self.activation, self.gated = _activation(activation), gated
         self.down = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
 

@@ -157,7 +157,7 @@ class Transformer(nn.Module):
             else:
                 x = layer(x, memory, src_mask, mask, positions, kv)
         if rows is not None:
-            x = x.flatten(0, 1).index_select(0, rows)
+            x = x.flatten(0, 1).index_select(0, rows)  # (N, T, D) -> (N*T, D) -> (n, D)
         return self.out_proj(self.decoder_norm(x))
 
     def forward(

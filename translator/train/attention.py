@@ -107,7 +107,7 @@ class AttentionMonitor:
         the mean of heads, then each.
 
         Unlabelled images (tokens are in the `attention/sentences` text): labelled matplotlib
-        figures cost about a second each, far over the 5% of a validation these may take.
+        figures would cost far more than the 5% of a validation these may take.
         """
         n_layers = len(forced.maps[kind])
         for i in range(min(self.cfg.image_sentences, len(self.src_ids))):

@@ -29,8 +29,8 @@ def grad_scaler(device: torch.device, dtype: torch.dtype | None) -> torch.amp.Gr
 
 
 # fp32 on an AMD CPU: for sequences up to this many positions the math path (batched products
-# and a softmax) trains faster than the flash kernel; from ~128 on the flash kernel is faster. On
-# an Intel CPU the flash kernel was the faster one at every length (docs/benchmarks/train.md).
+# and a softmax) trains faster than the flash kernel, which wins on longer ones. On an Intel CPU
+# the flash kernel was the faster one at every length (docs/benchmarks/train.md).
 SHORT_ATTENTION = 64
 
 
@@ -39,7 +39,7 @@ def cpu_attention_kernels(
 ) -> list[SDPBackend]:
     """The SDPA kernels a CPU training step allows (empty: PyTorch's own choice). `longest`: the
     batch's longest sequence, None when unknown; `vendor`: the CPU's (device.cpu_vendor)."""
-    if dtype is not None:  # bf16: the flash backward is several times slower (measured 2x/update)
+    if dtype is not None:  # bf16: the flash backward is slower (docs/benchmarks/train.md)
         return [SDPBackend.MATH]
     short = longest is not None and longest <= SHORT_ATTENTION
     if short and vendor != INTEL:
