@@ -12,7 +12,7 @@ import sacrebleu
 import torch
 
 from tests.conftest import other_vocabulary, without_length_warnings
-from translator import checkpoint, evaluate, loading, translate
+from translator import averaging, checkpoint, evaluate, loading, translate
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
 from translator.model.transformer import Transformer
@@ -307,7 +307,7 @@ def test_average_of_identical_checkpoints_is_the_checkpoint(prepared, tmp_path):
     b, c = tmp_path / "b.pt", tmp_path / "c.pt"
     b.write_bytes(a.read_bytes())
     c.write_bytes(a.read_bytes())
-    assert checkpoint.average([a, b, c], tmp_path / "avg.pt") == 3
+    assert averaging.average([a, b, c], tmp_path / "avg.pt") == 3
     original, averaged = checkpoint.read(a), checkpoint.read(tmp_path / "avg.pt")
     assert original["model"].keys() == averaged["model"].keys()
     for key, value in original["model"].items():
@@ -321,7 +321,7 @@ def test_average_of_two_is_their_mean(prepared, tmp_path):
         save_tiny(prepared, tmp_path / "a.pt", seed=1),
         save_tiny(prepared, tmp_path / "b.pt", seed=2),
     )
-    checkpoint.average([a, b], tmp_path / "avg.pt")
+    averaging.average([a, b], tmp_path / "avg.pt")
     wa, wb, avg = (checkpoint.read(p)["model"] for p in (a, b, tmp_path / "avg.pt"))
     for key in wa:
         assert avg[key].dtype == wa[key].dtype
@@ -342,7 +342,7 @@ def test_average_accepts_checkpoints_that_differ_only_in_training_settings(prepa
         save_tiny(prepared, tmp_path / "a.pt", seed=1),
         save_tiny(resumed, tmp_path / "b.pt", seed=2),
     )
-    assert checkpoint.average([a, b], tmp_path / "avg.pt") == 2
+    assert averaging.average([a, b], tmp_path / "avg.pt") == 2
 
 
 def test_average_refuses_other_architectures(prepared, tmp_path):
@@ -356,9 +356,9 @@ def test_average_refuses_other_architectures(prepared, tmp_path):
     tokenizer = Tokenizer(Path(other.data.data_dir) / other.data.name / "spm.model")
     checkpoint.save(tmp_path / "b.pt", Transformer(other.model), other, tokenizer)
     with pytest.raises(TranslatorError, match=r"architecture differs .*model\.d_model: 32 -> 64"):
-        checkpoint.average([a, tmp_path / "b.pt"], tmp_path / "avg.pt")
+        averaging.average([a, tmp_path / "b.pt"], tmp_path / "avg.pt")
     with pytest.raises(TranslatorError, match="no checkpoints"):
-        checkpoint.average([], tmp_path / "avg.pt")
+        averaging.average([], tmp_path / "avg.pt")
     assert not (tmp_path / "avg.pt").exists()
 
 
@@ -380,7 +380,7 @@ def test_average_refuses_checkpoints_of_another_tokenizer(prepared, tmp_path):
     other_vocabulary(payload)  # same shapes
     torch.save(checkpoint.seal(payload), b)
     with pytest.raises(TranslatorError, match="tokenizer differs"):
-        checkpoint.average([a, b], tmp_path / "avg.pt")
+        averaging.average([a, b], tmp_path / "avg.pt")
     assert not (tmp_path / "avg.pt").exists()
 
 
@@ -396,11 +396,11 @@ def test_average_refuses_another_direction_and_its_own_inputs_as_output(prepared
         checkpoint.seal(payload), b
     )  # the same joint vocabulary and shapes, the other direction
     with pytest.raises(TranslatorError, match="translates de->en, the first checkpoint en->de"):
-        checkpoint.average([a, b], tmp_path / "avg.pt")
+        averaging.average([a, b], tmp_path / "avg.pt")
     assert not (tmp_path / "avg.pt").exists()
     before = a.read_bytes()
     with pytest.raises(TranslatorError, match="one of the checkpoints it averages"):
-        checkpoint.average([a, tmp_path / "." / "a.pt"], a)
+        averaging.average([a, tmp_path / "." / "a.pt"], a)
     assert a.read_bytes() == before
 
 
@@ -414,7 +414,7 @@ def test_average_refuses_one_checkpoint_given_twice_or_by_two_names(prepared, tm
         ([a, b, tmp_path / "." / "step-3.pt"], tmp_path / "." / "step-3.pt", a),
     ):
         with pytest.raises(TranslatorError) as refused:
-            checkpoint.average(given, tmp_path / "avg.pt")
+            averaging.average(given, tmp_path / "avg.pt")
         assert refused.value.where == str(dup) and refused.value.fix == "give each checkpoint once"
         assert (
             refused.value.what
@@ -603,7 +603,7 @@ def test_average_last_n_takes_the_newest_step_checkpoints_by_update(prepared, tm
     for step, seed in ((2, 1), (9, 2), (10, 3)):
         save_tiny(prepared, run / f"step-{step}.pt", seed=seed)
     (run / "step-x.pt").write_bytes(b"")  # not a step checkpoint: ignored
-    assert checkpoint.latest_steps(run, 2) == [run / "step-9.pt", run / "step-10.pt"]
+    assert averaging.latest_steps(run, 2) == [run / "step-9.pt", run / "step-10.pt"]
     cli = [
         sys.executable,
         "-m",
@@ -628,9 +628,9 @@ def test_average_last_n_takes_the_newest_step_checkpoints_by_update(prepared, tm
         (w9["encoder.0.ff.up.weight"] + w10["encoder.0.ff.up.weight"]) / 2,
     )
     with pytest.raises(TranslatorError, match="3 step checkpoints found, 4 asked for"):
-        checkpoint.latest_steps(run, 4)
+        averaging.latest_steps(run, 4)
     with pytest.raises(TranslatorError, match="--last takes a run directory") as err:
-        checkpoint.latest_steps(run / "step-9.pt", 2)
+        averaging.latest_steps(run / "step-9.pt", 2)
     assert err.value.where == str(run / "step-9.pt")
 
 

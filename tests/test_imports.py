@@ -19,6 +19,7 @@ LAYERS = [
     {"translator.decode"},
     {"translator.diagnostics"},
     {"translator.checkpoint"},
+    {"translator.averaging"},
     {
         "translator.prepare",
         "translator.prepared",

@@ -10,7 +10,7 @@ import zipfile
 import pytest
 import torch
 
-from translator import checkpoint, cli
+from translator import averaging, checkpoint, cli
 from translator.errors import TranslatorError
 
 
@@ -108,7 +108,7 @@ def test_the_checksums_are_of_each_saved_part_and_older_formats_still_load(
 def test_average_writes_a_verified_checkpoint(checkpoint_file, tmp_path):
     copy = tmp_path / "copy.pt"
     copy.write_bytes(checkpoint_file.read_bytes())
-    checkpoint.average([checkpoint_file, copy], tmp_path / "avg.pt")
+    averaging.average([checkpoint_file, copy], tmp_path / "avg.pt")
     assert checkpoint.read(tmp_path / "avg.pt")["format"] == checkpoint.FORMAT
 
 

@@ -86,14 +86,14 @@ def average(
 
     Example: translator average runs/multi30k --last 3 -o runs/multi30k/avg.pt
     """
-    from translator import checkpoint
+    from translator import averaging
 
     if last is not None and len(ckpts) != 1:
         raise TranslatorError(
             "--last takes one run directory", "average", "give the run directory alone"
         )
-    paths = checkpoint.latest_steps(ckpts[0], last) if last is not None else ckpts
-    count = checkpoint.average([str(p) for p in paths], out)
+    paths = averaging.latest_steps(ckpts[0], last) if last is not None else ckpts
+    count = averaging.average([str(p) for p in paths], out)
     typer.echo(f"averaged {count} checkpoint{'s' if count != 1 else ''} into {out}")
 
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from translator import checkpoint, evaluate, prepare
+from translator import averaging, checkpoint, evaluate, prepare
 from translator.config import Config
 from translator.errors import TranslatorError
 from translator.recipe.choose import (
@@ -105,7 +105,7 @@ def run(
         averaged = {}  # per run directory, the step checkpoints in its avg.pt
         for member_dir in member_dirs + channel_dirs:
             averaged[member_dir] = checkpoint.step_files(member_dir)[-average_last:]
-            checkpoint.average(averaged[member_dir], member_dir / "avg.pt")
+            averaging.average(averaged[member_dir], member_dir / "avg.pt")
     if channel is not None:
         valid, chosen, test = rerank_on_valid(
             run_dir, member_dirs, channel_dirs[0], seconds, quiet, score_test
