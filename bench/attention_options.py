@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from bench.machine import cpu_model, memory_mib
-from translator import checkpoint, config, evaluate, prepare
+from translator import averaging, checkpoint, config, evaluate, prepare
 from translator.device import resolve_device
 from translator.files import atomic_write, read_lines
 from translator.model.transformer import Transformer
@@ -133,7 +133,7 @@ def run_option(option: str, args) -> dict:
         valid_avg = None
         if args.average:  # the recipe's step: average the newest checkpoints, score on valid
             averaged = Path(tmp) / "avg.pt"
-            checkpoint.average(checkpoint.step_files(run_dir)[-args.average :], averaged)
+            averaging.average(checkpoint.step_files(run_dir)[-args.average :], averaged)
             valid_avg = score(averaged, "valid")[0]
         rates = train_rates(run_dir / "tensorboard")
         updates, best_update = (
