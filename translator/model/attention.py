@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from translator.model.cache import LayerCache
+from translator.model.layer_cache import LayerCache
 
 # q (N, H, T, K), k and v (N, G, L, K), mask, is_causal, dropout_p -> (N, H, T, K)
 Tensor = torch.Tensor

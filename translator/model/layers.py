@@ -11,7 +11,7 @@ from torch import nn
 
 from translator.config import ModelConfig
 from translator.model.attention import MultiHeadAttention, RotaryEmbedding, linear_attention
-from translator.model.cache import LayerCache
+from translator.model.layer_cache import LayerCache
 
 
 def sinusoids(max_positions: int, d_model: int) -> torch.Tensor:
