@@ -20,22 +20,25 @@ LAYERS = [
     {"translator.diagnostics"},
     {"translator.checkpoint"},
     {"translator.averaging"},
+    # what works on prepared data and checkpoints, in the order they build on each other
+    {
+        "translator.prepared",
+        "translator.rerank",
+        "translator.http_api",
+        "translator.export",
+        "translator.marian_files",
+    },
     {
         "translator.prepare",
-        "translator.prepared",
+        "translator.summary",
         "translator.translate",
         "translator.loading",
-        "translator.rerank",
-        "translator.stream",
-        "translator.score",
-        "translator.serve",
-        "translator.http_api",
-        "translator.summary",
-        "translator.export",
         "translator.marian",
-        "translator.marian_files",
         "translator.attention",
     },
+    {"translator.stream"},  # translate's stdin and stdout
+    {"translator.score"},  # reads as stream does
+    {"translator.serve"},  # translate and score behind HTTP
     {"translator.evaluate"},
     {"translator.train"},
     {"translator.cli", "translator.__main__", "translator.recipe"},
