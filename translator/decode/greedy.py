@@ -60,12 +60,13 @@ def greedy_search(
     out_tokens, out_scores = tokens.clone(), scores.clone()  # returned: written as rows leave
     # the log-probs of every step, written in place (why: log_softmax_into)
     vocab_buffer = torch.empty(B, model.cfg.vocab_size, device=device, dtype=torch.float32)
+    pick = sampler if sampler is not None else MostLikely()  # how a token is chosen from log-probs
     for step in range(steps):
         logits = next_logits(tokens[:, step : step + 1])  # (B, 1, V)
         cache.advance(1)
         # (B, V) fp32
         log_probs = ban_tokens_(log_softmax_into(vocab_buffer, logits[:, -1]), step, eos_from)
-        token = log_probs.argmax(dim=-1) if sampler is None else sampler.draw(log_probs)  # (B,)
+        token = pick.draw(log_probs)  # (B,)
         token = torch.where(step >= max_lens, EOS_ID, token)  # length limit reached: end here
         token = torch.where(finished, PAD_ID, token)
         scores += torch.where(finished, 0.0, log_probs.gather(1, token[:, None]).squeeze(1))
@@ -81,11 +82,20 @@ def greedy_search(
             finished, max_lens, eos_from = finished[keep], max_lens[keep], eos_from[keep]
             memory, src_mask, vocab_buffer = memory[keep], src_mask[keep], vocab_buffer[: len(keep)]
             cache.reorder(keep, sentences=keep)
-            if sampler is not None:
-                sampler.keep(keep.tolist())
+            pick.keep(keep.tolist())
             next_logits = decoding_step(model, memory, src_mask, cache)
     out_tokens[sentence], out_scores[sentence] = tokens, scores
     return [
         Hypothesis(strip(row, EOS_ID), float(s))
         for row, s in zip(out_tokens.tolist(), out_scores.tolist())
     ]
+
+
+class MostLikely:
+    """Greedy search's choice: each row's most likely token. A RowSampler draws instead."""
+
+    def draw(self, log_probs: torch.Tensor) -> torch.Tensor:
+        return log_probs.argmax(dim=-1)  # (N, V) -> (N,)
+
+    def keep(self, rows: list[int]) -> None:
+        """Rows leaving the batch change nothing here (a sampler drops their generators)."""
