@@ -16,7 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from tests.conftest import other_vocabulary
 from tests.train.conftest import variant
-from translator import checkpoint, config
+from translator import averaging, checkpoint, config
 from translator.errors import TranslatorError
 from translator.train import loop
 from translator.train.metrics import Metrics
@@ -352,7 +352,7 @@ def test_resume_from_weights_only_is_refused_in_one_line(runs, prepared, tmp_pat
     straight, _, _ = runs
     (tmp_path / "run").mkdir()
     # no optimizer state, as average writes
-    checkpoint.average([straight / "last.pt"], tmp_path / "run" / "last.pt")
+    averaging.average([straight / "last.pt"], tmp_path / "run" / "last.pt")
     with pytest.raises(TranslatorError, match="holds no training state"):
         loop.run(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)
     # refused before the log and the events are opened: nothing left behind
