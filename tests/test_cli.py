@@ -47,7 +47,8 @@ def registered_commands() -> dict:
 def test_help_is_instant_and_lists_every_command():
     result = run_cli("--help")
     assert result.returncode == 0
-    listed = set(re.findall(r"^│ (\w[\w-]*) {2,}", result.stdout, flags=re.MULTILINE))
+    commands = result.stdout.split("Commands:", 1)[1]
+    listed = set(re.findall(r"^  (\w[\w-]*) {2,}", commands, flags=re.MULTILINE))
     assert listed == set(registered_commands())
     probe = subprocess.run(
         [sys.executable, "-c", "import sys, translator.cli; print('torch' in sys.modules)"],
@@ -275,11 +276,18 @@ def test_usage_errors_are_one_line_with_exit_code_2(args, said):
     assert said in result.stderr and result.stderr.rstrip().endswith(" -h`)")  # the help to read
 
 
-def test_help_piped_to_a_file_keeps_whole_option_names():
+@pytest.mark.parametrize("columns", [None, "40", "80", "200"])
+def test_help_keeps_whole_option_names_at_any_width_in_ascii(columns):
+    """Piped (no COLUMNS) or at a terminal's width, option names are never cut, and the help is
+    plain ASCII (boxes would be garbage on a terminal whose locale is not UTF-8)."""
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns:
+        env["COLUMNS"] = columns
     result = run_cli("eval", "--help", env=env)
     assert result.returncode == 0
-    assert "--channel-candidates " in result.stdout and "--no-cuda-graphs " in result.stdout
+    assert re.search(r"--channel-candidates\s", result.stdout)
+    assert re.search(r"--no-cuda-graphs\s", result.stdout)
+    assert result.stdout.isascii()
 
 
 def test_the_bare_command_prints_its_help():
@@ -425,3 +433,32 @@ def test_eval_and_info_refuse_a_closed_stdout_and_name_it_when_full(tiny, tmp_pa
     assert full.returncode == 1 and err.count("\n") == 1, full.stderr
     assert err.startswith("error: <stdout>: cannot write the ")
     assert "No space left on device" in full.stderr
+
+
+def test_ctrl_c_during_translate_is_one_line_and_exit_130(tiny, tmp_path):
+    """Interrupted mid-decoding: `... interrupted (Ctrl-C)` on stderr, no traceback, exit 130."""
+    import signal
+
+    from tests.conftest import SENTENCES
+
+    lines = tmp_path / "in.en"
+    lines.write_text("\n".join(SENTENCES * 500) + "\n")  # far more than a second's work here
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    with lines.open() as stdin:
+        process = subprocess.Popen(
+            [*CLI, "translate", str(tiny.path)],
+            stdin=stdin,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env=env,
+            # a child of a non-interactive shell may inherit SIGINT ignored
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        assert process.stderr.readline().startswith("translate: ")  # loaded: decoding begins
+        process.send_signal(signal.SIGINT)
+        err = process.stderr.read()
+        assert process.wait(timeout=60) == 130
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == "python -m translator: interrupted (Ctrl-C)"

@@ -23,6 +23,17 @@ def open_own(path: Path, flags: int) -> int:
     return os.open(path, flags | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
 
 
+def interrupted(err: BaseException) -> bool:
+    """Whether `err` is, or arose while handling, a KeyboardInterrupt (Ctrl-C)."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, KeyboardInterrupt):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
+
+
 @contextmanager
 def atomic_write(
     path: str | Path, mode: str = "w", encoding: str | None = "utf-8", *, follow_link: bool = True
@@ -74,8 +85,12 @@ def atomic_write(
             # on disk before the rename: a crash leaves the old file or the whole new one
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if interrupted(err) and not isinstance(err, KeyboardInterrupt):
+            # torch.save's zip writer, closed by the unwinding Ctrl-C, raises its own error
+            # (`unexpected pos`) over it: still an interrupt, not a failed write
+            raise KeyboardInterrupt from err
         raise
 
 

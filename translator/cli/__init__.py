@@ -26,6 +26,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help: whole option names at any width, ASCII
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Train, evaluate and serve encoder-decoder Transformers for machine translation.",
 )
@@ -89,14 +90,13 @@ def run_command(command: typer.Typer) -> None:
     use_utf8()
     try:
         args = sys.argv[1:] or ["--help"]
-        if {"-h", "--help"} & set(args) and not sys.stdout.isatty():
-            # piped to a pager or a file: rich's default of 80 columns cuts option names short
-            os.environ.setdefault("COLUMNS", "120")
         # not standalone: click's usage errors come here, to be printed as one line
         code = command(args=args, standalone_mode=False)
+        if code == 130:  # typer's answer to Ctrl-C (KeyboardInterrupt), which it prints nothing for
+            typer.echo(f"{program_name()}: interrupted (Ctrl-C)", err=True)
         sys.exit(code if isinstance(code, int) else 0)  # an int: --help's 0, Ctrl-C's 130
     except UsageError as err:
-        where = err.ctx.command_path if err.ctx else Path(sys.argv[0]).name
+        where = err.ctx.command_path if err.ctx else program_name()
         typer.echo(f"error: {where}: {err.format_message()} (see `{where} -h`)", err=True)
         sys.exit(err.exit_code)
     except ClickException as err:
@@ -124,3 +124,12 @@ def run_command(command: typer.Typer) -> None:
         # the work is done or cleaned up: a SIGTERM during interpreter teardown ends the process
         # as by default, not as a SystemExit that Python can only print and ignore (exit 0)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def program_name() -> str:
+    """How the command was called, as its help says it: `translator`, or `python -m translator`
+    (sys.argv[0] is then `__main__.py`)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name:
+        return f"python -m {spec.name.removesuffix('.__main__')}"
+    return Path(sys.argv[0]).name

@@ -82,11 +82,16 @@ def evaluate(
     ] = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Translate a test set and print sacreBLEU (with signature) and chrF; hypotheses go to a file.
+    """Translate a test set; print sacreBLEU and chrF.
 
-    Example: translator eval runs/multi30k/best.pt --split test --beam 4 --length-penalty 1.0
-    (an ensemble: translator eval runs/a/best.pt runs/b/best.pt --split test; reranked by a
-    model of the reverse direction: ... --channel runs/multi30k-de-en/best.pt)
+    The scores come with their signatures; the hypotheses go to a file.
+
+    \b
+    Example: translator eval runs/multi30k/best.pt --split test --beam 4 \\
+      --length-penalty 1.0
+
+    An ensemble: translator eval runs/a/best.pt runs/b/best.pt --split test; reranked by a
+    model of the reverse direction: ... --channel runs/multi30k-de-en/best.pt.
     """
     from translator import evaluate as evaluate_mod
 
@@ -169,7 +174,9 @@ def translate(
     seed: SeedOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Translate stdin to stdout: one output line per input line; an empty line gives an empty line.
+    """Translate stdin to stdout, one line out per line in.
+
+    An empty line gives an empty line.
 
     Streams: a line typed interactively is answered at once; piped input is batched,
     with a progress bar on stderr when output goes to a file and stderr to a terminal.
@@ -178,9 +185,12 @@ def translate(
     and joined, with a warning (never truncated).
     Bytes that are not UTF-8 are replaced (U+FFFD), with a warning naming the line.
 
-    Example: echo "A man rides a bike." | translator translate runs/multi30k/best.pt
-    (reranked by a model of the reverse direction: ... --channel runs/multi30k-de-en/best.pt;
-    sampled, for back-translation: ... --sampling --sampling-topk 10 --seed 1)
+    \b
+    Example: echo "A man rides a bike." | \\
+      translator translate runs/multi30k/best.pt
+
+    Reranked by a model of the reverse direction: ... --channel runs/multi30k-de-en/best.pt;
+    sampled, for back-translation: ... --sampling --sampling-topk 10 --seed 1.
     """
     from translator import stream
 
@@ -260,13 +270,16 @@ def attention(
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
 ) -> None:
-    """Show a model's attention for a few sentences: per-head entropy table, heatmaps, an HTML page.
+    """Show a model's attention for a few sentences.
+
+    A per-head entropy table, heatmaps and an HTML page.
 
     Encoder self-, decoder self- and cross-attention of every layer; flags near-uniform,
     near-one-hot and near-duplicate heads (thresholds: the checkpoint's diagnostics.* config).
 
-    Example: translator attention runs/multi30k/best.pt "A dog runs on the beach." \\
-    -o attn/ --html attn.html
+    \b
+    Example: translator attention runs/multi30k/best.pt \\
+      "A dog runs on the beach." -o attn/ --html attn.html
     """
     from translator import attention as attention_mod
     from translator.loading import load

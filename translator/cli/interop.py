@@ -37,10 +37,13 @@ def export(
         ),
     ] = None,
 ) -> None:
-    """Export a checkpoint for deployment: a CTranslate2 model directory and its SentencePiece.
+    """Export a checkpoint to CTranslate2, for deployment.
+
+    A CTranslate2 model directory and its SentencePiece model.
 
     Needs the optional ctranslate2 package.
 
+    \b
     Example: translator export runs/multi30k/best.pt -o ct2-multi30k
     """
     from translator import export as export_mod
@@ -81,8 +84,11 @@ def import_hf(
         ),
     ] = None,
 ) -> None:
-    """Import an OPUS-MT (MarianMT) model as a checkpoint: translate, eval, fine-tune it.
+    """Import an OPUS-MT (MarianMT) model as a checkpoint.
 
+    Then translate, eval or fine-tune it as any other.
+
+    \b
     Example: translator import-hf opus-mt-en-de -o runs/opus-en-de.pt
     """
     from translator import marian

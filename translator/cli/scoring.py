@@ -40,7 +40,9 @@ def score(
     dtype: DtypeOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Score translations: log p(target | source) under the model, one number per line pair.
+    """Score translations: log p(target | source) per pair.
+
+    One number per line pair, under the model (forced decoding).
 
     The natural log summed over the target's SentencePiece tokens and EOS (forced decoding,
     as fairseq's --score-reference or Marian's scorer); several checkpoints: their ensemble.
@@ -48,7 +50,9 @@ def score(
     A pair longer than the model's positions prints nan, with a warning. A summary (tokens,
     cross-entropy, perplexity) goes to stderr.
 
-    Example: translator score runs/multi30k/best.pt --src test.en --tgt test.de --per-token
+    \b
+    Example: translator score runs/multi30k/best.pt --src test.en \\
+      --tgt test.de --per-token
     """
     from translator import score as score_mod
 

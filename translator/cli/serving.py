@@ -35,14 +35,17 @@ def serve(
     dtype: DtypeOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Serve a model over HTTP: POST /translate and /score take JSON, GET /health.
+    """Serve a model over HTTP (JSON).
+
+    POST /translate and /score take JSON; GET /health.
 
     The model is loaded once and answers until Ctrl-C or SIGTERM; one line per request on
     stderr (not with --quiet). Requests: {"text": [lines]} (optional "beam", "nbest") and
     {"source": [...], "target": [...]}; a bad request gets a 4xx and {"error": ...}.
 
+    \b
     Example: translator serve runs/multi30k/best.pt --port 8000 &
-    curl -s localhost:8000/translate -d '{"text": ["A dog runs."]}'
+      curl -s localhost:8000/translate -d '{"text": ["A dog runs."]}'
     """
     from translator import serve as serve_mod
 

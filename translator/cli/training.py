@@ -27,14 +27,18 @@ def prepare(
     ] = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Clean the corpus, train SentencePiece, write id arrays to data/<name>/ (cached by config).
+    """Clean the corpus, train SentencePiece, write token ids.
+
+    They go to data/<name>/, cached by config.
 
     A rerun with the same data config is a cache hit (a directory with a file missing, cut
     short or changed is prepared again). `train` does this itself when the data is
     missing; run it alone to prepare on one machine and train on another.
 
-    Example: translator prepare configs/multi30k.yaml --data ../shared/data/multi30k \\
-    --set data.splits.valid=valid --set data.splits.test=test2016
+    \b
+    Example: translator prepare configs/multi30k.yaml \\
+      --data ../shared/data/multi30k \\
+      --set data.splits.valid=valid --set data.splits.test=test2016
     """
     from translator import prepare as prepare_mod
 
@@ -44,7 +48,9 @@ def prepare(
 def train(
     config: ConfigArg, set: SetOpt = None, data: DataOpt = None, quiet: QuietOpt = False
 ) -> None:
-    """Train a Transformer; checkpoints, log and TensorBoard events go to train.run_dir.
+    """Train a Transformer.
+
+    Checkpoints, log and TensorBoard events go to train.run_dir.
 
     Prepares the data first (as `translator prepare` does) when data/<name>/ has none;
     data prepared with other data settings is refused, never replaced.
@@ -54,8 +60,10 @@ def train(
     Several GPUs (or CPU processes): torchrun --nproc_per_node 4 -m translator train CONFIG
     (rank 0 prepares, the others wait)
 
-    Example: translator train configs/multi30k.yaml --data ../shared/data/multi30k \\
-    --set data.splits.valid=valid --set data.splits.test=test2016
+    \b
+    Example: translator train configs/multi30k.yaml \\
+      --data ../shared/data/multi30k \\
+      --set data.splits.valid=valid --set data.splits.test=test2016
     """
     from translator.train import loop
 
@@ -82,8 +90,11 @@ def average(
         ),
     ] = None,
 ) -> None:
-    """Average the parameters of several checkpoints into one (optimizer state is dropped).
+    """Average the parameters of several checkpoints.
 
+    Into one checkpoint; the optimizer state is dropped.
+
+    \b
     Example: translator average runs/multi30k --last 3 -o runs/multi30k/avg.pt
     """
     from translator import averaging
@@ -105,6 +116,7 @@ def info(
 ) -> None:
     """Print the model architecture and its parameter count.
 
+    \b
     Example: translator info configs/base.yaml --set model.vocab_size=37000
     """
     from translator import summary

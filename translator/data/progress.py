@@ -130,8 +130,12 @@ class Step:
     def __enter__(self) -> Step:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.finish()
+    def __exit__(self, kind, value, traceback) -> None:
+        if kind is None:
+            self.finish()
+        else:  # failed: neither drawn complete nor logged as done; the error says what happened
+            self.progress.stop_task(self.id)
+            self.done = None
 
 
 class Bars:

@@ -13,6 +13,7 @@ from translator.recipe import run
 from translator.recipe.results import MANIFEST
 
 app = typer.Typer(
+    rich_markup_mode=None,  # click's plain help: whole option names at any width, ASCII
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -63,8 +64,10 @@ def main(
 ) -> None:
     """Prepare, train within --budget minutes, average, pick on valid, score test; see recipe.json.
 
-    Example: python -m translator.recipe configs/multi30k-en-de.yaml --data ../shared/data/multi30k
-    --set data.splits.valid=valid --set data.splits.test=test2016 --budget 48 --average 1
+    \b
+    Example: python -m translator.recipe configs/multi30k-en-de.yaml \\
+      --data ../shared/data/multi30k --set data.splits.valid=valid \\
+      --set data.splits.test=test2016 --budget 48 --average 1
     """
     cfg = config.load(config_path, set or [])
     reverse = None
