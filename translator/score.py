@@ -166,13 +166,13 @@ def run(
 
 def summary(pairs: int, skipped: int, log_prob: float, tokens: int) -> str:
     """One line: pairs, target tokens, cross-entropy per token and perplexity."""
-    line = f"score: {pairs} pairs"
+    line = f"score: {pairs:,} pairs"
     if skipped:
-        line += f" ({skipped} too long, not scored)"
+        line += f" ({skipped:,} too long, not scored)"
     if tokens:
         nats = -log_prob / tokens
         line += (
-            f", {tokens} target tokens: {nats:.4f} nats a token, perplexity {math.exp(nats):.2f}"
+            f", {tokens:,} target tokens: {nats:.4f} nats a token, perplexity {math.exp(nats):.2f}"
         )
     return line
 

@@ -88,7 +88,11 @@ def load(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -
         except UnicodeDecodeError:
             raise TranslatorError("not a UTF-8 text file", where, "give a YAML config") from None
         if not isinstance(raw, dict):
-            raise TranslatorError("top level must be a mapping of sections", where)
+            raise TranslatorError(
+                "top level must be a mapping of sections",
+                where,
+                "give a YAML config of data, model, train, decode sections (see configs/)",
+            )
     for item in overrides:
         key, sep, text = item.partition("=")
         if not sep or not key:
