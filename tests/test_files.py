@@ -57,18 +57,21 @@ def test_atomic_write_gives_an_ordinary_file_and_no_debris(tmp_path):
     assert (tmp_path / "out.txt").stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600
 
 
-def test_a_ctrl_c_that_a_writer_turned_into_its_own_error_is_still_a_ctrl_c(tmp_path):
-    """torch.save's zip writer, closed while a KeyboardInterrupt unwinds, raises a RuntimeError
-    over it; the command must still see Ctrl-C (exit 130, one line), not a failed write."""
+@pytest.mark.parametrize("stop", [KeyboardInterrupt(), SystemExit(143)])
+def test_a_stop_that_a_writer_turned_into_its_own_error_is_still_that_stop(tmp_path, stop):
+    """torch.save's zip writer, closed while a Ctrl-C (KeyboardInterrupt) or SIGTERM (SystemExit
+    143) unwinds, raises a RuntimeError over it; the command must still see the stop (exit 130 or
+    143, one line), not a failed write."""
     path = tmp_path / "avg.pt"
     path.write_bytes(b"old")
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(type(stop)) as raised:
         with atomic_write(path, "wb") as handle:
             handle.write(b"half")
             try:
-                raise KeyboardInterrupt
+                raise stop
             finally:
                 raise RuntimeError("unexpected pos 20348928 vs 20348816")
+    assert getattr(raised.value, "code", None) == getattr(stop, "code", None)
     assert path.read_bytes() == b"old" and os.listdir(tmp_path) == ["avg.pt"]
     with pytest.raises(RuntimeError):  # an error of its own stays what it is
         with atomic_write(path, "wb"):

@@ -23,15 +23,16 @@ def open_own(path: Path, flags: int) -> int:
     return os.open(path, flags | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
 
 
-def interrupted(err: BaseException) -> bool:
-    """Whether `err` is, or arose while handling, a KeyboardInterrupt (Ctrl-C)."""
+def interruption(err: BaseException) -> BaseException | None:
+    """The Ctrl-C (KeyboardInterrupt) or SIGTERM (SystemExit) that `err` is or arose while
+    handling, if any."""
     seen: set[int] = set()
     while err is not None and id(err) not in seen:
-        if isinstance(err, KeyboardInterrupt):
-            return True
+        if isinstance(err, KeyboardInterrupt | SystemExit):
+            return err
         seen.add(id(err))
         err = err.__cause__ or err.__context__
-    return False
+    return None
 
 
 @contextmanager
@@ -87,10 +88,15 @@ def atomic_write(
         os.replace(tmp, path)
     except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
-        if interrupted(err) and not isinstance(err, KeyboardInterrupt):
-            # torch.save's zip writer, closed by the unwinding Ctrl-C, raises its own error
-            # (`unexpected pos`) over it: still an interrupt, not a failed write
-            raise KeyboardInterrupt from err
+        stop = interruption(err)
+        if stop is not None and stop is not err:
+            # torch.save's zip writer, closed by an unwinding Ctrl-C or SIGTERM, raises its own
+            # error (`unexpected pos`) over it: still that stop, not a failed write
+            raise (
+                KeyboardInterrupt()
+                if isinstance(stop, KeyboardInterrupt)
+                else SystemExit(stop.code)
+            ) from None
         raise
 
 
