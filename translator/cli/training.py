@@ -50,15 +50,18 @@ def train(
 ) -> None:
     """Train a Transformer.
 
-    Checkpoints, log and TensorBoard events go to train.run_dir.
+    Checkpoints, log and TensorBoard events go to train.run_dir. Prepares the data first (as
+    `translator prepare` does) when data/<name>/ has none; data prepared with other data settings
+    is refused, never replaced.
 
-    Prepares the data first (as `translator prepare` does) when data/<name>/ has none;
-    data prepared with other data settings is refused, never replaced.
-    Fine-tune with --set train.init_from=CKPT: its weights, architecture and SentencePiece model(s).
     Resumes exactly from run_dir/last.pt when it exists; Ctrl-C or SIGTERM saves last.pt and exits
     with 130 or 143, as an interrupted program does.
-    Several GPUs (or CPU processes): torchrun --nproc_per_node 4 -m translator train CONFIG
-    (rank 0 prepares, the others wait)
+
+    Fine-tune with --set train.init_from=CKPT: its weights, architecture and SentencePiece
+    model(s). Several GPUs (or CPU processes), rank 0 preparing while the others wait:
+
+    \b
+      torchrun --nproc_per_node 4 -m translator train CONFIG
 
     \b
     Example: translator train configs/multi30k.yaml \\
