@@ -71,6 +71,8 @@ def test_help_is_instant_and_lists_every_command():
         "attention",
         "export",
         "import-hf",
+        "score",
+        "serve",
     ],
 )
 def test_every_command_help_has_an_example_that_parses(command):
@@ -104,6 +106,18 @@ def test_every_command_summary_is_one_line_in_the_root_help():
         if "\n" in cmd.help.strip().split("\n\n")[0]
     }
     assert not long, long
+
+
+def test_every_help_fits_80_columns_uncut():
+    """At 80 columns no help line runs over (an example's block is not rewrapped, so it must be
+    written to fit) and no command's summary is cut short with `...` in the root list."""
+    env = {**os.environ, "COLUMNS": "80"}
+    for command in ["", *registered_commands()]:
+        result = run_cli(*[command] if command else [], "--help", env=env)
+        wide = [line for line in result.stdout.splitlines() if len(line) > 80]
+        assert not wide, (command, wide)
+        if not command:
+            assert "..." not in result.stdout.split("Commands:", 1)[1]
 
 
 def test_version():
@@ -435,30 +449,31 @@ def test_eval_and_info_refuse_a_closed_stdout_and_name_it_when_full(tiny, tmp_pa
     assert "No space left on device" in full.stderr
 
 
-def test_ctrl_c_during_translate_is_one_line_and_exit_130(tiny, tmp_path):
-    """Interrupted mid-decoding: `... interrupted (Ctrl-C)` on stderr, no traceback, exit 130."""
+def test_ctrl_c_during_translate_is_one_line_and_exit_130(tiny):
+    """Interrupted while it waits for more input: `... interrupted (Ctrl-C)` on stderr, no
+    traceback, exit 130, and what was already translated written."""
     import signal
 
     from tests.conftest import SENTENCES
 
-    lines = tmp_path / "in.en"
-    lines.write_text("\n".join(SENTENCES * 500) + "\n")  # far more than a second's work here
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    with lines.open() as stdin:
-        process = subprocess.Popen(
-            [*CLI, "translate", str(tiny.path)],
-            stdin=stdin,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=REPO,
-            env=env,
-            # a child of a non-interactive shell may inherit SIGINT ignored
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
-        assert process.stderr.readline().startswith("translate: ")  # loaded: decoding begins
-        process.send_signal(signal.SIGINT)
-        err = process.stderr.read()
-        assert process.wait(timeout=60) == 130
+    process = subprocess.Popen(
+        [*CLI, "translate", str(tiny.path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+        # a child of a non-interactive shell may inherit SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    process.stdin.write(SENTENCES[0] + "\n")  # stdin stays open: the command cannot finish
+    process.stdin.flush()
+    assert process.stdout.readline()  # its translation: the command now waits for input
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=60) == 130  # stdin still open: only the signal can end it
+    err = process.stderr.read()
+    process.stdin.close()
     assert "Traceback" not in err
     assert err.splitlines()[-1] == "python -m translator: interrupted (Ctrl-C)"

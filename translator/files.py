@@ -24,14 +24,16 @@ def open_own(path: Path, flags: int) -> int:
 
 
 def interruption(err: BaseException) -> BaseException | None:
-    """The Ctrl-C (KeyboardInterrupt) or SIGTERM (SystemExit) that `err` is or arose while
-    handling, if any."""
+    """The Ctrl-C (KeyboardInterrupt) or SIGTERM (SystemExit 143, run_command's) that `err` is or
+    arose while handling, if any: followed through each error's cause or unsuppressed context."""
     seen: set[int] = set()
     while err is not None and id(err) not in seen:
-        if isinstance(err, KeyboardInterrupt | SystemExit):
+        if isinstance(err, KeyboardInterrupt) or (
+            isinstance(err, SystemExit) and err.code in (130, 143)
+        ):
             return err
         seen.add(id(err))
-        err = err.__cause__ or err.__context__
+        err = err.__cause__ or (None if err.__suppress_context__ else err.__context__)
     return None
 
 

@@ -255,13 +255,12 @@ def test_a_failed_step_is_not_logged_as_done(tmp_path, monkeypatch):
     """A log holds a step's line only when it finished: a failed load is the error alone."""
     from translator.data.progress import Bars
 
-    log = open(tmp_path / "log", "w")
-    monkeypatch.setattr(sys, "stderr", log)
-    with pytest.raises(ValueError), Bars(quiet=False) as bars:
-        with bars.step("load train", total=10) as step:
-            step.advance(10)
-        with bars.step("load valid", total=10):
-            raise ValueError("the two files differ in line count")
-    log.close()
+    with open(tmp_path / "log", "w") as log:
+        monkeypatch.setattr(sys, "stderr", log)
+        with pytest.raises(ValueError), Bars(quiet=False) as bars:
+            with bars.step("load train", total=10) as step:
+                step.advance(10)
+            with bars.step("load valid", total=10):
+                raise ValueError("the two files differ in line count")
     lines = (tmp_path / "log").read_text().splitlines()
     assert [line.split(":")[0] for line in lines] == ["load train"]

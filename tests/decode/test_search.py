@@ -74,9 +74,10 @@ def reference_beam(
     """Per sentence its best `nbest` (default all) finished hypotheses, best first, as (tokens,
     score).
 
-    The algorithm in plain lists: each open beam proposes its k best tokens; an EOS proposal is
-    finished, for good; the k best other proposals stay open. No early stop: it runs until no
-    beam is open, so it also checks that the search stops only when nothing better can come.
+    The algorithm in plain lists (reference_beam_search): an EOS among an open beam's k + 1
+    best tokens is finished, for good; the k best other continuations of all open beams stay
+    open. No early stop: it runs until no beam is open, so it also checks that the search stops
+    only when nothing better can come.
     """
     out = []
     for b in range(src.shape[0]):

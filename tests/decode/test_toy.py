@@ -208,6 +208,29 @@ def test_an_eos_among_a_beams_best_does_not_cost_an_open_slot(toy):
     assert [h.score for h in hyps] == pytest.approx([math.log(0.45), math.log(0.25)], abs=1e-4)
 
 
+def test_an_eos_outside_a_beams_k_plus_1_best_is_not_proposed(toy):
+    """The rule's other side, k = 2: at step 0 EOS is the 4th token (.05), outside the k + 1 = 3
+    proposed, so the empty output is never finished, though it would outscore every output that
+    is (A then one of 12 tokens: .45 / 12 = .0375). fairseq's cut is alike (EOS among its top
+    candidates only)."""
+    uniform = {token: 1 / 12 for token in range(6, 18)}  # EOS not among them
+    table = {(): {A: 0.45, B: 0.35, C: 0.15, EOS_ID: 0.05}, (A,): uniform, (B,): uniform}
+    src, src_mask = source([3])
+    hyps = beam_search(toy(table, vocab=18, floor=0.0), src, src_mask, beam_size=2, alpha=0.0)
+    assert hyps[0][0].tokens[0] == A and len(hyps[0][0].tokens) == 2
+    assert hyps[0][0].score == pytest.approx(math.log(0.45 / 12), abs=1e-4)
+
+
+def test_a_beam_as_wide_as_the_vocabulary_still_searches(toy):
+    """k + 1 proposals a beam cannot exceed the vocabulary: k = 8 over 8 tokens finds the garden
+    path's outputs in order."""
+    src, src_mask = source([3])
+    hyps = beam_search(
+        toy(GARDEN_PATH, vocab=8, floor=0.0), src, src_mask, beam_size=8, alpha=0.0, nbest=3
+    )[0]
+    assert [h.tokens for h in hyps] == [[B], [A], [A, A]]
+
+
 def _random_table(seed: int, depth: int) -> dict[tuple[int, ...], dict[int, float]]:
     """Every prefix over tokens 4-6 up to `depth` gets a random distribution over 1-4 of EOS, 4, 5,
     6."""

@@ -84,14 +84,15 @@ def evaluate(
 ) -> None:
     """Translate a test set; print sacreBLEU and chrF.
 
-    The scores come with their signatures; the hypotheses go to a file.
+    Each score comes with its sacreBLEU signature; the hypotheses go to a file.
 
     \b
     Example: translator eval runs/multi30k/best.pt --split test --beam 4 \\
       --length-penalty 1.0
-
-    An ensemble: translator eval runs/a/best.pt runs/b/best.pt --split test; reranked by a
-    model of the reverse direction: ... --channel runs/multi30k-de-en/best.pt.
+    An ensemble:
+      translator eval runs/a/best.pt runs/b/best.pt --split test
+    Reranked by a model of the reverse direction:
+      translator eval runs/multi30k/best.pt --channel runs/multi30k-de-en/best.pt
     """
     from translator import evaluate as evaluate_mod
 
@@ -188,9 +189,9 @@ def translate(
     \b
     Example: echo "A man rides a bike." | \\
       translator translate runs/multi30k/best.pt
-
-    Reranked by a model of the reverse direction: ... --channel runs/multi30k-de-en/best.pt;
-    sampled, for back-translation: ... --sampling --sampling-topk 10 --seed 1.
+    Reranked by a model of the reverse direction: ... \\
+      --channel runs/multi30k-de-en/best.pt
+    Sampled, for back-translation: ... --sampling --sampling-topk 10 --seed 1
     """
     from translator import stream
 
@@ -251,8 +252,7 @@ def attention(
             "--out",
             "-o",
             help=(
-                "Directory for PNG heatmaps (sentenceI-KIND-layerL.png) "
-                "and head divergences (diversity-KIND.png)."
+                "Directory for PNG heatmaps and head divergences (files named in the help above)."
             ),
         ),
     ] = None,
@@ -272,10 +272,13 @@ def attention(
 ) -> None:
     """Show a model's attention for a few sentences.
 
-    A per-head entropy table, heatmaps and an HTML page.
+    Prints a per-head entropy table of the encoder's self-attention, the decoder's self-attention
+    and the cross-attention of every layer, and names the heads that are almost uniform, almost
+    one-hot or almost duplicates of another (thresholds: the checkpoint's diagnostics.* config).
+    With -o, PNG heatmaps and head divergences go to a directory; with --html, one offline page:
 
-    Encoder self-, decoder self- and cross-attention of every layer; flags near-uniform,
-    near-one-hot and near-duplicate heads (thresholds: the checkpoint's diagnostics.* config).
+    \b
+      DIR/sentenceI-KIND-layerL.png   DIR/diversity-KIND.png
 
     \b
     Example: translator attention runs/multi30k/best.pt \\

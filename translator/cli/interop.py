@@ -39,7 +39,7 @@ def export(
 ) -> None:
     """Export a checkpoint to CTranslate2, for deployment.
 
-    A CTranslate2 model directory and its SentencePiece model.
+    Writes a CTranslate2 model directory with the SentencePiece model beside it.
 
     Needs the optional ctranslate2 package.
 
@@ -86,7 +86,7 @@ def import_hf(
 ) -> None:
     """Import an OPUS-MT (MarianMT) model as a checkpoint.
 
-    Then translate, eval or fine-tune it as any other.
+    The checkpoint then translates, evaluates and fine-tunes as one of ours does.
 
     \b
     Example: translator import-hf opus-mt-en-de -o runs/opus-en-de.pt

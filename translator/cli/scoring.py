@@ -42,13 +42,12 @@ def score(
 ) -> None:
     """Score translations: log p(target | source) per pair.
 
-    One number per line pair, under the model (forced decoding).
-
-    The natural log summed over the target's SentencePiece tokens and EOS (forced decoding,
-    as fairseq's --score-reference or Marian's scorer); several checkpoints: their ensemble.
-    Pairs come from --src/--tgt, or stdin as source<TAB>target lines (paste src.txt tgt.txt).
-    A pair longer than the model's positions prints nan, with a warning. A summary (tokens,
-    cross-entropy, perplexity) goes to stderr.
+    Prints one number per line pair: the natural log of the probability the model gives the
+    target's SentencePiece tokens and EOS (forced decoding, as fairseq's --score-reference or
+    Marian's scorer); several checkpoints score as their ensemble. Pairs come from --src/--tgt,
+    or stdin as source<TAB>target lines (paste src.txt tgt.txt). A pair longer than the model's
+    positions prints nan, with a warning. A summary (tokens, the mean loss a token, perplexity)
+    goes to stderr.
 
     \b
     Example: translator score runs/multi30k/best.pt --src test.en \\

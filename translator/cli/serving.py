@@ -37,15 +37,14 @@ def serve(
 ) -> None:
     """Serve a model over HTTP (JSON).
 
-    POST /translate and /score take JSON; GET /health.
-
-    The model is loaded once and answers until Ctrl-C or SIGTERM; one line per request on
-    stderr (not with --quiet). Requests: {"text": [lines]} (optional "beam", "nbest") and
-    {"source": [...], "target": [...]}; a bad request gets a 4xx and {"error": ...}.
+    The model is loaded once and answers until Ctrl-C or SIGTERM, one line per request on
+    stderr (not with --quiet). POST /translate takes {"text": [lines]} (optional "beam",
+    "nbest"), POST /score {"source": [...], "target": [...]}; GET /health says what is served.
+    A bad request gets a 4xx and {"error": ...}.
 
     \b
     Example: translator serve runs/multi30k/best.pt --port 8000 &
-      curl -s localhost:8000/translate -d '{"text": ["A dog runs."]}'
+    Then: curl -s localhost:8000/translate -d '{"text": ["A dog runs."]}'
     """
     from translator import serve as serve_mod
 

@@ -29,7 +29,7 @@ def prepare(
 ) -> None:
     """Clean the corpus, train SentencePiece, write token ids.
 
-    They go to data/<name>/, cached by config.
+    Everything goes to data/<name>/, cached by the data config.
 
     A rerun with the same data config is a cache hit (a directory with a file missing, cut
     short or changed is prepared again). `train` does this itself when the data is
@@ -95,7 +95,7 @@ def average(
 ) -> None:
     """Average the parameters of several checkpoints.
 
-    Into one checkpoint; the optimizer state is dropped.
+    Writes one checkpoint holding their mean; the optimizer state is dropped.
 
     \b
     Example: translator average runs/multi30k --last 3 -o runs/multi30k/avg.pt

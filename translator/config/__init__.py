@@ -1,9 +1,9 @@
 """One typed configuration tree: YAML -> dataclasses, dotted overrides, unknown keys rejected.
 
 Every field has a default and a doc comment. Each section lives in a module of its own (data,
-model, train, decode: its fields and their checks); convert.py turns plain values into them, naming
-the closest valid key when a key is unknown; this module assembles the tree and loads it. The
-package imports nothing from the rest of translator but `errors`.
+model, train, decode, diagnostics: its fields and their checks); convert.py turns plain values
+into them, naming the closest valid key when a key is unknown; this module assembles the tree
+and loads it. The package imports nothing from the rest of translator but `errors`.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def load(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -
             raise TranslatorError(
                 "top level must be a mapping of sections",
                 where,
-                "give a YAML config of data, model, train, decode sections (see configs/)",
+                "give a YAML config of sections such as data, model, train (see configs/)",
             )
     for item in overrides:
         key, sep, text = item.partition("=")

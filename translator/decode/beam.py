@@ -58,7 +58,8 @@ def beam_search(
     reference).
     """
     B, k, n, device = src.shape[0], beam_size, min(nbest, beam_size), src.device
-    # proposals a beam (step 2); a beam of one proposes one: greedy search, which ends at EOS
+    # how many tokens each beam proposes (step 2); a beam of one proposes its best alone, as
+    # greedy search does, and ends at EOS
     m = min(k + 1, model.cfg.vocab_size) if k > 1 else 1
     max_lens = max_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions - 1)  # (B,)
     eos_from = eos_allowed_from(max_lens, min_len).repeat_interleave(k)  # (B*k,)

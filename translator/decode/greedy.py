@@ -82,7 +82,7 @@ def greedy_search(
             finished, max_lens, eos_from = finished[keep], max_lens[keep], eos_from[keep]
             memory, src_mask, vocab_buffer = memory[keep], src_mask[keep], vocab_buffer[: len(keep)]
             cache.reorder(keep, sentences=keep)
-            pick.keep(keep.tolist())
+            pick.keep(keep)
             next_logits = decoding_step(model, memory, src_mask, cache)
     out_tokens[sentence], out_scores[sentence] = tokens, scores
     return [
@@ -97,5 +97,5 @@ class MostLikely:
     def draw(self, log_probs: torch.Tensor) -> torch.Tensor:
         return log_probs.argmax(dim=-1)  # (N, V) -> (N,)
 
-    def keep(self, rows: list[int]) -> None:
+    def keep(self, rows: torch.Tensor) -> None:
         """Rows leaving the batch change nothing here (a sampler drops their generators)."""

@@ -93,8 +93,9 @@ class RowSampler:
             [torch.multinomial(p, 1, generator=g) for p, g in zip(probs, self.generators)]
         )
 
-    def keep(self, rows: list[int]) -> None:
-        self.generators = [self.generators[i] for i in rows]
+    def keep(self, rows: torch.Tensor) -> None:
+        """The generators of the rows (indices) that stay in the batch."""
+        self.generators = [self.generators[i] for i in rows.tolist()]
 
 
 def truncated(log_probs: torch.Tensor, sampling: Sampling) -> torch.Tensor:

@@ -111,7 +111,7 @@ def shared_key_attention(
 
     The beams' queries are folded into one query axis, so K/V are read once per sentence
     (beams = 1, the usual case, folds nothing): cross-attention's memory, and self-attention's
-    keys in a beam-slots cache (model/cache.py). Masks broadcast over the folded axis, or come
+    keys in a beam-slots cache (model/layer_cache.py). Masks broadcast over the folded axis, or come
     folded (KVCache.own_keys).
     """
     N, H, T, K = q.shape

@@ -6,7 +6,7 @@ compute the same functions faster (why, with the measurements: docs/benchmarks/d
 - every nn.Linear becomes a `OneDNNLinear` (PyTorch sends CPU fp32 linears to a slower GEMM
   than the oneDNN one it uses for bf16), its weight reordered once into oneDNN's own layout, bias
   fused, and each FFN's ReLU fused into its product;
-- the KV cache keeps a sentence's beams side by side (model/cache.py), so a beam reorder moves
+- the KV cache keeps a sentence's beams side by side (model/layer_cache.py), so a beam reorder moves
   no keys. Attention stays the fused SDPA call: with the beams' queries folded onto their
   sentence's keys it measured faster than a written-out kernel in most decoding shapes, and
   close where slower (short cross-attention, greedy).
@@ -83,7 +83,7 @@ def for_cpu_decoding(model: Transformer, int8: bool = False) -> str:
     if int8 and dtype != torch.float32:
         raise ValueError(f"int8 linear layers are made from an fp32 model, not {dtype}")
     model.requires_grad_(False)
-    # a sliding window keeps its ring cache (model/cache.py)
+    # a sliding window keeps its ring cache (model/layer_cache.py)
     cache = "window KV cache" if model.cfg.attention_window else "beam-slots KV cache"
     done = [cache]
     model.beam_slots_cache = True

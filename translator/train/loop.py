@@ -235,7 +235,9 @@ def _run(cfg: Config, quiet: bool) -> Transformer:
         reason = "interrupted"
         if s.dist.main:
             s.metrics.last_word(f"stopped at once by a second Ctrl-C: {unsaved(s)}")
-        raise
+        # said: the exit code of an interrupted program, not a KeyboardInterrupt the command line
+        # would announce again
+        raise SystemExit(128 + signal.SIGINT) from None
     finally:
         stop.restore()
         if manifest:

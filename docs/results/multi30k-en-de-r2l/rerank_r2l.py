@@ -19,8 +19,9 @@ from pathlib import Path
 import sacrebleu
 
 from translator.decode.beam import length_penalty
+from translator.loading import load_models
 from translator.rerank import source_log_probs
-from translator.translate import load_models, translate_lines, with_overrides
+from translator.translate import translate_lines, with_overrides
 
 
 def reverse_words(text: str) -> str:
