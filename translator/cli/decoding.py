@@ -36,7 +36,6 @@ from translator.cli.stdout import (
     print_result,
     reader_may_leave,
     require_stdout,
-    require_stdout_apart,
     utf8_argument,
 )
 from translator.errors import TranslatorError
@@ -205,7 +204,6 @@ def translate(
         layer = -1 if alignment_layer is None else alignment_layer
     needs_channel("translate", channel, channel_weight, channel_candidates)
     drawn = sampling_from(sampling, sampling_topk, sampling_topp, temperature, seed, beam, channel)
-    require_stdout_apart("translate")
     with reader_may_leave():  # `translate < in | head`: stops at once, exit 0
         stream.run(
             ckpt,

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from translator.cli.options import BatchTokensOpt, CkptsArg, DeviceOpt, DtypeOpt, QuietOpt
-from translator.cli.stdout import reader_may_leave, require_stdout_apart
+from translator.cli.stdout import reader_may_leave, require_stdout
 
 
 def score(
@@ -55,7 +55,7 @@ def score(
     """
     from translator import score as score_mod
 
-    require_stdout_apart("score")
+    require_stdout("score")
 
     with reader_may_leave():  # `score ... | head`: stops at once, exit 0
         score_mod.run(

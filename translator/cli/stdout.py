@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import os
-import stat
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,24 +49,6 @@ def require_stdout(command: str) -> None:
             "stdout is closed, so the result would be lost",
             command,
             "give somewhere for stdout, e.g. > out.txt",
-        )
-
-
-def require_stdout_apart(command: str) -> None:
-    """Refuses to start when stdout and stderr are one regular file: the warnings and log lines
-    would land among the results (`nohup translator translate ... > out.de` from a terminal sends
-    stderr into stdout's file; so does `> out.de 2>&1`)."""
-    require_stdout(command)
-    try:
-        out, err = os.fstat(sys.stdout.fileno()), os.fstat(sys.stderr.fileno())
-    except (AttributeError, OSError, ValueError):  # no descriptors (a test runner's streams)
-        return
-    if stat.S_ISREG(out.st_mode) and (out.st_dev, out.st_ino) == (err.st_dev, err.st_ino):
-        raise TranslatorError(
-            "stdout and stderr are the same file, so warnings would land among the results",
-            command,
-            f"give stderr a file of its own, e.g. 2> {command}.log (nohup too: it sends a "
-            "terminal's stderr after stdout)",
         )
 
 
