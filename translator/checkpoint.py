@@ -25,6 +25,7 @@ from translator.model.transformer import Transformer
 
 FORMAT = 3  # 3: "sha256" of each part; 2: "weights_sha256" of the weights alone
 FORMATS = (1, 2, 3)  # what `read` accepts
+NEWER = "written by a newer translator"  # how `read` refuses a format above FORMAT
 # the parts that format 3's checksums cover, by the name an error gives them
 PARTS = {
     "model": "weights",
@@ -200,7 +201,14 @@ def _open(path: str | Path, mmap: bool) -> dict[str, Any]:
             str(path),
             "use another checkpoint",
         ) from None
-    if not isinstance(payload, dict) or payload.get("format") not in FORMATS or _partial(payload):
+    made = payload.get("format") if isinstance(payload, dict) else None
+    if isinstance(made, int) and made > FORMAT:
+        raise TranslatorError(
+            f"{NEWER} (checkpoint format {made}; this one reads 1-{FORMAT})",
+            str(path),
+            "upgrade translator (pip install -U, or git pull and make install) to read it",
+        )
+    if not isinstance(payload, dict) or made not in FORMATS or _partial(payload):
         raise TranslatorError(
             "not a translator checkpoint",
             str(path),

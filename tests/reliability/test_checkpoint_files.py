@@ -48,13 +48,20 @@ def test_a_checkpoint_cut_anywhere_is_refused(checkpoint_file, tmp_path, no_mode
 
 @pytest.mark.parametrize(
     "content",
-    [{"weight": torch.zeros(3)}, {"format": 3, "model": {}}, {"format": 9}, [1, 2, 3], "text"],
+    [{"weight": torch.zeros(3)}, {"format": 3, "model": {}}, {"format": "3"}, [1, 2, 3], "text"],
 )
 def test_foreign_files_are_refused(tmp_path, no_model_built, content):
     torch.save(content, tmp_path / "foreign.pt")
     assert "not a translator checkpoint" in refused(tmp_path / "foreign.pt")
     (tmp_path / "notes.pt").write_text("not a checkpoint at all\n")
     assert "not a readable checkpoint" in refused(tmp_path / "notes.pt")
+
+
+def test_a_newer_format_is_refused_as_newer_not_as_foreign(tmp_path, no_model_built):
+    torch.save({"format": checkpoint.FORMAT + 1, "model": {}}, tmp_path / "newer.pt")
+    message = refused(tmp_path / "newer.pt")
+    assert f"newer translator (checkpoint format {checkpoint.FORMAT + 1}" in message
+    assert "upgrade translator" in message
 
 
 def test_a_changed_weight_is_caught_by_the_checksum(checkpoint_file, tmp_path, no_model_built):

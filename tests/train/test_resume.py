@@ -348,6 +348,33 @@ def test_resume_with_another_process_count_skips_the_same_share_of_the_epoch(
     assert "an update now holds 1/2 of the tokens it held (train.max_tokens and" in log
 
 
+def test_a_checkpoint_from_before_later_counters_resumes(runs, prepared, tmp_path):
+    """A format-1 last.pt (no checksums) whose training state predates the counters added since:
+    they start from their defaults instead of stopping the resume."""
+    straight, _, _ = runs
+    payload = checkpoint.read(straight / "last.pt")
+    for later in ("seconds", "warmup_end_seconds", "best_step", "oom_splits", "oom_skipped"):
+        del payload["state"]["train"][later]
+    del payload["sha256"]
+    payload["format"] = 1
+    (tmp_path / "run").mkdir()
+    torch.save(payload, tmp_path / "run" / "last.pt")
+    loop.run(variant(prepared, tmp_path / "run", *SETTINGS, "train.max_updates=7"), quiet=True)
+    assert checkpoint.read(tmp_path / "run" / "last.pt")["state"]["train"]["step"] == 7
+
+
+def test_a_last_pt_from_a_newer_translator_is_not_called_damaged(runs, prepared, tmp_path):
+    straight, _, _ = runs
+    payload = checkpoint.read(straight / "last.pt")
+    payload["format"] = checkpoint.FORMAT + 1
+    (tmp_path / "run").mkdir()
+    torch.save(payload, tmp_path / "run" / "last.pt")
+    with pytest.raises(TranslatorError) as refused:
+        loop.run(variant(prepared, tmp_path / "run", *SETTINGS), quiet=True)
+    assert refused.value.what.startswith("cannot resume: written by a newer translator")
+    assert refused.value.fix.startswith("upgrade translator")  # not: remove it
+
+
 def test_resume_from_weights_only_is_refused_in_one_line(runs, prepared, tmp_path):
     straight, _, _ = runs
     (tmp_path / "run").mkdir()

@@ -24,7 +24,7 @@ from translator.config import (
     with_training_settings,
 )
 from translator.errors import TranslatorError
-from translator.train.resume import unreadable_last
+from translator.train.resume import refused_last
 
 
 @dataclass
@@ -64,9 +64,7 @@ def _resuming(cfg: Config, last: Path) -> Start:
     try:
         tokenizer, saved_dict = checkpoint.read_tokenizer(last)
     except TranslatorError as err:  # as resume.read_resumable says it
-        raise TranslatorError(
-            f"cannot resume: {err.what}", err.where, unreadable_last(last)
-        ) from None
+        raise refused_last(err, last) from None
     started_from = saved_dict.get("train", {}).get("init_from", "")
     notes = []
     if cfg.train.init_from:

@@ -33,6 +33,13 @@ def unreadable_last(path: Path) -> str:
     return f"{shared}start over in a new train.run_dir"
 
 
+def refused_last(err: TranslatorError, path: Path) -> TranslatorError:
+    """`read`'s refusal of last.pt, said as a refused resume: a damaged file gets unreadable_last's
+    advice, one from a newer translator its own (the file is fine)."""
+    fix = err.fix if err.what.startswith(checkpoint.NEWER) else unreadable_last(path)
+    return TranslatorError(f"cannot resume: {err.what}", err.where, fix)
+
+
 def agree_to_resume(d: Dist, last: Path) -> bool:
     """Whether the run resumes from `last`, alike on every process. Each process says which
     checkpoint it sees there; one that does not see rank 0's refuses the run on all of them. (Each
@@ -79,9 +86,7 @@ def read_resumable(path: Path, cfg: Config, tokenizer: Tokenizer) -> dict[str, A
     try:
         payload = checkpoint.read(path)
     except TranslatorError as err:  # e.g. cut short by a full disk
-        raise TranslatorError(
-            f"cannot resume: {err.what}", err.where, unreadable_last(path)
-        ) from None
+        raise refused_last(err, path) from None
     if payload["tokenizer"]["sha256"] != tokenizer.checksum():
         raise TranslatorError(
             "cannot resume: the checkpoint was trained with a different tokenizer",

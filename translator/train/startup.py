@@ -48,10 +48,11 @@ def setup(cfg: Config, quiet: bool) -> Session:
         distributed.close(d)
         raise
     s.run_dir.mkdir(parents=True, exist_ok=True)
+    # `seconds` came in format 1's lifetime: a checkpoint saved before it had trained unclocked
     saved = (
         None
         if payload is None
-        else (payload["state"]["train"]["step"], payload["state"]["train"]["seconds"])
+        else (payload["state"]["train"]["step"], payload["state"]["train"].get("seconds", 0.0))
     )
     s.metrics = Metrics(s.run_dir, t.max_updates, 0, quiet, enabled=d.main, saved=saved)
     for line in [*claimed, *start.notes]:
