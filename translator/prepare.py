@@ -36,10 +36,10 @@ from translator.prepared import (
     build_manifest,
     check_checksums,
     load_manifest,
+    out_of_date,
     prepared_dir,
     read_manifest,
     summary_rows,
-    up_to_date,
     vocab_files,
 )
 
@@ -81,7 +81,8 @@ def run(
     say = (lambda line: None) if quiet else log
     vocab = checkpoint_vocab(cfg)
     vocab_from = vocab.checksum() if vocab else None
-    if not force and up_to_date(data, vocab_from):
+    why = "" if force else out_of_date(data, vocab_from)
+    if not force and not why:
         (say or Bars(quiet).print)(
             f"{out} is up to date (same data config); use --force to prepare again"
         )
@@ -98,6 +99,8 @@ def run(
             str(out),
             elsewhere,
         )
+    if why and (out / "manifest.json").is_file():  # replacing data: say why
+        (say or Bars(quiet).print)(f"{out}: preparing again ({why})")
     started = time.time()
     with Bars(quiet) as bars, atomic_dir(out) as tmp:
         manifest = _prepare(data, tmp, bars, vocab)

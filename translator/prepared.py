@@ -77,19 +77,32 @@ def config_hash(data: DataConfig, vocab_from: str | None = None) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def up_to_date(data: DataConfig, vocab_from: str | None = None) -> bool:
-    """Whether `prepare` may skip: the same config hash, and every file as prepare wrote it (size
-    and sha256), so that a rerun repairs what training refuses as damaged."""
+def out_of_date(data: DataConfig, vocab_from: str | None = None) -> str:
+    """Why `prepare` may not skip (empty: it may): no data yet, other settings or source files
+    (the config hash), text cleaned by other rules, or a file not as prepare wrote it (size and
+    sha256), so that a rerun repairs what training refuses as damaged."""
     folder = prepared_dir(data)
     if not (folder / "manifest.json").is_file():
-        return False
+        return "no prepared data yet"
     try:
         manifest = read_manifest(folder)
-    except TranslatorError:
-        return False
+    except TranslatorError as err:
+        return err.what
     if manifest.get("config_hash") != config_hash(data, vocab_from):
-        return False
-    return not file_damage(folder, manifest) and not checksum_damage(folder, manifest)
+        return source_change(data, manifest) or "other data settings"
+    if change := cleaning_change(data, manifest):
+        return change
+    return file_damage(folder, manifest) or checksum_damage(folder, manifest)
+
+
+def cleaning_change(data: DataConfig, manifest: dict) -> str:
+    """Whether the prepared text was cleaned by other rules than this version's (clean.rules_digest;
+    data prepared before the digest was recorded counts as other); empty when not."""
+    made = manifest.get("cleaning")
+    if made == clean.rules_digest(data.nfc, data.normalize_spaces):
+        return ""
+    which = "rules that differ from" if made else "a translator older than"
+    return f"{prepared_dir(data)} was cleaned by {which} this version's text cleaning"
 
 
 def read_manifest(folder: Path) -> dict:
@@ -195,6 +208,7 @@ def build_manifest(
         "config_hash": config_hash(data, vocab_from),
         "settings": shaping_settings(data, vocab_from),
         "source": data.source,
+        "cleaning": clean.rules_digest(data.nfc, data.normalize_spaces),
         "source_spec": {
             "source": data.source,
             "splits": data.splits,

@@ -15,7 +15,7 @@ from tests.data.conftest import tiny_config
 from translator import prepare, prepared
 from translator.data.shards import TokenArray
 from translator.errors import TranslatorError
-from translator.prepared import VERIFIED, load_manifest, prepared_dir, up_to_date
+from translator.prepared import VERIFIED, load_manifest, out_of_date, prepared_dir
 
 
 @pytest.fixture
@@ -54,9 +54,9 @@ def test_damaged_data_is_refused_in_one_line_and_prepare_repairs_it(cfg, damage,
     with pytest.raises(TranslatorError, match=message) as refused:
         load_manifest(cfg.data)  # what train and its run manifest read
     assert "translator prepare" in str(refused.value) and "\n" not in str(refused.value)
-    assert not up_to_date(cfg.data)  # not "up to date; use --force": a loop for the user
+    assert out_of_date(cfg.data)  # not "up to date; use --force": a loop for the user
     prepare.run(cfg, quiet=True)
-    assert up_to_date(cfg.data) and load_manifest(cfg.data)["pairs"]["train"] > 0
+    assert not out_of_date(cfg.data) and load_manifest(cfg.data)["pairs"]["train"] > 0
 
 
 def test_bytes_changed_after_prepare_are_refused_when_training_starts(cfg):
@@ -68,7 +68,7 @@ def test_bytes_changed_after_prepare_are_refused_when_training_starts(cfg):
     load_manifest(cfg.data)  # the cheap check (sizes) passes
     with pytest.raises(TranslatorError, match=r"train\.tgt\.ids\.npy changed after prepare"):
         prepare.ensure(cfg, quiet=True)  # train's first step, on rank 0
-    assert not up_to_date(cfg.data)
+    assert out_of_date(cfg.data)
     prepare.run(cfg, quiet=True)
     prepare.ensure(cfg, quiet=True)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,12 +17,13 @@ import pytest
 
 from tests.data.conftest import REPO, small_splits, tiny_config, write_text_corpus
 from translator import prepare, prepared
+from translator.data import clean
 from translator.data.clean import normalize
 from translator.data.shards import TokenArray
 from translator.data.tokenizer import UNK_ID, Tokenizer
 from translator.errors import TranslatorError
 from translator.files import read_lines
-from translator.prepared import config_hash, load_manifest, prepared_dir, up_to_date
+from translator.prepared import config_hash, load_manifest, out_of_date, prepared_dir
 
 CRAFTED = [  # (en, de, rule)
     ("", "Ein leerer Satz.", "empty side"),
@@ -103,7 +105,7 @@ def test_rerun_is_a_cache_hit_and_changes_prepare_again(tmp_path, corpus):
     ):
         before = json.loads((out / "manifest.json").read_text())["config_hash"]
         changed = change()
-        assert not up_to_date(changed.data)
+        assert out_of_date(changed.data)
         run(changed)
         assert json.loads((out / "manifest.json").read_text())["config_hash"] != before
 
@@ -340,9 +342,41 @@ def test_byte_fallback_encodes_unseen_characters(tmp_path, corpus):
 def test_edited_source_files_are_prepared_again(tmp_path, corpus):
     cfg = tiny_config(corpus, tmp_path / "data")
     run(cfg)
-    assert up_to_date(cfg.data)
+    assert not out_of_date(cfg.data)
     os.utime(corpus / "train.de", ns=(1, 1))  # same settings, edited file
-    assert not up_to_date(cfg.data)
+    assert out_of_date(cfg.data)
+
+
+def test_the_cleaning_digest_sees_a_changed_rule(monkeypatch):
+    """The rule of 2026-12-01 (CR, FF and \\x1c-\\x1f between words became a space; before, they
+    were removed, gluing the words) changes the digest, as do the settings that switch rules off."""
+    today = clean.rules_digest()
+    assert len({today, clean.rules_digest(nfc=False), clean.rules_digest(spaces=False)}) == 3
+    older = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x84\x86-\x9f\u200b\ufeff]")
+    monkeypatch.setattr(clean, "_CONTROL", older)
+    clean.rules_digest.cache_clear()
+    try:
+        assert clean.normalize("a\x1fb") == "ab" and clean.rules_digest() != today
+    finally:
+        monkeypatch.undo()
+        clean.rules_digest.cache_clear()
+    assert clean.rules_digest() == today
+
+
+@pytest.mark.parametrize("recorded", ["0123456789abcdef", None])
+def test_data_cleaned_by_other_rules_is_prepared_again_saying_why(tmp_path, corpus, recorded):
+    cfg = tiny_config(corpus, tmp_path / "data")
+    out = run(cfg)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["cleaning"] = recorded  # what an older translator wrote (None: it kept no digest)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    why = out_of_date(cfg.data)
+    older = "rules that differ from" if recorded else "a translator older than"
+    assert why == f"{out} was cleaned by {older} this version's text cleaning"
+    said = []
+    prepare.run(cfg, log=said.append)
+    assert said[0] == f"{out}: preparing again ({why})"
+    assert not out_of_date(cfg.data)
 
 
 def test_eval_split_ids_are_of_the_normalised_text_and_the_text_stays_raw(tmp_path):

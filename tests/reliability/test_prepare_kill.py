@@ -15,7 +15,7 @@ from tests.reliability.test_kill import fork, wait
 from translator import config, prepare
 from translator.data.tokenizer import sha256_file
 from translator.files import read_lines
-from translator.prepared import load_manifest, prepared_dir, up_to_date
+from translator.prepared import load_manifest, out_of_date, prepared_dir
 
 
 def assert_absent_or_complete(cfg: config.Config, note: str) -> bool:
@@ -25,7 +25,7 @@ def assert_absent_or_complete(cfg: config.Config, note: str) -> bool:
     if not folder.exists():
         return False
     manifest = load_manifest(cfg.data)  # what train reads first
-    assert up_to_date(cfg.data), note
+    assert not out_of_date(cfg.data), note
     for name, digest in manifest["files"].items():  # id arrays and SentencePiece models
         assert sha256_file(folder / name) == digest, (note, name)
     for split in ("valid", "test"):  # the raw text that validation and eval score against

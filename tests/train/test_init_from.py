@@ -24,7 +24,7 @@ from translator.config import TRAINING_ONLY
 from translator.data.shards import TokenArray
 from translator.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
 from translator.errors import TranslatorError
-from translator.prepared import prepared_dir, up_to_date
+from translator.prepared import out_of_date, prepared_dir
 from translator.train import loop, session
 
 
@@ -133,15 +133,15 @@ def test_prepared_with_or_without_a_checkpoint_vocabulary_is_no_false_cache_hit(
     with_ckpt = fine_tune(corpus, tmp_path, imported)
     prepare.run(with_ckpt, quiet=True)
     sha = checkpoint.read_tokenizer(imported)[0].checksum()
-    assert up_to_date(with_ckpt.data, sha)
+    assert not out_of_date(with_ckpt.data, sha)
     without = fine_tune(corpus, tmp_path, "", "data.joint_vocab=false")
-    assert not up_to_date(without.data)  # same data settings, other vocabulary
+    assert out_of_date(without.data)  # same data settings, other vocabulary
     with pytest.raises(TranslatorError, match="prepared with the SentencePiece model.s. of a chec"):
         loop.run(without, quiet=True)
     prepare.run(without, quiet=True)  # prepares again: a SentencePiece model of its own
     folder = prepared_dir(without.data)
     assert Tokenizer(folder / "spm.src.model").checksum() != sha
-    assert not up_to_date(with_ckpt.data, sha)
+    assert out_of_date(with_ckpt.data, sha)
     with pytest.raises(TranslatorError, match="prepared with a SentencePiece model trained on"):
         loop.run(fine_tune(corpus, tmp_path, imported), quiet=True)
 

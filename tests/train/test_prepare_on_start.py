@@ -3,6 +3,7 @@ prepares."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -144,3 +145,17 @@ def test_training_warns_when_its_source_is_not_what_the_data_were_prepared_from(
     train_en.write_text(train_en.read_text().replace("A ", "One ", 1), encoding="utf-8")
     loop.run(small_config(source, tmp_path, "train.max_updates=4"), quiet=True)
     assert f"the files of {source} changed after" in log.read_text()
+
+
+def test_training_warns_when_its_data_were_cleaned_by_other_rules(tmp_path, capsys):
+    """An older translator's prepared data: the run goes on with them (resuming must), and says
+    that translate now cleans its input by other rules than the training text's."""
+    source = write_text_corpus(tmp_path / "corpus", small_splits())
+    folder = prepare.run(small_config(source, tmp_path), quiet=True)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    del manifest["cleaning"]  # as prepared before the digest was recorded
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    loop.run(small_config(source, tmp_path), quiet=True)
+    said = f"{folder} was cleaned by a translator older than this version's text cleaning"
+    assert said in (tmp_path / "run" / "train.log").read_text()
+    assert said in capsys.readouterr().err

@@ -13,6 +13,7 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable
+from functools import cache
 
 import numpy as np
 
@@ -65,6 +66,29 @@ def is_debris(text: str) -> bool:
     if "<" in text or "&" in text:
         text = _MARKUP.sub(" ", text)
     return bool(text) and _ALNUM.search(text) is None
+
+
+# what rules_digest feeds the rules: each code point below U+3100 (the controls, spaces, Latin,
+# combining marks, Greek, Cyrillic, ... CJK punctuation, kana) between letters and spaces, plus
+# markup and bare-symbol sides
+_PROBES = tuple(f"a{chr(c)}b" for c in range(0x3100)) + tuple(
+    f" a  {chr(c)} b\t" for c in range(0x3100)
+)
+_DEBRIS_PROBES = ("@@", "<br/>", "&amp;", "&#39;", "<b>x</b>", "a &amp; b", "<>", "-", "1", "")
+
+
+@cache
+def rules_digest(nfc: bool = True, spaces: bool = True) -> str:
+    """What the text rules do, not which version wrote them: a sha256 of normalize's output on
+    every probe, is_debris on markup, and a pair digest. Data cleaned by rules that differ on any
+    probe records another digest (prepared.py), whether or not anyone remembered to bump a
+    version."""
+    digest = hashlib.sha256()
+    for probe in _PROBES:
+        digest.update(normalize(probe, nfc, spaces).encode("utf-8", "surrogatepass") + b"\0")
+    digest.update(bytes(is_debris(p) for p in _DEBRIS_PROBES))
+    digest.update(pair_digest("a b", "c"))
+    return digest.hexdigest()[:16]
 
 
 def pair_digest(src: str, tgt: str) -> bytes:

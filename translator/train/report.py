@@ -12,7 +12,7 @@ import torch
 from translator.config import dump, to_dict
 from translator.files import atomic_write
 from translator.model.transformer import count_parameters
-from translator.prepared import load_manifest, source_change
+from translator.prepared import cleaning_change, load_manifest, source_change
 from translator.train.batches import TrainBatches
 from translator.train.linear import OneDNNTrainingLinear
 from translator.train.session import Session
@@ -61,11 +61,19 @@ def start_logging(s: Session, data: TrainBatches) -> None:
             "CPU training: dropout from 16-bit draws, the loss in chunks of rows, freed memory "
             "kept for reuse" + (linears if s.dtype is None else "")
         )
-    change = source_change(cfg.data, load_manifest(cfg.data, s.vocab_from)) if s.dist.main else ""
+    manifest = load_manifest(cfg.data, s.vocab_from) if s.dist.main else {}
+    change = source_change(cfg.data, manifest) if s.dist.main else ""
     if change:  # prepared data are reused by their settings, wherever they came from
         s.metrics.warning(
             f"{change}; training reads the prepared copy (to prepare the source again: "
             "`translator prepare` with this config, --data and --force; or set another data.name)"
+        )
+    if s.dist.main and (cleaned := cleaning_change(cfg.data, manifest)):
+        # a run goes on with the data it started with; translate cleans its input by today's rules
+        s.metrics.warning(
+            f"{cleaned}, which translate and eval apply to their input; training reads the "
+            "prepared copy (`translator prepare` with this config prepares it again: a new run "
+            "then, as its vocabulary may change)"
         )
     _over_max_tokens(s, data)
     over, total = too_long_pairs(cfg)  # said now, not after eval_every updates
