@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 import time
 
 import datasets
@@ -12,7 +15,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tests.data.conftest import tiny_config, write_text_corpus
+from tests.data.conftest import REPO, tiny_config, write_text_corpus
 from translator.data.corpus import load_split, pair_batches
 from translator.errors import TranslatorError
 
@@ -424,3 +427,27 @@ def test_a_broken_json_line_is_named_by_its_line_number(tmp_path):
     (root / "train.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
     with pytest.raises(TranslatorError, match=r"train\.jsonl:10: not a JSON object"):
         pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")
+
+
+def test_local_sources_neither_reach_for_the_hub_nor_set_its_variables(tmp_path):
+    """In a process without the offline variables and a hub address where nothing listens (a hub
+    call fails there), every local format loads, and the process's environment is left as it
+    was (a notebook's later hub load stays online)."""
+    formats = write_all_formats(tmp_path / "src")
+    script = f"""
+import os
+from pathlib import Path
+from tests.data.conftest import tiny_config
+from translator.data.corpus import load_split
+for name, overrides in {formats!r}.items():
+    cfg = tiny_config(Path({str(tmp_path / "src")!r}) / name, Path({str(tmp_path)!r}), *overrides)
+    assert load_split(cfg.data, "train", Path({str(tmp_path / "cache")!r})).num_rows == {len(EN)}
+print(sorted(k for k in os.environ if k.startswith("HF_")))
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env["HF_ENDPOINT"] = "http://127.0.0.1:9"  # the discard port: refused at once
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "['HF_ENDPOINT']"

@@ -57,8 +57,6 @@ def load_split(
     if is_hub(data.source):
         table = _load_hub(data.source, name, hub_bars)
     else:
-        os.environ["HF_DATASETS_OFFLINE"] = "1"  # a local source must never wait on the network
-        os.environ["HF_HUB_OFFLINE"] = "1"
         table = load_local(_datasets(), Path(data.source), name, data, cache_dir)
     check_languages(table, data.src_lang, data.tgt_lang, f"{data.source} ({name})")
     if split != "train" and (empty := count_empty_pairs(table, data)):
