@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
 
 from translator.train import manifest
 from translator.train.manifest import RunManifest
@@ -30,3 +32,21 @@ def test_data_checksums_of_an_older_prepare_hash_separate_vocabularies(tmp_path,
     sums = manifest.data_checksums(None)["sha256"]
     assert sums == {n: hashlib.sha256(n.encode()).hexdigest() for n in sorted(sums)}
     assert sorted(sums) == ["spm.src.model", "spm.tgt.model", "train.src.ids.npy"]
+
+
+def test_an_installed_copy_inside_another_project_s_repository_names_no_commit(
+    tmp_path, monkeypatch
+):
+    """site-packages of an environment kept inside some project's git repository: git would
+    answer with that project's commit; the manifest must not record it as the code that ran."""
+    project = tmp_path / "project"
+    site = project / ".venv" / "lib" / "site-packages"
+    site.mkdir(parents=True)
+    env = {"GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a"}
+    env["GIT_COMMITTER_EMAIL"] = "a@b"
+    for args in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "theirs"]):
+        subprocess.run(["git", *args], cwd=project, check=True, env={**os.environ, **env})
+    monkeypatch.setattr(manifest, "PACKAGE_ROOT", site)
+    assert manifest.git_state() == {"commit": None, "dirty": None}
+    monkeypatch.setattr(manifest, "PACKAGE_ROOT", project)  # a checkout: its own commit
+    assert len(manifest.git_state()["commit"]) == 40

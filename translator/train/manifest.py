@@ -27,9 +27,14 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
 def git_state() -> dict[str, Any]:
-    """Commit and dirtiness of the code that runs, or None outside a git checkout."""
+    """Commit and dirtiness of the code that runs, or None outside a git checkout of it.
+
+    An installed copy (site-packages) has no .git beside it: git would find the repository of
+    whatever project holds the environment, and name its commit as ours."""
 
     def git(*args: str) -> str | None:
+        if not (PACKAGE_ROOT / ".git").exists():  # a directory, or a worktree's file
+            return None
         try:
             done = subprocess.run(
                 ["git", *args], cwd=PACKAGE_ROOT, capture_output=True, text=True, timeout=10
