@@ -62,7 +62,7 @@ def export_ctranslate2(ckpt: str | Path, out: str | Path, quantization: str | No
         raise TranslatorError(
             "ctranslate2 is not installed",
             "export",
-            "pip install 'translator[bench]' (or ctranslate2)",
+            "pip install ctranslate2",
         ) from None
     from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
 
