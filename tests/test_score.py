@@ -266,3 +266,23 @@ def test_cuda_scores_match_the_cpus_and_repeat_exactly(tiny):
     first = target_log_probs(model, src, tgt, batch_tokens=50)
     assert first == target_log_probs(model, src, tgt, batch_tokens=50)  # no atomics in the sums
     torch.testing.assert_close(first, cpu, atol=1e-3, rtol=1e-4)
+
+
+def test_an_overflowing_model_s_scores_are_warned_and_counted_apart_from_too_long(tiny):
+    from tests.test_translate import overflowing
+    from translator.line_warnings import NOT_FINITE
+
+    said: list[str] = []
+    pairs = score.score_lines(
+        overflowing(tiny.model), tiny.tokenizer, SENTENCES[:2], SENTENCES[:2], warn=said.append
+    )
+    assert all(p.fits and math.isnan(p.log_prob) for p in pairs)
+    assert said == [f"lines 1, 2: {NOT_FINITE}"]
+    line = score.summary(2, 0, 0.0, 0, overflowed=2)
+    assert line == "score: 2 pairs (2 not finite, not scored)"
+    assert score.summary(3, 1, 0.0, 0, overflowed=2).startswith("score: 3 pairs (1 too long, 2 not")
+
+
+def test_a_perplexity_past_floats_is_inf_not_an_overflow_error():
+    assert score.summary(1, 0, -5000.0, 4).endswith("1250.0000 nats a token, perplexity inf")
+    assert score.summary(1, 0, -4.0, 4).endswith("perplexity 2.72")

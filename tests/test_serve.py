@@ -264,3 +264,18 @@ def test_a_stop_lets_requests_being_answered_finish_and_refuses_new_ones():
     request.join(30)
     serving.join(30)
     assert not serving.is_alive() and answers == [(200, {"done": True})]
+
+
+def test_an_overflowing_model_s_scores_are_null_in_valid_json_with_a_warning(tiny):
+    from tests.test_translate import overflowing
+    from translator.line_warnings import NOT_FINITE
+
+    translator = serve.Translator(
+        overflowing(tiny.model), tiny.cfg, tiny.tokenizer, tiny.cfg.decode
+    )
+    for reply in (
+        translator.translate({"text": SENTENCES[:2], "nbest": 2}),
+        translator.score({"source": SENTENCES[:2], "target": SENTENCES[:2]}),
+    ):
+        json.dumps(reply, allow_nan=False)  # NaN is not JSON: a client's parser refuses it
+        assert f"lines 1, 2: {NOT_FINITE}" in reply["warnings"]

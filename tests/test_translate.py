@@ -3,6 +3,7 @@ loading."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import warnings
 from pathlib import Path
@@ -538,3 +539,35 @@ def test_the_widest_length_penalties_allowed_give_finite_scores(tiny, alpha):
     decode = dataclasses.replace(tiny.cfg.decode, beam_size=3, length_penalty=alpha)
     out = translate.translate_lines(tiny.model, tiny.tokenizer, SENTENCES[:3], decode, nbest=2)
     assert all(math.isfinite(score) for hyps in out for _, score in hyps)
+
+
+def overflowing(model):
+    """A copy of `model` whose every logit is NaN, as fp16 gives once activations pass 65,504."""
+    broken = copy.deepcopy(model)
+    with torch.no_grad():
+        broken.decoder_norm.weight[0] = float("nan")
+    return broken
+
+
+@pytest.mark.parametrize("mode", ["greedy", "beam", "sampling"])
+def test_a_model_that_overflows_is_said_to_not_an_unk_warning_or_a_traceback(tiny, mode):
+    from translator.decode.sampling import Sampling
+
+    decode = dataclasses.replace(tiny.cfg.decode, beam_size=3 if mode == "beam" else 1)
+    said: list[str] = []
+    found = translate.translate_lines(
+        overflowing(tiny.model),
+        tiny.tokenizer,
+        SENTENCES[:3],
+        decode,
+        warn=said.append,
+        sampling=Sampling(seed=1) if mode == "sampling" else None,
+    )
+    assert len(found) == 3  # one output a line, whatever they hold
+    assert f"lines 1, 2, 3: {line_warnings.NOT_FINITE}" in said
+    # nor is it blamed on the vocabulary or the length limit (line 3's split is true)
+    assert not any("<unk>" in w or "length limit" in w for w in said), said
+    # a sound model's lines are not called so
+    said.clear()
+    translate.translate_lines(tiny.model, tiny.tokenizer, SENTENCES[:3], decode, warn=said.append)
+    assert not any(line_warnings.NOT_FINITE in w for w in said)

@@ -5,6 +5,11 @@ Lines are numbered from 1 as the user's file counts them; ten are named, the res
 
 from __future__ import annotations
 
+# fp16 above all (CUDA's auto dtype on GPUs without bf16): activations past 65,504 overflow
+NOT_FINITE = (
+    "the model's scores are not finite (NaN or inf: it overflows in this precision), so the "
+    "output is meaningless; use --dtype fp32 or bf16"
+)
 BYTE_FALLBACK = (
     "a model prepared with data.byte_fallback: true spells such characters in bytes instead"
 )

@@ -26,7 +26,12 @@ from translator.decode.beam import length_penalty
 from translator.decode.forced import target_log_probs
 from translator.errors import TranslatorError
 from translator.files import read_aligned, write_errors
-from translator.line_warnings import line_list, source_unk_message, target_unk_message
+from translator.line_warnings import (
+    NOT_FINITE,
+    line_list,
+    source_unk_message,
+    target_unk_message,
+)
 from translator.loading import Checkpoints, load_models
 from translator.model.ensemble import Ensemble
 from translator.model.transformer import Transformer
@@ -47,6 +52,7 @@ CHUNK_LINES = 2000  # pairs scored and written at a time
 class PairScore:
     log_prob: float  # log p(target | source), natural log; nan: not scored (too long)
     tokens: int  # target tokens it sums over: SentencePiece pieces and EOS
+    fits: bool = True  # within the model's positions (else not scored)
 
     def value(self, per_token: bool = False, alpha: float = 0.0) -> float:
         """The sum, or per token, or divided by the GNMT length penalty of `alpha`."""
@@ -83,11 +89,12 @@ def score_lines(
     sums = target_log_probs(
         model, [src_ids[i] for i in kept], [tgt_ids[i] for i in kept], batch_tokens
     )
-    out = [PairScore(math.nan, len(t) + 1) for t in tgt_ids]
+    out = [PairScore(math.nan, len(t) + 1, ok) for t, ok in zip(tgt_ids, fits)]
     for i, value in zip(kept, sums):
         out[i].log_prob = value
     if warn is not None:
-        for message in _warnings(src_ids, tgt_ids, fits, positions, first_line):
+        overflowed = [first_line + i for i in kept if not math.isfinite(out[i].log_prob)]
+        for message in _warnings(src_ids, tgt_ids, fits, positions, first_line, overflowed):
             warn(message)
     return out
 
@@ -98,12 +105,15 @@ def _warnings(
     fits: list[bool],
     positions: int,
     first_line: int,
+    overflowed: list[int],
 ) -> Iterator[str]:
     if long := [first_line + i for i, ok in enumerate(fits) if not ok]:
         yield (
             f"{line_list(long)}: over the model's {positions - 1} tokens a side "
             "(max_positions - 1), not scored (nan); shorten or split those pairs"
         )
+    if overflowed:
+        yield f"{line_list(overflowed)}: {NOT_FINITE}"
     if unknown := {first_line + i: n for i, ids in enumerate(src_ids) if (n := ids.count(UNK_ID))}:
         yield source_unk_message(unknown)
     if unknown := {first_line + i: n for i, ids in enumerate(tgt_ids) if (n := ids.count(UNK_ID))}:
@@ -140,7 +150,7 @@ def run(
     if not quiet:
         log(f"score: {model_precision(model, dtype or cfg.decode.dtype)}")
     batch_tokens = batch_tokens or cfg.decode.batch_tokens
-    count, total, tokens, skipped = 0, 0.0, 0, 0
+    count, total, tokens, too_long, overflowed = 0, 0.0, 0, 0, 0
     # a bar for bulk work only (stream.show_progress): files or piped stdin, scores to a file
     stdin = sys.stdin if src_file is None else None  # None: files
     show = show_progress(quiet, stdin, sys.stdout, sys.stderr)
@@ -155,25 +165,26 @@ def run(
             count += len(scores)
             progress(count, max(count, lines))
             for s in scores:
-                if math.isnan(s.log_prob):
-                    skipped += 1
+                if not s.fits:
+                    too_long += 1
+                elif not math.isfinite(s.log_prob):
+                    overflowed += 1
                 else:
                     total, tokens = total + s.log_prob, tokens + s.tokens
     if not quiet:
-        log(summary(count, skipped, total, tokens))
+        log(summary(count, too_long, total, tokens, overflowed))
     return count
 
 
-def summary(pairs: int, skipped: int, log_prob: float, tokens: int) -> str:
+def summary(pairs: int, too_long: int, log_prob: float, tokens: int, overflowed: int = 0) -> str:
     """One line: pairs, target tokens, cross-entropy per token and perplexity."""
-    line = f"score: {pairs:,} pairs"
-    if skipped:
-        line += f" ({skipped:,} too long, not scored)"
+    left_out = [f"{too_long:,} too long"] * bool(too_long)
+    left_out += [f"{overflowed:,} not finite"] * bool(overflowed)
+    line = f"score: {pairs:,} pairs" + (f" ({', '.join(left_out)}, not scored)" * bool(left_out))
     if tokens:
         nats = -log_prob / tokens
-        line += (
-            f", {tokens:,} target tokens: {nats:.4f} nats a token, perplexity {math.exp(nats):.2f}"
-        )
+        ppl = math.exp(nats) if nats < 700 else math.inf  # past exp(709): OverflowError
+        line += f", {tokens:,} target tokens: {nats:.4f} nats a token, perplexity {ppl:.2f}"
     return line
 
 

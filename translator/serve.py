@@ -82,7 +82,7 @@ class Translator:
             )
         reply: dict[str, Any] = {"translations": [hyps[0][0] for hyps in found]}
         if nbest:
-            reply["nbest"] = [[{"text": t, "score": s} for t, s in hyps] for hyps in found]
+            reply["nbest"] = [[{"text": t, "score": finite(s)} for t, s in hyps] for hyps in found]
         reply["warnings"] = warnings
         return reply
 
@@ -104,7 +104,7 @@ class Translator:
                 warn=warnings.append,
             )
         # JSON has no NaN: a pair too long to score is null
-        scores = [None if math.isnan(p.log_prob) else p.log_prob for p in pairs]
+        scores = [finite(p.log_prob) for p in pairs]
         return {"scores": scores, "tokens": [p.tokens for p in pairs], "warnings": warnings}
 
     def health(self) -> dict[str, Any]:
@@ -125,6 +125,11 @@ def _refused_as_bad_request() -> Iterator[None]:
         yield
     except TranslatorError as err:
         raise BadRequest(str(err)) from None
+
+
+def finite(score: float) -> float | None:
+    """A score as JSON allows it: NaN and inf (not scored, or overflowed: warned) as null."""
+    return score if math.isfinite(score) else None
 
 
 def _only_keys(request: Any, keys: set[str]) -> None:

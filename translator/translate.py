@@ -19,6 +19,7 @@ names `device.py`.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -36,7 +37,13 @@ from translator.decode.search import sample, search
 from translator.diagnostics.alignment import align_hypotheses, check_layer, join_alignments
 from translator.diagnostics.words import pharaoh
 from translator.errors import TranslatorError
-from translator.line_warnings import length_message, source_unk_message, unk_message
+from translator.line_warnings import (
+    NOT_FINITE,
+    length_message,
+    line_list,
+    source_unk_message,
+    unk_message,
+)
 from translator.model.ensemble import Ensemble
 from translator.model.transformer import Transformer
 from translator.rerank import Channel
@@ -146,14 +153,23 @@ def translate_lines(
     by_line: list[list[int]] = [[] for _ in lines]  # each line's pieces, in order
     for k, line in enumerate(owner):
         by_line[line].append(k)
+    # a line whose search met NaN or inf picked garbage (often <unk>): said as that, not as <unk>
+    overflowed = {
+        number
+        for number, ks in enumerate(by_line)
+        if any(not math.isfinite(h.score) for k in ks for h in results[k])
+    }
+    if overflowed and warn is not None:
+        warn(f"{line_list([first_line + n for n in sorted(overflowed)])}: {NOT_FINITE}")
     unknown = {
         first_line + number: n
         for number, ks in enumerate(by_line)
-        if (n := _unk_count([results[k] for k in ks]))
+        if number not in overflowed and (n := _unk_count([results[k] for k in ks]))
     }
     if unknown and warn is not None:
         warn(unk_message(unknown))
     cut, capped = _at_length_limit(pieces, owner, results, decode, model.cfg.max_positions - 1)
+    cut = [number for number in cut if number not in overflowed]
     if cut and warn is not None:
         warn(length_message([first_line + number for number in cut], capped))
     out = [_detokenize(tokenizer, [results[k] for k in ks]) for ks in by_line]

@@ -3,6 +3,7 @@ checksum."""
 
 from __future__ import annotations
 
+import math
 import random
 import sys
 import zipfile
@@ -212,3 +213,20 @@ def test_the_advice_names_a_checkpoint_that_is_not_a_hard_link_of_the_damaged_on
     assert err.value.fix == (
         "use another checkpoint: its hard links (step-4.pt, last.pt) share the damage"
     )
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+def test_non_finite_weights_are_refused_everywhere_a_checkpoint_is_read(
+    checkpoint_file, tmp_path, no_model_built, value
+):
+    """A checksum that matches does not make weights usable: one NaN is refused in one line
+    naming the tensor, by load and so by translate, eval, score, average and train.init_from."""
+    payload = torch.load(checkpoint_file, weights_only=True)
+    name = next(n for n in payload["model"] if n.endswith("up.weight"))
+    payload["model"][name].view(-1)[7] = value
+    torch.save(checkpoint.seal(payload), tmp_path / "nan.pt")  # sealed: not merely damaged
+    message = refused(tmp_path / "nan.pt")
+    assert f"its weights are not finite ({name} holds NaN or inf)" in message
+    with pytest.raises(TranslatorError, match="not finite"):
+        averaging.average([checkpoint_file, tmp_path / "nan.pt"], tmp_path / "avg.pt")
+    assert not (tmp_path / "avg.pt").exists()

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
+from translator.data.tokenizer import EOS_ID
 from translator.errors import TranslatorError
 
 # beyond these the tempered distribution over- or underflows to nothing to draw from
@@ -89,6 +91,9 @@ class RowSampler:
         uniform a row, tried instead, is cheaper but turned many more draws there (README).
         """
         probs = truncated(log_probs, self.settings).softmax(dim=-1)  # (N, V)
+        overflowed = ~probs.isfinite().all(dim=-1)  # a model past its dtype's range (fp16)
+        if overflowed.any():  # nothing to draw from: EOS ends the line, its score NaN (warned)
+            probs[overflowed] = F.one_hot(torch.tensor(EOS_ID), probs.shape[-1]).to(probs)
         return torch.cat(
             [torch.multinomial(p, 1, generator=g) for p, g in zip(probs, self.generators)]
         )
