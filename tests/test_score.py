@@ -161,6 +161,10 @@ def test_the_command_reads_files_or_tsv_and_prints_one_score_a_pair(tiny, tmp_pa
     penalised = _score(tiny, "--length-penalty", "1", "-q", stdin=tsv)
     gnmt = [v / ((5 + n) / 6) for v, n in zip(sums, lengths)]
     assert [float(v) for v in penalised.stdout.splitlines()] == pytest.approx(gnmt, abs=1e-3)
+    # a negative alpha, which translate takes (favouring short outputs), rescores as it printed
+    favoured = _score(tiny, "--length-penalty", "-0.5", "-q", stdin=tsv)
+    short = [v / ((5 + n) / 6) ** -0.5 for v, n in zip(sums, lengths)]
+    assert [float(v) for v in favoured.stdout.splitlines()] == pytest.approx(short, abs=1e-3)
     # the summary: perplexity of all target tokens
     ppl = math.exp(-sum(sums) / sum(lengths))
     assert f"{sum(lengths)} target tokens" in files.stderr

@@ -359,6 +359,28 @@ def test_best_checkpoint_keeps_the_update_with_the_highest_bleu(prepared, tmp_pa
     assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 3
 
 
+def test_at_equal_bleu_the_lower_valid_loss_makes_best_pt(prepared, tmp_path, monkeypatch):
+    """BLEU 0.00 at every validation (single-token outputs have no 4-grams): best.pt follows the
+    valid loss instead of keeping the first model; a higher loss at equal BLEU does not win."""
+    from translator.train import session
+    from translator.train.validate import Validation
+
+    results = iter([(0.9, 0.0), (0.1, 0.0), (0.5, 0.0), (2.0, 1.0)])  # (loss, BLEU)
+
+    def validation(*args, **kwargs) -> Validation:
+        loss, bleu = next(results)
+        return Validation(loss, math.e, bleu, 50.0, "sig", [])
+
+    monkeypatch.setattr(session, "validate", validation)
+    run_dir = tmp_path / "run"
+    loop.run(variant(prepared, run_dir, "train.eval_every=1", "train.max_updates=3"), quiet=True)
+    assert checkpoint.read(run_dir / "best.pt")["state"]["train"]["step"] == 2
+    state = checkpoint.read(run_dir / "last.pt")["state"]["train"]
+    assert (state["best_loss"], state["bad_evals"]) == (0.1, 1)
+    loop.run(variant(prepared, run_dir, "train.eval_every=1", "train.max_updates=4"), quiet=True)
+    assert checkpoint.read(run_dir / "best.pt")["state"]["train"]["step"] == 4  # BLEU decides
+
+
 def test_patience_counts_validations_in_a_row_without_gain(prepared, tmp_path, monkeypatch):
     from translator.train import session
     from translator.train.validate import Validation

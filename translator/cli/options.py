@@ -135,7 +135,8 @@ TemperatureOpt = Annotated[
     Optional[float],
     typer.Option(
         "--temperature",
-        min=0.0,
+        min=0.01,  # decode/sampling.py's TEMPERATURES, shown in the help
+        max=100.0,
         show_default="1",
         help="Divide the log-probabilities by T before drawing (<1 sharper).",
     ),

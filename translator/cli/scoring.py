@@ -27,7 +27,7 @@ def score(
         float,
         typer.Option(
             "--length-penalty",
-            min=0.0,
+            min=-10.0,  # translate's range (decode.length_penalty)
             max=10.0,
             help=(
                 "Divide by the GNMT length penalty of this alpha, as `translate --nbest` "

@@ -138,6 +138,15 @@ def save(s: Session, best: bool, validated: bool = True) -> None:
     s.saved_step = s.state.step
 
 
+def improves(state: TrainState, bleu: float, loss: float) -> bool:
+    """Whether a validation's BLEU and loss make a better best.pt. BLEU decides; at equal BLEU
+    (0.00 for every validation while outputs have no 4-gram in common with the references, or
+    are single tokens) the lower valid loss does."""
+    if bleu != state.best_bleu:
+        return bleu > state.best_bleu
+    return state.best_loss < 0 or loss < state.best_loss
+
+
 def _finite_loss(result: Validation, cfg: Config) -> bool:
     """The validation loss is finite, or NaN only because no pair fits model.max_positions."""
     if math.isfinite(result.loss):
@@ -163,13 +172,19 @@ def evaluate_and_save(s: Session, stop: Callable[[], bool] = lambda: False) -> s
             stop_now = float(bool(patience and state.bad_evals >= patience))
     # rank 0's verdict and early stopping's counters, on every process (the others add 0): a
     # process that kept its own would disagree on _limit_reached (fine-tuning's update 0)
-    stop_now, abandoned, bad_evals, best_bleu = sum_all(
+    stop_now, abandoned, bad_evals, best_bleu, best_loss = sum_all(
         s.dist,
-        [stop_now, abandoned, state.bad_evals * main, state.best_bleu * main],
+        [
+            stop_now,
+            abandoned,
+            state.bad_evals * main,
+            state.best_bleu * main,
+            state.best_loss * main,
+        ],
     )
     if abandoned:
         return "interrupted"
-    state.bad_evals, state.best_bleu = int(bad_evals), best_bleu
+    state.bad_evals, state.best_bleu, state.best_loss = int(bad_evals), best_bleu, best_loss
     state.last_valid_step = state.step
     # update 0 (fine-tuning's start) is train.init_from's model: best.pt may hold it, but a step
     # file would put the unchanged model into `average --last N`
@@ -192,9 +207,9 @@ def _log_validation(s: Session, result: Validation, began: float) -> bool:
         )
     # a model whose loss overflows is no candidate, whatever its BLEU (best_bleu starts at -1)
     finite = _finite_loss(result, s.cfg)
-    improved = finite and result.bleu > state.best_bleu
+    improved = finite and improves(state, result.bleu, result.loss)
     if improved:
-        state.best_bleu = result.bleu
+        state.best_bleu, state.best_loss = result.bleu, result.loss
     state.bad_evals = 0 if improved else state.bad_evals + 1
     s.metrics.scalars(state.step, result.scalars(), "valid")
     # against training wall-clock too: the step of this tag is seconds, not updates

@@ -35,6 +35,7 @@ class TrainState:
     batch_index: int = 0  # next batch of this epoch, per rank
     best_bleu: float = -1.0
     best_step: int = -1  # the update best.pt holds (-1: none yet, or saved before it was recorded)
+    best_loss: float = -1.0  # best.pt's valid loss, which breaks ties of BLEU (-1: not recorded)
     bad_evals: int = 0  # validations in a row without a better BLEU (early stopping)
     last_valid_step: int = -1
     skipped_steps: int = 0  # updates dropped for a non-finite loss or gradient
