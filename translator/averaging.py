@@ -12,6 +12,7 @@ from translator.checkpoint import read, seal, step_files
 from translator.config import architecture_changes
 from translator.errors import TranslatorError
 from translator.files import atomic_write
+from translator.versions import made_by
 
 
 def latest_steps(run_dir: str | Path, count: int) -> list[Path]:
@@ -97,6 +98,7 @@ def average(paths: list[str | Path], out: str | Path) -> int:
                 shared[same] = (total[key] / len(paths)).to(value.dtype)
             weights[key] = shared[same]
     first["state"] = {"averaged": [str(p) for p in paths]}
+    first["made_by"] = made_by()
     with atomic_write(out, "wb") as handle:
         torch.save(seal(first), handle)
     return len(paths)

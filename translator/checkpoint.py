@@ -22,6 +22,7 @@ from translator.data.tokenizer import Tokenizer, proto_checksum
 from translator.errors import TranslatorError
 from translator.files import atomic_write
 from translator.model.transformer import Transformer
+from translator.versions import made_by
 
 FORMAT = 3  # 3: "sha256" of each part; 2: "weights_sha256" of the weights alone
 FORMATS = (1, 2, 3)  # what `read` accepts
@@ -101,6 +102,7 @@ def save(
             **({} if tokenizer.joint else {"target_proto": tokenizer.target_proto()}),
         },
         "state": state or {},
+        "made_by": made_by(),  # outside the checksums: a record, not something read back
     }
     with atomic_write(path, "wb", follow_link=follow_link) as handle:
         torch.save(seal(payload), handle)

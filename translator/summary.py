@@ -44,6 +44,16 @@ def _planned_vocab(cfg: config.Config) -> str:
     return f"  vocabulary size from {said}"
 
 
+def written_by(payload: dict) -> str:
+    """The checkpoint's record of the code that wrote it (checkpoint.save's made_by)."""
+    made = payload.get("made_by")
+    if not made:
+        return "  written by a translator that did not record its version"
+    commit = made.get("commit")
+    at = f", commit {commit[:12]}{' with uncommitted changes' * bool(made.get('dirty'))}"
+    return f"  written by translator {made['translator']}{at if commit else ''}"
+
+
 def describe(source: str, overrides: list[str]) -> str:
     """A short text: the model section, the vocabulary, the KV-cache size and the parameter
     count."""
@@ -55,10 +65,10 @@ def describe(source: str, overrides: list[str]) -> str:
                 source,
                 "drop --set, or give the run's config.yaml",
             )
-        cfg = config.from_dict(checkpoint.read(source)["config"], source)
+        payload = checkpoint.read(source)
+        cfg, origin = config.from_dict(payload["config"], source), [written_by(payload)]
     else:
-        cfg = config.load(source, overrides)
-    origin = []
+        cfg, origin = config.load(source, overrides), []
     if cfg.train.init_from:  # training starts from that checkpoint: its architecture, not ours
         where = f"train.init_from: {cfg.train.init_from}"
         try:

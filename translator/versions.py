@@ -1,11 +1,18 @@
-"""The versions of what is installed, as manifests and benchmark pages record them."""
+"""The versions of what is installed and of the code that runs, as manifests, checkpoints and
+benchmark pages record them."""
 
 from __future__ import annotations
 
 import platform
+import subprocess
+from functools import cache
 from importlib import metadata
+from pathlib import Path
+from typing import Any
 
 from translator import __version__
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 
 def installed(*packages: str) -> dict[str, str]:
@@ -17,3 +24,32 @@ def installed(*packages: str) -> dict[str, str]:
         except metadata.PackageNotFoundError:
             continue
     return found
+
+
+def git_state() -> dict[str, Any]:
+    """Commit and dirtiness of the code that runs, or None outside a git checkout of it.
+
+    An installed copy (site-packages) has no .git beside it: git would find the repository of
+    whatever project holds the environment, and name its commit as ours."""
+
+    def git(*args: str) -> str | None:
+        if not (PACKAGE_ROOT / ".git").exists():  # a directory, or a worktree's file
+            return None
+        try:
+            done = subprocess.run(
+                ["git", *args], cwd=PACKAGE_ROOT, capture_output=True, text=True, timeout=10
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+@cache
+def made_by() -> dict[str, Any]:
+    """What a checkpoint records of the code that wrote it: translator's version and, in a git
+    checkout, its commit. Asked once a process: the code that runs is the code it imported."""
+    return {"translator": __version__, **git_state()}

@@ -576,3 +576,25 @@ def test_a_measure_change_before_any_validation_is_no_warning(prepared, tmp_path
     log = (run_dir / "train.log").read_text()
     assert "] resuming with settings changed since last.pt was saved: " in log
     assert "train.valid_bleu_sentences: 20 -> 10\n" in log and "BLEU is measured" not in log
+
+
+def test_a_checkpoint_records_its_code_and_a_resume_under_other_code_says_so(
+    runs, prepared, tmp_path
+):
+    from translator import summary, versions
+
+    straight, resumed, _ = runs
+    payload = checkpoint.read(straight / "last.pt")
+    assert payload["made_by"] == versions.made_by()  # the code of this test run
+    assert summary.written_by(payload).startswith("  written by translator ")
+    payload["made_by"] = {"translator": "0.0.1", "commit": "f" * 40, "dirty": False}
+    (tmp_path / "run").mkdir()
+    torch.save(checkpoint.seal(payload), tmp_path / "run" / "last.pt")
+    assert summary.written_by(payload) == "  written by translator 0.0.1, commit ffffffffffff"
+    loop.run(variant(prepared, tmp_path / "run", *SETTINGS, "train.max_updates=7"), quiet=True)
+    now = versions.made_by()["translator"]
+    said = f"last.pt was written by translator 0.0.1 (this is {now}): the run continues"
+    assert said in (tmp_path / "run" / "train.log").read_text()
+    # a resume under the code that wrote last.pt: nothing said
+    assert "resumed from" in (resumed / "train.log").read_text()
+    assert "was written by" not in (resumed / "train.log").read_text()

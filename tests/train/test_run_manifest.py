@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 
+from translator import versions
 from translator.train import manifest
 from translator.train.manifest import RunManifest
 
@@ -46,7 +47,7 @@ def test_an_installed_copy_inside_another_project_s_repository_names_no_commit(
     env["GIT_COMMITTER_EMAIL"] = "a@b"
     for args in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "theirs"]):
         subprocess.run(["git", *args], cwd=project, check=True, env={**os.environ, **env})
-    monkeypatch.setattr(manifest, "PACKAGE_ROOT", site)
-    assert manifest.git_state() == {"commit": None, "dirty": None}
-    monkeypatch.setattr(manifest, "PACKAGE_ROOT", project)  # a checkout: its own commit
-    assert len(manifest.git_state()["commit"]) == 40
+    monkeypatch.setattr(versions, "PACKAGE_ROOT", site)
+    assert versions.git_state() == {"commit": None, "dirty": None}
+    monkeypatch.setattr(versions, "PACKAGE_ROOT", project)  # a checkout: its own commit
+    assert len(versions.git_state()["commit"]) == 40

@@ -47,7 +47,8 @@ from translator.recipe.results import (
     hardware,
     write_results,
 )
-from translator.train.manifest import git_state, versions
+from translator.train.manifest import versions
+from translator.versions import git_state
 
 
 def run(

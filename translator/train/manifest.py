@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import platform
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,31 +20,7 @@ from translator.config import to_dict
 from translator.data.tokenizer import sha256_file
 from translator.files import atomic_write
 from translator.prepared import load_manifest, prepared_dir
-from translator.versions import installed
-
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
-
-
-def git_state() -> dict[str, Any]:
-    """Commit and dirtiness of the code that runs, or None outside a git checkout of it.
-
-    An installed copy (site-packages) has no .git beside it: git would find the repository of
-    whatever project holds the environment, and name its commit as ours."""
-
-    def git(*args: str) -> str | None:
-        if not (PACKAGE_ROOT / ".git").exists():  # a directory, or a worktree's file
-            return None
-        try:
-            done = subprocess.run(
-                ["git", *args], cwd=PACKAGE_ROOT, capture_output=True, text=True, timeout=10
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
-    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+from translator.versions import git_state, installed
 
 
 def data_checksums(cfg_data, vocab_from: str | None = None) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from translator.errors import TranslatorError
 from translator.train.distributed import Dist, EveryRankError, gather
 from translator.train.session import Session
 from translator.train.state import restore_best, seed_all, set_rng_state
+from translator.versions import made_by
 
 
 def unreadable_last(path: Path) -> str:
@@ -137,11 +138,29 @@ def resume(s: Session, payload: dict, path: Path) -> None:
             f"{path.name} predates whole-checkpoint checksums (format {payload['format']}): only "
             "its weights and tokenizer were verified, not its optimizer and training state"
         )
+    if other := other_code(payload.get("made_by")):
+        s.metrics.line(
+            f"{path.name} was written by {other}: the run continues, bit for bit as if never "
+            "stopped only where the code between did not change what training computes"
+        )
     if s.dist.main and (stale := restore_best(s.run_dir, state.best_step)):
         s.metrics.warning(stale)
     s.changed = setting_changes(payload["config"], s.cfg)
     if s.changed:
         _log_changes(s, path)
+
+
+def other_code(saved: dict | None) -> str:
+    """The code that wrote a checkpoint, when it is known to differ from the code that runs (another
+    version or commit); empty when it is the same or cannot be told."""
+    now = made_by()
+    if saved is None:
+        return "a translator that did not record its version"
+    if saved["translator"] != now["translator"]:
+        return f"translator {saved['translator']} (this is {now['translator']})"
+    if saved.get("commit") and now["commit"] and saved["commit"] != now["commit"]:
+        return f"commit {saved['commit'][:12]} (this is {now['commit'][:12]})"
+    return ""
 
 
 def _load_training_objects(s: Session, payload: dict) -> None:
