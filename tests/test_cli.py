@@ -274,10 +274,7 @@ def test_an_error_every_torchrun_process_raises_is_printed_by_rank_0_alone(tmp_p
     "args, said",
     [
         (["translate", "x.pt", "--beam", "0"], "translate: Invalid value for '--beam'"),
-        (
-            ["translate", "x.pt", "--bogus"],
-            "translate: No such option",
-        ),  # ": --bogus", " '--bogus'"
+        (["translate", "x.pt", "--bogus"], "translate: No such option:? '?--bogus"),
         # checked before the (here missing) checkpoint is read
         (["translate", "x.pt", "--dtype", "FP32"], "translate: Invalid value for '--dtype'"),
         (["eval", "x.pt", "--device", "tpu"], "eval: Invalid value for '--device'"),
@@ -290,8 +287,8 @@ def test_usage_errors_are_one_line_with_exit_code_2(args, said):
     assert result.returncode == 2 and result.stdout == ""
     # `python -m translator` here, `translator` when installed
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
-    assert said in result.stderr and result.stderr.rstrip().endswith(" -h`)")  # the help to read
-    assert args[-1] in result.stderr  # what was wrong
+    # said: a pattern (click's wording of an unknown option changed between releases)
+    assert re.search(said, result.stderr) and result.stderr.rstrip().endswith(" -h`)")
 
 
 @pytest.mark.parametrize("columns", [None, "40", "80", "200"])

@@ -204,6 +204,9 @@ def test_eval_on_files_writes_hypotheses_and_scores(prepared, tmp_path, capsys, 
     err = capsys.readouterr().err
     # the checkpoint asks for cpu, fp32
     assert "eval: cpu, fp32\n" in err and "hypotheses written to" in err
+    # the result says how it was decoded, also under --quiet (it is the result, on stdout)
+    lp = cfg.decode.length_penalty
+    assert f"decoded: beam 2, length penalty {lp}, cpu, fp32" in scores.lines()
 
 
 def test_eval_in_int8_says_so_and_scores_its_own_hypotheses(prepared, tmp_path, capsys):
@@ -224,6 +227,7 @@ def test_eval_in_int8_says_so_and_scores_its_own_hypotheses(prepared, tmp_path, 
     assert (
         "eval: cpu, int8 (dynamic int8 linear layers, the rest fp32)\n" in capsys.readouterr().err
     )
+    assert scores.lines()[-1].endswith(", cpu, int8 (dynamic int8 linear layers, the rest fp32)")
 
 
 def test_scores_take_hypotheses_first_and_references_second():

@@ -106,12 +106,16 @@ def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
     for clash in (
         ["--beam", "4"],
         ["--channel", "back.pt"],
-        ["--temperature", "0"],
     ):
         result = CliRunner().invoke(
             cli.app, ["translate", str(tiny.path), "--sampling", *clash], input=""
         )
         assert isinstance(result.exception, TranslatorError), result.output
+    # a temperature outside what sampling takes is a usage error, with the range the help shows
+    result = CliRunner().invoke(
+        cli.app, ["translate", str(tiny.path), "--sampling", "--temperature", "0"], input=""
+    )
+    assert result.exit_code == 2 and "0.01" in result.output
 
 
 def test_translate_device_dtype_and_quiet_flags_reach_load_and_the_bar(tiny, monkeypatch):

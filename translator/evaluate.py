@@ -39,12 +39,15 @@ class Scores:
     chrf_signature: str
     lc_tok_bleu: float | None = None  # lowercased, 13a-tokenized BLEU (the Multi30k literature's)
     lc_tok_signature: str = ""
+    decoded: str = ""  # how the hypotheses were decoded (search, precision), when eval made them
 
     def lines(self) -> list[str]:
         out = [
             f"BLEU = {self.bleu:.2f}  ({self.bleu_signature})",
             f"chrF = {self.chrf:.2f}  ({self.chrf_signature})",
         ]
+        if self.decoded:  # beside the scores: a number without its precision does not reproduce
+            out.append(f"decoded: {self.decoded}")
         if self.lc_tok_bleu is not None:
             out.append(
                 f"lowercased tokenized BLEU = {self.lc_tok_bleu:.2f}  ({self.lc_tok_signature})  "
@@ -197,7 +200,17 @@ def run(
         handle.write("".join(h + "\n" for h in hyps))
     if not quiet:
         log(f"{len(hyps)} {'hypothesis' if len(hyps) == 1 else 'hypotheses'} written to {hyp_path}")
-    return score(hyps, refs, tgt_lang=cfg.data.tgt_lang, lc_tok=lc_tok)
+    scores = score(hyps, refs, tgt_lang=cfg.data.tgt_lang, lc_tok=lc_tok)
+    d = cfg.decode
+    scores.decoded = (
+        f"beam {d.beam_size}, length penalty {d.length_penalty}, {model_precision(model, '')}"
+        + (
+            f", {reranker.candidates}-best reranked by a channel model at weight {reranker.weight}"
+            if reranker is not None
+            else ""
+        )
+    )
+    return scores
 
 
 def _check_inputs(
