@@ -131,7 +131,8 @@ def read(path: str | Path) -> dict[str, Any]:
     # training never saves such weights; an edited or foreign file could, and the CPU's fused
     # ReLU linears would hide a NaN that the plain model spreads
     weights = (payload.get("model") or {}).items()  # format 1 files may hold only a config
-    if bad := next((n for n, t in weights if t.is_floating_point() and not t.isfinite().all()), 0):
+    bad = next((n for n, t in weights if t.is_floating_point() and not t.isfinite().all()), None)
+    if bad is not None:
         raise TranslatorError(
             f"its weights are not finite ({bad} holds NaN or inf)", str(path), elsewhere(path)
         )

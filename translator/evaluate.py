@@ -202,7 +202,7 @@ def run(
         log(f"{len(hyps)} {'hypothesis' if len(hyps) == 1 else 'hypotheses'} written to {hyp_path}")
     scores = score(hyps, refs, tgt_lang=cfg.data.tgt_lang, lc_tok=lc_tok)
     d = cfg.decode
-    scores.decoded = (
+    scores.decoded = (  # model_precision(model, ""): what it decoded in, not why
         f"beam {d.beam_size}, length penalty {d.length_penalty}, {model_precision(model, '')}"
         + (
             f", {reranker.candidates}-best reranked by a channel model at weight {reranker.weight}"

@@ -101,8 +101,10 @@ def cleaning_change(data: DataConfig, manifest: dict) -> str:
     made = manifest.get("cleaning")
     if made == clean.rules_digest(data.nfc, data.normalize_spaces):
         return ""
-    which = "rules that differ from" if made else "a translator older than"
-    return f"{prepared_dir(data)} was cleaned by {which} this version's text cleaning"
+    if made is None:
+        older = "an older translator, which kept no record of its text cleaning"
+        return f"{prepared_dir(data)} was prepared by {older}"
+    return f"{prepared_dir(data)} was cleaned by other text rules than this version's"
 
 
 def read_manifest(folder: Path) -> dict:

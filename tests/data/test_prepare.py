@@ -371,8 +371,12 @@ def test_data_cleaned_by_other_rules_is_prepared_again_saying_why(tmp_path, corp
     manifest["cleaning"] = recorded  # what an older translator wrote (None: it kept no digest)
     (out / "manifest.json").write_text(json.dumps(manifest))
     why = out_of_date(cfg.data)
-    older = "rules that differ from" if recorded else "a translator older than"
-    assert why == f"{out} was cleaned by {older} this version's text cleaning"
+    older = (
+        "was cleaned by other text rules than this version's"
+        if recorded
+        else "was prepared by an older translator, which kept no record of its text cleaning"
+    )
+    assert why == f"{out} {older}"
     said = []
     prepare.run(cfg, log=said.append)
     assert said[0] == f"{out}: preparing again ({why})"

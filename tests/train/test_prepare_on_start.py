@@ -156,6 +156,6 @@ def test_training_warns_when_its_data_were_cleaned_by_other_rules(tmp_path, caps
     del manifest["cleaning"]  # as prepared before the digest was recorded
     (folder / "manifest.json").write_text(json.dumps(manifest))
     loop.run(small_config(source, tmp_path), quiet=True)
-    said = f"{folder} was cleaned by a translator older than this version's text cleaning"
+    said = f"{folder} was prepared by an older translator, which kept no record of its text"
     assert said in (tmp_path / "run" / "train.log").read_text()
     assert said in capsys.readouterr().err

@@ -71,9 +71,9 @@ def start_logging(s: Session, data: TrainBatches) -> None:
     if s.dist.main and (cleaned := cleaning_change(cfg.data, manifest)):
         # a run goes on with the data it started with; translate cleans its input by today's rules
         s.metrics.warning(
-            f"{cleaned}, which translate and eval apply to their input; training reads the "
-            "prepared copy (`translator prepare` with this config prepares it again: a new run "
-            "then, as its vocabulary may change)"
+            f"{cleaned}; translate and eval clean their input by this version's rules, training "
+            "reads the prepared copy (`translator prepare` with this config prepares it again: "
+            "a new run then, as its vocabulary may change)"
         )
     _over_max_tokens(s, data)
     over, total = too_long_pairs(cfg)  # said now, not after eval_every updates

@@ -140,8 +140,8 @@ def resume(s: Session, payload: dict, path: Path) -> None:
         )
     if other := other_code(payload.get("made_by")):
         s.metrics.line(
-            f"{path.name} was written by {other}: the run continues, bit for bit as if never "
-            "stopped only where the code between did not change what training computes"
+            f"{path.name} was written by {other}: the run continues, equal to an uninterrupted "
+            "run bit for bit only if the code between did not change what training computes"
         )
     if s.dist.main and (stale := restore_best(s.run_dir, state.best_step)):
         s.metrics.warning(stale)
@@ -151,8 +151,8 @@ def resume(s: Session, payload: dict, path: Path) -> None:
 
 
 def other_code(saved: dict | None) -> str:
-    """The code that wrote a checkpoint, when it is known to differ from the code that runs (another
-    version or commit); empty when it is the same or cannot be told."""
+    """The code that wrote a checkpoint when it differs from the code that runs (another version or
+    commit) or was not recorded; empty when it is the same, or no commit tells them apart."""
     now = made_by()
     if saved is None:
         return "a translator that did not record its version"
