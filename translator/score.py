@@ -150,36 +150,43 @@ def run(
     if not quiet:
         log(f"score: {model_precision(model, dtype or cfg.decode.dtype)}")
     batch_tokens = batch_tokens or cfg.decode.batch_tokens
-    count, total, tokens, too_long, overflowed = 0, 0.0, 0, 0, 0
+    count, total, tokens, too_long, overflowed, tabs = 0, 0.0, 0, 0, 0, 0
     # a bar for bulk work only (stream.show_progress): files or piped stdin, scores to a file
     stdin = sys.stdin if src_file is None else None  # None: files
     show = show_progress(quiet, stdin, sys.stdout, sys.stderr)
     with sentence_progress("score", not show) as progress:
-        for sources, targets in chunks:
+        for sources, targets, ambiguous in chunks:
             scores = score_lines(
                 model, tokenizer, sources, targets, cfg.data, batch_tokens, warn_stderr, count + 1
             )
+            for i in ambiguous:  # scored as an empty pair, to keep the lines aligned
+                scores[i].log_prob = math.nan
             with write_errors("<stdout>", "cannot write the scores"):
                 sys.stdout.write("".join(f"{s.value(per_token, alpha):.4f}\n" for s in scores))
                 sys.stdout.flush()
             count += len(scores)
             progress(count, max(count, lines))
-            for s in scores:
-                if not s.fits:
+            for i, s in enumerate(scores):
+                if i in ambiguous:
+                    tabs += 1
+                elif not s.fits:
                     too_long += 1
                 elif not math.isfinite(s.log_prob):
                     overflowed += 1
                 else:
                     total, tokens = total + s.log_prob, tokens + s.tokens
     if not quiet:
-        log(summary(count, too_long, total, tokens, overflowed))
+        log(summary(count, too_long, total, tokens, overflowed, tabs))
     return count
 
 
-def summary(pairs: int, too_long: int, log_prob: float, tokens: int, overflowed: int = 0) -> str:
+def summary(
+    pairs: int, too_long: int, log_prob: float, tokens: int, overflowed: int = 0, tabs: int = 0
+) -> str:
     """One line: pairs, target tokens, cross-entropy per token and perplexity."""
     left_out = [f"{too_long:,} too long"] * bool(too_long)
     left_out += [f"{overflowed:,} not finite"] * bool(overflowed)
+    left_out += [f"{tabs:,} with more than one TAB"] * bool(tabs)
     line = f"score: {pairs:,} pairs" + (f" ({', '.join(left_out)}, not scored)" * bool(left_out))
     if tokens:
         nats = -log_prob / tokens
@@ -188,38 +195,54 @@ def summary(pairs: int, too_long: int, log_prob: float, tokens: int, overflowed:
     return line
 
 
-def _file_chunks(
-    src_file: Path, tgt_file: Path
-) -> tuple[Iterator[tuple[list[str], list[str]]], int]:
+Chunk = tuple[list[str], list[str], set[int]]  # sources, targets, the pairs not to score
+
+
+def _file_chunks(src_file: Path, tgt_file: Path) -> tuple[Iterator[Chunk], int]:
     """Both files read (UTF-8, checked) and line-aligned, cut into chunks; and the line count."""
     sources, targets = read_aligned(src_file, tgt_file, "score")
     chunks = (
-        (sources[start : start + CHUNK_LINES], targets[start : start + CHUNK_LINES])
+        (sources[start : start + CHUNK_LINES], targets[start : start + CHUNK_LINES], set())
         for start in range(0, len(sources), CHUNK_LINES)
     )
     return chunks, len(sources)
 
 
-def _tsv_chunks(stream: TextIO) -> Iterator[tuple[list[str], list[str]]]:
+def _tsv_chunks(stream: TextIO) -> Iterator[Chunk]:
     """`source<TAB>target` lines from a stream, in chunks. An empty line is an empty pair (as an
-    empty line of both files is); another line without exactly one TAB is an error naming it,
-    raised after the lines before it have been yielded (so they are scored and written)."""
+    empty line of both files is). A line with more than one TAB (a TAB inside a sentence, common
+    in crawled text) cannot be split: a warning names it and it is not scored (nan), so a long
+    stream goes on aligned. A line without a TAB is not TSV at all: an error naming it, raised
+    after the lines before it have been yielded (so they are scored and written)."""
+
+    def chunk(count: int, sources: list[str], targets: list[str], ambiguous: set[int]) -> Chunk:
+        if ambiguous:
+            where = line_list(sorted(count + i + 1 for i in ambiguous))
+            warn_stderr(
+                f"stdin {where}: more than one TAB, so source and target cannot be told apart; "
+                "not scored (nan)"
+            )
+        return sources, targets, ambiguous
+
     count = 0
     for lines in read_chunks(stream, CHUNK_LINES, warn=warn_stderr):
-        sources, targets = [], []
-        for number, line in enumerate(lines, count + 1):
+        sources, targets, ambiguous = [], [], set()
+        for i, line in enumerate(lines):
             source, tab, target = line.partition("\t")
-            if (tab and "\t" not in target) or not line.strip():
+            if tab or not line.strip():
+                if "\t" in target:
+                    source, target = "", ""
+                    ambiguous.add(i)
                 sources.append(source)
                 targets.append(target)
                 continue
             if sources:
-                yield sources, targets
+                yield chunk(count, sources, targets, ambiguous)
             raise TranslatorError(
-                f"{'no TAB' if not tab else 'more than one TAB'} between source and target",
-                f"stdin line {number}",
+                "no TAB between source and target",
+                f"stdin line {count + i + 1}",
                 "give one `source<TAB>target` pair a line (paste src.txt tgt.txt), "
                 "or --src/--tgt files",
             )
+        yield chunk(count, sources, targets, ambiguous)
         count += len(lines)
-        yield sources, targets
