@@ -251,6 +251,7 @@ def _train_tokenizer(
         normalization=data.spm_normalization,
         input_sentence_size=0,
         seed=SEED,  # 0: the sample above is the whole input
+        threads=data.spm_threads,
         progress=None if bars.quiet else trained,
         # one side's of two: a failure says which (the sides' texts differ, their settings do not)
         which="" if len(sides) == 2 else f"the {coverage.SIDES[sides[0]]} model ({name})",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from contextlib import suppress
 from pathlib import Path
 
@@ -28,10 +29,14 @@ SPM_SETTINGS = (
     "byte_fallback",
     "input_sentence_size",
     "spm_normalization",
+    "spm_threads",
 )
 # Settings recorded only when not at their default (-> that default): data prepared before they
 # existed keeps its config hash and is not refused
-ONLY_WHEN_SET = {"spm_normalization": DataConfig.spm_normalization}
+ONLY_WHEN_SET = {
+    "spm_normalization": DataConfig.spm_normalization,
+    "spm_threads": DataConfig.spm_threads,
+}
 
 
 def prepared_dir(data: DataConfig) -> Path:
@@ -241,6 +246,8 @@ def build_manifest(
         # every file (the text of valid/test too), checked at each open (check_files)
         "file_sizes": {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()},
         "versions": installed("datasets", "pyarrow", "sentencepiece", "numpy", "torch"),
+        # SentencePiece's result depends on it: data.spm_threads reproduces it elsewhere
+        "spm_threads": None if vocab_from else data.spm_threads or os.cpu_count(),
     }
 
 

@@ -467,3 +467,26 @@ def test_a_training_run_directory_is_not_prepared_over(tmp_path, corpus):
         run(cfg, force=True)
     assert err.value.where == str(run_dir)
     assert sorted(p.name for p in run_dir.iterdir()) == ["best.pt", "manifest.json"]
+
+
+def test_spm_threads_reach_sentencepiece_and_the_manifest_says_how_many_trained(
+    tmp_path, corpus, monkeypatch
+):
+    """SentencePiece's result depends on its thread count: the manifest records the count, and
+    data.spm_threads pins it (unset, it is one per core and not a setting of the data)."""
+    from translator.data import tokenizer
+
+    used = []
+    real = tokenizer.spm.SentencePieceTrainer.train
+    monkeypatch.setattr(
+        tokenizer.spm.SentencePieceTrainer,
+        "train",
+        lambda **options: used.append(options["num_threads"]) or real(**options),
+    )
+    pinned = run(tiny_config(corpus, tmp_path / "a", "data.spm_threads=3"))
+    manifest = json.loads((pinned / "manifest.json").read_text())
+    assert used == [3] and manifest["spm_threads"] == 3 and manifest["settings"]["spm_threads"] == 3
+    default = run(tiny_config(corpus, tmp_path / "b"))
+    manifest = json.loads((default / "manifest.json").read_text())
+    assert used[1] == os.cpu_count() == manifest["spm_threads"]
+    assert "spm_threads" not in manifest["settings"]  # data prepared before it keep their hash

@@ -51,3 +51,17 @@ def test_an_installed_copy_inside_another_project_s_repository_names_no_commit(
     assert versions.git_state() == {"commit": None, "dirty": None}
     monkeypatch.setattr(versions, "PACKAGE_ROOT", project)  # a checkout: its own commit
     assert len(versions.git_state()["commit"]) == 40
+
+
+def test_a_session_records_its_thread_count(prepared, tmp_path):
+    """Training is bit-reproducible for a seed only at the same thread count (float sums follow
+    it), so the record of a run must say it."""
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        RunManifest(tmp_path, prepared, world_size=1, start_step=0)
+    finally:
+        torch.set_num_threads(threads)
+    assert json.loads((tmp_path / "manifest.json").read_text())["sessions"][0]["threads"] == 1

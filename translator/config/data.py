@@ -75,12 +75,16 @@ class DataConfig:
     the rule changes)."""
     input_sentence_size: int = 1_000_000
     """Train SentencePiece on a seeded random sample of at most this many sentences (0 = all)."""
+    spm_threads: int = 0
+    """Threads SentencePiece trains with (0 = one per CPU core). Its training result depends on
+    the count: the same data gives the same vocabulary only with the same count, so to reproduce
+    a vocabulary made elsewhere, set the count it was made with (the manifest records it)."""
 
     def __post_init__(self) -> None:
         check_range(
             "data",
             self,
-            "max_train_pairs max_tokens_per_side max_length_ratio input_sentence_size",
+            "max_train_pairs max_tokens_per_side max_length_ratio input_sentence_size spm_threads",
             0,
         )
         self._check_vocab_size()

@@ -29,14 +29,16 @@ def train_sentencepiece(
     normalization: str = "nmt_nfkc",
     input_sentence_size: int = 0,
     seed: int = 1,
+    threads: int = 0,
     progress: Callable[[int, int], None] | None = None,
     which: str = "",
 ) -> Path:
     """Train a SentencePiece model on `sentences`; writes and returns `{model_prefix}.model`.
 
     The model comes back in memory (model_writer) rather than through model_prefix, which
-    SentencePiece would store inside the model: the same data then gives the same bytes wherever
-    it is prepared, so the checksum identifies the vocabulary. `progress(done, total)`, when given,
+    SentencePiece would store inside the model: the same data and thread count (`threads`, 0: one
+    per core; SentencePiece's result depends on it) then give the same bytes wherever it is
+    prepared, so the checksum identifies the vocabulary. `progress(done, total)`, when given,
     follows the training itself (see TrainingLog), called from another thread. `which`, when
     given, names the model in an error (one side's of two).
     """
@@ -68,7 +70,7 @@ def train_sentencepiece(
         bos_id=BOS_ID,
         eos_id=EOS_ID,
         hard_vocab_limit=False,  # a smaller corpus gets fewer pieces (see size_note), not an error
-        num_threads=os.cpu_count() or 1,
+        num_threads=threads or os.cpu_count() or 1,
     )
     try:
         if progress is None:

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from translator.config import to_dict
 from translator.data.tokenizer import sha256_file
 from translator.files import atomic_write
@@ -74,6 +76,9 @@ class RunManifest:
             "git": git_state(),
             "versions": versions(),
             "world_size": world_size,
+            # a float sum's order follows the thread count: the same seed and data give the same
+            # weights only with the same count (each process's)
+            "threads": torch.get_num_threads(),
             "seeds": {
                 "train": cfg.train.seed,
                 "per_rank": [cfg.train.seed + r for r in range(world_size)],
