@@ -279,3 +279,25 @@ def test_an_overflowing_model_s_scores_are_null_in_valid_json_with_a_warning(tin
     ):
         json.dumps(reply, allow_nan=False)  # NaN is not JSON: a client's parser refuses it
         assert f"lines 1, 2: {NOT_FINITE}" in reply["warnings"]
+
+
+def test_requests_decode_on_one_thread_whatever_thread_answers_them(tiny, monkeypatch):
+    """glibc keeps a heap per allocating thread at its peak: decoding in each connection's
+    thread grew the server by a working set per thread. All model work runs on one thread."""
+    seen = []
+    real = serve.translate_lines
+    monkeypatch.setattr(
+        serve,
+        "translate_lines",
+        lambda *a, **k: seen.append(threading.current_thread().name) or real(*a, **k),
+    )
+    translator = serve.Translator(tiny.model, tiny.cfg, tiny.tokenizer, tiny.cfg.decode)
+    askers = [
+        threading.Thread(target=translator.translate, args=({"text": SENTENCES[:2]},))
+        for _ in range(6)
+    ]
+    for asker in askers:
+        asker.start()
+    for asker in askers:
+        asker.join()
+    assert len(seen) == 6 and len(set(seen)) == 1 and seen[0].startswith("model")
