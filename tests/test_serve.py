@@ -4,6 +4,7 @@ refusals as 4xx JSON, and the command's start and SIGTERM."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -301,3 +302,46 @@ def test_requests_decode_on_one_thread_whatever_thread_answers_them(tiny, monkey
     for asker in askers:
         asker.join()
     assert len(seen) == 6 and len(set(seen)) == 1 and seen[0].startswith("model")
+
+
+def test_out_of_file_descriptors_the_server_waits_instead_of_spinning(tiny):
+    """socketserver retries a failed accept() at once while the connection waits: a busy loop.
+    Under `ulimit -n 64` with more connections than that, the server's CPU stays near idle,
+    it says why once, and it answers again when they close."""
+    import resource
+
+    def few_fds() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "translator", "serve", str(tiny.path), "--port", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=few_fds,
+    )
+    clients = []
+    try:
+        url = proc.stderr.readline().split()[1]
+        host, port = url.removeprefix("http://").split(":")
+        for _ in range(80):
+            clients.append(socket.create_connection((host, int(port))))
+
+        def cpu_seconds() -> float:
+            fields = open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+        time.sleep(1)
+        before = cpu_seconds()
+        time.sleep(3)
+        assert cpu_seconds() - before < 1.5  # a busy loop takes the whole 3 s of a core
+        for client in clients:
+            client.close()
+        clients = []
+        status, _ = call(url + "/health")
+        assert status == 200
+    finally:
+        for client in clients:
+            client.close()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert err.count("out of file descriptors: new connections wait") == 1

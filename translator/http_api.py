@@ -11,6 +11,7 @@ new requests get 503 while those being answered finish (serve_until_stopped).
 
 from __future__ import annotations
 
+import errno
 import json
 import socket
 import sys
@@ -22,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 MAX_BODY_BYTES = 1 << 20  # a request's JSON; a client with more sends several requests
+FD_PAUSE_SECONDS = 0.1  # out of file descriptors: how long accept() waits before trying again
 IDLE_SECONDS = 60  # a connection silent this long (idle, or a body short of its length) is closed
 
 Route = Callable[[Any], dict[str, Any]]
@@ -56,9 +58,26 @@ class JsonServer(ThreadingHTTPServer):
         self.address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         self.routes, self.log = routes, log
         self.busy = 0  # requests being answered
+        self.out_of_fds = False  # said once until an accept succeeds again
         self.closing = False
         self.changed = threading.Condition()
         super().__init__((host, port), Handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        """accept(); out of file descriptors, a pause and one log line. socketserver drops the
+        failed accept and selects again at once: the waiting connection made that a busy loop
+        (one core at 96%, /health unanswered) until clients closed theirs."""
+        try:
+            accepted = super().get_request()
+        except OSError as err:
+            if err.errno in (errno.EMFILE, errno.ENFILE):
+                if self.log is not None and not self.out_of_fds:
+                    self.log("out of file descriptors: new connections wait (raise `ulimit -n`)")
+                self.out_of_fds = True
+                time.sleep(FD_PAUSE_SECONDS)
+            raise
+        self.out_of_fds = False
+        return accepted
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A failure outside a request's answer (the client gone mid-write): one line."""
