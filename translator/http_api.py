@@ -66,7 +66,7 @@ class JsonServer(ThreadingHTTPServer):
     def get_request(self) -> tuple[socket.socket, Any]:
         """accept(); out of file descriptors, a pause and one log line. socketserver drops the
         failed accept and selects again at once: the waiting connection made that a busy loop
-        (one core at 96%, /health unanswered) until clients closed theirs."""
+        (a core kept busy, /health unanswered) until clients closed theirs."""
         try:
             accepted = super().get_request()
         except OSError as err:

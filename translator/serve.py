@@ -57,8 +57,7 @@ class Translator:
         self.model, self.cfg, self.tokenizer, self.decode = model, cfg, tokenizer, decode
         # One thread touches the model. glibc gives each thread that allocates a heap of its own
         # (an arena) and keeps it at its peak: decoding in every connection's thread grew the
-        # server by a decoding's working set per thread that ever decoded (3.4 GB after 240
-        # requests from 16 clients, for a 30 MB model).
+        # server by a decoding's working set per thread that ever decoded (docs/benchmarks.md).
         self.model_thread = ThreadPoolExecutor(1, thread_name_prefix="model")
 
     def on_model(self, work: Callable[[], T]) -> T:
