@@ -304,6 +304,7 @@ def test_requests_decode_on_one_thread_whatever_thread_answers_them(tiny, monkey
     assert len(seen) == 6 and len(set(seen)) == 1 and seen[0].startswith("model")
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads CPU time from /proc")
 def test_out_of_file_descriptors_the_server_waits_instead_of_spinning(tiny):
     """socketserver retries a failed accept() at once while the connection waits: a busy loop.
     Under `ulimit -n 64` with more connections than that, the server's CPU stays near idle,

@@ -550,7 +550,7 @@ def overflowing(model):
 
 
 @pytest.mark.parametrize("mode", ["greedy", "beam", "sampling"])
-def test_a_model_that_overflows_is_said_to_not_an_unk_warning_or_a_traceback(tiny, mode):
+def test_an_overflowing_model_is_named_as_such_not_as_unk_or_by_a_traceback(tiny, mode):
     from translator.decode.sampling import Sampling
 
     decode = dataclasses.replace(tiny.cfg.decode, beam_size=3 if mode == "beam" else 1)
