@@ -91,9 +91,11 @@ class RowSampler:
         uniform a row, tried instead, is cheaper but turned many more draws there (README).
         """
         probs = truncated(log_probs, self.settings).softmax(dim=-1)  # (N, V)
-        overflowed = ~probs.isfinite().all(dim=-1)  # a model past its dtype's range (fp16)
-        if overflowed.any():  # nothing to draw from: EOS ends the line, its score NaN (warned)
-            probs[overflowed] = F.one_hot(torch.tensor(EOS_ID), probs.shape[-1]).to(probs)
+        # a row past its dtype's range (fp16) has nothing to draw from: EOS ends the line, its
+        # score NaN (warned); a where, not a branch, so a step waits on no device-to-host copy
+        overflowed = ~probs.isfinite().all(dim=-1, keepdim=True)
+        eos = F.one_hot(torch.tensor(EOS_ID, device=probs.device), probs.shape[-1]).to(probs)
+        probs = torch.where(overflowed, eos, probs)
         return torch.cat(
             [torch.multinomial(p, 1, generator=g) for p, g in zip(probs, self.generators)]
         )

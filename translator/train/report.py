@@ -61,20 +61,8 @@ def start_logging(s: Session, data: TrainBatches) -> None:
             "CPU training: dropout from 16-bit draws, the loss in chunks of rows, freed memory "
             "kept for reuse" + (linears if s.dtype is None else "")
         )
-    manifest = load_manifest(cfg.data, s.vocab_from) if s.dist.main else {}
-    change = source_change(cfg.data, manifest) if s.dist.main else ""
-    if change:  # prepared data are reused by their settings, wherever they came from
-        s.metrics.warning(
-            f"{change}; training reads the prepared copy (to prepare the source again: "
-            "`translator prepare` with this config, --data and --force; or set another data.name)"
-        )
-    if s.dist.main and (cleaned := cleaning_change(cfg.data, manifest)):
-        # a run goes on with the data it started with; translate cleans its input by today's rules
-        s.metrics.warning(
-            f"{cleaned}; translate and eval clean their input by this version's rules, training "
-            "reads the prepared copy (`translator prepare` with this config prepares it again: "
-            "a new run then, as its vocabulary may change)"
-        )
+    if s.dist.main:
+        _prepared_data_warnings(s)
     _over_max_tokens(s, data)
     over, total = too_long_pairs(cfg)  # said now, not after eval_every updates
     if over:
@@ -82,6 +70,24 @@ def start_logging(s: Session, data: TrainBatches) -> None:
             f"valid: {over} of {total} pairs take more than "
             f"model.max_positions={cfg.model.max_positions} positions; validation leaves them out "
             "of its loss (BLEU translates their sources in pieces)"
+        )
+
+
+def _prepared_data_warnings(s: Session) -> None:
+    """Where the prepared data, reused by their settings, are not what the config's source or
+    this version's cleaning would make now; the run goes on with the data it started with."""
+    cfg = s.cfg
+    manifest = load_manifest(cfg.data, s.vocab_from)
+    if change := source_change(cfg.data, manifest):
+        s.metrics.warning(
+            f"{change}; training reads the prepared copy (to prepare the source again: "
+            "`translator prepare` with this config, --data and --force; or set another data.name)"
+        )
+    if cleaned := cleaning_change(cfg.data, manifest):
+        s.metrics.warning(
+            f"{cleaned}; translate and eval clean their input by this version's rules, training "
+            "reads the prepared copy (`translator prepare` with this config prepares it again: "
+            "a new run then, as its vocabulary may change)"
         )
 
 
