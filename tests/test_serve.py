@@ -243,12 +243,12 @@ def test_a_stop_lets_requests_being_answered_finish_and_refuses_new_ones():
     server still accepts, so a new connection gets 503, not a reset."""
     started, release, stop = threading.Event(), threading.Event(), threading.Event()
 
-    def slow(_body):
+    def slow(_body, _client_left):
         started.set()
         release.wait(30)
         return {"done": True}
 
-    routes = {("POST", "/slow"): slow, ("GET", "/health"): lambda _body: {"status": "ok"}}
+    routes = {("POST", "/slow"): slow, ("GET", "/health"): lambda _body, _left: {"status": "ok"}}
     httpd = http_api.JsonServer("127.0.0.1", 0, routes, log=None)
     url = f"http://127.0.0.1:{httpd.server_address[1]}"
     serving = threading.Thread(target=httpd.serve_until_stopped, args=(30, stop))
@@ -346,3 +346,124 @@ def test_out_of_file_descriptors_the_server_waits_instead_of_spinning(tiny):
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     assert err.count("out of file descriptors: new connections wait") == 1
+
+
+def test_a_request_whose_client_left_before_its_turn_is_not_decoded(tiny, monkeypatch):
+    """An abandoned request (a client's timeout, a closed tab) must not hold the model: before
+    its turn the server checks that its client is still there."""
+    release, decoded, lines = threading.Event(), [], []
+    real = serve.translate_lines
+
+    def recorded(model, tokenizer, texts, *args, **kwargs):
+        decoded.append(texts[0])
+        if texts[0] == "first":
+            release.wait(30)
+        return real(model, tokenizer, texts, *args, **kwargs)
+
+    monkeypatch.setattr(serve, "translate_lines", recorded)
+    translator = serve.Translator(tiny.model, tiny.cfg, tiny.tokenizer, tiny.cfg.decode)
+    httpd = http_api.JsonServer("127.0.0.1", 0, translator.routes(), log=lines.append)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        first = threading.Thread(target=call, args=(url + "/translate", {"text": ["first"]}))
+        first.start()
+        while not decoded:
+            time.sleep(0.01)
+        body = json.dumps({"text": ["abandoned"]}).encode()
+        with socket.create_connection(("127.0.0.1", httpd.server_address[1])) as gone:
+            gone.sendall(
+                b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
+                + body
+            )
+            while httpd.busy < 2:  # read and waiting for the model
+                time.sleep(0.01)
+        release.set()
+        first.join(30)
+        assert call(url + "/translate", {"text": ["third"]})[0] == 200
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert decoded == ["first", "third"]
+    assert "POST /translate not answered: the client left before its turn" in lines
+
+
+def test_a_request_sent_a_byte_at_a_time_is_cut_off_at_its_deadline(server, monkeypatch):
+    """The idle timeout is per read: a client sending a byte now and then would hold its thread
+    forever. From its first byte a whole request must arrive within REQUEST_SECONDS."""
+    monkeypatch.setattr(http_api, "REQUEST_SECONDS", 1)
+    host, port = server.removeprefix("http://").split(":")
+    start = time.monotonic()
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        try:
+            for byte in b"POST /translate HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100:
+                sock.sendall(bytes([byte]))
+                time.sleep(0.1)
+            answer = sock.recv(1 << 16)
+        except (BrokenPipeError, ConnectionResetError):
+            answer = b""
+    assert answer == b"" and time.monotonic() - start < 5  # closed, well before 10 s of bytes
+
+
+def test_a_body_sent_slower_than_the_deadline_gets_a_408(server, monkeypatch):
+    monkeypatch.setattr(http_api, "REQUEST_SECONDS", 1)
+    host, port = server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+        for _ in range(30):
+            try:
+                sock.sendall(b" ")
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            time.sleep(0.1)
+            if select_readable(sock):
+                break
+        answer = sock.recv(1 << 16)
+    assert answer.startswith(b"HTTP/1.1 408") and b"over 1 s since the request began" in answer
+
+
+def select_readable(sock: socket.socket) -> bool:
+    import select
+
+    return bool(select.select([sock], [], [], 0)[0])
+
+
+def test_a_body_over_the_limit_gets_its_413_while_the_client_still_sends(server, monkeypatch):
+    """The 413 is sent before the body is read; closing with the body unread reset the
+    connection, and a client still sending got the reset instead of the answer."""
+    monkeypatch.setattr(http_api, "MAX_BODY_BYTES", 100)
+    body = b'{"text": ["' + b"a" * (8 << 20) + b'"]}'
+    host, port = server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        head = b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
+        sock.sendall(head + body)
+        answer = b""
+        while chunk := sock.recv(1 << 16):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 413") and b"over 100" in answer
+
+
+def test_connections_over_the_cap_wait_until_one_closes(tiny, monkeypatch):
+    """A thread per connection: MAX_CONNECTIONS bounds them; more wait in the listen queue."""
+    monkeypatch.setattr(http_api, "MAX_CONNECTIONS", 3)
+    lines: list[str] = []
+    routes = {("GET", "/health"): lambda _body, _left: {"status": "ok"}}
+    httpd = http_api.JsonServer("127.0.0.1", 0, routes, log=lines.append)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    idle = [socket.create_connection(("127.0.0.1", httpd.server_address[1])) for _ in range(3)]
+    try:
+        answers: list = []
+        waiting = threading.Thread(target=lambda: answers.append(call(url + "/health")))
+        waiting.start()
+        time.sleep(1.5)
+        assert answers == [] and len(httpd.connections) == 3
+        idle.pop().close()
+        waiting.join(30)
+        assert answers == [(200, {"status": "ok"})]
+    finally:
+        for sock in idle:
+            sock.close()
+        httpd.shutdown()
+        httpd.server_close()
+    assert lines.count("3 connections open: new ones wait until one closes") == 1

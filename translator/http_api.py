@@ -6,13 +6,20 @@ server facing real clients needs beyond http.server's defaults is here: a read t
 or half-sent request does not hold its thread forever), a refused Transfer-Encoding and strict
 Content-Length (no body read past its end, none read to the end of the stream), a listen queue
 for bursts, one log line for a client that left (no traceback), IPv6, and a drain at shutdown:
-new requests get 503 while those being answered finish (serve_until_stopped).
+new requests get 503 while those being answered finish (serve_until_stopped). Bounds on what
+clients can hold: MAX_CONNECTIONS open at once (more wait in the listen queue), a whole request
+within REQUEST_SECONDS of its first byte (a client sending a byte now and then does not hold a
+thread forever), and a request whose client has left before its turn is not answered (the route
+asks `client_left`). A refusal that leaves a body unread is followed by a lingering close, so the
+client reads the 4xx instead of a connection reset.
 """
 
 from __future__ import annotations
 
 import errno
+import io
 import json
+import select
 import socket
 import sys
 import threading
@@ -25,8 +32,16 @@ from typing import Any
 MAX_BODY_BYTES = 1 << 20  # a request's JSON; a client with more sends several requests
 FD_PAUSE_SECONDS = 0.1  # out of file descriptors: how long accept() waits before trying again
 IDLE_SECONDS = 60  # a connection silent this long (idle, or a body short of its length) is closed
+REQUEST_SECONDS = 120  # from a request's first byte to the end of its body
+MAX_CONNECTIONS = 512  # open at once (a thread each); more wait in the listen queue
+LINGER_SECONDS = 2  # after a refusal, how long an unread body is read and dropped before closing
 
-Route = Callable[[Any], dict[str, Any]]
+# a route: the request's parsed JSON body (None for GET) and a check whether its client has left
+Route = Callable[[Any, Callable[[], bool]], dict[str, Any]]
+
+
+class ClientLeft(Exception):
+    """Raised by a route whose client closed its connection before the answer was worked out."""
 
 
 class BadRequest(Exception):
@@ -58,7 +73,9 @@ class JsonServer(ThreadingHTTPServer):
         self.address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         self.routes, self.log = routes, log
         self.busy = 0  # requests being answered
+        self.connections: set[socket.socket] = set()  # open, each with its thread
         self.out_of_fds = False  # said once until an accept succeeds again
+        self.at_capacity = False  # said once until the connections fall under the cap again
         self.closing = False
         self.changed = threading.Condition()
         super().__init__((host, port), Handler)
@@ -66,7 +83,20 @@ class JsonServer(ThreadingHTTPServer):
     def get_request(self) -> tuple[socket.socket, Any]:
         """accept(); out of file descriptors, a pause and one log line. socketserver drops the
         failed accept and selects again at once: the waiting connection made that a busy loop
-        (a core kept busy, /health unanswered) until clients closed theirs."""
+        (a core kept busy, /health unanswered) until clients closed theirs. At MAX_CONNECTIONS
+        nothing is accepted: new connections wait in the listen queue until one closes."""
+        with self.changed:
+            if len(self.connections) >= MAX_CONNECTIONS:
+                if self.log is not None and not self.at_capacity:
+                    self.log(f"{MAX_CONNECTIONS} connections open: new ones wait until one closes")
+                self.at_capacity = True
+                # woken by a close; the pause bounds how long shutdown() waits for this loop
+                self.changed.wait_for(
+                    lambda: len(self.connections) < MAX_CONNECTIONS, FD_PAUSE_SECONDS * 5
+                )
+                if len(self.connections) >= MAX_CONNECTIONS:
+                    raise OSError(errno.EAGAIN, "at the connection cap")  # selects again
+            self.at_capacity = False
         try:
             accepted = super().get_request()
         except OSError as err:
@@ -78,6 +108,17 @@ class JsonServer(ThreadingHTTPServer):
             raise
         self.out_of_fds = False
         return accepted
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.changed:
+            self.connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        super().shutdown_request(request)
+        with self.changed:
+            self.connections.discard(request)
+            self.changed.notify_all()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A failure outside a request's answer (the client gone mid-write): one line."""
@@ -121,11 +162,76 @@ class JsonServer(ThreadingHTTPServer):
             return self.changed.wait_for(lambda: self.busy == 0, timeout=seconds)
 
 
+class RequestClock(socket.SocketIO):
+    """A connection's reading side with a deadline per request: the idle timeout applies to each
+    read, and from a request's first byte all of it must arrive within REQUEST_SECONDS."""
+
+    def __init__(self, sock: socket.socket, idle_seconds: float) -> None:
+        super().__init__(sock, "rb")
+        self.sock, self.idle_seconds = sock, idle_seconds
+        self.deadline: float | None = None  # set by a request's first byte
+
+    def readinto(self, buffer: Any) -> int | None:
+        if self.deadline is None:
+            got = super().readinto(buffer)
+            if got:
+                self.deadline = time.monotonic() + REQUEST_SECONDS
+            return got
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"the request took over {REQUEST_SECONDS} s to arrive")
+        self.sock.settimeout(min(self.idle_seconds, left))
+        try:
+            return super().readinto(buffer)
+        finally:
+            self.sock.settimeout(self.idle_seconds)  # writing the answer keeps the idle timeout
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: a client sends many requests on one socket
     server_version, sys_version = "translator", ""  # not the Python version
     timeout = IDLE_SECONDS
     server: JsonServer
+    body_unread = False  # a refusal then closes with a linger (`finish`)
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # the plain reader setup() made (the socket stays open)
+        self.clock = RequestClock(self.connection, self.timeout)
+        self.rfile = io.BufferedReader(self.clock)
+
+    def handle_one_request(self) -> None:
+        self.clock.deadline = None  # the next request's clock starts at its first byte
+        super().handle_one_request()
+
+    def finish(self) -> None:
+        super().finish()
+        if self.body_unread:
+            self._linger()
+
+    def _linger(self) -> None:
+        """Say that nothing more is sent, then read and drop what the client still sends, for
+        LINGER_SECONDS at most: closing with unread bytes resets the connection, and a client
+        still sending its body would get that reset instead of the answer before it."""
+        try:
+            self.connection.shutdown(socket.SHUT_WR)
+            until = time.monotonic() + LINGER_SECONDS
+            while (left := until - time.monotonic()) > 0:
+                self.connection.settimeout(left)
+                if not self.connection.recv(1 << 16):
+                    return
+        except OSError:  # the client reset it, closed it first, or the time ran out
+            pass
+
+    def client_left(self) -> bool:
+        """Whether the client closed its side (so no answer can reach it): a read of what is
+        waiting, without taking it. A client that half-closes after its request counts as gone."""
+        try:
+            if not select.select([self.connection], [], [], 0)[0]:
+                return False  # nothing to read: still connected
+            return not self.connection.recv(1, socket.MSG_PEEK)  # b"": the client closed
+        except OSError:
+            return True
 
     def do_GET(self) -> None:
         self._answer("GET")
@@ -151,12 +257,20 @@ class Handler(BaseHTTPRequestHandler):
     def _answer(self, method: str) -> None:
         start = time.perf_counter()
         path = self.path.split("?", 1)[0]
+        self.body_unread = "Transfer-Encoding" in self.headers or self.headers.get(
+            "Content-Length", "0"
+        ) not in ("0", "")
         if not self.server.enter():
             busy = {"error": "the server is shutting down"}
             self._send(method, path, HTTPStatus.SERVICE_UNAVAILABLE, busy, start)
             return
         try:
             status, reply = self._reply(method, path)
+        except ClientLeft:
+            self.close_connection = True
+            if self.server.log is not None:
+                self.server.log(f"{method} {path} not answered: the client left before its turn")
+        else:
             self._send(method, path, status, reply, start)
         finally:
             self.server.leave()
@@ -166,6 +280,8 @@ class Handler(BaseHTTPRequestHandler):
             return HTTPStatus.OK, self._route(method, path)
         except BadRequest as err:
             return err.status, {"error": str(err)}
+        except ClientLeft:
+            raise
         except Exception as err:  # noqa: BLE001 (a failure of ours: this request alone fails)
             error = f"internal error: {type(err).__name__}: {err}"
             return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": error}
@@ -182,8 +298,8 @@ class Handler(BaseHTTPRequestHandler):
         if asked != "POST":
             if self._body_length():
                 self.close_connection = True  # its unread body must not be read as a request
-            return self.server.routes[asked, path](None)
-        return self.server.routes[asked, path](self._read_json())
+            return self.server.routes[asked, path](None, self.client_left)
+        return self.server.routes[asked, path](self._read_json(), self.client_left)
 
     def _body_length(self) -> int:
         """The request's Content-Length, refused where it would let a body be misread."""
@@ -211,10 +327,13 @@ class Handler(BaseHTTPRequestHandler):
         try:
             body = self.rfile.read(length)
         except TimeoutError:
+            late = self.clock.deadline is not None and time.monotonic() >= self.clock.deadline
+            why = f"over {REQUEST_SECONDS} s since the request began" if late else "for {} s"
             raise BadRequest(
-                f"the body stopped short of its Content-Length for {self.timeout} s",
+                f"the body stopped short of its Content-Length {why.format(self.timeout)}",
                 HTTPStatus.REQUEST_TIMEOUT,
             ) from None
+        self.body_unread = False
         try:
             return json.loads(body.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError) as err:  # ValueError: JSON's
@@ -225,6 +344,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             self._body_length()
         except BadRequest as err:
+            self.body_unread = True  # a client may send it anyway
             self._send("POST", self.path, err.status, {"error": str(err)}, time.perf_counter())
             return False
         return super().handle_expect_100()

@@ -27,7 +27,7 @@ from translator.config import Config, DecodeConfig
 from translator.data.tokenizer import Tokenizer
 from translator.device import DTYPE_NAMES
 from translator.errors import TranslatorError
-from translator.http_api import BadRequest, JsonServer, Route
+from translator.http_api import BadRequest, ClientLeft, JsonServer, Route
 from translator.loading import Checkpoints, load_models
 from translator.model.ensemble import Ensemble
 from translator.model.inference import is_int8
@@ -42,6 +42,11 @@ MAX_LINES = 1000  # a request's lines: more go in several requests, so that none
 MAX_CHARACTERS = 100_000  # ... and their characters (one long line is split into many pieces)
 MAX_BEAM = 16  # per-request beam or n-best
 DRAIN_SECONDS = 60  # at SIGTERM, how long requests being answered may take to finish
+
+
+def _here() -> bool:
+    """A direct call's `client_left`: there is no connection to lose."""
+    return False
 
 
 class Translator:
@@ -60,18 +65,26 @@ class Translator:
         # server by a decoding's working set per thread that ever decoded (docs/benchmarks.md).
         self.model_thread = ThreadPoolExecutor(1, thread_name_prefix="model")
 
-    def on_model(self, work: Callable[[], T]) -> T:
-        """`work`'s result, computed on the model's thread after the requests before it."""
-        return self.model_thread.submit(work).result()
+    def on_model(self, work: Callable[[], T], client_left: Callable[[], bool]) -> T:
+        """`work`'s result, computed on the model's thread after the requests before it; not
+        computed (ClientLeft) when its client has gone by then, so that abandoned requests (a
+        client's timeout, a closed browser tab) do not hold the model."""
+
+        def unless_gone() -> T:
+            if client_left():
+                raise ClientLeft
+            return work()
+
+        return self.model_thread.submit(unless_gone).result()
 
     def routes(self) -> dict[tuple[str, str], Route]:
         return {
             ("POST", "/translate"): self.translate,
             ("POST", "/score"): self.score,
-            ("GET", "/health"): lambda _body: self.health(),
+            ("GET", "/health"): lambda _body, _client_left: self.health(),
         }
 
-    def translate(self, request: dict[str, Any]) -> dict[str, Any]:
+    def translate(self, request: Any, client_left: Callable[[], bool] = _here) -> dict[str, Any]:
         _only_keys(request, {"text", "beam", "nbest"})
         text = request.get("text")
         lines = _lines([text] if isinstance(text, str) else text, "'text' must be a string or")
@@ -89,7 +102,8 @@ class Translator:
                     nbest or 1,
                     warn=warnings.append,
                     data=self.cfg.data,
-                )
+                ),
+                client_left,
             )
         reply: dict[str, Any] = {"translations": [hyps[0][0] for hyps in found]}
         if nbest:
@@ -97,7 +111,7 @@ class Translator:
         reply["warnings"] = warnings
         return reply
 
-    def score(self, request: dict[str, Any]) -> dict[str, Any]:
+    def score(self, request: Any, client_left: Callable[[], bool] = _here) -> dict[str, Any]:
         _only_keys(request, {"source", "target"})
         sources = _lines(request.get("source"), "'source' must be")
         targets = _lines(request.get("target"), "'target' must be")
@@ -114,7 +128,8 @@ class Translator:
                     self.cfg.data,
                     self.decode.batch_tokens,
                     warn=warnings.append,
-                )
+                ),
+                client_left,
             )
         # JSON has no NaN: a pair too long to score is null
         scores = [finite(p.log_prob) for p in pairs]
