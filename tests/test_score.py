@@ -301,3 +301,12 @@ def test_an_overflowing_model_s_scores_are_warned_and_counted_apart_from_too_lon
 def test_a_perplexity_past_floats_is_inf_not_an_overflow_error():
     assert score.summary(1, 0, -5000.0, 4).endswith("1250.0000 nats a token, perplexity inf")
     assert score.summary(1, 0, -4.0, 4).endswith("perplexity 2.72")
+
+
+def test_perplexity_is_not_capped_below_what_a_float_holds():
+    """Training logged exp(min(nll, 50)): every loss past 50 nats read as the same 5.18e21."""
+    from translator.decode.forced import perplexity
+
+    assert perplexity(60.0) == pytest.approx(1.142e26, rel=1e-3)
+    assert perplexity(51.0) > perplexity(50.0)
+    assert perplexity(709.0) == math.inf and perplexity(0.0) == 1.0

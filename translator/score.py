@@ -23,7 +23,7 @@ from typing import TextIO
 from translator.config import DataConfig
 from translator.data.tokenizer import UNK_ID, Tokenizer
 from translator.decode.beam import length_penalty
-from translator.decode.forced import target_log_probs
+from translator.decode.forced import perplexity, target_log_probs
 from translator.errors import TranslatorError
 from translator.files import read_aligned, write_errors
 from translator.line_warnings import (
@@ -190,8 +190,10 @@ def summary(
     line = f"score: {pairs:,} pairs" + (f" ({', '.join(left_out)}, not scored)" * bool(left_out))
     if tokens:
         nats = -log_prob / tokens
-        ppl = math.exp(nats) if nats < 700 else math.inf  # past exp(709): OverflowError
-        line += f", {tokens:,} target tokens: {nats:.4f} nats a token, perplexity {ppl:.2f}"
+        line += (
+            f", {tokens:,} target tokens: {nats:.4f} nats a token, "
+            f"perplexity {perplexity(nats):.2f}"
+        )
     return line
 
 

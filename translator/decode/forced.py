@@ -19,6 +19,11 @@ from translator.model.transformer import Transformer
 
 
 @torch.inference_mode()
+def perplexity(nats_per_token: float) -> float:
+    """exp(mean NLL); inf past what a float holds (a diverged model), never an OverflowError."""
+    return math.exp(nats_per_token) if nats_per_token < 700 else math.inf
+
+
 def target_log_probs(
     model: Transformer | Ensemble,
     src_ids: list[list[int]],

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from translator.config import dump, to_dict
+from translator.decode.forced import perplexity
 from translator.files import atomic_write
 from translator.model.transformer import count_parameters
 from translator.prepared import cleaning_change, load_manifest, source_change
@@ -152,7 +153,7 @@ def log_update(
     if state.window_tokens:
         values["loss"] = state.window_loss / state.window_tokens
         values["nll_loss"] = state.window_nll / state.window_tokens
-        values["ppl"] = math.exp(min(values["nll_loss"], 50.0))
+        values["ppl"] = perplexity(values["nll_loss"])
     if s.scaler.is_enabled():
         values["loss_scale"] = s.scaler.get_scale()
     if s.dist.device.type == "cuda":

@@ -21,6 +21,7 @@ from translator.config import Config
 from translator.data.batching import make_batch, token_batches
 from translator.data.shards import TokenArray
 from translator.data.tokenizer import PAD_ID, Tokenizer
+from translator.decode.forced import perplexity
 from translator.evaluate import score
 from translator.files import read_lines
 from translator.model.transformer import Transformer
@@ -133,7 +134,7 @@ def _validate(
     mean = loss / tokens if tokens else math.nan  # no pair fits: no loss to report
     return Validation(
         mean,
-        math.exp(min(mean, 50.0)),
+        perplexity(mean),
         scores.bleu,
         scores.chrf,
         scores.bleu_signature,
