@@ -35,6 +35,7 @@ from translator.files import atomic_dir, refuse_foreign_dir
 from translator.prepared import (
     build_manifest,
     check_checksums,
+    data_vocab_from,
     load_manifest,
     out_of_date,
     prepared_dir,
@@ -58,13 +59,22 @@ def _holds_prepared_data(folder: Path) -> bool:
 
 
 def checkpoint_vocab(cfg: Config) -> Tokenizer | None:
-    """train.init_from's tokenizer (None without one); sets data.joint_vocab to match it."""
+    """train.init_from's tokenizer (None without one); sets data.joint_vocab to match it.
+
+    Where the run has a last.pt, it resumes from it, and its tokenizer is the one read: the same
+    as init_from's, and the init_from file need not still exist (data prepared again for a
+    resume, on another machine or after data/ was cleaned)."""
     if not cfg.train.init_from:
         return None
+    last = Path(cfg.train.run_dir) / "last.pt"
+    if last.is_file():
+        source, setting = last, "train.run_dir"
+    else:
+        source, setting = Path(cfg.train.init_from), "train.init_from"
     try:
-        tokenizer, _ = checkpoint.read_tokenizer(cfg.train.init_from)
+        tokenizer, _ = checkpoint.read_tokenizer(source)
     except TranslatorError as err:
-        raise TranslatorError(err.what, f"train.init_from: {err.where}", err.fix) from None
+        raise TranslatorError(err.what, f"{setting}: {err.where}", err.fix) from None
     cfg.data.joint_vocab = tokenizer.joint
     return tokenizer
 
@@ -81,7 +91,7 @@ def run(
     say = (lambda line: None) if quiet else log
     vocab = checkpoint_vocab(cfg)
     vocab_from = vocab.checksum() if vocab else None
-    why = "" if force else out_of_date(data, vocab_from)
+    why = "" if force else out_of_date(data, data_vocab_from(data, vocab_from))
     if not force and not why:
         (say or Bars(quiet).print)(
             f"{out} is up to date (same data config); use --force to prepare again"

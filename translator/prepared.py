@@ -287,6 +287,25 @@ def _same_source(a: str, b: str) -> bool:
     return Path(a).resolve() == Path(b).resolve()
 
 
+def data_vocab_from(data: DataConfig, vocab_from: str | None) -> str | None:
+    """The `vocab_from` that `data`'s prepared files go by: None when prepare trained their
+    SentencePiece model(s) itself and they are byte for byte the checkpoint's (tokenizer sha256
+    `vocab_from`), as when training goes on from a model made on these very data: the ids are the
+    same either way, and preparing again would only make the parent's own run refuse them."""
+    folder = prepared_dir(data)
+    if vocab_from is None or not (folder / "manifest.json").is_file():
+        return vocab_from
+    try:
+        manifest = read_manifest(folder)
+        if manifest.get("settings", {}).get("vocab_from") is not None:
+            return vocab_from
+        src, tgt = (folder / manifest["vocab"][side]["file"] for side in ("src", "tgt"))
+        tokenizer = Tokenizer(src) if src == tgt else Tokenizer(src, tgt)
+    except (TranslatorError, KeyError, OSError, RuntimeError):  # damaged: the usual checks say so
+        return vocab_from
+    return None if tokenizer.checksum() == vocab_from else vocab_from
+
+
 def _vocab_origin(vocab_from: str | None) -> str:
     if vocab_from is None:
         return "a SentencePiece model trained on the data"

@@ -185,6 +185,63 @@ def test_fine_tuning_one_of_our_checkpoints(tmp_path):
     assert (run_dir / "best.pt").is_file()
 
 
+def test_going_on_from_a_model_on_the_data_it_was_made_on_takes_those_data_as_they_are(tmp_path):
+    """fairseq's --restore-file --reset-optimizer on the same data: the prepared SentencePiece
+    model is the checkpoint's, byte for byte, so neither prepare nor train may call the data
+    other (that prepared them again, and then refused the parent's own run)."""
+    corpus = write_text_corpus(tmp_path / "a", small_splits(200))
+    parent = fine_tune(corpus, tmp_path, "", "train.max_updates=2")
+    loop.run(parent, quiet=True)
+    folder = prepared_dir(parent.data)
+    before = (folder / "manifest.json").read_bytes()
+    child = fine_tune(
+        corpus,
+        tmp_path,
+        tmp_path / "run" / "last.pt",
+        f"train.run_dir={tmp_path / 'child'}",
+        "train.max_updates=2",
+    )
+    prepare.run(child, quiet=True)  # up to date: the same data, the same vocabulary
+    loop.run(child, quiet=True)
+    assert (folder / "manifest.json").read_bytes() == before
+    assert (tmp_path / "child" / "last.pt").is_file()
+    loop.run(fine_tune(corpus, tmp_path, "", "train.max_updates=4"), quiet=True)  # the parent's
+    assert checkpoint.read(tmp_path / "run" / "last.pt")["state"]["train"]["step"] == 4
+
+
+def test_a_stop_during_the_starting_validation_is_made_good_on_resume(
+    imported, corpus, tmp_path, monkeypatch
+):
+    """Stopped during update 0's validation (last.pt at update 0, never validated), the resumed
+    run validates the starting model before its first update: best.pt starts as it."""
+    cfg = fine_tune(corpus, tmp_path, imported, "train.max_updates=2", "train.eval_every=2")
+    real = session.validate
+    monkeypatch.setattr(session, "validate", lambda *a, **k: None)  # what a stop request gives
+    with pytest.raises(SystemExit):
+        loop.run(cfg, quiet=True)
+    assert checkpoint.read(tmp_path / "run" / "last.pt")["state"]["train"]["step"] == 0
+    monkeypatch.setattr(session, "validate", real)
+    loop.run(
+        fine_tune(corpus, tmp_path, imported, "train.max_updates=2", "train.eval_every=2"),
+        quiet=True,
+    )
+    assert sorted(valid_losses(tmp_path / "run")) == [0, 2]
+
+
+def test_a_resume_prepares_its_data_again_without_the_init_from_file(imported, corpus, tmp_path):
+    """The parent's file gone and the data to prepare again (another machine, data/ cleaned):
+    last.pt holds the same tokenizer, so the resume reads it there."""
+    parent = tmp_path / "parent.pt"
+    parent.write_bytes(imported.read_bytes())
+    loop.run(fine_tune(corpus, tmp_path, parent, "train.max_updates=2"), quiet=True)
+    parent.unlink()
+    again = fine_tune(
+        corpus, tmp_path, parent, "train.max_updates=4", f"data.data_dir={tmp_path / 'data2'}"
+    )
+    loop.run(again, quiet=True)
+    assert checkpoint.read(tmp_path / "run" / "last.pt")["state"]["train"]["step"] == 4
+
+
 def reference_loss(model, tokenizer: Tokenizer, sources: list[str], targets: list[str]) -> float:
     """Cross-entropy per target token, one unpadded pair at a time, from the raw text."""
     total, tokens = 0.0, 0

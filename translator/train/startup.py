@@ -14,7 +14,7 @@ from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
 from translator.evaluate import bleu_metric
 from translator.model.transformer import Transformer
-from translator.prepared import load_manifest, prepared_dir
+from translator.prepared import data_vocab_from, load_manifest, prepared_dir
 from translator.train import distributed, finetune
 from translator.train.attention import AttentionMonitor
 from translator.train.distributed import Dist
@@ -94,6 +94,8 @@ def _inputs(
     if not resuming:
         refuse_earlier_checkpoints(last.parent)
     start = finetune.plan(cfg, last)
+    # data prepared with SentencePiece of their own that is the checkpoint's: taken as they are
+    start.vocab_from = data_vocab_from(cfg.data, start.vocab_from)
     tokenizer = prepared_tokenizer(cfg, d, quiet, start.vocab_from)
     _set_vocab_sizes(cfg.model, tokenizer)
     model = initial_model(cfg, d, start)
@@ -155,10 +157,7 @@ def prepared_tokenizer(cfg: Config, d: Dist, quiet: bool, vocab_from: str | None
     wait). `vocab_from`: the sha256 of the checkpoint tokenizer the data must be encoded with."""
     distributed.main_first(d, lambda: prepare.ensure(cfg, quiet, vocab_from), "preparing the data")
     # every rank checks the settings
-    vocab, folder = (
-        load_manifest(cfg.data, vocab_from)["vocab"],
-        prepared_dir(cfg.data),
-    )
+    vocab, folder = load_manifest(cfg.data, vocab_from)["vocab"], prepared_dir(cfg.data)
     src, tgt = folder / vocab["src"]["file"], folder / vocab["tgt"]["file"]
     tokenizer = Tokenizer(src) if src == tgt else Tokenizer(src, tgt)
     if vocab_from and tokenizer.checksum() != vocab_from:  # files replaced after prepare
