@@ -6,6 +6,7 @@ import errno
 import os
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -295,3 +296,11 @@ def read_aligned(
             "the two files must be line-aligned",
         )
     return a, b
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null after its reader left the pipe: the interpreter's last flush
+    of stdout would fail again ("Exception ignored in ..." on stderr)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

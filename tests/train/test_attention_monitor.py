@@ -20,6 +20,9 @@ class Lines:
     def line(self, message: str) -> None:
         self.lines.append(message)
 
+    def warning(self, message: str) -> None:  # as Metrics.warning writes it into the log
+        self.line(f"warning: {message}")
+
     def scalars(self, step, values, prefix) -> None:
         self.scalar_tags += [f"{prefix}/{k}" for k in values]
 

@@ -4,6 +4,7 @@ validation with a non-finite loss never becomes best.pt."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -67,9 +68,12 @@ def test_updates_skipped_in_a_row_stop_the_run_and_the_log_names_the_infinite_no
     run_dir = tmp_path / "run"
     cfg = variant(prepared, run_dir, "train.max_updates=100", "train.eval_every=5")
     n = divergence.MAX_SKIPS_IN_A_ROW
+    # no update was applied: last.pt holds the weights every update failed with, so it is no
+    # place to resume from
     with pytest.raises(
         TranslatorError,
-        match=rf"updates 1-{n} all had a non-finite .*last.pt keeps update {n // 2}",
+        match=rf"updates 1-{n} all had a non-finite .*last.pt \(update {n // 2}\) holds the "
+        r"weights that failed, unchanged since update 0, so resuming cannot help",
     ):
         loop.run(cfg, quiet=True)
     log = (run_dir / "train.log").read_text()
@@ -100,6 +104,19 @@ def test_fp16_skips_count_only_once_the_scale_is_below_one(tmp_path, scale, coun
         assert watch.skips == 0
 
 
+def test_skips_after_the_last_save_leave_it_to_resume_from(tmp_path):
+    """last.pt saved before the last applied update holds other weights than those that failed."""
+    s, watch = fake_session(tmp_path, None), divergence.Divergence()
+    s.model, s.saved_step = torch.nn.Linear(2, 2), 2
+    (tmp_path / "last.pt").write_bytes(b"")
+    s.state.step = 3
+    watch.after_update(s, ok=True)
+    with pytest.raises(TranslatorError, match="last.pt keeps update 2: resume from it"):
+        for step in range(4, 4 + divergence.MAX_SKIPS_IN_A_ROW):
+            s.state.step = step
+            watch.after_update(s, ok=False)
+
+
 def test_an_applied_update_resets_the_count(tmp_path):
     s, watch = fake_session(tmp_path, None), divergence.Divergence()
     s.model = torch.nn.Linear(2, 2)
@@ -121,7 +138,9 @@ def test_a_validation_with_a_non_finite_loss_is_never_best(prepared, tmp_path, m
     loop.run(variant(prepared, run_dir, "train.eval_every=1", "train.max_updates=3"), quiet=True)
     best = checkpoint.read(run_dir / "best.pt")["state"]["train"]
     assert (best["step"], best["best_bleu"]) == (3, 1.0)
-    assert (
-        "BLEU 5.00, chrF 10.00 [sig]; a non-finite loss: never best.pt"
-        in (run_dir / "train.log").read_text()
+    assert re.search(
+        r"BLEU 5.00, chrF 10.00, [0-9.]+ s \[sig\]; a non-finite loss: never best.pt",
+        (run_dir / "train.log").read_text(),
     )
+    # nor a step-N.pt, which `average --last N` would take
+    assert sorted(p.name for p in run_dir.glob("step-*.pt")) == ["step-3.pt"]

@@ -19,7 +19,7 @@ import typer
 from translator import __version__
 from translator.cli import decoding, interop, scoring, serving, training
 from translator.cli.stdout import use_utf8
-from translator.errors import TranslatorError
+from translator.errors import TranslatorError, error_line
 
 app = typer.Typer(
     name="translator",
@@ -113,12 +113,7 @@ def run_command(command: typer.Typer) -> None:
             typer.echo(f"error: {err}", err=True)
         sys.exit(1)
     except OSError as err:  # click already turns a closed pipe (EPIPE) into a quiet exit
-        # a bytes name too (TensorBoard)
-        where = f"{os.fsdecode(err.filename)}: " if err.filename else ""
-        typer.echo(
-            f"error: {where}{err.strerror or err} (check the path, its permissions and free space)",
-            err=True,
-        )
+        typer.echo(f"error: {error_line(err)}", err=True)
         sys.exit(1)
     finally:
         # the work is done or cleaned up: a SIGTERM during interpreter teardown ends the process

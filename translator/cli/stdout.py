@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from translator.errors import TranslatorError
-from translator.files import write_errors
+from translator.files import silence_stdout, write_errors
 
 
 def use_utf8() -> None:
@@ -64,10 +64,7 @@ def reader_may_leave() -> Iterator[None]:
     try:
         yield
     except BrokenPipeError:
-        # the interpreter's last flush of stdout would fail again ("Exception ignored in ...")
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        silence_stdout()
 
 
 def print_result(text: str, what: str) -> None:

@@ -175,4 +175,4 @@ class AttentionMonitor:
     def _warn(self, metrics: Metrics, condition: str, kind: str, layer: int, message: str) -> None:
         if (condition, kind, layer) not in self.warned:
             self.warned.add((condition, kind, layer))
-            metrics.line(f"warning: {NAMES[kind]} layer {layer}: {message}")
+            metrics.warning(f"{NAMES[kind]} layer {layer}: {message}")

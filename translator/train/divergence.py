@@ -43,12 +43,14 @@ class Divergence:
     def __init__(self) -> None:
         self.pending: tuple[int, torch.Tensor] | None = None  # (update, weights_norm after it)
         self.skips = 0  # skipped updates in a row that count
+        self.applied = 0  # the last applied update: the weights the skips failed with are its
 
     def after_update(self, s: Session, ok: bool) -> None:
         """Called after update s.state.step (applied or not)."""
         self.check(s)
         if ok:
             self.pending, self.skips = (s.state.step, weights_norm(s.model)), 0
+            self.applied = s.state.step
             return
         # under fp16 the scaler skips by design while it lowers its scale; below 1 it no longer
         # scales gradients up, so an overflow there is the model's own
@@ -61,7 +63,7 @@ class Divergence:
                 f"updates {step - self.skips + 1}-{step} all had a non-finite loss or gradient "
                 "norm and were not applied: the training has diverged",
                 "train.lr",
-                f"lower train.lr or raise train.warmup_steps; {_kept(s)}",
+                f"lower train.lr or raise train.warmup_steps; {_kept(s, self.applied)}",
             )
 
     def check(self, s: Session) -> None:
@@ -77,9 +79,16 @@ class Divergence:
             )
 
 
-def _kept(s: Session) -> str:
-    """What a run stopped by Divergence leaves to resume from."""
+def _kept(s: Session, failing: int | None = None) -> str:
+    """What a run stopped by Divergence leaves to resume from. `failing`: the update whose weights
+    the skipped updates failed with (finite, but overflowing every batch)."""
     last = s.run_dir / "last.pt"
     if not last.is_file():
         return "no checkpoint saved yet: a rerun starts over"
+    if failing is not None and s.saved_step >= failing:
+        # weights unchanged since `failing`: a resume meets the same overflow on every batch
+        return (
+            f"{last} (update {s.saved_step}) holds the weights that failed, unchanged since "
+            f"update {failing}, so resuming cannot help: start over in a new run_dir"
+        )
     return f"{last} keeps update {s.saved_step}: resume from it, or start over in a new run_dir"

@@ -19,6 +19,7 @@ import torch
 
 from translator.config import Config, TrainConfig
 from translator.data.batching import Batch
+from translator.errors import TranslatorError, error_line
 from translator.model.transformer import Transformer
 from translator.train import distributed, oom
 from translator.train.batches import TrainBatches
@@ -27,7 +28,7 @@ from translator.train.divergence import Divergence
 from translator.train.loss import chunked_token_loss, token_loss
 from translator.train.manifest import RunManifest
 from translator.train.precision import autocast
-from translator.train.report import Throughput, log_update, start_logging
+from translator.train.report import Throughput, log_last_window, log_update, start_logging
 from translator.train.schedule import budget_progress, learning_rate
 from translator.train.session import Session, evaluate_and_save, save
 from translator.train.startup import setup
@@ -218,7 +219,7 @@ def _run(cfg: Config, quiet: bool) -> Transformer:
         else None
     )
     start_logging(s, data)
-    stop, reason = StopRequest(), "error"
+    stop, reason, error = StopRequest(), "error", None
     s.clock_zero = time.time() - state.seconds  # training wall-clock continues where it was saved
     try:
         reason = _train(s, data, stop, manifest)
@@ -238,12 +239,19 @@ def _run(cfg: Config, quiet: bool) -> Transformer:
         # said: the exit code of an interrupted program, not a KeyboardInterrupt the command line
         # would announce again
         raise SystemExit(128 + signal.SIGINT) from None
+    except (TranslatorError, OSError) as err:
+        # the command prints it on stderr; train.log and the manifest keep it for whoever reads
+        # the run later (a full disk may refuse the line too)
+        error = error_line(err)
+        with suppress(OSError):
+            s.metrics.record(f"error: {error}")
+        raise
     finally:
         stop.restore()
         if manifest:
             # a run already failing (a full disk) keeps its own error: the record's cannot hide it
             with suppress(OSError) if sys.exc_info()[1] else nullcontext():
-                manifest.finish(state.step, reason, s.saved_step)
+                manifest.finish(state.step, reason, s.saved_step, error)
         s.metrics.close()
         distributed.close(s.dist)
     if reason == "interrupted":  # saved, but not done: `train ... && eval ...` must not go on
@@ -261,8 +269,8 @@ def _train(s: Session, data: TrainBatches, stop: StopRequest, manifest: RunManif
     seconds = state.seconds  # as every process measured it, averaged (so their lr agree)
     session_start = (state.step, state.seconds)  # for the bar's end under max_minutes
     window, divergence = Throughput(start=time.time()), Divergence()
-    if s.fine_tuning:  # the starting point, which the fine-tuned model is to beat
-        s.metrics.line("validating train.init_from's model before any update")
+    if due := _validation_owed(s):
+        s.metrics.line(due)
         # its verdict counts: a patience of 1 stops here when the start's loss is not finite
         if ended := evaluate_and_save(s, stop.seen):
             return ended
@@ -295,7 +303,24 @@ def _train(s: Session, data: TrainBatches, stop: StopRequest, manifest: RunManif
                 break
             window.start += time.time() - began  # throughput counts training time only
     divergence.check(s)  # nothing non-finite is saved
+    if limit != "interrupted":
+        log_last_window(s, window)
     return limit
+
+
+def _validation_owed(s: Session) -> str:
+    """What to say of the validation a session owes before its first update, if any: that of the
+    model fine-tuning starts from (the one to beat), or the one a stop skipped or cut short at the
+    update last.pt holds (a resume then validates where the uninterrupted run did)."""
+    state, t = s.state, s.cfg.train
+    if state.last_valid_step == state.step:
+        return ""
+    if state.step == 0:
+        started_from = s.fine_tuning or t.init_from
+        return "validating train.init_from's model before any update" if started_from else ""
+    if state.step % t.eval_every == 0:
+        return f"validating update {state.step}, which a stop left unvalidated"
+    return ""
 
 
 def _signal_received(s: Session, stop: StopRequest) -> int:

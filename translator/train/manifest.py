@@ -103,9 +103,9 @@ class RunManifest:
         )
         self.write()
 
-    def finish(self, step: int, reason: str, saved_step: int) -> None:
+    def finish(self, step: int, reason: str, saved_step: int, error: str | None = None) -> None:
         """last_update: the last update trained; saved_update: the one last.pt holds (less if a save
-        failed)."""
+        failed); error: the message of the error that ended the run."""
         self.session.update(
             ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             seconds=round(time.time() - self.started, 1),
@@ -113,6 +113,8 @@ class RunManifest:
             saved_update=saved_step,
             end_reason=reason,
         )
+        if error is not None:
+            self.session["error"] = error
         self.write()
 
     def write(self) -> None:

@@ -28,7 +28,7 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
 from translator.data.progress import live_terminal
-from translator.files import open_own
+from translator.files import open_own, silence_stdout
 
 
 def open_log(path: Path) -> TextIO:
@@ -60,6 +60,7 @@ class Metrics:
         self.events = run_dir / "tensorboard"
         self.writer = self.by_seconds = None
         self.console = Console()  # stdout
+        self.console.on_broken_pipe = self._console_gone  # rich's hook for a closed stdout
         self.terminal = live_terminal(self.console.file)  # else plain lines
         self.progress = Progress(
             TextColumn("train"),
@@ -162,6 +163,23 @@ class Metrics:
         self._log(message)
         if not self.quiet:  # Text: brackets (the sacreBLEU signature) are not markup
             self.console.print(Text(message), soft_wrap=not self.terminal)
+
+    def _console_gone(self) -> None:
+        """stdout's reader left (`| head`, a `tee` that died): training goes on, logging to
+        train.log alone. rich's default there is to exit 1, silently, losing every update since
+        the last save."""
+        self.quiet = self.console.quiet = True
+        silence_stdout()
+        print(
+            "warning: stdout was closed by its reader; training goes on, its log lines go to "
+            f"{self.log_file.name} only",
+            file=sys.stderr,
+        )
+
+    def record(self, message: str) -> None:
+        """A line into train.log alone (what the command prints itself, such as its error)."""
+        if self.enabled:
+            self._log(message)
 
     def warning(self, message: str) -> None:
         """A warning: into train.log, and onto stderr even when quiet."""

@@ -26,6 +26,8 @@ class Throughput:
 
     tokens: float = 0.0
     start: float = 0.0
+    lr: float = 0.0  # the last update's
+    grad_norm: float = 0.0  # the last update's
 
     def rate(self) -> float:
         return self.tokens / max(time.time() - self.start, 1e-9)
@@ -114,6 +116,19 @@ def _non_finite(loss: float, grad_norm: float) -> str:
     return "non-finite " + " and ".join(bad) + "".join(f", {g}" for g in good)
 
 
+def _warn_if_worse_than_uniform(s: Session, nll: float) -> None:
+    """Once a session: a loss far above a uniform guess's ln(V) is a divergence that stayed finite
+    (the non-finite guards never see it); the run goes on, as fairseq's would, but says so."""
+    uniform = math.log(s.model.cfg.vocab_size)
+    if nll > 2 * uniform and not s.warned_blow_up:
+        s.warned_blow_up = True
+        s.metrics.warning(
+            f"update {s.state.step}: the training loss ({nll:.3g} nats a token) is over twice a "
+            f"uniform guess's ln(vocabulary) = {uniform:.2f}: the training is diverging (lower "
+            "train.lr or raise train.warmup_steps, and start over in a new run_dir)"
+        )
+
+
 def log_update(
     s: Session,
     loss: float,
@@ -140,11 +155,24 @@ def log_update(
     s.metrics.advance(
         state.step, f"loss {loss / max(tokens, 1):.3f}  lr {lr:.2e}  {window.rate():,.0f} tok/s"
     )
-    if state.step % t.log_every:
-        return
+    window.lr, window.grad_norm = lr, grad_norm
+    if state.step % t.log_every == 0:
+        log_window(s, window)
+
+
+def log_last_window(s: Session, window: Throughput) -> None:
+    """At the end of a run, the updates since the last log line (a run ending between two
+    log_every points, as max_minutes' runs do, showed none of them)."""
+    if s.state.step % s.cfg.train.log_every and s.state.window_tokens:
+        log_window(s, window)
+
+
+def log_window(s: Session, window: Throughput) -> None:
+    """Scalars and a log line for the updates since the last (the window), then a new window."""
+    state = s.state
     values = {
-        "lr": lr,
-        "grad_norm": grad_norm,
+        "lr": window.lr,
+        "grad_norm": window.grad_norm,
         "tokens_per_s": window.rate(),
         "skipped_steps": state.skipped_steps,
         "oom_splits": state.oom_splits,
@@ -154,6 +182,7 @@ def log_update(
         values["loss"] = state.window_loss / state.window_tokens
         values["nll_loss"] = state.window_nll / state.window_tokens
         values["ppl"] = perplexity(values["nll_loss"])
+        _warn_if_worse_than_uniform(s, values["nll_loss"])
     if s.scaler.is_enabled():
         values["loss_scale"] = s.scaler.get_scale()
     if s.dist.device.type == "cuda":

@@ -52,6 +52,7 @@ class Session:
     ema: AveragedModel | None = None  # train.ema_decay's moving average of `model`'s weights
     # on a resume, the settings changed since last.pt was saved: dotted name -> (old, new)
     changed: dict[str, tuple] | None = None
+    warned_blow_up: bool = False  # the loss went far above a uniform guess's (said once a session)
 
     def decoding_model(self) -> Transformer:
         """The weights that validation, checkpoints and `translate` use: the moving average when
@@ -160,23 +161,26 @@ def evaluate_and_save(s: Session, stop: Callable[[], bool] = lambda: False) -> s
     validation, which is then abandoned, nothing saved (the caller saves last.pt at once: torchrun
     kills its processes 30 s after its SIGTERM); None to go on."""
     state, main = s.state, s.dist.main
-    improved, stop_now, abandoned = False, 0.0, 0.0
+    improved, stop_now, abandoned, finite = False, 0.0, 0.0, 0.0
     if main:
+        s.metrics.advance(state.step, "validating")
         began = time.time()
         result = validate(s.decoding_model(), s.tokenizer, s.cfg, s.dtype, stop=stop)
         if result is None:
             abandoned = 1.0
         else:
             improved = _log_validation(s, result, began)
+            finite = float(_finite_loss(result, s.cfg))
             patience = s.cfg.train.patience
             stop_now = float(bool(patience and state.bad_evals >= patience))
     # rank 0's verdict and early stopping's counters, on every process (the others add 0): a
     # process that kept its own would disagree on _limit_reached (fine-tuning's update 0)
-    stop_now, abandoned, bad_evals, best_bleu, best_loss = sum_all(
+    stop_now, abandoned, finite, bad_evals, best_bleu, best_loss = sum_all(
         s.dist,
         [
             stop_now,
             abandoned,
+            finite,
             state.bad_evals * main,
             state.best_bleu * main,
             state.best_loss * main,
@@ -187,8 +191,9 @@ def evaluate_and_save(s: Session, stop: Callable[[], bool] = lambda: False) -> s
     state.bad_evals, state.best_bleu, state.best_loss = int(bad_evals), best_bleu, best_loss
     state.last_valid_step = state.step
     # update 0 (fine-tuning's start) is train.init_from's model: best.pt may hold it, but a step
-    # file would put the unchanged model into `average --last N`
-    save(s, best=improved, validated=state.step > 0)
+    # file would put the unchanged model into `average --last N`; so would weights whose valid
+    # loss is not finite (last.pt keeps them, to resume)
+    save(s, best=improved, validated=state.step > 0 and bool(finite))
     return "early stopping" if stop_now else None
 
 
@@ -197,6 +202,7 @@ def _log_validation(s: Session, result: Validation, began: float) -> bool:
     is the best so far."""
     state = s.state
     trained_s = began - s.clock_zero  # when training reached this update
+    took = time.time() - began  # the validation's own time (the diagnostics' is logged apart)
     # its cost is logged: docs/benchmarks.md holds it to 5% of a validation
     if s.monitor is not None:
         validation_s = time.time() - began
@@ -224,8 +230,9 @@ def _log_validation(s: Session, result: Validation, began: float) -> bool:
     )
     decoded = f" on {result.decoded}" if result.decoded else ""  # what BLEU and chrF scored
     s.metrics.line(
-        f"validation at update {state.step}: loss {result.loss:.3f}, ppl {result.ppl:.2f}, "
-        f"BLEU {result.bleu:.2f}, chrF {result.chrf:.2f}{decoded}{' (best)' if improved else ''} "
+        f"validation at update {state.step}: loss {result.loss:.3f}, ppl {result.ppl:.4g}, "
+        f"BLEU {result.bleu:.2f}, chrF {result.chrf:.2f}{decoded}, {took:.1f} s"
+        f"{' (best)' if improved else ''} "
         f"[{result.signature}]"
         + (
             f"; {result.too_long} pairs over model.max_positions not in the loss"
