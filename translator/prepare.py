@@ -72,11 +72,35 @@ def checkpoint_vocab(cfg: Config) -> Tokenizer | None:
     else:
         source, setting = Path(cfg.train.init_from), "train.init_from"
     try:
-        tokenizer, _ = checkpoint.read_tokenizer(source)
+        tokenizer, saved = checkpoint.read_tokenizer(source)
     except TranslatorError as err:
         raise TranslatorError(err.what, f"{setting}: {err.where}", err.fix) from None
+    # data prepared for the wrong direction is refused here, not first by `train` (prepared on
+    # one machine, trained on another)
+    languages = saved.get("data", {})
+    if "src_lang" in languages and "tgt_lang" in languages:
+        direction_note(cfg, (languages["src_lang"], languages["tgt_lang"]), f"{setting}: {source}")
     cfg.data.joint_vocab = tokenizer.joint
     return tokenizer
+
+
+def direction_note(cfg: Config, theirs: tuple[str, str], where: str) -> str:
+    """A checkpoint made for `theirs` (source, target) languages: refused when it translates the
+    other way round; a note when its codes differ otherwise (`eng` and `en` may be one language),
+    empty when they agree."""
+    ours = (cfg.data.src_lang, cfg.data.tgt_lang)
+    if theirs == ours:
+        return ""
+    if theirs == ours[::-1]:
+        raise TranslatorError(
+            f"the checkpoint translates {theirs[0]}->{theirs[1]}, the data is {ours[0]}->{ours[1]}",
+            where,
+            "fine-tune a checkpoint of this direction, or swap data.src_lang and data.tgt_lang",
+        )
+    return (
+        f"init_from: the checkpoint was made for {theirs[0]}->{theirs[1]}, the data is "
+        f"{ours[0]}->{ours[1]}; go on only if these name the same languages"
+    )
 
 
 def run(

@@ -324,6 +324,10 @@ def test_bad_init_from_is_one_line(imported, corpus, tmp_path):
     ):
         loop.run(reversed_pair, quiet=True)
     assert not (tmp_path / "run" / "last.pt").exists()
+    with pytest.raises(  # and by `prepare` alone, before data of the wrong direction are made
+        TranslatorError, match="train.init_from: .*the checkpoint translates en->de, the data is"
+    ):
+        prepare.run(reversed_pair, quiet=True)
 
     sets = [f"train.init_from={tmp_path}/x.pt", f"train.run_dir={tmp_path}/cli"]
     result = run_cli("train", "configs/tiny.yaml", *[a for s in sets for a in ("--set", s)])

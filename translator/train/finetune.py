@@ -24,6 +24,7 @@ from translator.config import (
     with_training_settings,
 )
 from translator.errors import TranslatorError
+from translator.prepare import direction_note
 from translator.train.resume import refused_last
 
 
@@ -106,17 +107,5 @@ def adopt(cfg: Config, saved: ModelConfig, joint: bool) -> list[str]:
 def _languages(cfg: Config, saved: Config, where: str) -> list[str]:
     """A checkpoint translating the other way round is refused; other language codes than the
     data's get a log line (they may name the same languages: `eng`, `en`)."""
-    theirs = (saved.data.src_lang, saved.data.tgt_lang)
-    ours = (cfg.data.src_lang, cfg.data.tgt_lang)
-    if theirs == ours:
-        return []
-    if theirs == ours[::-1]:
-        raise TranslatorError(
-            f"the checkpoint translates {theirs[0]}->{theirs[1]}, the data is {ours[0]}->{ours[1]}",
-            where,
-            "fine-tune a checkpoint of this direction, or swap data.src_lang and data.tgt_lang",
-        )
-    return [
-        f"init_from: the checkpoint was made for {theirs[0]}->{theirs[1]}, the data is "
-        f"{ours[0]}->{ours[1]}; go on only if these name the same languages"
-    ]
+    note = direction_note(cfg, (saved.data.src_lang, saved.data.tgt_lang), where)
+    return [note] if note else []
