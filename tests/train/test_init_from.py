@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -164,11 +165,15 @@ def test_fine_tuning_one_of_our_checkpoints(tmp_path):
         "model.d_model=64",
         "train.max_updates=2",
         "train.eval_every=2",
+        "decode.beam_size=7",
     )
     loop.run(cfg, quiet=True)
     run_dir = tmp_path / "ft" / "run"
     log = (run_dir / "train.log").read_text()
     assert "model.d_model: 64 -> 32" in log and "data.joint_vocab: False -> True" in log
+    # decoding is this config's, and the log says where it differs from the checkpoint's
+    assert re.search(r"decode with this config's settings.*decode.beam_size: \d+ -> 7", log)
+    assert "decode.length_penalty" not in log
     folder = prepared_dir(cfg.data)
     start = checkpoint.read(ours)
     assert (folder / "spm.model").read_bytes() == start["tokenizer"]["proto"]

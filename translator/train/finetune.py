@@ -57,7 +57,23 @@ def plan(cfg: Config, last: Path) -> Start:
         *_languages(cfg, saved, where),
     ]
     notes += adopt(cfg, saved.model, payload["tokenizer"].get("target_proto") is None)
+    notes += _decoding_changes(cfg, saved)
     return Start(payload["model"], payload["tokenizer"]["sha256"], notes)
+
+
+def _decoding_changes(cfg: Config, saved: Config) -> list[str]:
+    """The decode settings that the fine-tuned checkpoints take from this config, not from the
+    checkpoint started from: a comparison of the two with their defaults compares two searches."""
+    ours, theirs = to_dict(cfg.decode), to_dict(saved.decode)
+    changed = [
+        f"decode.{k}: {theirs[k]!r} -> {ours[k]!r}" for k in ours if ours[k] != theirs.get(k)
+    ]
+    if not changed:
+        return []
+    return [
+        "init_from: the fine-tuned checkpoints decode with this config's settings, not the "
+        "checkpoint's (compare the two with the same flags): " + ", ".join(changed)
+    ]
 
 
 def _resuming(cfg: Config, last: Path) -> Start:
