@@ -65,3 +65,28 @@ def test_a_session_records_its_thread_count(prepared, tmp_path):
     finally:
         torch.set_num_threads(threads)
     assert json.loads((tmp_path / "manifest.json").read_text())["sessions"][0]["threads"] == 1
+
+
+def test_a_fresh_start_marks_earlier_sessions_discarded_and_leaves_them_out_of_wall_seconds(
+    prepared, tmp_path
+):
+    """A run killed before its first save starts over: its session stays on record, but the
+    run's training time is not its."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    first = RunManifest(run_dir, prepared, world_size=1, start_step=0)
+    first.session["seconds"] = 10.0
+    first.write()
+    resumed = RunManifest(run_dir, prepared, world_size=1, start_step=0, changed={})
+    resumed.session["seconds"] = 5.0
+    resumed.write()
+    record = json.loads((run_dir / "manifest.json").read_text())
+    assert record["wall_seconds"] == 15.0 and not any(
+        s.get("discarded") for s in record["sessions"]
+    )
+    again = RunManifest(run_dir, prepared, world_size=1, start_step=0)  # a fresh start
+    again.session["seconds"] = 2.0
+    again.write()
+    record = json.loads((run_dir / "manifest.json").read_text())
+    assert [s.get("discarded", False) for s in record["sessions"]] == [True, True, False]
+    assert record["wall_seconds"] == 2.0

@@ -66,6 +66,9 @@ class RunManifest:
         start."""
         self.path = run_dir / "manifest.json"
         self.data = read_record(self.path)
+        if changed is None:  # a fresh start: what earlier sessions trained here is not built on
+            for earlier in self.data["sessions"]:
+                earlier["discarded"] = True
         self.started = time.time()
         self.session = {
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -119,7 +122,7 @@ class RunManifest:
 
     def write(self) -> None:
         self.data["wall_seconds"] = round(
-            sum(s.get("seconds", 0) for s in self.data["sessions"]), 1
+            sum(s.get("seconds", 0) for s in self.data["sessions"] if not s.get("discarded")), 1
         )
         with atomic_write(self.path, follow_link=False) as handle:
             handle.write(json.dumps(self.data, indent=2) + "\n")
