@@ -40,10 +40,11 @@ class Divergence:
     gradient norm before it queues its step, never after.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, start: int = 0) -> None:
+        """start: the update the session starts from (its weights are that update's)."""
         self.pending: tuple[int, torch.Tensor] | None = None  # (update, weights_norm after it)
         self.skips = 0  # skipped updates in a row that count
-        self.applied = 0  # the last applied update: the weights the skips failed with are its
+        self.applied = start  # the last applied update: the weights the skips failed with are its
 
     def after_update(self, s: Session, ok: bool) -> None:
         """Called after update s.state.step (applied or not)."""

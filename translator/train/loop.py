@@ -268,7 +268,7 @@ def _train(s: Session, data: TrainBatches, stop: StopRequest, manifest: RunManif
     deadline = 60 * t.max_minutes if t.max_minutes else math.inf
     seconds = state.seconds  # as every process measured it, averaged (so their lr agree)
     session_start = (state.step, state.seconds)  # for the bar's end under max_minutes
-    window, divergence = Throughput(start=time.time()), Divergence()
+    window, divergence = Throughput(start=time.time()), Divergence(state.step)
     if due := _validation_owed(s):
         s.metrics.line(due)
         # its verdict counts: a patience of 1 stops here when the start's loss is not finite
