@@ -61,9 +61,10 @@ def _holds_prepared_data(folder: Path) -> bool:
 def checkpoint_vocab(cfg: Config) -> Tokenizer | None:
     """train.init_from's tokenizer (None without one); sets data.joint_vocab to match it.
 
-    Where the run has a last.pt, it resumes from it, and its tokenizer is the one read: the same
-    as init_from's, and the init_from file need not still exist (data prepared again for a
-    resume, on another machine or after data/ was cleaned)."""
+    Where the run has a last.pt, `train` resumes from it, as finetune.plan says: its tokenizer is
+    the one read (the same as init_from's, and the init_from file need not still exist: data
+    prepared again for a resume, on another machine or after data/ was cleaned), and a last.pt
+    of a run that did not start from a checkpoint means no checkpoint vocabulary (None)."""
     if not cfg.train.init_from:
         return None
     last = Path(cfg.train.run_dir) / "last.pt"
@@ -75,6 +76,8 @@ def checkpoint_vocab(cfg: Config) -> Tokenizer | None:
         tokenizer, saved = checkpoint.read_tokenizer(source)
     except TranslatorError as err:
         raise TranslatorError(err.what, f"{setting}: {err.where}", err.fix) from None
+    if source == last and not saved.get("train", {}).get("init_from"):
+        return None
     # data prepared for the wrong direction is refused here, not first by `train` (prepared on
     # one machine, trained on another)
     languages = saved.get("data", {})
