@@ -115,6 +115,9 @@ def test_recipe_manifest_records_what_the_row_was_made_from(finished):
     assert len(manifest["data"]["files"]["test"]) == 2  # test2016.en, test2016.de
     assert manifest["data"]["prepared"]["sha256"]
     assert manifest["git"] == {"commit": "a" * 40, "dirty": False}  # the code that ran
+    # and the code that trained, from the training sessions' own records
+    sessions = json.loads((REPO / cfg.train.run_dir / "manifest.json").read_text())["sessions"]
+    assert manifest["trained_by"] == [sessions[0]["git"]]
     assert manifest["config"]["model"]["vocab_size"] > 0 and manifest["seed"] == cfg.train.seed
     assert manifest["hardware"]["cores"] >= 1 and manifest["hardware"]["torch"]
     assert set(manifest["stage_seconds"]) == {
@@ -169,6 +172,12 @@ def test_training_budget_goes_on_after_an_interruption_and_stops_after_a_finish(
     assert recipe.training_minutes(tmp_path / "cut", 47.0) == pytest.approx(32.0)
     write_sessions(tmp_path / "done", (600.0, "interrupted"), (60.0, "max_minutes"))
     assert recipe.training_minutes(tmp_path / "done", 47.0) == 0.0
+    # a session before a fresh start (killed before its first save) spent none of the budget
+    write_sessions(tmp_path / "restarted", (600.0, "interrupted"), (300.0, "interrupted"))
+    record = json.loads((tmp_path / "restarted" / "manifest.json").read_text())
+    record["sessions"][0]["discarded"] = True
+    (tmp_path / "restarted" / "manifest.json").write_text(json.dumps(record))
+    assert recipe.training_minutes(tmp_path / "restarted", 47.0) == pytest.approx(42.0)
 
 
 def test_a_resumed_member_gets_the_run_s_whole_budget_as_max_minutes(tmp_path, monkeypatch):

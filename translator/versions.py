@@ -44,8 +44,17 @@ def git_state() -> dict[str, Any]:
         return done.stdout.strip() if done.returncode == 0 else None
 
     commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
-    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+    status = git("status", "--porcelain", "--untracked-files=normal") if commit else None
+    if status is None:
+        return {"commit": commit, "dirty": None}
+    # changes to tracked files anywhere, and new files where the code and configs live (an
+    # uncommitted module runs too); not other untracked files (notes, scratch)
+    changes = [
+        line
+        for line in status.splitlines()
+        if not line.startswith("??") or line[3:].startswith(("translator/", "configs/"))
+    ]
+    return {"commit": commit, "dirty": bool(changes)}
 
 
 @cache

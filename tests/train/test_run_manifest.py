@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 
 from translator import versions
 from translator.train import manifest
@@ -90,3 +91,37 @@ def test_a_fresh_start_marks_earlier_sessions_discarded_and_leaves_them_out_of_w
     record = json.loads((run_dir / "manifest.json").read_text())
     assert [s.get("discarded", False) for s in record["sessions"]] == [True, True, False]
     assert record["wall_seconds"] == 2.0
+
+
+def test_a_new_module_of_the_package_makes_the_checkout_dirty_a_scratch_file_does_not(
+    tmp_path, monkeypatch
+):
+    """An uncommitted new module runs like committed code: `dirty: false` hid it."""
+    project = tmp_path / "project"
+    (project / "translator").mkdir(parents=True)
+    (project / "translator" / "__init__.py").write_text("")
+    env = {"GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a"}
+    env["GIT_COMMITTER_EMAIL"] = "a@b"
+    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "ours"]):
+        subprocess.run(["git", *args], cwd=project, check=True, env={**os.environ, **env})
+    monkeypatch.setattr(versions, "PACKAGE_ROOT", project)
+    assert versions.git_state()["dirty"] is False
+    (project / "notes.txt").write_text("scratch")
+    assert versions.git_state()["dirty"] is False
+    (project / "translator" / "new.py").write_text("x = 1")
+    assert versions.git_state()["dirty"] is True
+
+
+def test_the_command_of_a_module_run_as_a_program_names_the_module(monkeypatch):
+    """The recipe's members train in `python -m translator.recipe`'s process: their manifests
+    recorded `python -m translator CONFIG ...`, which does not run."""
+    import types
+
+    main = types.ModuleType("__main__")
+    main.__spec__ = types.SimpleNamespace(name="translator.recipe.__main__")
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    monkeypatch.setattr(sys, "argv", ["/x/translator/recipe/__main__.py", "configs/a.yaml"])
+    assert manifest.command_line() == "python -m translator.recipe configs/a.yaml"
+    main.__spec__ = None  # a script path (torchrun's)
+    monkeypatch.setattr(sys, "argv", ["/x/translator/__main__.py", "train", "c.yaml"])
+    assert manifest.command_line() == "python -m translator train c.yaml"

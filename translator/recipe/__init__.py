@@ -37,6 +37,7 @@ from translator.recipe.members import (
     channel_config,
     member_configs,
     train_members,
+    training_code,
     training_minutes,
 )
 from translator.recipe.results import (
@@ -118,7 +119,9 @@ def run(
     manifest = {
         "command": command_line(),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "git": code,
+        "git": code,  # this invocation's: averaging, decoding and scoring
+        # the training sessions' (a recipe resumed under other code has several)
+        "trained_by": training_code(member_dirs + channel_dirs),
         "data": data_files(cfg),
         # as trained (vocabulary sizes filled in, the last session's max_minutes)
         "config": checkpoint.read(run_dir / first(chosen))["config"],

@@ -25,9 +25,19 @@ def train_sessions(run_dir: Path) -> list[dict[str, Any]]:
     return json.loads(path.read_text())["sessions"] if path.is_file() else []
 
 
+def training_code(run_dirs: list[Path]) -> list[dict[str, Any]]:
+    """The code (commit, dirty) of every training session the runs kept, each state once."""
+    states = []
+    for run_dir in run_dirs:
+        for session in train_sessions(run_dir):
+            if not session.get("discarded") and session.get("git") not in states:
+                states.append(session.get("git"))
+    return states
+
+
 def training_minutes(run_dir: Path, budget_minutes: float) -> float:
     """Minutes left to train: the budget less the sessions trained; 0 once a session finished."""
-    sessions = train_sessions(run_dir)
+    sessions = [s for s in train_sessions(run_dir) if not s.get("discarded")]  # before a restart
     if sessions and sessions[-1]["end_reason"] in FINISHED:
         return 0.0
     return budget_minutes - sum(s["seconds"] for s in sessions) / 60

@@ -40,6 +40,9 @@ def data_checksums(cfg_data, vocab_from: str | None = None) -> dict[str, Any]:
         "config_hash": prepared.get("config_hash"),
         "pairs": prepared.get("pairs"),
         "sha256": files,
+        # SentencePiece's threads when it trained the vocabulary (its result depends on them);
+        # None: the checkpoint's vocabulary, or data prepared before the count was recorded
+        "spm_threads": prepared.get("spm_threads"),
     }
 
 
@@ -151,8 +154,13 @@ def read_record(path: Path) -> dict:
 
 
 def command_line() -> str:
-    """The command that started this process, as one can type it again (`python -m translator`
-    and torchrun run the package's __main__.py)."""
-    name = Path(sys.argv[0]).name
-    program = "python -m translator" if name == "__main__.py" else name
+    """The command that started this process, as one can type it again: `python -m MODULE` for
+    a module run as a program (translator, or translator.recipe, whose members train in it);
+    torchrun runs the package's __main__.py."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name:
+        program = f"python -m {spec.name.removesuffix('.__main__')}"
+    else:
+        name = Path(sys.argv[0]).name
+        program = "python -m translator" if name == "__main__.py" else name
     return " ".join([program, *map(shlex.quote, sys.argv[1:])])
