@@ -10,7 +10,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 # Every target that runs the package depends on it, so `make test` or `make demo` sets itself up.
 STAMP  := $(VENV)/.installed
 
-.PHONY: FORCE help install bench-install test cuda-check lint demo multi30k bench bench-model bench-train bench-decode bench-launches bench-prepare bench-attention-options tensorboard clean
+.PHONY: FORCE help install bench-install test cuda-check lint format demo multi30k bench bench-model bench-train bench-decode bench-launches bench-prepare bench-attention-options tensorboard clean
 .DEFAULT_GOAL := help
 
 help:  ## this list (`make TARGET`; variables such as DATA=, DIR=, TORCH_INDEX= are in the Makefile)
@@ -71,6 +71,10 @@ cuda-check: $(STAMP)  ## on a machine with a CUDA GPU: the CUDA tests, then the 
 lint: $(STAMP)  ## ruff check and ruff format --check
 	$(BIN)/ruff check translator tests bench
 	$(BIN)/ruff format --check translator tests bench
+
+format: $(STAMP)  ## ruff format, and ruff check's safe fixes
+	$(BIN)/ruff format translator tests bench
+	$(BIN)/ruff check --fix translator tests bench
 
 # The main job end to end: train (which prepares the data first) -> eval -> translate with $(CONFIG).
 # DATA=../shared/data/multi30k uses local files (train, valid, test2016); without it, the hub copy.
@@ -154,4 +158,4 @@ tensorboard: $(STAMP)  ## TensorBoard on runs/
 	$(BIN)/tensorboard --logdir runs
 
 clean:  ## remove runs/ and the caches
-	rm -rf runs .pytest_cache .ruff_cache
+	rm -rf runs .pytest_cache .ruff_cache .hypothesis

@@ -50,14 +50,29 @@ def other_vocabulary(payload: dict) -> None:
     payload["tokenizer"].update(proto=proto, sha256=hashlib.sha256(proto).hexdigest())
 
 
-@pytest.fixture(scope="session")
-def multi30k() -> Path:
+def pytest_collection_modifyitems(config, items) -> None:
+    """`cuda`-marked tests skip where there is no CUDA GPU (the marker alone says so)."""
+    if torch.cuda.is_available():
+        return
+    no_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(no_gpu)
+
+
+def require_multi30k() -> Path:
+    """The shared Multi30k files the tests read, or a failure that says where they go."""
     if not (MULTI30K / "train.en").is_file():
         pytest.fail(
-            f"the shared Multi30k files are missing: expected {MULTI30K}/train.en (see README.md: "
-            "the tests read ../shared/data beside the checkout)"
+            f"the shared Multi30k files are missing: expected {MULTI30K}/train.en (see README.md, "
+            "Development: the tests read ../shared/data/multi30k beside the checkout)"
         )
     return MULTI30K
+
+
+@pytest.fixture(scope="session")
+def multi30k() -> Path:
+    return require_multi30k()
 
 
 @pytest.fixture(scope="session")

@@ -150,3 +150,10 @@ def test_load_and_the_translate_log_follow_the_cpu(tiny, monkeypatch):
     assert quiet.exit_code == 0 and without_length_warnings(quiet.stderr) == ""
     assert len(quiet.stdout.splitlines()) == 1
     assert stream.model_precision(tiny.model, "fp32") == "cpu, fp32"
+
+
+@pytest.mark.cuda
+def test_the_cuda_marker_alone_skips_a_test_without_a_gpu():
+    """No skipif here: on a machine without CUDA the marker must skip it (tests/conftest.py), or
+    this allocation fails; with a GPU it runs."""
+    assert torch.zeros(1, device="cuda").device.type == "cuda"

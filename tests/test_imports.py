@@ -1,4 +1,5 @@
-"""The import-direction rule of STYLE.md: a module imports only from layers before its own."""
+"""The import-direction rule (README, Development): a module imports only from layers before its
+own."""
 
 import ast
 from pathlib import Path
@@ -96,13 +97,32 @@ def test_imports_point_down_the_layers():
     assert not wrong, "imports against the layer order: " + "; ".join(wrong)
 
 
+def test_imports_are_absolute():
+    """The layer test reads absolute names only: `from ..train import x` would pass it unseen."""
+    relative = [
+        f"{module} (from {'.' * node.level}{node.module or ''} import ...)"
+        for module, path in modules()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.level
+    ]
+    assert not relative, "relative imports (write them as translator.X): " + "; ".join(relative)
+
+
 def test_config_imports_nothing_but_errors():
+    """The config tree is the lowest layer's own bottom: it may import translator.errors alone
+    (any module may load a config; a config importing more would pull that into every one)."""
     imported = {
-        node.module
+        (path.name, node.module)
         for path in (PACKAGE / "config").glob("*.py")
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.ImportFrom) and node.module
     }
-    ours = {m for m in imported if m.startswith("translator")}
+    ours = {(name, m) for name, m in imported if m.startswith("translator")}
     assert ours, "the walk found no imports: has the config package moved?"
-    assert {m for m in ours if not m.startswith("translator.config.")} == {"translator.errors"}
+    others = sorted(
+        f"translator/config/{name} imports {m}"
+        for name, m in ours
+        if not m.startswith("translator.config.") and m != "translator.errors"
+    )
+    assert not others, "the config package may import only translator.errors: " + "; ".join(others)
+    assert "translator.errors" in {m for _, m in ours}

@@ -43,7 +43,7 @@ def test_ruff_check_passes():
 def test_code_is_ruff_formatted():
     result = _run("format", "--check", *PATHS)
     assert result.returncode == 0, (
-        "run `ruff format translator tests bench`:\n" + result.stdout + result.stderr
+        "run `make format` (ruff format translator tests bench):\n" + result.stdout + result.stderr
     )
 
 

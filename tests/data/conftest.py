@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import require_multi30k
 from translator import config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -14,6 +15,7 @@ MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
 
 
 def multi30k_lines(name: str, lang: str, count: int, skip: int = 0) -> list[str]:
+    require_multi30k()
     with open(MULTI30K / f"{name}.{lang}", encoding="utf-8") as handle:
         return handle.read().splitlines()[skip : skip + count]
 

@@ -220,6 +220,10 @@ def test_an_nbest_of_draws_holds_the_single_draw_and_is_sorted(tiny):
     one = translate_lines(*args, 1, warn=None, sampling=sampling)
     three = translate_lines(*args, 3, warn=None, sampling=sampling)
     for single, draws in zip(one, three):
-        assert len(draws) == 3 and single[0] in draws
+        # the same text; its score to float precision (a batch of 3 draws is another shape of
+        # products than a batch of 1, which moves fp32 scores in the 6th digit on some CPUs)
+        text, score = single[0]
+        assert len(draws) == 3 and text in [t for t, _ in draws]
+        assert score == pytest.approx(dict(draws)[text], rel=1e-5)
         assert [s for _, s in draws] == sorted((s for _, s in draws), reverse=True)
     assert any(len({t for t, _ in draws}) > 1 for draws in three)  # not one draw three times

@@ -1,4 +1,5 @@
-"""Search over the model's output distribution: greedy and beam search with a KV cache."""
+"""Decoding from the model's output distribution: greedy and beam search with a KV cache,
+sampling, and forced decoding of given targets; the helpers they share are here."""
 
 from __future__ import annotations
 
