@@ -113,7 +113,7 @@ def test_weights_that_are_not_finite_are_never_saved_and_prune_nothing(
     monkeypatch.setattr(loop, "train_step", nan_at_update_4)
     # the save's own refusal, behind the loop's Divergence (which would stop the run first)
     unwatched = SimpleNamespace(after_update=lambda s, ok: None, check=lambda s: None)
-    monkeypatch.setattr(loop, "Divergence", lambda: unwatched)
+    monkeypatch.setattr(loop, "Divergence", lambda start=0: unwatched)
     run_dir = tmp_path / "run"
     with pytest.raises(TranslatorError) as refused:
         loop.run(small(small_data, run_dir, "train.keep_last=1"), quiet=True)
