@@ -153,6 +153,11 @@ def test_eval_scores_in_the_checkpoints_target_language(prepared, tmp_path, monk
     )
     scores = evaluate.run(ckpt, src_file=src, ref_file=ref, quiet=True)
     assert scores.bleu == pytest.approx(43.47, abs=0.01) and "tok:zh" in scores.bleu_signature
+    # --lc-tok's 13a is the Multi30k papers' measure: for Chinese it is none, and says so
+    warned = []
+    monkeypatch.setattr(evaluate, "warn_stderr", warned.append)
+    evaluate.run(ckpt, src_file=src, ref_file=ref, quiet=True, lc_tok=True)
+    assert any("--lc-tok's BLEU tokenizes with 13a" in w for w in warned)
 
 
 def test_eval_does_not_write_through_a_link_beside_a_downloaded_checkpoint(prepared, tmp_path):
@@ -465,6 +470,8 @@ def test_eval_flags_reach_the_run(monkeypatch):
         "bf16",
         "--no-cuda-graphs",
         "--lc-tok",
+        "--tokenize",
+        "char",
         "--channel",
         "back.pt",
         "--channel-weight",
@@ -492,6 +499,7 @@ def test_eval_flags_reach_the_run(monkeypatch):
                 length_penalty=1.5,
                 batch_tokens=99,
                 lc_tok=True,
+                tokenize="char",
                 device="cpu",
                 dtype="bf16",
                 cuda_graphs=False,
@@ -515,6 +523,7 @@ def test_eval_flags_reach_the_run(monkeypatch):
                 length_penalty=None,
                 batch_tokens=None,
                 lc_tok=False,
+                tokenize="",
                 device=None,
                 dtype=None,
                 cuda_graphs=None,
@@ -674,3 +683,22 @@ def test_a_split_not_found_under_a_relative_data_dir_says_relative_to_where(
     monkeypatch.chdir(tmp_path)  # elsewhere
     with pytest.raises(TranslatorError, match=f"not found \\(a path relative to {tmp_path}\\)"):
         evaluate.run(str(ckpt), split="valid", quiet=True)
+
+
+# Thai: no spaces between words, and no language code that sacreBLEU maps to a tokenizer
+TH_REFS = ["ผู้ชายคนหนึ่งกำลังเล่นกีตาร์อยู่บนเวที", "สุนัขสองตัววิ่งเล่นอยู่บนชายหาด"]
+TH_HYPS = ["ผู้ชายคนหนึ่งกำลังเล่นกีตาร์บนเวที", "สุนัขสองตัววิ่งอยู่บนชายหาด"]
+
+
+def test_a_thai_target_is_warned_about_and_char_tokenization_can_be_chosen():
+    """13a sees each Thai line as one word (BLEU 0 for near-misses); the warning names the fix
+    and --tokenize char scores characters, as sacrebleu -tok char does."""
+    assert "--tokenize char" in evaluate.unspaced_warning(TH_REFS, "th")
+    assert evaluate.score(TH_HYPS, TH_REFS, tgt_lang="th").bleu == 0.0
+    chosen = evaluate.score(TH_HYPS, TH_REFS, tgt_lang="th", tokenize="char")
+    expected = sacrebleu.BLEU(tokenize="char").corpus_score(TH_HYPS, [TH_REFS])
+    assert chosen.bleu == pytest.approx(expected.score) and chosen.bleu > 50
+    assert "tok:char" in chosen.bleu_signature
+    assert evaluate.unspaced_warning(TH_REFS, "th", tokenize="char") == ""  # chosen: no warning
+    with pytest.raises(TranslatorError, match="unknown BLEU tokenizer 'flores200'"):
+        evaluate.score(TH_HYPS, TH_REFS, tokenize="flores200")  # downloads a model: not offered

@@ -29,6 +29,11 @@ LANGUAGE_ALIASES = {
 # written without spaces between words (13a would score whole phrases as one word): ideographs,
 # kana, hangul
 UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+# Thai, Lao, Burmese, Khmer: written without spaces between words, and no sacreBLEU tokenizer of
+# their own that works offline (flores200's downloads a model): characters are the usual unit
+NO_SPACES = re.compile(r"[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]")
+# sacreBLEU's BLEU tokenizers that need no download (spm and the flores ones fetch a model)
+TOKENIZERS = ("13a", "intl", "char", "zh", "ja-mecab", "ko-mecab", "none")
 
 
 @dataclass
@@ -59,18 +64,23 @@ class Scores:
 
 
 def score(
-    hypotheses: list[str], references: list[str], *, tgt_lang: str = "", lc_tok: bool = False
+    hypotheses: list[str],
+    references: list[str],
+    *,
+    tgt_lang: str = "",
+    lc_tok: bool = False,
+    tokenize: str = "",
 ) -> Scores:
     """Corpus-level scores of detokenized `hypotheses` against one reference each.
 
     `tgt_lang` picks sacreBLEU's BLEU tokenizer as its own command line does: `zh`, `ja-mecab` or
     `ko-mecab` for Chinese, Japanese and Korean (written without spaces between words, or with
-    particles attached), `13a` for the rest. chrF needs no language: it drops whitespace and
-    compares characters.
+    particles attached), `13a` for the rest; `tokenize` (one of TOKENIZERS) overrides it. chrF
+    needs no language: it drops whitespace and compares characters.
     """
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
-    bleu, chrf = bleu_metric(tgt_lang), sacrebleu.CHRF()
+    bleu, chrf = bleu_metric(tgt_lang, tokenize), sacrebleu.CHRF()
     bleu_score = bleu.corpus_score(hypotheses, [references])
     chrf_score = chrf.corpus_score(hypotheses, [references])
     scores = Scores(
@@ -83,10 +93,18 @@ def score(
     return scores
 
 
-def bleu_metric(tgt_lang: str) -> sacrebleu.BLEU:
+def bleu_metric(tgt_lang: str, tokenize: str = "") -> sacrebleu.BLEU:
     """sacreBLEU's BLEU for a target language code (`zh`, `ja-JP`, `kor`...; region and script
-    ignored)."""
+    ignored), or with the tokenizer `tokenize` names when it is not empty."""
+    if tokenize and tokenize not in TOKENIZERS:
+        raise TranslatorError(
+            f"unknown BLEU tokenizer {tokenize!r}",
+            "--tokenize",
+            f"use one of {', '.join(TOKENIZERS)}",
+        )
     try:
+        if tokenize:
+            return sacrebleu.BLEU(tokenize=tokenize)
         return sacrebleu.BLEU(trg_lang=_language(tgt_lang))
     except RuntimeError:  # sacreBLEU's MeCab tokenizers for ja/ko are extras, missing here
         raise TranslatorError(
@@ -102,20 +120,36 @@ def _language(tgt_lang: str) -> str:
     return LANGUAGE_ALIASES.get(lang, lang)
 
 
-def unspaced_warning(references: list[str], tgt_lang: str) -> str:
-    """A warning when most of the references' characters are Chinese, Japanese or Korean but
-    `tgt_lang` picks 13a (a corpus's own suffix, `zh_cn` or `ch`): 13a splits only at spaces and
-    punctuation, so BLEU would count whole clauses as words. Empty when none is due."""
-    if _language(tgt_lang) in ("zh", "ja", "ko"):
-        return ""
+def unspaced_script(references: list[str]) -> str:
+    """'cjk' or 'thai' (Thai, Lao, Burmese, Khmer) when most of the references' characters are of
+    a script written without spaces between words; empty otherwise."""
     text = "".join(references).replace(" ", "")
-    if not text or len(UNSPACED.findall(text)) < 0.3 * len(text):
+    if text and len(UNSPACED.findall(text)) >= 0.3 * len(text):
+        return "cjk"
+    if text and len(NO_SPACES.findall(text)) >= 0.3 * len(text):
+        return "thai"
+    return ""
+
+
+def unspaced_warning(references: list[str], tgt_lang: str, tokenize: str = "") -> str:
+    """A warning when most of the references' characters are of a script written without spaces
+    but BLEU would tokenize with 13a (a corpus's own suffix, `zh_cn` or `ch`; Thai, which no
+    language code maps): 13a splits only at spaces and punctuation, so BLEU would count whole
+    clauses as words. Empty when none is due, or when `tokenize` was chosen."""
+    if tokenize or _language(tgt_lang) in ("zh", "ja", "ko"):
         return ""
+    script = unspaced_script(references)
+    if not script:
+        return ""
+    what, fix = (
+        ("Chinese, Japanese or Korean characters", "zh (or ja-mecab, ko-mecab)")
+        if script == "cjk"
+        else ("Thai, Lao, Burmese or Khmer letters", "char")
+    )
     return (
-        f"the references are mostly Chinese, Japanese or Korean characters, but data.tgt_lang="
-        f"{tgt_lang!r} scores BLEU with sacreBLEU's 13a tokenizer, which splits at spaces: that "
-        "BLEU is not comparable (chrF is); score the hypotheses with `sacrebleu -tok zh` (or "
-        "ja-mecab, ko-mecab), and name the language zh, ja or ko in data.tgt_lang next time"
+        f"the references are mostly {what}, but data.tgt_lang={tgt_lang!r} scores BLEU with "
+        "sacreBLEU's 13a tokenizer, which splits at spaces: that BLEU is not comparable (chrF "
+        f"is); score with --tokenize {fix} (eval; train.valid_bleu_tokenize in training)"
     )
 
 
@@ -133,6 +167,7 @@ def run(
     length_penalty: float | None = None,
     batch_tokens: int | None = None,
     lc_tok: bool = False,
+    tokenize: str = "",
     device: str | None = None,
     dtype: str | None = None,
     cuda_graphs: bool | None = None,
@@ -145,8 +180,9 @@ def run(
     write the hypotheses, and score them.
 
     Hypotheses go to `hyp_file`, by default `<reference file name>.hyp` beside the checkpoint. BLEU
-    is tokenized for the checkpoint's target language (data.tgt_lang). `channel`: checkpoint(s) of
-    the reverse direction that rerank each n-best (translator/rerank.py).
+    is tokenized for the checkpoint's target language (data.tgt_lang), or as `tokenize` says.
+    `channel`: checkpoint(s) of the reverse direction that rerank each n-best
+    (translator/rerank.py).
     """
     split = _check_inputs(split, src_file, ref_file)
     model, cfg, tokenizer = load_models(ckpt, device, dtype)
@@ -162,15 +198,20 @@ def run(
         channel_weight=channel_weight,
         channel_candidates=channel_candidates,
     )
-    bleu_metric(cfg.data.tgt_lang)  # a missing tokenizer fails before decoding
+    bleu_metric(cfg.data.tgt_lang, tokenize)  # a missing tokenizer fails before decoding
     reranker = None
     if channel is not None:
         reranker = load_channel(channel, cfg.data, cfg.decode, device, dtype)
     if src_file is None or ref_file is None:
         src_file, ref_file = _split_files(cfg.data, split)
     sources, refs = _read_test_set(Path(src_file), Path(ref_file), cfg.data.nfc)
-    if warning := unspaced_warning(refs, cfg.data.tgt_lang):
+    if warning := unspaced_warning(refs, cfg.data.tgt_lang, tokenize):
         warn_stderr(warning)
+    if lc_tok and (_language(cfg.data.tgt_lang) in ("zh", "ja", "ko") or unspaced_script(refs)):
+        warn_stderr(
+            "--lc-tok's BLEU tokenizes with 13a, as the Multi30k papers do, which splits only at "
+            "spaces: for this target, written without spaces between words, it is not a measure"
+        )
     hyp_path = (
         Path(hyp_file)
         if hyp_file
@@ -200,7 +241,7 @@ def run(
         handle.write("".join(h + "\n" for h in hyps))
     if not quiet:
         log(f"{len(hyps)} {'hypothesis' if len(hyps) == 1 else 'hypotheses'} written to {hyp_path}")
-    scores = score(hyps, refs, tgt_lang=cfg.data.tgt_lang, lc_tok=lc_tok)
+    scores = score(hyps, refs, tgt_lang=cfg.data.tgt_lang, lc_tok=lc_tok, tokenize=tokenize)
     d = cfg.decode
     scores.decoded = (  # model_precision(model, ""): what it decoded in, not why
         f"beam {d.beam_size}, length penalty {d.length_penalty}, {model_precision(model, '')}"

@@ -202,3 +202,28 @@ def test_training_says_at_start_up_that_valid_pairs_are_too_long_and_validates_a
     beam = cfg.train.valid_beam_size or cfg.decode.beam_size
     said = "greedy" if beam == 1 else f"beam {beam}"
     assert f" on 4 of {n_valid:,} sentences, {said}" in log
+
+
+def test_training_warns_when_validation_bleu_would_split_an_unspaced_target_at_spaces(tmp_path):
+    """`eval` warned; training, whose validation BLEU chooses best.pt, said nothing."""
+    from types import SimpleNamespace
+
+    from translator import config
+    from translator.prepared import prepared_dir
+    from translator.train import report
+
+    cfg = config.load(
+        None,
+        [f"data.data_dir={tmp_path}", "data.name=x", "data.tgt_lang=yue"],  # unmapped code
+    )
+    folder = prepared_dir(cfg.data)
+    folder.mkdir(parents=True)
+    (folder / "valid.yue").write_text("我喜欢吃苹果。\n我喜欢吃香蕉。\n", encoding="utf-8")
+    said = []
+    s = SimpleNamespace(cfg=cfg, metrics=SimpleNamespace(warning=said.append))
+    report._valid_bleu_warning(s)
+    assert len(said) == 1 and "13a" in said[0] and "validation BLEU chooses best.pt" in said[0]
+    cfg.train.valid_bleu_tokenize = "zh"
+    said.clear()
+    report._valid_bleu_warning(s)
+    assert said == []

@@ -80,6 +80,17 @@ def evaluate(
             ),
         ),
     ] = False,
+    tokenize: Annotated[
+        str,
+        typer.Option(
+            "--tokenize",
+            help=(
+                "sacreBLEU's BLEU tokenizer: 13a, intl, char, zh, ja-mecab, ko-mecab or none "
+                "(default: by the target language, as sacrebleu -l does; char for Thai, Lao, "
+                "Burmese, Khmer)."
+            ),
+        ),
+    ] = "",
     quiet: QuietOpt = False,
 ) -> None:
     """Translate a test set; print sacreBLEU and chrF.
@@ -111,6 +122,7 @@ def evaluate(
         length_penalty=length_penalty,
         batch_tokens=batch_tokens,
         lc_tok=lc_tok,
+        tokenize=tokenize,
         device=device,
         dtype=dtype,
         cuda_graphs=cuda_graphs,

@@ -77,6 +77,11 @@ class TrainConfig:
     """Decode at most this many valid sentences for BLEU at each validation (0 = all)."""
     valid_beam_size: int = 0
     """Beam width of the validation BLEU decode (0 = decode.beam_size, 1 = greedy)."""
+    valid_bleu_tokenize: Literal[
+        "", "13a", "intl", "char", "zh", "ja-mecab", "ko-mecab", "none"
+    ] = ""
+    """sacreBLEU's tokenizer for validation BLEU (empty = by data.tgt_lang, as `sacrebleu -l`:
+    zh, ja-mecab, ko-mecab, else 13a; `char` for Thai, Lao, Burmese or Khmer targets)."""
     keep_last: int = 3
     """Numbered checkpoints kept besides `last.pt` and `best.pt`."""
     ema_decay: float = 0.0

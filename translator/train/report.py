@@ -11,9 +11,10 @@ import torch
 
 from translator.config import dump, to_dict
 from translator.decode.forced import perplexity
-from translator.files import atomic_write
+from translator.evaluate import unspaced_warning
+from translator.files import atomic_write, read_lines
 from translator.model.transformer import count_parameters
-from translator.prepared import cleaning_change, load_manifest, source_change
+from translator.prepared import cleaning_change, load_manifest, prepared_dir, source_change
 from translator.train.batches import TrainBatches
 from translator.train.linear import OneDNNTrainingLinear
 from translator.train.session import Session
@@ -66,6 +67,7 @@ def start_logging(s: Session, data: TrainBatches) -> None:
         )
     if s.dist.main:
         _prepared_data_warnings(s)
+        _valid_bleu_warning(s)
     _over_max_tokens(s, data)
     over, total = too_long_pairs(cfg)  # said now, not after eval_every updates
     if over:
@@ -92,6 +94,18 @@ def _prepared_data_warnings(s: Session) -> None:
             "reads the prepared copy (`translator prepare` with this config prepares it again: "
             "a new run then, as its vocabulary may change)"
         )
+
+
+def _valid_bleu_warning(s: Session) -> None:
+    """The warning `eval` gives for a target written without spaces that BLEU would tokenize at
+    spaces: in training it matters more, since that BLEU chooses best.pt."""
+    cfg = s.cfg
+    references = prepared_dir(cfg.data) / f"valid.{cfg.data.tgt_lang}"
+    if not references.is_file():
+        return
+    lines = read_lines(references)
+    if warning := unspaced_warning(lines, cfg.data.tgt_lang, cfg.train.valid_bleu_tokenize):
+        s.metrics.warning(f"{warning}; validation BLEU chooses best.pt")
 
 
 def _over_max_tokens(s: Session, data: TrainBatches) -> None:

@@ -33,7 +33,8 @@ from translator.train.state import (
 def setup(cfg: Config, quiet: bool) -> Session:
     """Process group, prepared data and tokenizer, seeded model, optimizer and scaler; resumed when
     run_dir/last.pt exists."""
-    bleu_metric(cfg.data.tgt_lang)  # a missing MeCab (ja, ko) fails now, not at the validation
+    # a missing MeCab (ja, ko) fails now, not at the validation
+    bleu_metric(cfg.data.tgt_lang, cfg.train.valid_bleu_tokenize)
     t, d = cfg.train, distributed.init(cfg.train.device)
     last = Path(t.run_dir) / "last.pt"
     try:

@@ -130,7 +130,9 @@ def _validate(
             model, tokenizer, sources[:limit], decode, warn=None, progress=check, data=cfg.data
         )
         hyps = [h[0][0] for h in translated]
-    scores = score(hyps, refs[:limit], tgt_lang=cfg.data.tgt_lang)
+    scores = score(
+        hyps, refs[:limit], tgt_lang=cfg.data.tgt_lang, tokenize=cfg.train.valid_bleu_tokenize
+    )
     mean = loss / tokens if tokens else math.nan  # no pair fits: no loss to report
     return Validation(
         mean,
