@@ -94,6 +94,23 @@ def test_split_long_cuts_at_sentence_ends_then_word_starts(tiny):
     ]
 
 
+@pytest.mark.parametrize(
+    "pieces, starts",
+    [
+        # Chinese: no space after 。 or ？, so the next sentence starts without a word start
+        (["\u2581我", "喜欢", "苹果", "。", "你", "呢", "？", "他", "不", "。"], [0, 4, 7]),
+        (["\u2581यह", "\u2581घर", "\u2581है", "।", "\u2581वह", "\u2581है", "।"], [0, 4]),  # danda
+        (["\u2581هل", "\u2581هو", "؟", "\u2581نعم", "."], [0, 3]),  # Arabic question mark
+        (["\u2581１", "．", "５", "\u2581m"], [0]),  # a full-width decimal point: no cut
+    ],
+)
+def test_split_long_cuts_after_the_sentence_ends_of_other_scripts(pieces, starts):
+    """Over-long lines in other scripts were cut only at the length limit, mid-sentence."""
+    ids = list(range(len(pieces)))
+    parts = split.split_long(ids, 100, pieces)
+    assert [part[0] for part in parts] == starts and sum(parts, []) == ids
+
+
 def sentences_of_test2016(n: int) -> list[str]:
     """The first n Multi30k test sentences that start with a capital, each ending with a full
     stop."""
