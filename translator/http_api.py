@@ -227,7 +227,7 @@ class Handler(BaseHTTPRequestHandler):
         """Whether the client closed its side (so no answer can reach it): a read of what is
         waiting, without taking it. A client that half-closes after its request counts as gone."""
         try:
-            if not select.select([self.connection], [], [], 0)[0]:
+            if not _readable(self.connection):
                 return False  # nothing to read: still connected
             return not self.connection.recv(1, socket.MSG_PEEK)  # b"": the client closed
         except OSError:
@@ -381,3 +381,12 @@ class Handler(BaseHTTPRequestHandler):
         # what http.server refuses itself (a malformed request line, a timeout): one line
         if self.server.log is not None:
             self.server.log(f"{self.address_string()}: {format % args}")
+
+
+def _readable(sock: socket.socket) -> bool:
+    """Whether a read would return at once; poll, not select, which fails past fd 1023."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([sock], [], [], 0)[0])  # Windows
