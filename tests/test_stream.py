@@ -490,3 +490,35 @@ def test_a_reader_that_leaves_the_pipe_ends_translate_quietly_with_exit_0(tiny):
         proc.kill()
         proc.wait()
         proc.stderr.close()
+
+
+def test_with_the_input_s_line_count_known_progress_counts_lines_of_it(tiny, tmp_path):
+    """`translate < file`: the bar's total is the file's lines, not what was read so far, which
+    read "2,000/2,000 eta 0:00:00" at the end of every chunk."""
+    long_line = " ".join(SENTENCES * 2)
+    lines = [*SENTENCES[:5], "", long_line, *SENTENCES[5:]]
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(lines), encoding="utf-8")  # the last line without its newline
+    with open(path, encoding="utf-8") as handle:
+        assert stream.lines_left(handle) == len(lines)
+        handle.buffer.raw.seek(len(lines[0]) + 1)  # the count starts where reading would
+        assert stream.lines_left(handle) == len(lines) - 1
+    read_fd, write_fd = os.pipe()
+    with os.fdopen(read_fd) as piped:
+        assert stream.lines_left(piped) is None  # a pipe's end is unknown
+    os.close(write_fd)
+    seen = []
+    decode = dataclasses.replace(tiny.cfg.decode, batch_tokens=40)
+    chunks = [lines[:5], lines[5:7], lines[7:]]
+    stream.translate_chunks(
+        tiny.model,
+        tiny.tokenizer,
+        decode,
+        iter(chunks),
+        io.StringIO(),
+        progress=lambda *p: seen.append(p),
+        lines_expected=len(lines),
+    )
+    done = [d for d, _ in seen]
+    assert {t for _, t in seen} == {len(lines)} and done == sorted(done)
+    assert seen[-1] == (len(lines), len(lines))

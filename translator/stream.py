@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import select
+import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -85,7 +86,8 @@ def run(
     if not quiet:
         log(f"translate: {model_precision(model, dtype or cfg.decode.dtype)}")
     show = show_progress(quiet, sys.stdin, sys.stdout, sys.stderr)
-    with sentence_progress("translate", not show) as progress:
+    expected = lines_left(sys.stdin) if show else None  # a file on stdin: its size is known
+    with sentence_progress("translate", not show, "lines" if expected else "sentences") as progress:
         chunks = read_chunks(sys.stdin, warn=warn_stderr)
         return translate_chunks(
             model,
@@ -99,7 +101,24 @@ def run(
             channel=reranker,
             data=cfg.data,
             sampling=sampling,
+            lines_expected=expected,
         )
+
+
+def lines_left(stream: TextIO) -> int | None:
+    """How many lines are left to read in `stream` when it is a regular file (`< in.txt`), counted
+    without moving its offset; None for a pipe or a terminal, whose end is unknown."""
+    try:
+        fd = stream.fileno()
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or not hasattr(os, "pread"):
+            return None
+        offset = os.lseek(fd, 0, os.SEEK_CUR)
+        count, last = 0, b"\n"
+        while block := os.pread(fd, 1 << 20, offset):
+            count, last, offset = count + block.count(b"\n"), block[-1:], offset + len(block)
+    except (OSError, AttributeError, ValueError):
+        return None
+    return count + (last != b"\n")  # a last line without its newline
 
 
 def model_precision(model: Transformer | Ensemble, asked: str) -> str:
@@ -197,6 +216,7 @@ def translate_chunks(
     channel: Channel | None = None,
     data: DataConfig | None = None,
     sampling: Sampling | None = None,
+    lines_expected: int | None = None,
 ) -> int:
     """Translate chunks of lines, writing each chunk as soon as it is done; returns the line count.
 
@@ -205,6 +225,8 @@ def translate_chunks(
     search finds fewer distinct hypotheses.
     With `alignment_layer`, each line (or row) ends in a TAB and its Pharaoh word alignment.
     `progress(done, total)` counts sentences over all chunks; total is what has been read so far.
+    With `lines_expected` (the input's line count, when known) it counts lines of that total
+    instead, so a bar does not read "done" at the end of each chunk.
     """
     count, decoded = 0, 0  # lines written; sentences decoded in earlier chunks
     output = getattr(out, "name", "the output")  # <stdout>, as a failed write names it
@@ -212,10 +234,18 @@ def translate_chunks(
         chunk_total = [0]  # this chunk's sentences, once its first batch is done
 
         def report(
-            done: int, total: int, before: int = decoded, chunk_total: list[int] = chunk_total
+            done: int,
+            total: int,
+            before: int = decoded,
+            lines_before: int = count,
+            lines: int = len(chunk),
+            chunk_total: list[int] = chunk_total,
         ) -> None:
             chunk_total[0] = total
-            progress(before + done, before + total)
+            if lines_expected is None:
+                progress(before + done, before + total)
+            else:  # a long line's pieces are sentences of their own: done / total of the chunk
+                progress(lines_before + lines * done // max(total, 1), lines_expected)
 
         for hyps in translate_lines(
             model,
@@ -266,8 +296,10 @@ def show_progress(quiet: bool, stdin: TextIO | None, stdout: TextIO, stderr: Tex
 
 
 @contextmanager
-def sentence_progress(label: str, quiet: bool) -> Iterator[Callable[[int, int], None]]:
-    """A rich bar on stderr over decoded sentences (count, rate, ETA)
+def sentence_progress(
+    label: str, quiet: bool, unit: str = "sentences"
+) -> Iterator[Callable[[int, int], None]]:
+    """A rich bar on stderr over decoded sentences or input lines (`unit`; count, rate, ETA)
     -> its `progress(done, total)`.
 
     Invisible when quiet, and when stderr is not a terminal (a log gets no bar). stdout is left
@@ -279,7 +311,7 @@ def sentence_progress(label: str, quiet: bool) -> Iterator[Callable[[int, int], 
         BarColumn(),
         TimeElapsedColumn(),
         StatsColumn(),
-        TextColumn("sentences"),
+        TextColumn(unit),
         console=console,
         disable=quiet or not live_terminal(console.file),
         transient=True,
