@@ -20,6 +20,7 @@ from translator import stream, translate
 from translator.data import split
 from translator.decode.sampling import Sampling
 from translator.errors import TranslatorError
+from translator.line_warnings import BYTE_FALLBACK
 
 
 def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
@@ -522,3 +523,17 @@ def test_with_the_input_s_line_count_known_progress_counts_lines_of_it(tiny, tmp
     done = [d for d, _ in seen]
     assert {t for _, t in seen} == {len(lines)} and done == sorted(done)
     assert seen[-1] == (len(lines), len(lines))
+
+
+def test_a_warnings_advice_is_given_once_a_run_not_once_a_chunk(tiny, capsys):
+    """Each 2,000-line chunk warns about its own lines; the advice after them (how to avoid
+    <unk>) came again with every chunk of a long stream."""
+    chunks = [["A dog 🦄 runs."], ["A cat 🦄 sleeps."], ["A man 🦄 sings."]]
+    stream.translate_chunks(
+        tiny.model, tiny.tokenizer, tiny.cfg.decode, iter(chunks), io.StringIO()
+    )
+    err = capsys.readouterr().err
+    assert "line 2" in err and "line 3" in err  # each chunk's lines are still named
+    said = [line for line in err.splitlines() if "source piece" in line]
+    assert len(said) == 3 and said[0].endswith(BYTE_FALLBACK)
+    assert all(line.endswith("(see above)") for line in said[1:])

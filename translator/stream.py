@@ -230,6 +230,7 @@ def translate_chunks(
     """
     count, decoded = 0, 0  # lines written; sentences decoded in earlier chunks
     output = getattr(out, "name", "the output")  # <stdout>, as a failed write names it
+    warn = advice_once(warn_stderr)  # each chunk warns anew; its advice is said once a run
     for chunk in lines_in:
         chunk_total = [0]  # this chunk's sentences, once its first batch is done
 
@@ -253,7 +254,7 @@ def translate_chunks(
             chunk,
             decode,
             nbest or 1,
-            warn=warn_stderr,
+            warn=warn,
             first_line=count + 1,
             progress=report if progress is not None else None,
             alignment_layer=alignment_layer,
@@ -320,6 +321,21 @@ def sentence_progress(
     with bar:
         task = bar.add_task(label, total=None)
         yield lambda done, total: bar.update(task, completed=done, total=total, bar=True)
+
+
+def advice_once(warn: Callable[[str], None]) -> Callable[[str], None]:
+    """`warn`, but a warning's advice (what follows its last "; ", such as how to avoid <unk>)
+    is given the first time only: a long stream repeats its warnings per chunk."""
+    given: set[str] = set()
+
+    def once(message: str) -> None:
+        what, _, advice = message.rpartition("; ")
+        if what and advice in given:
+            message = f"{what} (see above)"
+        given.add(advice)
+        warn(message)
+
+    return once
 
 
 def warn_stderr(message: str) -> None:
