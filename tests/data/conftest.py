@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_multi30k
 from translator import config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -15,6 +14,10 @@ MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
 
 
 def multi30k_lines(name: str, lang: str, count: int, skip: int = 0) -> list[str]:
+    # imported here: tests/conftest.py sets the hub's offline variables, which a test that runs
+    # this module in a clean process must not get
+    from tests.conftest import require_multi30k
+
     require_multi30k()
     with open(MULTI30K / f"{name}.{lang}", encoding="utf-8") as handle:
         return handle.read().splitlines()[skip : skip + count]
