@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 from unicodedata import is_normalized
 
 import sacrebleu
 
 from translator.config import DataConfig
+from translator.config.train import BleuTokenizer
 from translator.errors import TranslatorError
 from translator.files import atomic_write, read_aligned
 from translator.loading import Checkpoints, checkpoint_list, load_channel, load_models
@@ -32,8 +34,8 @@ UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf
 # Thai, Lao, Burmese, Khmer: written without spaces between words, and no sacreBLEU tokenizer of
 # their own that works offline (flores200's downloads a model): characters are the usual unit
 NO_SPACES = re.compile(r"[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]")
-# sacreBLEU's BLEU tokenizers that need no download (spm and the flores ones fetch a model)
-TOKENIZERS = ("13a", "intl", "char", "zh", "ja-mecab", "ko-mecab", "none")
+TOKENIZERS = tuple(name for name in get_args(BleuTokenizer) if name)
+UNSPACED_LANGUAGES = ("zh", "ja", "ko")  # the languages sacreBLEU tokenizes by their own rules
 
 
 @dataclass
@@ -136,7 +138,7 @@ def unspaced_warning(references: list[str], tgt_lang: str, tokenize: str = "") -
     but BLEU would tokenize with 13a (a corpus's own suffix, `zh_cn` or `ch`; Thai, which no
     language code maps): 13a splits only at spaces and punctuation, so BLEU would count whole
     clauses as words. Empty when none is due, or when `tokenize` was chosen."""
-    if tokenize or _language(tgt_lang) in ("zh", "ja", "ko"):
+    if tokenize or _language(tgt_lang) in UNSPACED_LANGUAGES:
         return ""
     script = unspaced_script(references)
     if not script:
@@ -207,7 +209,7 @@ def run(
     sources, refs = _read_test_set(Path(src_file), Path(ref_file), cfg.data.nfc)
     if warning := unspaced_warning(refs, cfg.data.tgt_lang, tokenize):
         warn_stderr(warning)
-    if lc_tok and (_language(cfg.data.tgt_lang) in ("zh", "ja", "ko") or unspaced_script(refs)):
+    if lc_tok and (_language(cfg.data.tgt_lang) in UNSPACED_LANGUAGES or unspaced_script(refs)):
         warn_stderr(
             "--lc-tok's BLEU tokenizes with 13a, as the Multi30k papers do, which splits only at "
             "spaces: for this target, written without spaces between words, it is not a measure"

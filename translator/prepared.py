@@ -287,6 +287,12 @@ def _same_source(a: str, b: str) -> bool:
     return Path(a).resolve() == Path(b).resolve()
 
 
+def tokenizer_of(folder: Path, manifest: dict) -> Tokenizer:
+    """The tokenizer of the prepared data in `folder`, from the files its manifest names."""
+    src, tgt = (folder / manifest["vocab"][side]["file"] for side in ("src", "tgt"))
+    return Tokenizer(src) if src == tgt else Tokenizer(src, tgt)
+
+
 def data_vocab_from(data: DataConfig, vocab_from: str | None) -> str | None:
     """The `vocab_from` that `data`'s prepared files go by: None when prepare trained their
     SentencePiece model(s) itself and they are byte for byte the checkpoint's (tokenizer sha256
@@ -299,8 +305,7 @@ def data_vocab_from(data: DataConfig, vocab_from: str | None) -> str | None:
         manifest = read_manifest(folder)
         if manifest.get("settings", {}).get("vocab_from") is not None:
             return vocab_from
-        src, tgt = (folder / manifest["vocab"][side]["file"] for side in ("src", "tgt"))
-        tokenizer = Tokenizer(src) if src == tgt else Tokenizer(src, tgt)
+        tokenizer = tokenizer_of(folder, manifest)
     except (TranslatorError, KeyError, OSError, RuntimeError):  # damaged: the usual checks say so
         return vocab_from
     return None if tokenizer.checksum() == vocab_from else vocab_from

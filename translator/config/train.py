@@ -8,6 +8,10 @@ from typing import Literal
 from translator.config.checks import check_range
 from translator.errors import TranslatorError
 
+# sacreBLEU's BLEU tokenizers that need no download (spm and the flores ones fetch a model);
+# empty: the target language's, as `sacrebleu -l` picks it
+BleuTokenizer = Literal["", "13a", "intl", "char", "zh", "ja-mecab", "ko-mecab", "none"]
+
 
 @dataclass(kw_only=True)
 class TrainConfig:
@@ -77,9 +81,7 @@ class TrainConfig:
     """Decode at most this many valid sentences for BLEU at each validation (0 = all)."""
     valid_beam_size: int = 0
     """Beam width of the validation BLEU decode (0 = decode.beam_size, 1 = greedy)."""
-    valid_bleu_tokenize: Literal[
-        "", "13a", "intl", "char", "zh", "ja-mecab", "ko-mecab", "none"
-    ] = ""
+    valid_bleu_tokenize: BleuTokenizer = ""
     """sacreBLEU's tokenizer for validation BLEU (empty = by data.tgt_lang, as `sacrebleu -l`:
     zh, ja-mecab, ko-mecab, else 13a; `char` for Thai, Lao, Burmese or Khmer targets)."""
     keep_last: int = 3

@@ -170,10 +170,9 @@ class Metrics:
         the last save."""
         self.quiet = self.console.quiet = True
         silence_stdout()
-        print(
-            "warning: stdout was closed by its reader; training goes on, its log lines go to "
-            f"{self.log_file.name} only",
-            file=sys.stderr,
+        self.warning(  # quiet now: into train.log and onto stderr
+            "stdout was closed by its reader; training goes on, its log lines go to "
+            f"{self.log_file.name} only"
         )
 
     def record(self, message: str) -> None:

@@ -14,7 +14,7 @@ from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
 from translator.evaluate import bleu_metric
 from translator.model.transformer import Transformer
-from translator.prepared import data_vocab_from, load_manifest, prepared_dir
+from translator.prepared import data_vocab_from, load_manifest, prepared_dir, tokenizer_of
 from translator.train import distributed, finetune
 from translator.train.attention import AttentionMonitor
 from translator.train.distributed import Dist
@@ -158,9 +158,8 @@ def prepared_tokenizer(cfg: Config, d: Dist, quiet: bool, vocab_from: str | None
     wait). `vocab_from`: the sha256 of the checkpoint tokenizer the data must be encoded with."""
     distributed.main_first(d, lambda: prepare.ensure(cfg, quiet, vocab_from), "preparing the data")
     # every rank checks the settings
-    vocab, folder = load_manifest(cfg.data, vocab_from)["vocab"], prepared_dir(cfg.data)
-    src, tgt = folder / vocab["src"]["file"], folder / vocab["tgt"]["file"]
-    tokenizer = Tokenizer(src) if src == tgt else Tokenizer(src, tgt)
+    folder = prepared_dir(cfg.data)
+    tokenizer = tokenizer_of(folder, load_manifest(cfg.data, vocab_from))
     if vocab_from and tokenizer.checksum() != vocab_from:  # files replaced after prepare
         raise TranslatorError(
             "the prepared SentencePiece model(s) are not the checkpoint's (train.init_from)",
