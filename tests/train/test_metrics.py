@@ -89,3 +89,22 @@ def test_no_live_bar_in_a_log_or_on_a_dumb_terminal(tmp_path, monkeypatch, where
     if where == "log":
         lines = (tmp_path / "stdout.log").read_text().split("\n")
         assert lines[0].startswith("session started ") and lines[1:] == ["update 20", ""]
+
+
+def test_the_eta_counts_the_time_validations_take(tmp_path):
+    """After its first update, a session takes 20 updates of 1 s each and a 20 s validation: 2 s
+    an update on average, so the 80 updates left take 160 s (rich's estimate, over its last 30 s
+    of updates, said 80 s, and each validation pushed the end back)."""
+    now = [100.0]
+    metrics = Metrics(tmp_path, 101, 0, quiet=True)
+    metrics.remaining.clock = lambda: now[0]
+    (task,) = metrics.progress.tasks
+    assert metrics.remaining.render(task).plain == "-:--:--"  # no update yet
+    metrics.advance(1, "")  # the clock starts at the first update's end, not at start-up
+    for update in range(2, 22):
+        now[0] += 1.0
+        if update == 11:
+            now[0] += 20.0  # a validation
+        metrics.advance(update, "")
+    metrics.close()
+    assert metrics.remaining.render(task).plain == "0:02:40"

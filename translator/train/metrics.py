@@ -17,18 +17,36 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TextIO
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.text import Text
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
 from translator.data.progress import live_terminal
 from translator.files import open_own, silence_stdout
+
+
+class SessionRemaining(ProgressColumn):
+    """Time left at the mean rate since the session's first update, validations and saves
+    included: rich's own estimate reads the last 30 s of updates, which leave them out, so it
+    promised an end that each validation then pushed back."""
+
+    def __init__(self, clock=time.monotonic) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def render(self, task: Task) -> Text:
+        first = task.fields.get("first")  # (time, update) at the session's first update's end
+        if first is None or task.total is None or task.completed <= first[1]:
+            return Text("-:--:--", style="progress.remaining")
+        seconds_per_update = (self.clock() - first[0]) / (task.completed - first[1])
+        left = max(task.total - task.completed, 0) * seconds_per_update
+        return Text(str(timedelta(seconds=round(left))), style="progress.remaining")
 
 
 def open_log(path: Path) -> TextIO:
@@ -62,6 +80,7 @@ class Metrics:
         self.console = Console()  # stdout
         self.console.on_broken_pipe = self._console_gone  # rich's hook for a closed stdout
         self.terminal = live_terminal(self.console.file)  # else plain lines
+        self.remaining = SessionRemaining()
         self.progress = Progress(
             TextColumn("train"),
             BarColumn(),
@@ -69,11 +88,13 @@ class Metrics:
             TextColumn("{task.fields[status]}"),
             TimeElapsedColumn(),
             TextColumn("ETA"),
-            TimeRemainingColumn(),
+            self.remaining,
             console=self.console,
             disable=quiet or not enabled or not self.terminal,
         )
-        self.task = self.progress.add_task("train", total=total_updates, completed=start, status="")
+        self.task = self.progress.add_task(
+            "train", total=total_updates, completed=start, status="", begun=start, first=None
+        )
         self.progress.start()
         self.started = time.time()
         # each session's times count from its start: this line tells the sessions apart, so it
@@ -155,6 +176,10 @@ class Metrics:
 
     def advance(self, step: int, status: str) -> None:
         self.progress.update(self.task, completed=step, status=status)
+        (task,) = self.progress.tasks  # the bar's one task
+        fields = task.fields
+        if fields["first"] is None and step > fields["begun"]:
+            fields["first"] = (self.remaining.clock(), step)
 
     def line(self, message: str) -> None:
         """A log line: into train.log always, onto the console unless quiet."""
