@@ -34,18 +34,25 @@ def reversal_batch(generator: torch.Generator, rows: int = 32) -> tuple[torch.Te
 
 @pytest.fixture(scope="module")
 def reverser() -> Transformer:
-    """A 2+2-layer, d_model 64 model trained in seconds to reverse its input (a peaked output)."""
+    """A 2+2-layer, d_model 64 model trained in seconds to reverse its input (a peaked output).
+
+    The learning rate decays linearly to 0: at a constant one, how well the last updates left it
+    trained moved with the CPU's kernels (97% of held-out tokens right with AVX2's, 89% without
+    SIMD, 99% with AVX-512's)."""
     torch.manual_seed(0)
     model = Transformer(tiny_config(d_model=64, d_ff=128))
+    steps = 400
     optimizer = torch.optim.Adam(model.train().parameters(), lr=5e-3)
+    decay = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / steps)
     generator = torch.Generator().manual_seed(0)
-    for _ in range(500):
+    for _ in range(steps):
         src, tgt_in, tgt_out = reversal_batch(generator)
         logits = model(src, tgt_in, padding_mask(src))
         loss = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        decay.step()
     return model.eval().requires_grad_(False)
 
 
@@ -86,15 +93,16 @@ def test_int8_log_probs_stay_close_to_the_fp32_models(reverser):
     real = tgt_out != PAD
     want = F.log_softmax(reverser(src, tgt_in, mask), -1)[real]  # (positions, V)
     got = F.log_softmax(int8(src, tgt_in, mask), -1)[real]
-    assert want.argmax(-1).eq(tgt_out[real]).float().mean() > 0.9  # the reference is trained
-    # Bounds about 3x what was seen (seeds 5, 6, 123): per-call activation scales with 7-bit
-    # range (fbgemm) move an uncertain position's distribution, rarely its best token.
+    assert want.argmax(-1).eq(tgt_out[real]).float().mean() > 0.95  # the reference is trained
+    # Bounds about 3x the largest seen (AVX-512, AVX2 and no-SIMD kernels): per-call activation
+    # scales with 7-bit range (fbgemm) move an uncertain position's distribution, rarely its best
+    # token.
     gold = tgt_out[real, None]
     gold_error = (got.gather(1, gold) - want.gather(1, gold)).abs()  # log-prob of the reference
-    assert gold_error.mean() < 0.1
+    assert gold_error.mean() < 0.02
     probs_error = (got.exp() - want.exp()).abs().sum(-1)  # twice the total variation, per position
-    assert probs_error.mean() < 0.075
-    assert got.argmax(-1).eq(want.argmax(-1)).float().mean() > 0.97
+    assert probs_error.mean() < 0.03
+    assert got.argmax(-1).eq(want.argmax(-1)).float().mean() > 0.99
     assert not torch.equal(got, want)  # it is a different function: int8 products
 
 
@@ -106,5 +114,5 @@ def test_int8_greedy_search_agrees_with_fp32_on_most_sentences(reverser):
     mask = padding_mask(src)
     want = [h.tokens for h in greedy_search(reverser, src, mask, max_len_a=1.0, max_len_b=4)]
     got = [h.tokens for h in greedy_search(int8, src, mask, max_len_a=1.0, max_len_b=4)]
-    # seen: 60 of 64 (AVX512 CPU); at 300 training updates 58-63 on AVX2 but 54 on AVX512
-    assert sum(g == w for g, w in zip(got, want)) >= 0.85 * len(want)
+    # seen: 62-64 of 64 (AVX-512, AVX2 and no-SIMD kernels)
+    assert sum(g == w for g, w in zip(got, want)) >= 0.9 * len(want)
