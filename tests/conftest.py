@@ -20,10 +20,10 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 MULTI30K = SHARED_DATA / "multi30k"
 
 
-def tiny_overrides(data_dir: Path, run_dir: Path) -> list[str]:
+def tiny_overrides(data_dir: Path, run_dir: Path, source: Path | str = MULTI30K) -> list[str]:
     """Overrides that make configs/tiny.yaml a seconds-long run on a 2k-pair Multi30k slice."""
     return [
-        f"data.source={MULTI30K}",
+        f"data.source={source}",
         "data.splits.valid=valid",
         "data.splits.test=test2016",
         f"data.data_dir={data_dir}",
@@ -75,13 +75,34 @@ def multi30k() -> Path:
     return require_multi30k()
 
 
+# the session's prepared data validates and tests on the first lines of Multi30k's own sets:
+# every validation, eval and recipe choice in the suite decodes these, not ~1,000 sentences
+HELD_OUT_LINES = 200
+
+
+def multi30k_slice(folder: Path) -> Path:
+    """`folder` as a corpus directory: Multi30k's train (linked), and the first HELD_OUT_LINES
+    lines of valid and test2016."""
+    folder.mkdir()
+    for lang in ("en", "de"):
+        (folder / f"train.{lang}").symlink_to(MULTI30K / f"train.{lang}")
+        for split in ("valid", "test2016"):
+            with open(MULTI30K / f"{split}.{lang}", encoding="utf-8") as whole:
+                head = [line for _, line in zip(range(HELD_OUT_LINES), whole)]
+            (folder / f"{split}.{lang}").write_text("".join(head), encoding="utf-8")
+    return folder
+
+
 @pytest.fixture(scope="session")
 def prepared(multi30k, tmp_path_factory) -> config.Config:
-    """configs/tiny.yaml shrunk to a 2k-pair slice and prepared once for the whole session."""
+    """configs/tiny.yaml shrunk to a 2k-pair slice (held-out sets of HELD_OUT_LINES) and
+    prepared once for the whole session; its data.source is the slice's folder."""
     from translator import prepare
 
     root = tmp_path_factory.mktemp("prepared")
-    cfg = config.load(REPO / "configs" / "tiny.yaml", tiny_overrides(root / "data", root / "run"))
+    source = multi30k_slice(root / "multi30k")
+    overrides = tiny_overrides(root / "data", root / "run", source)
+    cfg = config.load(REPO / "configs" / "tiny.yaml", overrides)
     prepare.run(cfg, quiet=True)
     return cfg
 

@@ -275,7 +275,10 @@ def test_a_sigterm_to_the_recipe_stops_its_members_too(prepared, tmp_path):
     """A scheduler's `kill PID` reaches the recipe alone: its members must save and stop with it,
     not train on to the end of the budget while it waits for them."""
     run_dir = tmp_path / "run"
-    overrides = [*tiny_overrides(Path(prepared.data.data_dir), run_dir), "train.max_updates=100000"]
+    overrides = [
+        *tiny_overrides(Path(prepared.data.data_dir), run_dir, prepared.data.source),
+        "train.max_updates=100000",
+    ]
     command = [sys.executable, "-m", "translator.recipe", str(REPO / "configs" / "tiny.yaml")]
     for override in [*overrides, "train.precision=fp32"]:
         command += ["--set", override]
@@ -324,7 +327,7 @@ def test_an_ensemble_recipe_trains_its_members_side_by_side_and_scores_them_as_o
     assert manifest["valid"]["ensemble"].keys() == single["valid"]["avg.pt"].keys()
     assert manifest["test"] is not None and (run_dir / "test.ensemble.hyp").is_file()
     assert len(read_lines(run_dir / "test.ensemble.hyp")) == len(
-        read_lines(MULTI30K / "test2016.en")
+        read_lines(Path(prepared.data.source) / "test2016.en")
     )
     assert "test, member-1/" in (run_dir / "scores.txt").read_text()
     assert manifest["budget"]["within"] and manifest["training"]["member_updates"] == [6, 6]
@@ -359,7 +362,7 @@ def test_a_channel_recipe_trains_the_reverse_model_beside_and_reranks_with_it(
     else:
         assert all(s["bleu"] <= plain for s in reranked.values())
         hyp = run_dir / f"test.{chosen[:-3]}.hyp"
-    assert len(read_lines(hyp)) == len(read_lines(MULTI30K / "test2016.en"))
+    assert len(read_lines(hyp)) == len(read_lines(Path(prepared.data.source) / "test2016.en"))
     assert (
         f"test, {choose.described(chosen)} (the better on valid)"
         in (run_dir / "scores.txt").read_text()
@@ -388,7 +391,7 @@ def test_an_ensemble_with_a_channel_reranks_the_ensembles_n_best(prepared, tmp_p
     assert all(n.startswith("member-1/") and " + member-2/" in n for n in reranked)
     for weight in choose.CHANNEL_WEIGHTS:
         assert len(read_lines(run_dir / f"valid.ensemble.channel-{weight}.hyp")) == len(
-            read_lines(MULTI30K / "valid.en")
+            read_lines(Path(prepared.data.source) / "valid.en")
         )
     assert manifest["test"] is not None
 

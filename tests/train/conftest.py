@@ -18,7 +18,7 @@ def variant(prepared: config.Config, run_dir: Path, *overrides: str) -> config.C
     """The prepared tiny config with its own run_dir and extra `key=value` overrides
     (type-checked)."""
     data_dir = Path(prepared.data.data_dir)
-    base = [*tiny_overrides(data_dir, run_dir), "train.precision=fp32"]
+    base = [*tiny_overrides(data_dir, run_dir, prepared.data.source), "train.precision=fp32"]
     return config.load(REPO / "configs" / "tiny.yaml", [*base, *overrides])
 
 

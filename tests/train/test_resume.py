@@ -410,7 +410,10 @@ def test_a_killed_session_is_on_record_to_its_last_save(prepared, tmp_path):
     from tests.conftest import REPO, tiny_overrides
 
     run_dir = tmp_path / "run"
-    overrides = [*tiny_overrides(Path(prepared.data.data_dir), run_dir), "train.max_updates=100000"]
+    overrides = [
+        *tiny_overrides(Path(prepared.data.data_dir), run_dir, prepared.data.source),
+        "train.max_updates=100000",
+    ]
     command = [sys.executable, "-m", "translator", "train", str(REPO / "configs" / "tiny.yaml")]
     for override in [*overrides, "train.precision=fp32", "train.eval_every=2", "train.keep_last=0"]:
         command += ["--set", override]

@@ -64,7 +64,7 @@ def test_a_reader_that_leaves_stdout_does_not_end_the_run(prepared, tmp_path):
     its end and saves, logging to train.log alone (it used to exit 1, silently, unsaved)."""
     run_dir = tmp_path / "run"
     overrides = [
-        *tiny_overrides(Path(prepared.data.data_dir), run_dir),
+        *tiny_overrides(Path(prepared.data.data_dir), run_dir, prepared.data.source),
         "train.precision=fp32",
         "train.max_updates=12",
         "train.log_every=1",
