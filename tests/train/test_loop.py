@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import copy
+import importlib.machinery
 import json
 import math
+import sys
+import types
 from types import SimpleNamespace
 
 import numpy as np
@@ -441,17 +444,32 @@ def test_each_process_has_its_own_dropout_stream_and_the_same_initial_weights(
 
 
 @pytest.mark.parametrize(
-    ("argv", "command"),
+    ("argv", "spec", "command"),
     [
         (
             ["/x/translator/__main__.py", "train", "a b.yaml"],
+            "translator.__main__",  # python -m translator
             "python -m translator train 'a b.yaml'",
         ),
-        (["/venv/bin/translator", "train", "c.yaml"], "translator train c.yaml"),
+        (  # torchrun runs the file as a script: no module spec
+            ["/x/translator/__main__.py", "train", "a.yaml"],
+            None,
+            "python -m translator train a.yaml",
+        ),
+        (
+            ["/x/translator/recipe/__main__.py", "b.yaml", "--members", "2"],
+            "translator.recipe.__main__",
+            "python -m translator.recipe b.yaml --members 2",
+        ),
+        (["/venv/bin/translator", "train", "c.yaml"], None, "translator train c.yaml"),
     ],
 )
-def test_the_manifest_records_a_command_one_can_type_again(monkeypatch, argv, command):
+def test_the_manifest_records_a_command_one_can_type_again(monkeypatch, argv, spec, command):
+    """(Whatever runs the test: the process's own __main__ is replaced, as its argv is.)"""
     from translator.train import manifest
 
+    main = types.ModuleType("__main__")
+    main.__spec__ = None if spec is None else importlib.machinery.ModuleSpec(spec, None)
+    monkeypatch.setitem(sys.modules, "__main__", main)
     monkeypatch.setattr(manifest.sys, "argv", argv)
     assert manifest.command_line() == command
