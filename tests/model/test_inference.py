@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from translator.model.inference import OneDNNLinear, for_cpu_decoding, onednn_dtypes
+from translator.model.inference import OneDNNLinear, bucketed, for_cpu_decoding, onednn_dtypes
 
 needs_onednn = pytest.mark.skipif(
     torch.float32 not in onednn_dtypes(), reason="this PyTorch has no oneDNN linear"
@@ -20,15 +20,18 @@ needs_onednn = pytest.mark.skipif(
 @needs_onednn
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("shape", [(5, 16), (3, 4, 16), (16,), (0, 16), "transposed"])
+# 17 and 3 x 7 = 21 rows are not of bucketed's sizes: padded to 18 and 22, then cut
+@pytest.mark.parametrize(
+    "shape", [(5, 16), (3, 4, 16), (16,), (0, 16), (17, 16), (3, 7, 16), "transposed"]
+)
 @pytest.mark.parametrize("activation", ["none", "relu"])
 def test_onednn_linear_is_x_w_plus_b_in_float64(dtype, bias, shape, activation):
     if dtype not in onednn_dtypes():
         pytest.skip("no bf16 oneDNN on this CPU")
     torch.manual_seed(0)
     linear = nn.Linear(16, 24, bias=bias).to(dtype)
-    # (5, 16) non-contiguous
-    x = torch.randn(16, 5).t() if shape == "transposed" else torch.randn(shape)
+    # (37, 16) non-contiguous (and padded to 40)
+    x = torch.randn(16, 37).t() if shape == "transposed" else torch.randn(shape)
     x = x.to(dtype)
     with torch.inference_mode():
         got = OneDNNLinear(linear, activation)(x)
@@ -39,6 +42,17 @@ def test_onednn_linear_is_x_w_plus_b_in_float64(dtype, bias, shape, activation):
     tol = 1e-5 if dtype == torch.float32 else 2e-2  # bf16: the output is rounded to 8 mantissa bits
     assert got.dtype == dtype and got.shape == want.shape
     torch.testing.assert_close(got.double(), want, atol=tol, rtol=tol)
+
+
+def test_bucketed_row_counts_are_few_an_octave_and_at_most_an_eighth_more():
+    sizes = [bucketed(rows) for rows in range(0, 5000)]
+    assert sizes[:16] == list(range(16))  # exact below 16
+    for rows, size in enumerate(sizes[16:], start=16):
+        assert rows <= size <= rows * 9 / 8 and bucketed(size) == size
+    for low in (16, 32, 256, 2048):  # 8 sizes an octave (and its top, the next one's first)
+        assert {bucketed(rows) for rows in range(low, 2 * low)} == set(
+            range(low, 2 * low + 1, low // 8)
+        )
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,8 @@ The model's own code is the plain algorithm: nn.Linear, one fused SDPA call, a K
 compute the same functions faster (why, with the measurements: docs/benchmarks/decode.md):
 - every nn.Linear becomes a `OneDNNLinear` (PyTorch sends CPU fp32 linears to a slower GEMM
   than the oneDNN one it uses for bf16), its weight reordered once into oneDNN's own layout, bias
-  fused, and each FFN's ReLU fused into its product;
+  fused, and each FFN's ReLU fused into its product, its input rows padded with zero rows to one
+  of a few sizes an octave (`bucketed`), so that oneDNN's per-shape kernels are reused;
 - the KV cache keeps a sentence's beams side by side (model/layer_cache.py), so a beam reorder moves
   no keys. Attention stays the fused SDPA call: with the beams' queries folded onto their
   sentence's keys it measured faster than a written-out kernel in most decoding shapes, and
@@ -28,6 +29,7 @@ import logging
 import warnings
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
 from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
@@ -69,7 +71,24 @@ class OneDNNLinear(nn.Module):
                 "a model converted for CPU decoding runs in its own dtype, not under autocast"
             )
         linear = torch.ops.mkldnn._linear_pointwise
-        return linear(x, self.packed_weight, self.bias, self.activation, [], "")
+        m = x.numel() // x.shape[-1]
+        if bucketed(m) == m:
+            return linear(x, self.packed_weight, self.bias, self.activation, [], "")
+        # as rows, zero rows added (dropped below): oneDNN keys its kernels by the whole shape
+        rows = F.pad(x.reshape(m, x.shape[-1]), (0, 0, 0, bucketed(m) - m))
+        y = linear(rows, self.packed_weight, self.bias, self.activation, [], "")[:m]
+        return y.view(*x.shape[:-1], y.shape[-1])
+
+
+def bucketed(rows: int) -> int:
+    """`rows` rounded up to one of 8 sizes an octave (exact below 16), so at most 1/8 more.
+
+    oneDNN compiles a kernel for each input shape it meets (and keeps 1,024). A search meets a
+    new row count nearly every call, as batches differ in size and finished sentences leave
+    them, so it compiled kernels all along, and their cache grew a long stream's process by
+    most of its memory. A few sizes an octave are compiled once and reused."""
+    step = 1 << max(0, rows.bit_length() - 4)
+    return -(-rows // step) * step
 
 
 def for_cpu_decoding(model: Transformer, int8: bool = False) -> str:
