@@ -72,10 +72,11 @@ class OneDNNLinear(nn.Module):
             )
         linear = torch.ops.mkldnn._linear_pointwise
         m = x.numel() // x.shape[-1]
-        if bucketed(m) == m:
+        size = bucketed(m)
+        if size == m:  # kept as it is: sent as rows too, a search's steps ran slower (benchmarks)
             return linear(x, self.packed_weight, self.bias, self.activation, [], "")
         # as rows, zero rows added (dropped below): oneDNN keys its kernels by the whole shape
-        rows = F.pad(x.reshape(m, x.shape[-1]), (0, 0, 0, bucketed(m) - m))
+        rows = F.pad(x.reshape(m, x.shape[-1]), (0, 0, 0, size - m))
         y = linear(rows, self.packed_weight, self.bias, self.activation, [], "")[:m]
         return y.view(*x.shape[:-1], y.shape[-1])
 
