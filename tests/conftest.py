@@ -132,6 +132,18 @@ def opus_separate(multi30k, tmp_path_factory):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _event_files_in_creation_order():
+    """TensorBoard reads a folder's event files in name order: creation second, host, process,
+    then a count of the process's files, compared as text (...9 after ...11). The tests start
+    several training sessions a second in one process, so a resumed run's files could be read
+    out of order and its first session's start purge the second's points: counts of one width
+    keep the names in creation order."""
+    from tensorboard.summary.writer import event_file_writer
+
+    event_file_writer._global_uid = event_file_writer.AtomicCounter(10**6)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _one_thread_everywhere():
     """One thread for module and session fixtures too (they start before the per-test fixture
     below), and for every command a test starts as a subprocess (OMP_NUM_THREADS): a fixture's
