@@ -36,15 +36,20 @@ class SessionRemaining(ProgressColumn):
     included: rich's own estimate reads the last 30 s of updates, which leave them out, so it
     promised an end that each validation then pushed back."""
 
-    def __init__(self, clock=time.monotonic) -> None:
+    def __init__(self, begun: int, clock=time.monotonic) -> None:
         super().__init__()
-        self.clock = clock
+        self.begun, self.clock = begun, clock  # the update the session starts at
+        self.first: tuple[float, int] | None = None  # (time, update) at its first update's end
+
+    def reached(self, step: int) -> None:
+        if self.first is None and step > self.begun:
+            self.first = (self.clock(), step)
 
     def render(self, task: Task) -> Text:
-        first = task.fields.get("first")  # (time, update) at the session's first update's end
-        if first is None or task.total is None or task.completed <= first[1]:
+        if self.first is None or task.total is None or task.completed <= self.first[1]:
             return Text("-:--:--", style="progress.remaining")
-        seconds_per_update = (self.clock() - first[0]) / (task.completed - first[1])
+        when, update = self.first
+        seconds_per_update = (self.clock() - when) / (task.completed - update)
         left = max(task.total - task.completed, 0) * seconds_per_update
         return Text(str(timedelta(seconds=round(left))), style="progress.remaining")
 
@@ -80,7 +85,7 @@ class Metrics:
         self.console = Console()  # stdout
         self.console.on_broken_pipe = self._console_gone  # rich's hook for a closed stdout
         self.terminal = live_terminal(self.console.file)  # else plain lines
-        self.remaining = SessionRemaining()
+        self.remaining = SessionRemaining(start)
         self.progress = Progress(
             TextColumn("train"),
             BarColumn(),
@@ -92,9 +97,7 @@ class Metrics:
             console=self.console,
             disable=quiet or not enabled or not self.terminal,
         )
-        self.task = self.progress.add_task(
-            "train", total=total_updates, completed=start, status="", begun=start, first=None
-        )
+        self.task = self.progress.add_task("train", total=total_updates, completed=start, status="")
         self.progress.start()
         self.started = time.time()
         # each session's times count from its start: this line tells the sessions apart, so it
@@ -176,10 +179,7 @@ class Metrics:
 
     def advance(self, step: int, status: str) -> None:
         self.progress.update(self.task, completed=step, status=status)
-        (task,) = self.progress.tasks  # the bar's one task
-        fields = task.fields
-        if fields["first"] is None and step > fields["begun"]:
-            fields["first"] = (self.remaining.clock(), step)
+        self.remaining.reached(step)
 
     def line(self, message: str) -> None:
         """A log line: into train.log always, onto the console unless quiet."""
