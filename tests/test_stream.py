@@ -208,6 +208,22 @@ def test_run_numbers_over_long_lines_across_chunks(tiny, capsys):
     assert without_length_warnings(capsys.readouterr().err).startswith("warning: line 4: ")
 
 
+def progress_reports(tiny, chunks: list[list[str]], **options) -> list[tuple[int, int]]:
+    """The (done, total) reports of translating `chunks`, several batches a chunk."""
+    seen = []
+    decode = dataclasses.replace(tiny.cfg.decode, batch_tokens=40)
+    stream.translate_chunks(
+        tiny.model,
+        tiny.tokenizer,
+        decode,
+        iter(chunks),
+        io.StringIO(),
+        progress=lambda *p: seen.append(p),
+        **options,
+    )
+    return seen
+
+
 def test_run_progress_counts_sentences_over_all_chunks(tiny):
     """done never decreases and ends at what was read: empty lines aside, long lines' pieces
     apart."""
@@ -218,17 +234,7 @@ def test_run_progress_counts_sentences_over_all_chunks(tiny):
         ids = tiny.tokenizer.encode([line])[0]
         return len(split.split_long(ids, limit, tiny.tokenizer.sp.id_to_piece(ids)))
 
-    chunks = [SENTENCES[:5], ["", long_line], [], SENTENCES[5:]]
-    decode = dataclasses.replace(tiny.cfg.decode, batch_tokens=40)  # several batches per chunk
-    seen = []
-    stream.translate_chunks(
-        tiny.model,
-        tiny.tokenizer,
-        decode,
-        iter(chunks),
-        io.StringIO(),
-        progress=lambda *p: seen.append(p),
-    )
+    seen = progress_reports(tiny, [SENTENCES[:5], ["", long_line], [], SENTENCES[5:]])
     done = [d for d, _ in seen]
     assert done == sorted(done) and all(d <= t for d, t in seen)
     assert seen[-1] == (sum(map(pieces, [*SENTENCES, long_line])),) * 2
@@ -508,18 +514,7 @@ def test_with_the_input_s_line_count_known_progress_counts_lines_of_it(tiny, tmp
     with os.fdopen(read_fd) as piped:
         assert stream.lines_left(piped) is None  # a pipe's end is unknown
     os.close(write_fd)
-    seen = []
-    decode = dataclasses.replace(tiny.cfg.decode, batch_tokens=40)
-    chunks = [lines[:5], lines[5:7], lines[7:]]
-    stream.translate_chunks(
-        tiny.model,
-        tiny.tokenizer,
-        decode,
-        iter(chunks),
-        io.StringIO(),
-        progress=lambda *p: seen.append(p),
-        lines_expected=len(lines),
-    )
+    seen = progress_reports(tiny, [lines[:5], lines[5:7], lines[7:]], lines_expected=len(lines))
     done = [d for d, _ in seen]
     assert {t for _, t in seen} == {len(lines)} and done == sorted(done)
     assert seen[-1] == (len(lines), len(lines))
