@@ -42,7 +42,9 @@ def main() -> None:
         default=[],
         help="train.valid_bleu_sentences values to measure (default: the checkpoint's)",
     )
-    parser.add_argument("--out", default="docs/benchmarks/attention.md")
+    parser.add_argument(
+        "--out", default="docs/benchmarks/attention.md", help="page to write ('': none)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model, cfg, tokenizer = checkpoint.load(args.ckpt)
@@ -95,9 +97,10 @@ def main() -> None:
         "Target: the diagnostics cost at most 5% of a validation.",
         "",
     ]
-    with atomic_write(args.out) as handle:
-        handle.write("\n".join(lines))
     print("\n".join(lines))
+    if args.out:
+        with atomic_write(args.out) as handle:
+            handle.write("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -224,7 +224,9 @@ def main(argv: list[str] | None = None) -> None:
         default=1,
         help="CPU threads (default 1: on a busy shared machine more threads wait on each other)",
     )
-    parser.add_argument("--out", default="docs/benchmarks/model.md")
+    parser.add_argument(
+        "--out", default="docs/benchmarks/model.md", help="page to write ('': none)"
+    )
     args = parser.parse_args(argv)
     args.load_average = load_average()  # before this run adds its own load
     args.argv = argv if argv is not None else sys.argv[1:]
@@ -238,9 +240,10 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     plain, ckpt = compare(args, device)
     text = report(args, device, plain, ckpt)
-    with atomic_write(Path(args.out)) as handle:
-        handle.write(text)
     print(text)
+    if args.out:
+        with atomic_write(Path(args.out)) as handle:
+            handle.write(text)
 
 
 if __name__ == "__main__":

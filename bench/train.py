@@ -291,7 +291,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds with the peer")
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], help="with the peer")
-    parser.add_argument("--out", default="docs/benchmarks/train.md")
+    parser.add_argument(
+        "--out", default="docs/benchmarks/train.md", help="page to write ('': none)"
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one config, print JSON
     args = parser.parse_args(argv)
     args.argv = argv if argv is not None else sys.argv[1:]
@@ -332,8 +334,9 @@ def main(argv: list[str] | None = None) -> None:
         from bench import train_peer
 
         text += train_peer.section(device, args)
-    write_keeping_notes(REPO / args.out, text)
-    print(text)
+    print(text)  # first: a failed write loses nothing
+    if args.out:
+        write_keeping_notes(REPO / args.out, text)
 
 
 KEEP_BELOW = "<!-- bench.train writes what is above this line and keeps what is below -->"
