@@ -10,7 +10,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 # Every target that runs the package depends on it, so `make test` or `make demo` sets itself up.
 STAMP  := $(VENV)/.installed
 
-.PHONY: FORCE help install bench-install test cuda-check lint format demo multi30k bench bench-model bench-train bench-decode bench-launches bench-prepare bench-attention-options tensorboard clean
+.PHONY: FORCE help install test cuda-check lint format demo multi30k bench bench-model bench-train bench-decode bench-launches bench-prepare bench-attention-options tensorboard clean
 .DEFAULT_GOAL := help
 
 help:  ## this list (`make TARGET`; variables such as DATA=, DIR=, TORCH_INDEX= are in the Makefile)
@@ -54,8 +54,6 @@ $(STAMP): pyproject.toml Makefile $(TORCH_INDEX_FILE)  ## venv with torch pinned
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		(apt-get update -qq && apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 || true; fi
 	touch $@
-
-bench-install: $(STAMP)  ## kept for old habits: the install already has the benchmark peers
 
 # one worker per logical CPU (pytest-xdist; "auto" would count physical cores where psutil is
 # installed): each test runs on one torch thread (tests/conftest.py)

@@ -27,6 +27,7 @@ import argparse
 import datetime
 import importlib.util
 import json
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -293,7 +294,7 @@ def report(args: argparse.Namespace) -> None:
         )
         if part
     )
-    command = "python -m bench.decode " + " ".join(sys.argv[1:])
+    command = shlex.join(["python", "-m", "bench.decode", *sys.argv[1:]])
     section = "\n".join(
         [
             f"## {datetime.datetime.now():%Y-%m-%d %H:%M}: `{command.strip()}` (written by it)",

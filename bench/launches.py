@@ -1,6 +1,6 @@
 """Host-launched operations per beam-search step on the path CUDA takes, counted on CPU.
 
-    # ours eager, ours with CUDA graphs, HF generate (needs `make bench-install`)
+    # ours eager, ours with CUDA graphs, HF generate (the peer comes with `make install`)
     .venv/bin/python -m bench.launches
 
 On a GPU a decoding step of the base model (32 sentences x beam 4, one new token per row) is a few

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -170,7 +171,7 @@ def report(args, device: torch.device, plain: dict, ckpt: dict) -> str:
         [
             "# Model benchmark: gradient checkpointing",
             "",
-            f"Command: `.venv/bin/python -m bench.model{''.join(' ' + a for a in args.argv)}`  ",
+            f"Command: `{shlex.join(['.venv/bin/python', '-m', 'bench.model', *args.argv])}`  ",
             f"Date: {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}  ",
             f"Machine: {machine}; torch {torch.__version__}  ",
             f"Model: base (d_model 512, 6+6 layers, d_ff 2048, 8 heads, vocab {args.vocab}, tied), "

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -237,7 +238,7 @@ def report(args, device: torch.device, results: list[dict]) -> str:
     lines = [
         "# Training benchmark: throughput and memory",
         "",
-        "Command: `" + " ".join([".venv/bin/python -m bench.train", *args.argv]) + "`  ",
+        "Command: `" + shlex.join([".venv/bin/python", "-m", "bench.train", *args.argv]) + "`  ",
         f"Date: {when}  ",
         f"Machine: {machine}; torch {torch.__version__}  ",
         f"Each config: {args.warmup} warm-up + {args.updates} timed updates of the "

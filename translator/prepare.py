@@ -286,8 +286,8 @@ def _train_tokenizer(
         character_coverage=data.character_coverage,
         byte_fallback=data.byte_fallback,
         normalization=data.spm_normalization,
-        input_sentence_size=0,
-        seed=SEED,  # 0: the sample above is the whole input
+        input_sentence_size=0,  # 0: the sample above is the whole input
+        seed=SEED,
         threads=data.spm_threads,
         progress=None if bars.quiet else trained,
         # one side's of two: a failure says which (the sides' texts differ, their settings do not)

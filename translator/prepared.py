@@ -330,7 +330,8 @@ def summary_rows(manifest: dict) -> list[tuple[str, str]]:
     ]
     if manifest.get("vocab_from"):
         rows.append(("vocabulary from", manifest["vocab_from"]["checkpoint"]))
-    # vocab_size with data.vocab_from is the checkpoint's, not a request (no "settings" before)
+    # with a vocabulary taken from a checkpoint (the manifest's vocab_from), vocab_size is the
+    # checkpoint's, not a request (no "settings" before)
     wanted = None if manifest.get("vocab_from") else manifest.get("settings", {}).get("vocab_size")
     src, tgt = vocab["src"]["size"], vocab["tgt"]["size"]
     if manifest["joint_vocab"]:

@@ -43,7 +43,6 @@ class Dist:
     device: torch.device
     rank: int = 0
     world_size: int = 1
-    local_rank: int = 0
 
     @property
     def main(self) -> bool:
@@ -72,7 +71,7 @@ def init(device_name: str) -> Dist:
         world_size=world_size,
         timeout=timedelta(minutes=60),
     )
-    return Dist(device, rank, world_size, local_rank)
+    return Dist(device, rank, world_size)
 
 
 def close(d: Dist) -> None:
