@@ -297,7 +297,7 @@ def report(args: argparse.Namespace) -> None:
     command = shlex.join(["python", "-m", "bench.decode", *sys.argv[1:]])
     section = "\n".join(
         [
-            f"## {datetime.datetime.now():%Y-%m-%d %H:%M}: `{command.strip()}` (written by it)",
+            f"## {datetime.datetime.now():%Y-%m-%d %H:%M}: `{command}` (written by it)",
             "",
             f"{machine}; {args.sentences} sentences, batch {args.batch_size}; best of "
             f"{args.repeats}; forced lengths L per batch: {[b['length'] for b in batches]}.",
