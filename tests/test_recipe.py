@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
+import torch
 
 from tests.conftest import MULTI30K, REPO, tiny_overrides
 from tests.train.conftest import variant
-from translator import cli, recipe
+from translator import averaging, checkpoint, cli, recipe
 from translator.config import load as load_config
 from translator.errors import TranslatorError
 from translator.evaluate import Scores
@@ -87,6 +88,37 @@ def test_test_split_is_scored_once_with_the_checkpoint_better_on_valid(
     asked.clear()
     assert choose.choose_on_valid(tmp_path, {}, quiet=True, score_test=False)[2] is None
     assert [split for _, split in asked] == ["valid", "valid"]  # a choosing run never sees test
+
+
+def test_a_best_pt_holding_avg_pt_s_weights_is_decoded_once(finished, tmp_path, monkeypatch):
+    cfg, _ = finished
+    run = Path(cfg.train.run_dir)
+    asked = []
+
+    def fake_score(run_dir, name, split, quiet):
+        asked.append(name)
+        return Scores(30.0 - len(asked), 0.0, "", "")  # best.pt, if decoded, scores lower
+
+    monkeypatch.setattr(choose, "score", fake_score)
+
+    def choose_between(avg_of: Path, best: Path) -> dict[str, Scores]:
+        asked.clear()
+        averaging.average([avg_of], tmp_path / "avg.pt")
+        shutil.copyfile(best, tmp_path / "best.pt")  # a file of its own: compared by content
+        valid, picked, _ = choose.choose_on_valid(tmp_path, {}, quiet=True, score_test=False)
+        assert picked == "avg.pt"
+        return valid
+
+    # as `--average 1` leaves them when the last validation was the best
+    valid = choose_between(run / "step-6.pt", run / "step-6.pt")
+    assert asked == ["avg.pt"] and valid["best.pt"] == valid["avg.pt"]
+    # other weights, or the same weights under another config, are decoded
+    assert choose_between(run / "step-3.pt", run / "step-6.pt")["best.pt"].bleu == 28.0
+    payload = checkpoint.read(run / "step-6.pt")
+    payload["config"]["decode"]["beam_size"] = 3
+    torch.save(checkpoint.seal(payload), tmp_path / "beam-3.pt")
+    assert choose_between(run / "step-6.pt", tmp_path / "beam-3.pt")["best.pt"].bleu == 28.0
+    assert not checkpoint.same_model(run / "step-6.pt", tmp_path / "missing.pt")
 
 
 def test_recipe_scores_test_once_as_sacrebleu_does(finished):

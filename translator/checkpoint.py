@@ -139,6 +139,20 @@ def read(path: str | Path) -> dict[str, Any]:
     return payload
 
 
+def same_model(a: str | Path, b: str | Path) -> bool:
+    """Do two checkpoints hold the same weights and config, by the checksums format 3 stores?
+    Then they translate alike. Not verified here (decoding either verifies it); a file that
+    cannot be read counts as different, so that decoding it says what is wrong."""
+    try:
+        sums = [_open(path, mmap=True).get("sha256") or {} for path in (a, b)]
+    except TranslatorError:
+        return False
+    first, second = sums
+    return all(
+        first.get(p) is not None and first.get(p) == second.get(p) for p in ("model", "config")
+    )
+
+
 def _check_tokenizer(payload: dict[str, Any], path: str | Path) -> None:
     """The SentencePiece model bytes against their stored sha256 (proto_checksum): a flipped
     byte there changes every translation silently."""

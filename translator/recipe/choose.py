@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from translator import evaluate
+from translator import checkpoint, evaluate
 
 # the channel model's weights tried on valid (translator/rerank.py); the plain search competes too
 CHANNEL_WEIGHTS = (0.1, 0.2, 0.3, 0.5)
@@ -45,9 +45,22 @@ def choose_on_valid(
 ) -> tuple[dict[str, evaluate.Scores], str, evaluate.Scores | None]:
     """Score avg.pt and best.pt on valid; the better one (avg.pt on a tie), and only it, on test."""
     with stage(seconds, "eval_valid"):
-        valid = {name: score(run_dir, name, "valid", quiet) for name in ("avg.pt", "best.pt")}
-    chosen = max(valid, key=lambda name: valid[name].bleu)
+        valid, chosen = avg_or_best(run_dir, "", quiet)
     return valid, chosen, on_test(run_dir, chosen, seconds, quiet) if score_test else None
+
+
+def avg_or_best(
+    run_dir: Path, model_dir: str, quiet: bool
+) -> tuple[dict[str, evaluate.Scores], str]:
+    """One model's avg.pt and best.pt (in run_dir/model_dir, model_dir "" or "member-1/") scored
+    on valid, and the better one (avg.pt on a tie). A best.pt with avg.pt's weights (`--average
+    1` kept the last checkpoint, and it was the best) is not decoded again: it gets avg.pt's
+    scores, and keeps no hypotheses file of its own."""
+    avg, best = f"{model_dir}avg.pt", f"{model_dir}best.pt"
+    scores = {avg: score(run_dir, avg, "valid", quiet)}
+    same = checkpoint.same_model(run_dir / avg, run_dir / best)
+    scores[best] = scores[avg] if same else score(run_dir, best, "valid", quiet)
+    return scores, max(scores, key=lambda name: scores[name].bleu)
 
 
 def ensemble_on_valid(
@@ -62,13 +75,10 @@ def ensemble_on_valid(
     valid: dict[str, evaluate.Scores] = {}
     chosen = []
     with stage(seconds, "eval_valid"):
-        for name in (d.name for d in member_dirs):
-            scores = {
-                f"{name}/{ckpt}": score(run_dir, f"{name}/{ckpt}", "valid", quiet)
-                for ckpt in ("avg.pt", "best.pt")
-            }
+        for member_dir in member_dirs:
+            scores, kept = avg_or_best(run_dir, f"{member_dir.name}/", quiet)
             valid |= scores
-            chosen.append(max(scores, key=lambda n: scores[n].bleu))
+            chosen.append(kept)
         valid["ensemble"] = score(run_dir, chosen, "valid", quiet)
     return valid, chosen, on_test(run_dir, chosen, seconds, quiet) if score_test else None
 
@@ -91,14 +101,8 @@ def rerank_on_valid(
         valid, direct, _ = ensemble_on_valid(run_dir, member_dirs, seconds, quiet, False)
     plain = valid["ensemble" if isinstance(direct, list) else direct]
     with stage(seconds, "eval_valid_channel"):
-        channel_valid = {
-            f"{channel_dir.name}/{ckpt}": score(
-                run_dir, f"{channel_dir.name}/{ckpt}", "valid", quiet
-            )
-            for ckpt in ("avg.pt", "best.pt")
-        }
+        channel_valid, channel = avg_or_best(run_dir, f"{channel_dir.name}/", quiet)
         valid |= channel_valid
-        channel = max(channel_valid, key=lambda n: channel_valid[n].bleu)
         reranked = {}
         for weight in CHANNEL_WEIGHTS:
             option = {"checkpoints": direct, "channel": channel, "channel_weight": weight}
