@@ -14,7 +14,8 @@ import torch
 from tests.conftest import MULTI30K, SENTENCES
 from translator import config, line_warnings, loading, translate
 from translator.data import split
-from translator.data.tokenizer import UNK_ID
+from translator.data.batching import make_batch
+from translator.data.tokenizer import EOS_ID, UNK_ID
 from translator.decode import Hypothesis
 from translator.decode import search as decode_search
 from translator.errors import TranslatorError
@@ -75,6 +76,24 @@ def test_empty_lines_give_empty_lines(tiny):
     out = translate.translate_lines(tiny.model, tiny.tokenizer, lines, tiny.cfg.decode)
     assert len(out) == len(lines)
     assert [hyps[0][0] == "" for hyps in out] == [True, False, True, True, False, True]
+
+
+@pytest.mark.parametrize("beam_size,nbest", [(1, 1), (3, 3)])
+def test_an_empty_line_s_translation_gets_the_model_s_score_of_ending_at_once(
+    tiny, beam_size, nbest
+):
+    """Not searched, but scored as a search would score "": log p(EOS | empty source), not 0
+    (a probability of 1, which would rank it above every real translation)."""
+    batch = make_batch([[]], [[]])  # the source is EOS alone; the decoder's input BOS alone
+    with torch.inference_mode():
+        logits = tiny.model(batch.src, batch.tgt_in, batch.src_mask)  # (1, 1, V)
+    expected = logits.float().log_softmax(-1)[0, 0, EOS_ID].item()
+    decode = dataclasses.replace(tiny.cfg.decode, beam_size=beam_size)
+    lines = ["", SENTENCES[0], " \t "]
+    out = translate.translate_lines(tiny.model, tiny.tokenizer, lines, decode, nbest)
+    assert out[0] == out[2] and len(out[0]) == 1 and len(out[1]) == nbest
+    assert expected < 0 and out[0][0][0] == ""
+    assert out[0][0][1] == pytest.approx(expected, abs=1e-5)
 
 
 def test_split_long_cuts_at_sentence_ends_then_word_starts(tiny):

@@ -32,6 +32,7 @@ from translator.data.join import join_pieces
 from translator.data.split import piece_limit, split_long
 from translator.data.tokenizer import UNK_ID, Tokenizer
 from translator.decode import Hypothesis, output_limits
+from translator.decode.forced import target_log_probs
 from translator.decode.sampling import Sampling, piece_keys
 from translator.decode.search import sample, search
 from translator.diagnostics.alignment import align_hypotheses, check_layer, join_alignments
@@ -113,8 +114,9 @@ def translate_lines(
     With `alignment_layer` each tuple is (text, score, alignment): Pharaoh `src-tgt` word pairs read
     from that decoder layer's cross-attention (diagnostics/alignment.py).
 
-    An empty (or whitespace-only) line gives one empty translation with score 0. `progress(done,
-    total)` is called after each batch, counting sentences (pieces of over-long lines count apart).
+    An empty (or whitespace-only) line gives one empty translation, not searched, with the score
+    the search would give it: log p(EOS | empty source). `progress(done, total)` is called after
+    each batch, counting sentences (pieces of over-long lines count apart).
     Warnings (a line split, <unk> tokens in the source or dropped from the output, outputs ended
     by the length limit) number lines from `first_line` and go to `warn` (None: dropped).
     """
@@ -172,7 +174,11 @@ def translate_lines(
     cut = [number for number in cut if number not in overflowed]
     if cut and warn is not None:
         warn(length_message([first_line + number for number in cut], capped))
-    out = [_detokenize(tokenizer, [results[k] for k in ks]) for ks in by_line]
+    # an empty line is not searched, but its empty translation gets the score the search would
+    # give it, log p(EOS | empty source) (as `translator score` scores the empty pair): not 0, a
+    # probability of 1 that would rank it above every real translation
+    blank = target_log_probs(model, [[]], [[]])[0] if [] in by_line else 0.0
+    out = [_detokenize(tokenizer, [results[k] for k in ks], blank) for ks in by_line]
     if channel is not None:
         out = channel.rerank(sources, out)
     if alignment_layer is None:
@@ -320,11 +326,12 @@ def _with_alignments(
 
 
 def _detokenize(
-    tokenizer: Tokenizer, pieces_hyps: list[list[Hypothesis]]
+    tokenizer: Tokenizer, pieces_hyps: list[list[Hypothesis]], blank: float
 ) -> list[tuple[str, float]]:
-    """One line's hypotheses (one list per piece) -> [(text, score)] best first."""
+    """One line's hypotheses (one list per piece) -> [(text, score)] best first; an empty line's
+    is [("", blank)]."""
     if not pieces_hyps:  # empty line
-        return [("", 0.0)]
+        return [("", blank)]
     if len(pieces_hyps) == 1:
         texts = tokenizer.decode([h.tokens for h in pieces_hyps[0]])
         return [(_one_line(text), h.score) for text, h in zip(texts, pieces_hyps[0])]
