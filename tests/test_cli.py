@@ -220,7 +220,7 @@ def test_train_prepares_then_eval_and_translate(tmp_path):
 
     result = run_cli("eval", str(run_dir / "best.pt"), "--split", "test", "--beam", "2")
     assert result.returncode == 0, result.stderr
-    hyps = (run_dir / "test.de.hyp").read_text(encoding="utf-8").splitlines()
+    hyps = (run_dir / "test.de.best.hyp").read_text(encoding="utf-8").splitlines()
     refs = (source / "test.de").read_text(encoding="utf-8").splitlines()
     assert len(hyps) == len(refs) == 20
     printed = {

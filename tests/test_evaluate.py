@@ -168,13 +168,25 @@ def test_eval_does_not_write_through_a_link_beside_a_downloaded_checkpoint(prepa
     src.write_text("A man rides a bike.\n"), ref.write_text("Ein Mann fährt Fahrrad.\n")
     precious = tmp_path / "precious.txt"
     precious.write_text("mine")
-    (tmp_path / "model" / "ref.de.hyp").symlink_to(precious)
+    (tmp_path / "model" / "ref.de.tiny.hyp").symlink_to(precious)
     evaluate.run(ckpt, src_file=src, ref_file=ref, quiet=True)
     assert precious.read_text() == "mine"
-    assert not (tmp_path / "model" / "ref.de.hyp").is_symlink()
+    assert not (tmp_path / "model" / "ref.de.tiny.hyp").is_symlink()
     (tmp_path / "mine.hyp").symlink_to(precious)
     evaluate.run(ckpt, src_file=src, ref_file=ref, hyp_file=tmp_path / "mine.hyp", quiet=True)
     assert precious.read_text() != "mine" and (tmp_path / "mine.hyp").is_symlink()
+
+
+def test_each_checkpoint_s_hypotheses_get_a_file_of_their_own(prepared, tmp_path):
+    """Scoring avg.pt after best.pt keeps both files, for a paired comparison; an ensemble's
+    go to a third."""
+    ckpts = [save_tiny(prepared, tmp_path / name) for name in ("best.pt", "avg.pt")]
+    src, ref = tmp_path / "src.en", tmp_path / "ref.de"
+    src.write_text("A man rides a bike.\n"), ref.write_text("Ein Mann fährt Fahrrad.\n")
+    for ckpt in [*ckpts, ckpts]:
+        evaluate.run(ckpt, src_file=src, ref_file=ref, quiet=True)
+    names = sorted(p.name for p in tmp_path.glob("*.hyp"))
+    assert names == ["ref.de.avg.hyp", "ref.de.best.hyp", "ref.de.ensemble.hyp"]
 
 
 def test_hypothesis_count_must_match():
@@ -194,7 +206,7 @@ def test_eval_on_files_writes_hypotheses_and_scores(prepared, tmp_path, capsys, 
     )
     scores = evaluate.run(ckpt, src_file=src, ref_file=ref, beam=2, lc_tok=True)
     assert beams == [2]  # --beam reached the search
-    hyps = (tmp_path / "ref.de.hyp").read_text(encoding="utf-8").split("\n")
+    hyps = (tmp_path / "ref.de.tiny.hyp").read_text(encoding="utf-8").split("\n")
     assert len(hyps) == 4 and hyps[1] == "" and hyps[3] == ""  # three lines, newline-ended
     model, cfg, tokenizer = loading.load(ckpt)
     cfg.decode.beam_size = 2
@@ -227,7 +239,7 @@ def test_eval_in_int8_says_so_and_scores_its_own_hypotheses(prepared, tmp_path, 
             model, tokenizer, ["A man rides a bike.", "Two dogs play in the snow."], cfg.decode
         )
     ]
-    assert (tmp_path / "ref.de.hyp").read_text(encoding="utf-8").splitlines() == expected
+    assert (tmp_path / "ref.de.tiny.hyp").read_text(encoding="utf-8").splitlines() == expected
     assert scores.chrf == evaluate.score(expected, ref.read_text().splitlines()).chrf
     assert (
         "eval: cpu, int8 (dynamic int8 linear layers, the rest fp32)\n" in capsys.readouterr().err

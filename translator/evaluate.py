@@ -181,7 +181,7 @@ def run(
     """The `eval` command: decode a prepared split (`split`, default test; or --src/--ref files),
     write the hypotheses, and score them.
 
-    Hypotheses go to `hyp_file`, by default `<reference file name>.hyp` beside the checkpoint. BLEU
+    Hypotheses go to `hyp_file`, by default beside the checkpoint (default_hyp_file). BLEU
     is tokenized for the checkpoint's target language (data.tgt_lang), or as `tokenize` says.
     `channel`: checkpoint(s) of the reverse direction that rerank each n-best
     (translator/rerank.py).
@@ -214,11 +214,7 @@ def run(
             "--lc-tok's BLEU tokenizes with 13a, as the Multi30k papers do, which splits only at "
             "spaces: for this target, written without spaces between words, it is not a measure"
         )
-    hyp_path = (
-        Path(hyp_file)
-        if hyp_file
-        else checkpoint_list(ckpt)[0].parent / f"{Path(ref_file).name}.hyp"
-    )
+    hyp_path = Path(hyp_file) if hyp_file else default_hyp_file(ckpt, ref_file)
     if hyp_path.resolve() in (Path(src_file).resolve(), Path(ref_file).resolve()):
         raise TranslatorError(
             "the hypotheses would overwrite an input", str(hyp_path), "give another -o file"
@@ -254,6 +250,15 @@ def run(
         )
     )
     return scores
+
+
+def default_hyp_file(ckpt: Checkpoints, ref_file: str | Path) -> Path:
+    """`<reference file name>.<checkpoint stem>.hyp` beside the (first) checkpoint, e.g.
+    test.de.best.hyp; `...ensemble.hyp` for several: so that scoring avg.pt after best.pt keeps
+    both files for a paired comparison."""
+    ckpts = checkpoint_list(ckpt)
+    stem = ckpts[0].stem if len(ckpts) == 1 else "ensemble"
+    return ckpts[0].parent / f"{Path(ref_file).name}.{stem}.hyp"
 
 
 def _check_inputs(
