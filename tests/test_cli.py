@@ -68,6 +68,7 @@ def test_help_is_instant_and_lists_every_command():
         "translate",
         "average",
         "info",
+        "keys",
         "attention",
         "export",
         "import-hf",
@@ -308,6 +309,17 @@ def test_help_keeps_whole_option_names_at_any_width_in_ascii(columns):
 def test_the_bare_command_prints_its_help():
     result = run_cli()
     assert result.returncode == 0 and "Usage: " in result.stdout and "Commands" in result.stdout
+
+
+def test_keys_lists_the_keys_holding_its_text_and_refuses_text_none_holds():
+    shown = run_cli("keys", "Dropout")
+    assert shown.returncode == 0, shown.stderr
+    names = [line.split(":")[0] for line in shown.stdout.splitlines() if line[:1].isalpha()]
+    assert names and all("dropout" in name for name in names)
+    assert "model.dropout" in names and "model.activation_dropout" in names
+    unknown = run_cli("keys", "no-such-key")
+    assert unknown.returncode == 1 and unknown.stdout == ""
+    assert unknown.stderr.count("\n") == 1 and "translator keys" in unknown.stderr
 
 
 def test_info_refuses_overrides_on_a_checkpoint_whatever_its_name(tmp_path):

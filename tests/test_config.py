@@ -16,6 +16,25 @@ def test_shipped_configs_load_and_round_trip(path):
     assert again == cfg
 
 
+def test_every_key_listed_is_one_that_set_takes_back_at_its_listed_default():
+    """`translator keys` lists each field of each section once, and each listed default, given
+    back through --set, leaves the default config as it was."""
+    from translator.config import reference
+
+    listed = reference.keys(config.Config())
+    fields = [
+        f"{section}.{name}"
+        for section, values in config.to_dict(config.Config()).items()
+        for name in values
+    ]
+    assert [k.name for k in listed] == fields
+    for key in listed:
+        assert key.doc and key.type, key.name
+        assert config.load(None, [f"{key.name}={key.default}"]) == config.Config(), key.name
+    lr = next(k for k in listed if k.name == "train.lr")
+    assert lr.type == "float" and float(lr.default) == config.TrainConfig().lr
+
+
 def test_defaults_have_docs():
     """Every field of every section (each a module of translator/config/) has a default and a doc
     line."""

@@ -65,6 +65,7 @@ app.command()(serving.serve)
 app.command()(decoding.attention)
 app.command()(training.average)
 app.command()(training.info)
+app.command()(training.keys)
 app.command()(interop.export)
 app.command("import-hf")(interop.import_hf)
 

@@ -31,7 +31,8 @@ SetOpt = Annotated[
         "--set",
         "-s",
         metavar="KEY=VALUE",
-        help="Override a config value, e.g. train.lr=5e-4 (repeatable).",
+        help="Override a config value, e.g. train.lr=5e-4 (repeatable; `translator keys` lists "
+        "them).",
     ),
 ]
 DataOpt = Annotated[

@@ -1,4 +1,4 @@
-"""Commands that make a model: prepare, train, average, info."""
+"""Commands that make a model: prepare, train, average, info, keys."""
 
 from __future__ import annotations
 
@@ -126,3 +126,28 @@ def info(
 
     require_stdout("info")
     print_result(summary.describe(str(source), set or []), "the summary")
+
+
+def keys(
+    text: Annotated[
+        Optional[str],
+        typer.Argument(
+            help="Only the keys whose name holds this text (e.g. train. or dropout).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """List every config key with its type, default and doc.
+
+    \b
+    Example: translator keys dropout
+    """
+    from translator.config import Config, reference
+
+    found = [k for k in reference.keys(Config()) if (text or "").lower() in k.name.lower()]
+    if not found:
+        raise TranslatorError(
+            f"no config key's name holds {text!r}", "keys", "run `translator keys` to list them all"
+        )
+    require_stdout("keys")
+    print_result(reference.render(found), "the keys")
