@@ -314,9 +314,14 @@ def test_the_bare_command_prints_its_help():
 def test_keys_lists_the_keys_holding_its_text_and_refuses_text_none_holds():
     shown = run_cli("keys", "Dropout")
     assert shown.returncode == 0, shown.stderr
-    names = [line.split(":")[0] for line in shown.stdout.splitlines() if line[:1].isalpha()]
-    assert names and all("dropout" in name for name in names)
-    assert "model.dropout" in names and "model.activation_dropout" in names
+    entries = shown.stdout.split("\n\n")
+    names = [e.split(":")[0] for e in entries if not e.startswith("[")]
+    assert {"model.dropout", "model.activation_dropout"} <= set(names)
+    assert all("dropout" in entry.lower() for entry in entries if not entry.startswith("["))
+    assert entries[0].startswith("[model] ") and "train.lr" not in names
+    # what --set takes finds its key, an entry of a mapping too
+    for given, key in [("train.lr=5e-4", "train.lr"), ("data.splits.valid=dev", "data.splits")]:
+        assert run_cli("keys", given).stdout.split("\n\n")[1].startswith(f"{key}: ")
     unknown = run_cli("keys", "no-such-key")
     assert unknown.returncode == 1 and unknown.stdout == ""
     assert unknown.stderr.count("\n") == 1 and "translator keys" in unknown.stderr

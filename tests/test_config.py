@@ -21,18 +21,21 @@ def test_every_key_listed_is_one_that_set_takes_back_at_its_listed_default():
     back through --set, leaves the default config as it was."""
     from translator.config import reference
 
-    listed = reference.keys(config.Config())
+    found = reference.sections(config.Config())
+    listed = [key for _, _, keys in found for key in keys]
     fields = [
         f"{section}.{name}"
         for section, values in config.to_dict(config.Config()).items()
         for name in values
     ]
     assert [k.name for k in listed] == fields
+    assert all(doc for _, doc, _ in found)
     for key in listed:
         assert key.doc and key.type, key.name
         assert config.load(None, [f"{key.name}={key.default}"]) == config.Config(), key.name
-    lr = next(k for k in listed if k.name == "train.lr")
-    assert lr.type == "float" and float(lr.default) == config.TrainConfig().lr
+    shown = {k.name: k.type for k in listed}
+    assert shown["train.lr"] == "float" and shown["model.n_kv_heads"] == "int or null"
+    assert shown["data.spm_model_type"] == "one of unigram, bpe"
 
 
 def test_defaults_have_docs():

@@ -132,7 +132,8 @@ def keys(
     text: Annotated[
         Optional[str],
         typer.Argument(
-            help="Only the keys whose name holds this text (e.g. train. or dropout).",
+            help="Only the keys whose name or doc holds this text (e.g. train. or dropout; "
+            "KEY=VALUE as --set takes it finds KEY).",
             show_default=False,
         ),
     ] = None,
@@ -144,10 +145,15 @@ def keys(
     """
     from translator.config import Config, reference
 
-    found = [k for k in reference.keys(Config()) if (text or "").lower() in k.name.lower()]
-    if not found:
+    found = [
+        (section, doc, [k for k in keys if reference.matching(k, text or "")])
+        for section, doc, keys in reference.sections(Config())
+    ]
+    if not any(keys for _, _, keys in found):
         raise TranslatorError(
-            f"no config key's name holds {text!r}", "keys", "run `translator keys` to list them all"
+            f"no config key's name or doc holds {text!r}",
+            "keys",
+            "run `translator keys` to list them all",
         )
     require_stdout("keys")
     print_result(reference.render(found), "the keys")

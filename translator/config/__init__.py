@@ -56,7 +56,9 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     """Optimisation and logging."""
     decode: DecodeConfig = field(default_factory=DecodeConfig)
-    """Search settings for validation, eval and translate."""
+    """Search settings, set with the training config and stored in the checkpoint: validation
+    uses them, and eval, translate, serve and score start from them (their flags, such as
+    --beam, override them; those commands take no --set)."""
     diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
     """Attention diagnostics: thresholds for `translator attention` and for training's checks, and
     their off switch."""

@@ -33,7 +33,8 @@ class DataConfig:
     )
     """Our split name -> the source's split name (train, valid and test are used)."""
     max_train_pairs: int = 0
-    """Use only the first N training pairs (0 = all); handy for quick experiments."""
+    """Use only the first N training pairs as the source holds them, before cleaning (0 = all);
+    handy for quick experiments."""
     tsv_columns: str = ""
     """Column names of headerless TSV files in file order, comma-separated (e.g. `de,en`); empty = a
     header row names them."""
@@ -57,7 +58,8 @@ class DataConfig:
     drop_held_out: bool = True
     """Cleaning: drop training pairs whose source or target also occurs in the valid or test set."""
     joint_vocab: bool = True
-    """One SentencePiece model for both languages (tied embeddings need it), or one per side."""
+    """One SentencePiece model for both languages, or one per side (then model.tie_embeddings
+    ties only the target embeddings to the output projection, not the source's)."""
     vocab_size: int = 8000
     """SentencePiece vocabulary size (of each model when the vocabularies are separate)."""
     spm_model_type: Literal["unigram", "bpe"] = "unigram"
@@ -74,7 +76,8 @@ class DataConfig:
     Persian, Arabic and any target whose characters must survive (prepare counts the references
     the rule changes)."""
     input_sentence_size: int = 1_000_000
-    """Train SentencePiece on a seeded random sample of at most this many sentences (0 = all)."""
+    """Train SentencePiece on a seeded random sample of at most this many sentences, both sides
+    counted for a joint vocabulary (0 = all)."""
     spm_threads: int = 0
     """Threads SentencePiece trains with (0 = one per CPU core). Its training result depends on
     the count: the same data gives the same vocabulary only with the same count, so to reproduce

@@ -14,12 +14,14 @@ class DecodeConfig:
     beam_size: int = 4
     """Beam width; 1 = greedy search."""
     length_penalty: float = 0.6
-    """GNMT length-penalty exponent alpha (0 = none)."""
+    """GNMT length penalty alpha: a hypothesis's log-probability is divided by
+    ((5 + |y|) / 6) ** alpha, |y| counting its EOS (0 = none). Not fairseq's --lenpen (which
+    divides by |y| ** lenpen)."""
     max_len_a: float = 1.2
     """Maximum output length is max_len_a * source_length + max_len_b tokens (EOS not counted),
     capped by max_positions - 1."""
     max_len_b: int = 10
-    """See max_len_a."""
+    """Maximum output length is max_len_a * source_length + max_len_b tokens (see max_len_a)."""
     min_len: int = 0
     """Minimum output length in tokens before EOS is allowed (the maximum length wins if
     smaller)."""
@@ -34,10 +36,12 @@ class DecodeConfig:
     int8 (CPU only): the fp32 model with its linear layers dynamically quantised to int8."""
     cuda_graphs: bool = True
     """On CUDA, replay each decoding step as one CUDA graph over a fixed-shape KV cache
-    (--no-cuda-graphs turns it off). No effect on CPU or under autocast."""
+    (--no-cuda-graphs turns it off). No effect on CPU or under autocast (so not in training's
+    validation under bf16 or fp16)."""
     channel_weight: float = 0.2
-    """With a reverse-direction model (`--channel`): the weight of its log p(source | candidate)
-    beside the direct score when it reranks the n-best (translator/rerank.py)."""
+    """With a reverse-direction model (`--channel`): each n-best candidate is ranked by its
+    direct score + channel_weight * log p(source | candidate) / the length penalty of the
+    source."""
     channel_candidates: int = 8
     """With `--channel`: the n-best size it reranks (the beam widens to it if narrower)."""
 

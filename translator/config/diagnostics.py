@@ -18,14 +18,14 @@ class DiagnosticsConfig:
     """Valid sentences (the first N, teacher-forced with their references) whose attention the
     statistics average."""
     image_sentences: int = 2
-    """How many of them get heatmap images in TensorBoard (first and last layer of each attention
-    kind; 0 = none)."""
+    """How many of those diagnostics.sentences get heatmap images in TensorBoard (first and last
+    layer of each attention kind; 0 = none)."""
     uniform_entropy: float = 0.95
     """A head whose mean attention entropy, divided by log(number of keys), is at least this is
     flagged near-uniform."""
     one_hot_entropy: float = 0.05
-    """A head whose mean normalised entropy is at most this is flagged near-one-hot (a saturated
-    softmax)."""
+    """A head whose mean attention entropy, divided by log(number of keys), is at most this is
+    flagged near-one-hot (a saturated softmax)."""
     duplicate_divergence: float = 0.02
     """Two heads whose mean Jensen-Shannon divergence (bits, 0-1) is at most this are flagged
     near-duplicates."""

@@ -14,16 +14,16 @@ from translator.errors import TranslatorError
 class ModelConfig:
     vocab_size: int = 0
     """Target (or joint) vocabulary size; 0 = take it from the prepared data's SentencePiece
-    model."""
+    model (any other value must match it: the size to change is data.vocab_size)."""
     src_vocab_size: int = 0
-    """Source vocabulary size when the vocabularies are separate; 0 = joint (the source uses
-    vocab_size's)."""
+    """Source vocabulary size when the vocabularies are separate; 0 = take it from the prepared
+    data (it stays 0 with a joint vocabulary). The size to change is data.vocab_size."""
     d_model: int = 512
     """Width of embeddings and residual stream."""
     n_heads: int = 8
     """Attention heads; d_head = d_model / n_heads."""
     n_kv_heads: int | None = None
-    """Key/value heads for grouped-query attention (None = n_heads, 1 = multi-query)."""
+    """Key/value heads for grouped-query attention (null = n_heads, 1 = multi-query)."""
     n_encoder_layers: int = 6
     """Encoder layers."""
     n_decoder_layers: int = 6

@@ -21,17 +21,21 @@ class TrainConfig:
     """Seed for parameters, dropout and batch order (0 to 2**32 - 1)."""
     init_from: str = ""
     """Fine-tune: start from this checkpoint's weights (ours, or one from `import-hf`), its
-    architecture (which overrides the model section but for dropout and gradient_checkpointing)
-    and its SentencePiece model(s) (prepare encodes the data with them), with a fresh optimizer,
+    architecture (which overrides the model section but for the three dropouts and
+    gradient_checkpointing) and its SentencePiece model(s) (prepare encodes the data with them;
+    data.joint_vocab follows them, data.vocab_size is not read), with a fresh optimizer,
     schedule and update counter. Ignored when run_dir/last.pt exists: the run resumes. Empty =
     random weights."""
     device: str = "auto"
-    """`auto` (CUDA when present), `cpu`, `cuda` or `cuda:N`."""
+    """`auto` (CUDA when present), `cpu`, `cuda` or `cuda:N` (under torchrun each process takes
+    its LOCAL_RANK's GPU)."""
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     """Autocast dtype: auto = bf16 on CUDA that supports it, fp16 on older CUDA; on CPU bf16 where
     it is native (AVX512-BF16, AMX, Arm BF16), else fp32."""
     max_tokens: int = 4096
-    """Tokens per batch and side, padding included."""
+    """Tokens per batch and side, padding included (rows x the longer side's length + 1), per
+    process: under torchrun an update holds about max_tokens x grad_accum_steps x processes;
+    the learning rate is not scaled with it."""
     grad_accum_steps: int = 1
     """Batches accumulated into one update."""
     max_updates: int = 100_000
@@ -39,8 +43,9 @@ class TrainConfig:
     max_epochs: int = 0
     """Stop after this many epochs (0 = no limit)."""
     max_minutes: float = 0.0
-    """Stop (validating and saving) after this many minutes of training, summed over the run's
-    sessions: a resume continues the budget (0 = no limit)."""
+    """Stop (validating and saving) after this many minutes of wall-clock training, validations
+    and saves included, summed over the run's sessions: a resume continues the budget (0 = no
+    limit)."""
     compile: bool = False
     """Run the training forward/backward through `torch.compile` (validation and decoding stay
     eager)."""
@@ -53,7 +58,7 @@ class TrainConfig:
     max_minutes, when the run's minutes run out (whichever comes first); constant keeps lr
     (with ema_decay, the moving average does the annealing)."""
     min_lr: float = 0.0
-    """Floor of the cosine schedule."""
+    """Floor of the cosine schedule (read by no other schedule; it does not stop training)."""
     adam_beta1: float = 0.9
     """AdamW beta1."""
     adam_beta2: float = 0.98
@@ -78,14 +83,17 @@ class TrainConfig:
     eval_every: int = 1000
     """Updates between validations (loss and BLEU) and checkpoints."""
     valid_bleu_sentences: int = 0
-    """Decode at most this many valid sentences for BLEU at each validation (0 = all)."""
+    """Decode the first this many valid sentences for BLEU at each validation (0 = all); the
+    valid loss is over all of them."""
     valid_beam_size: int = 0
     """Beam width of the validation BLEU decode (0 = decode.beam_size, 1 = greedy)."""
     valid_bleu_tokenize: BleuTokenizer = ""
     """sacreBLEU's tokenizer for validation BLEU (empty = by data.tgt_lang, as `sacrebleu -l`:
-    zh, ja-mecab, ko-mecab, else 13a; `char` for Thai, Lao, Burmese or Khmer targets)."""
+    zh, ja-mecab, ko-mecab, else 13a). Thai, Lao, Burmese or Khmer targets need `char` set here
+    (13a would not split them; training warns)."""
     keep_last: int = 3
-    """Numbered checkpoints kept besides `last.pt` and `best.pt`."""
+    """Numbered checkpoints (step-N.pt, written at each validation) kept besides `last.pt` and
+    `best.pt` (the highest validation BLEU); `average --last N` needs N of them."""
     ema_decay: float = 0.0
     """Decode with an exponential moving average of the weights, updated after every update:
     ema = decay * ema + (1 - decay) * weights (e.g. 0.999 averages over roughly the last 1,000
