@@ -69,9 +69,10 @@ def run(
     out_dir: Path | None = None,
     html: Path | None = None,
     words: bool = False,
+    langs: tuple[str, str] = ("", ""),
 ) -> str:
     """Attention of `sources` (with `targets`, else searched translations) -> the stats table;
-    figures written."""
+    figures written. `langs`: source and target language codes, for the page's screen readers."""
     src_ids, tgt_ids = token_ids(model, tokenizer, decode, sources, targets)
     forced = forced_attention(model, src_ids, tgt_ids)
     labels = [
@@ -113,6 +114,7 @@ def run(
                 sentence_data({"src": p.src, "in": p.dec_in, "out": p.dec_out}, maps)
                 for p, maps in views
             ],
+            langs,
         )
     translations = tokenizer.decode(tgt_ids)
     header = "\n".join(

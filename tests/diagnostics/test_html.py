@@ -36,6 +36,7 @@ def page(tmp_path_factory):
         path,
         "attention: <test> & co",
         [sentence_data(labels, _maps()), sentence_data(labels, _maps())],
+        ("en", "de"),
     )
     return path
 
@@ -143,3 +144,56 @@ def test_hovering_a_token_highlights_its_row_and_column(browser, page):
     assert [e.text for e in browser.find_elements("css selector", ".collab.hl")] == ["</s>"] * (
         H + 1
     )
+
+
+def test_each_map_is_a_table_a_screen_reader_can_read(browser, page):
+    """Token headers in their languages (the word-start mark not read out), and each cell's
+    weight as its text, the number its tooltip shows; the colours kept in high-contrast modes."""
+    browser.get(page.as_uri())
+    _select(browser, "kind", "cross")
+    _select(browser, "head", "0")
+    table = browser.find_element("css selector", "#panels table")
+    cols = table.find_elements("css selector", "thead th[scope=col]")
+    rows = table.find_elements("css selector", "tbody th[scope=row]")
+    assert [c.text for c in cols] == SRC and [r.text for r in rows] == OUT
+    assert {c.get_attribute("lang") for c in cols} == {"en"}
+    assert {r.get_attribute("lang") for r in rows} == {"de"}
+    hidden = table.find_elements("css selector", "th [aria-hidden=true]")
+    assert [h.get_attribute("textContent") for h in hidden] == ["\u2581"] * 4  # ▁A ▁dog ▁Ein ▁Hund
+    for cell in table.find_elements("css selector", "td.cell"):
+        text = cell.get_attribute("textContent")
+        assert float(text) == float(cell.get_attribute("title").rsplit(": ", 1)[1])
+    status = browser.find_element("id", "status")
+    assert status.get_attribute("aria-live") == "polite"
+    assert status.text.startswith("cross-attention, layer 0, head 0: colours from 0")
+    assert "forced-color-adjust: none" in page.read_text(encoding="utf-8")
+
+
+def test_the_keyboard_moves_through_a_map_and_highlights_as_hovering_does(browser, page):
+    from selenium.webdriver.common.keys import Keys
+
+    browser.get(page.as_uri())
+    _select(browser, "kind", "encoder")
+    _select(browser, "head", "1")
+    cells = browser.find_elements("css selector", "#panels td.cell")
+    assert [c.get_attribute("tabindex") for c in cells] == ["0"] + ["-1"] * 8  # one Tab stop
+    cells[0].send_keys(Keys.ARROW_RIGHT)
+    cells[1].send_keys(Keys.ARROW_DOWN)
+    active = browser.switch_to.active_element
+    assert (active.get_attribute("data-row"), active.get_attribute("data-col")) == ("1", "1")
+    lit = browser.find_elements("css selector", "#panels .cell.hl")
+    assert {(c.get_attribute("data-row"), c.get_attribute("data-col")) for c in lit} == {
+        ("1", "0"),
+        ("1", "1"),
+        ("1", "2"),
+        ("0", "1"),
+        ("2", "1"),
+    }
+    weight = active.get_attribute("textContent")
+    assert (
+        browser.find_element("id", "readout").text
+        == f"head 1: \u2581dog \u2192 \u2581dog: {weight}"
+    )
+    active.send_keys(Keys.ARROW_UP, Keys.ARROW_UP)  # past the edge: stays on the first row
+    active = browser.switch_to.active_element
+    assert (active.get_attribute("data-row"), active.get_attribute("data-col")) == ("0", "1")

@@ -309,6 +309,15 @@ def attention(
     targets = None if target is None else [utf8_argument(t) for t in target]
     decode = with_overrides(cfg.decode, beam_size=beam)
     table = attention_mod.run(
-        model, tokenizer, cfg.diagnostics, decode, lines, targets, out, html, words
+        model,
+        tokenizer,
+        cfg.diagnostics,
+        decode,
+        lines,
+        targets,
+        out,
+        html,
+        words,
+        (cfg.data.src_lang, cfg.data.tgt_lang),
     )
     print_result(table, "the attention table")

@@ -3,8 +3,9 @@ heads).
 
 Everything is inline (styles, script, data): the page makes no request at all, so it opens
 offline from a file. The heads can be read one at a time, as their mean, or all side by side
-(BertViz's head view idea: "read the heads together"); hovering a token or a cell highlights its
-row and column in every panel shown.
+(BertViz's head view idea: "read the heads together"); hovering a token or a cell (or moving
+to a cell with the keyboard) highlights its row and column in every panel shown. Each map is a
+table whose cells hold their weights as text, for screen readers.
 """
 
 from __future__ import annotations
@@ -33,10 +34,19 @@ def sentence_data(labels: dict[str, list[str]], maps: dict[str, list[torch.Tenso
     }
 
 
-def write_page(path: str | Path, title: str, sentences: list[dict]) -> None:
-    """Write the page for `sentences` (from `sentence_data`) to `path`, atomically."""
+def write_page(
+    path: str | Path, title: str, sentences: list[dict], langs: tuple[str, str] = ("", "")
+) -> None:
+    """Write the page for `sentences` (from `sentence_data`) to `path`, atomically. `langs`: the
+    source and target language codes, so that a screen reader reads each token in its language."""
+    src, tgt = langs
     data = json.dumps(
-        {"title": title, "axes": AXES, "sentences": sentences},
+        {
+            "title": title,
+            "axes": AXES,
+            "langs": {"src": src, "in": tgt, "out": tgt},
+            "sentences": sentences,
+        },
         ensure_ascii=False,
         separators=(",", ":"),
     )
@@ -63,20 +73,29 @@ PAGE = """<!DOCTYPE html>
 <title>__TITLE__</title>
 <style>
 body { font: 13px system-ui, sans-serif; margin: 12px; color: #222; }
+h1 { font-size: 16px; margin: 0 0 8px 0; }
 #controls label { margin-right: 14px; }
 #panels { display: flex; flex-wrap: wrap; gap: 18px; margin-top: 12px; }
-.panel h3 { font-size: 12px; margin: 0 0 4px 0; font-weight: 600; }
-.map { display: grid; gap: 0; }
-.cell { width: 16px; height: 16px; box-sizing: border-box; }
-.cell.hl { outline: 1px solid #e4002b; outline-offset: -1px; }
+.panel h2 { font-size: 12px; margin: 0 0 4px 0; font-weight: 600; }
+table.map { border-collapse: collapse; }
+.map th, .map td { padding: 0; font-weight: normal; }
+/* the colours are the data: kept in forced-colours (high contrast) modes */
+.cell { width: 16px; min-width: 16px; height: 16px; box-sizing: border-box;
+  forced-color-adjust: none; }
+/* a white ring inside a black one: visible on every colour of the map */
+.cell.hl { outline: 2px solid #fff; outline-offset: -2px; box-shadow: inset 0 0 0 3px #000; }
+.cell:focus { outline: 3px solid #000; outline-offset: 0; position: relative; z-index: 1; }
+.v { position: absolute; width: 1px; height: 1px; overflow: hidden; clip-path: inset(50%);
+  white-space: nowrap; }
 .rowlab, .collab { font-size: 11px; white-space: nowrap; cursor: default; padding: 0 3px; }
 .rowlab { text-align: right; line-height: 16px; }
 .collab { writing-mode: vertical-rl; transform: rotate(180deg); text-align: left; }
 .rowlab.hl, .collab.hl { background: #ffe08a; font-weight: 700; }
-#note { color: #555; margin-top: 6px; }
+#note { color: #555; margin: 6px 0; }
+#readout { min-height: 1.4em; margin: 6px 0; font-variant-numeric: tabular-nums; }
 </style></head>
 <body>
-<h2 id="title">__TITLE__</h2>
+<h1 id="title">__TITLE__</h1>
 <div id="controls">
 <label>sentence <select id="sentence"></select></label>
 <label>attention <select id="kind"><option value="encoder">encoder self-attention</option>
@@ -85,8 +104,12 @@ body { font: 13px system-ui, sans-serif; margin: 12px; color: #222; }
 <label>layer <select id="layer"></select></label>
 <label>head <select id="head"></select></label>
 </div>
-<div id="note">Rows are queries, columns are keys; a row sums to 1. Hover a token or a cell to
-highlight its row and column. Decoder rows are named after the token each position predicts.</div>
+<p id="note">Rows are queries, columns are keys; a row sums to 1. Hover a token or a cell, or Tab
+to a map and move with the arrow keys, to highlight its row and column and read the weight below.
+Decoder rows are named after the token each position predicts. Colours run from dark purple (0)
+to yellow (the largest weight shown, as the line below says).</p>
+<p id="status" aria-live="polite"></p>
+<p id="readout"></p>
 <div id="panels"></div>
 <script id="data" type="application/json">__DATA__</script>
 <script>__SCRIPT__</script>
@@ -124,30 +147,43 @@ function heads(maps) {
   maps.forEach((m, h) => { out[h] = m.map((row) => row.map((v) => v / 1000)); });
   return out;
 }
-function panel(title, weights, rows, cols, vmax) {
-  const div = document.createElement("div"), grid = document.createElement("div");
+// a token as a header: SentencePiece's word-start mark is drawn but not read out
+function label(th, text, lang) {
+  if (text.startsWith("\u2581")) {
+    const mark = document.createElement("span");
+    mark.setAttribute("aria-hidden", "true"); mark.textContent = "\u2581"; th.appendChild(mark);
+    text = text.slice(1);
+  }
+  th.appendChild(document.createTextNode(text));
+  if (lang) th.lang = lang;
+}
+// one map as a table: token headers, and each weight as the cell's (visually hidden) text
+function panel(title, weights, rows, cols, vmax, langs) {
+  const div = document.createElement("div"), table = document.createElement("table");
   div.className = "panel";
-  div.innerHTML = "<h3></h3>";
-  div.firstChild.textContent = title;
-  grid.className = "map";
-  grid.style.gridTemplateColumns = "auto repeat(" + cols.length + ", 16px)";
-  grid.appendChild(document.createElement("span"));
+  div.appendChild(document.createElement("h2")).textContent = title;
+  table.className = "map";
+  const top = table.createTHead().insertRow();
+  top.appendChild(document.createElement("td"));
   cols.forEach((c, l) => {
-    const s = document.createElement("span");
-    s.className = "collab"; s.textContent = c; s.dataset.col = l; grid.appendChild(s);
+    const th = top.appendChild(document.createElement("th"));
+    th.scope = "col"; th.className = "collab"; th.dataset.col = l; label(th, c, langs[1]);
   });
+  const body = table.createTBody();
   weights.forEach((row, t) => {
-    const lab = document.createElement("span");
-    lab.className = "rowlab"; lab.textContent = rows[t]; lab.dataset.row = t; grid.appendChild(lab);
+    const tr = body.insertRow(), th = tr.appendChild(document.createElement("th"));
+    th.scope = "row"; th.className = "rowlab"; th.dataset.row = t; label(th, rows[t], langs[0]);
     row.forEach((v, l) => {
-      const c = document.createElement("div");
+      const c = tr.insertCell();
       c.className = "cell"; c.dataset.row = t; c.dataset.col = l;
+      c.tabIndex = t === 0 && l === 0 ? 0 : -1;  // one Tab stop a map; arrow keys move in it
       c.style.background = colour(v / vmax);
       c.title = rows[t] + " \u2192 " + cols[l] + ": " + v.toFixed(3);
-      grid.appendChild(c);
+      c.appendChild(document.createElement("span")).className = "v";
+      c.lastChild.textContent = v.toFixed(3);
     });
   });
-  div.appendChild(grid);
+  div.appendChild(table);
   return div;
 }
 function highlight(row, col) {
@@ -161,11 +197,21 @@ function highlight(row, col) {
     if (inRow || inCol) e.classList.add("hl");
   });
 }
+// a cell's weight in words, for the eye (a screen reader reads the cell and its headers)
+function readout(cell) {
+  const table = cell.closest("table"), head = cell.closest(".panel").firstChild.textContent;
+  const row = table.querySelector('th[data-row="' + cell.dataset.row + '"]').textContent;
+  const col = table.querySelector('th[data-col="' + cell.dataset.col + '"]').textContent;
+  $("readout").textContent = head + ": " + row + " \u2192 " + col + ": " + cell.textContent;
+}
 function draw() {
   const s = DATA.sentences[+$("sentence").value], kind = $("kind").value, layers = s.maps[kind];
+  const kindName = $("kind").selectedOptions[0].textContent;
+  $("readout").textContent = "";
   if (!layers) {  // linear attention (model.attention=linear) forms no weights
     $("panels").textContent =
       "No weights to show: this model's " + kind + " self-attention is linear.";
+    $("status").textContent = kindName + ": no weights to show (linear attention).";
     $("panels").dataset.drawn = kind;
     return;
   }
@@ -175,24 +221,43 @@ function draw() {
   const headNames = headIds.map((h) => "head " + h);
   fill($("head"), ["all", "mean", ...headIds], ["all heads", "mean of heads", ...headNames]);
   const [rowAxis, colAxis] = DATA.axes[kind], rows = s.labels[rowAxis], cols = s.labels[colAxis];
+  const langs = [DATA.langs[rowAxis], DATA.langs[colAxis]];
   const maps = heads(layers[+$("layer").value]), pick = $("head").value;
   const shown = pick === "all" ? ["mean", ...Array.from({length: H}, (_, h) => h)] : [pick];
   const vmax = Math.max(1e-6, ...shown.flatMap((k) => maps[k].flat()));
   const box = $("panels");
   box.innerHTML = "";
   shown.forEach((k) => {
-    box.appendChild(panel(k === "mean" ? "mean of heads" : "head " + k, maps[k], rows, cols, vmax));
+    const title = k === "mean" ? "mean of heads" : "head " + k;
+    box.appendChild(panel(title, maps[k], rows, cols, vmax, langs));
   });
+  $("status").textContent = kindName + ", layer " + $("layer").value + ", " +
+    $("head").selectedOptions[0].textContent + ": colours from 0 (dark purple) to " +
+    vmax.toFixed(3) + " (yellow).";
   box.dataset.drawn = kind + "/" + $("layer").value + "/" + pick;
 }
-$("panels").addEventListener("mouseover", (e) => {
-  // self-attention: row i and column i are one token
-  const t = e.target, self = $("kind").value !== "cross";
-  if (t.classList.contains("cell")) highlight(+t.dataset.row, +t.dataset.col);
+// self-attention: row i and column i are one token
+function point(t) {
+  const self = $("kind").value !== "cross";
+  if (!t) return;
+  if (t.classList.contains("cell")) { highlight(+t.dataset.row, +t.dataset.col); readout(t); }
   else if (t.classList.contains("rowlab")) highlight(+t.dataset.row, self ? +t.dataset.row : null);
   else if (t.classList.contains("collab")) highlight(self ? +t.dataset.col : null, +t.dataset.col);
+}
+$("panels").addEventListener("mouseover", (e) => {
+  point(e.target.closest(".cell, .rowlab, .collab"));
 });
 $("panels").addEventListener("mouseleave", () => highlight(null, null));
+$("panels").addEventListener("focusin", (e) => point(e.target.closest(".cell")));
+$("panels").addEventListener("keydown", (e) => {
+  const t = e.target.closest(".cell");
+  const step = {ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1]}[e.key];
+  if (!t || !step) return;
+  e.preventDefault();
+  const next = t.closest("table").querySelector('.cell[data-row="' + (+t.dataset.row + step[0]) +
+    '"][data-col="' + (+t.dataset.col + step[1]) + '"]');
+  if (next) { t.tabIndex = -1; next.tabIndex = 0; next.focus(); }
+});
 fill($("sentence"), DATA.sentences.map((_, i) => i), DATA.sentences.map((s, i) => {
   return i + ": " + s.labels.src.join(" ").replace(/\u2581/g, "").slice(0, 60);
 }));
