@@ -4,24 +4,35 @@ from __future__ import annotations
 
 import io
 
+import pytest
 import torch
 from PIL import Image
 
-from translator.diagnostics.figures import diversity_figure, heads_figure, save_png, tiles_image
+from translator.diagnostics.figures import (
+    COLORBAR_INCHES,
+    diversity_figure,
+    heads_figure,
+    save_png,
+    tiles_image,
+)
 
 
 def test_heads_png_has_the_expected_size_and_content(tmp_path):
     weights = torch.softmax(torch.randn(3, 5, 6) * 3, dim=-1)  # 3 heads + the mean: a 2 x 2 grid
     rows, cols = [f"q{i}" for i in range(5)], [f"key{i}" for i in range(6)]
-    save_png(heads_figure(weights, rows, cols, "test", dpi=50), tmp_path / "heads.png")
+    fig = heads_figure(weights, rows, cols, "test", dpi=50)
+    save_png(fig, tmp_path / "heads.png")
     image = Image.open(tmp_path / "heads.png")
     image.load()
-    # panels 2.5 in (few tokens), label margin 0.06 * 4 chars + 0.2 = 0.5 in (the minimum), title
-    # 0.4 in
+    # panels 2.5 in (few tokens), label margin 0.07 * 4 chars + 0.2 = 0.5 in (the minimum), the
+    # colour bar's strip, title 0.4 in
     assert image.format == "PNG" and image.size == (
-        int((2 * 2.5 + 0.5) * 50),
+        int((2 * 2.5 + 0.5 + COLORBAR_INCHES) * 50),
         int((2 * 2.5 + 0.5 + 0.4) * 50),
     )
+    # one colour bar after the 4 panels, its scale the panels' (0 to the largest weight)
+    assert len(fig.axes) == 5
+    assert fig.axes[-1].get_ylim() == pytest.approx((0.0, float(weights.max())))
     colours = {
         image.convert("RGB").getpixel((x, y))
         for x in range(0, image.size[0], 5)
@@ -36,20 +47,23 @@ def test_long_sentences_get_bigger_panels(tmp_path):
     fig = heads_figure(weights, labels, labels, "long", dpi=40)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
-    side, margin = 0.16 * 30 + 1.2, 0.06 * 12 + 0.2
+    side, margin = 0.16 * 30 + 1.2, 0.07 * 12 + 0.2
     # matplotlib truncates to whole pixels
     assert Image.open(buffer).size == (
-        int((2 * side + margin) * 40),
+        int((2 * side + margin + COLORBAR_INCHES) * 40),
         int((side + margin + 0.4) * 40),
     )
 
 
 def test_diversity_figure_has_a_panel_per_layer(tmp_path):
-    save_png(
-        diversity_figure([torch.rand(4, 4) for _ in range(3)], "cross", dpi=40), tmp_path / "d.png"
-    )
+    fig = diversity_figure([torch.rand(4, 4) for _ in range(3)], "cross", dpi=40)
+    save_png(fig, tmp_path / "d.png")
     # 3 layers: a 2 x 2 grid of 3 in
     assert Image.open(tmp_path / "d.png").size == (2 * 3 * 40, 2 * 3 * 40)
+    # each layer's panel has its colour bar, from 0 (identical heads) to 1 bit (disjoint)
+    bars = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+    assert len(fig.axes) == 6 and len(bars) == 3
+    assert all(bar.get_ylim() == (0.0, 1.0) for bar in bars)
 
 
 def test_tiles_image_puts_panels_side_by_side_on_one_scale():

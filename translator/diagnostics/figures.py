@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 from matplotlib.figure import Figure
+from matplotlib.image import AxesImage
 
 from translator.files import atomic_write
 
@@ -20,6 +21,7 @@ from translator.files import atomic_write
 GLYPH_MISSING = re.compile(r"Glyph (\d+) \(.+?\) missing from font")
 
 CMAP = "viridis"
+COLORBAR_INCHES = 0.8  # the heads figure's colour scale: its bar and tick labels, at the right
 
 
 def panel_inches(rows: int, cols: int) -> float:
@@ -41,9 +43,9 @@ def _draw(
     cols: list[str] | None,
     title: str,
     vmax: float,
-) -> None:
+) -> AxesImage:
     """One heatmap panel; token labels only where given (the grid's left column and bottom row)."""
-    ax.imshow(
+    image = ax.imshow(
         weights.float().numpy(),
         cmap=CMAP,
         vmin=0.0,
@@ -52,32 +54,35 @@ def _draw(
         interpolation="nearest",
     )
     ax.set_title(title, fontsize=8, pad=2)
-    size = 6 if max(weights.shape) <= 40 else 4
+    size = 7 if max(weights.shape) <= 40 else 5
     # a panel without labels gets no ticks at all: making tick objects is most of a figure's cost
     ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=size) if cols else ax.set_xticks([])
     ax.set_yticks(range(len(rows)), rows, fontsize=size) if rows else ax.set_yticks([])
     ax.tick_params(length=0, pad=1)
+    return image
 
 
 def heads_figure(
-    weights: torch.Tensor, rows: list[str], cols: list[str], title: str, dpi: int = 100
+    weights: torch.Tensor, rows: list[str], cols: list[str], title: str, dpi: int = 150
 ) -> Figure:
     """One layer's weights (H, T, L) with query labels `rows` and key labels `cols` -> a figure.
 
     The first panel is the mean over heads, then one panel per head; all share one colour scale
     (0 to the largest weight shown), so heads can be compared. The figure is exactly `grid(H + 1)`
-    panels of `panel_inches` each, plus a margin of `label_inches` for the token labels, at `dpi`.
+    panels of `panel_inches` each, plus a margin of `label_inches` for the token labels and
+    COLORBAR_INCHES for the colour scale, at `dpi`.
     Labels go on the left column and the bottom row only: with a fixed layout (no tight_layout,
     which measures every label) a figure draws in a fraction of the time.
     """
     H = weights.shape[0]
     n_rows, n_cols = grid(H + 1)
     side, margin = panel_inches(len(rows), len(cols)), label_inches(rows, cols)
-    width, height = n_cols * side + margin, n_rows * side + margin + 0.4  # 0.4: the title
+    width = n_cols * side + margin + COLORBAR_INCHES
+    height = n_rows * side + margin + 0.4  # 0.4: the title
     fig = Figure(figsize=(width, height), dpi=dpi)
     fig.subplots_adjust(
         left=margin / width,
-        right=1 - 0.1 / width,
+        right=1 - COLORBAR_INCHES / width,
         bottom=margin / height,
         top=1 - 0.6 / height,
         wspace=0.08,
@@ -89,7 +94,7 @@ def heads_figure(
     ]
     for i, (name, panel) in enumerate(panels):
         left, bottom = i % n_cols == 0, i + n_cols >= len(panels)  # nothing drawn below it
-        _draw(
+        image = _draw(
             fig.add_subplot(n_rows, n_cols, i + 1),
             panel,
             rows if left else None,
@@ -97,17 +102,28 @@ def heads_figure(
             name,
             vmax,
         )
+    # the shared scale, beside the top row of panels
+    bar = fig.add_axes(
+        (
+            1 - (COLORBAR_INCHES - 0.1) / width,
+            1 - (0.6 + side) / height,
+            0.12 / width,
+            side / height,
+        )
+    )
+    fig.colorbar(image, cax=bar).ax.tick_params(labelsize=7)
+    bar.set_ylabel("attention weight", fontsize=7)
     fig.suptitle(f"{title}  (colour 0 to {vmax:.2f}; rows: queries, columns: keys)", fontsize=9)
     return fig
 
 
 def label_inches(rows: list[str], cols: list[str]) -> float:
-    """Room for the longest token label (about 0.06 inch a character at 6 points), at least half an
+    """Room for the longest token label (about 0.07 inch a character at 7 points), at least half an
     inch."""
-    return max(0.5, 0.06 * max(map(len, [*rows, *cols, ""])) + 0.2)
+    return max(0.5, 0.07 * max(map(len, [*rows, *cols, ""])) + 0.2)
 
 
-def diversity_figure(divergences: list[torch.Tensor], title: str, dpi: int = 100) -> Figure:
+def diversity_figure(divergences: list[torch.Tensor], title: str, dpi: int = 150) -> Figure:
     """Per layer, the (H, H) mean Jensen-Shannon divergence between heads
     (0 = identical maps, 1 = disjoint)."""
     n_rows, n_cols = grid(len(divergences))
@@ -115,11 +131,14 @@ def diversity_figure(divergences: list[torch.Tensor], title: str, dpi: int = 100
     for i, div in enumerate(divergences):
         ax = fig.add_subplot(n_rows, n_cols, i + 1)
         H = div.shape[0]
-        ax.imshow(div.numpy(), cmap=CMAP, vmin=0.0, vmax=1.0, interpolation="nearest")
+        image = ax.imshow(div.numpy(), cmap=CMAP, vmin=0.0, vmax=1.0, interpolation="nearest")
         mean = float(div.sum() / (H * (H - 1))) if H > 1 else 0.0
         ax.set_title(f"layer {i}: mean {mean:.3f}", fontsize=8)
-        ax.set_xticks(range(H), [str(h) for h in range(H)], fontsize=6)
-        ax.set_yticks(range(H), [str(h) for h in range(H)], fontsize=6)
+        ax.set_xticks(range(H), [str(h) for h in range(H)], fontsize=7)
+        ax.set_yticks(range(H), [str(h) for h in range(H)], fontsize=7)
+        ax.set_xlabel("head", fontsize=7)
+        ax.set_ylabel("head", fontsize=7)
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04).ax.tick_params(labelsize=7)
     fig.suptitle(f"{title}: head divergence (Jensen-Shannon, bits)", fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 0.94))
     return fig
