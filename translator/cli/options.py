@@ -102,8 +102,16 @@ BatchTokensOpt = Annotated[
     typer.Option(
         "--batch-tokens",
         min=1,
-        help="Source tokens per batch, padding included (score: rows x the longer side + 1); "
-        "default from the checkpoint.",
+        help="Source tokens per batch, padding included; default from the checkpoint.",
+    ),
+]
+ScoreBatchTokensOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--batch-tokens",
+        min=1,
+        help="Tokens per batch: rows x (the longer side + 1), padding included; default from "
+        "the checkpoint.",
     ),
 ]
 SamplingOpt = Annotated[

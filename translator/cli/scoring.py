@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from translator.cli.options import BatchTokensOpt, CkptsArg, DeviceOpt, DtypeOpt, QuietOpt
+from translator.cli.options import CkptsArg, DeviceOpt, DtypeOpt, QuietOpt, ScoreBatchTokensOpt
 from translator.cli.stdout import reader_may_leave, require_stdout
 
 
@@ -35,7 +35,7 @@ def score(
             ),
         ),
     ] = 0.0,
-    batch_tokens: BatchTokensOpt = None,
+    batch_tokens: ScoreBatchTokensOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     quiet: QuietOpt = False,
