@@ -9,6 +9,7 @@ then every head; and per kind the heads' pairwise divergence) and a self-contain
 
 from __future__ import annotations
 
+import csv
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from translator.diagnostics.html import sentence_data, write_page
 from translator.diagnostics.stats import LayerStats, allowed_keys, layer_stats
 from translator.diagnostics.words import merge_words, word_labels
 from translator.errors import TranslatorError
+from translator.files import atomic_write
 from translator.model.transformer import Transformer
 
 KIND_NAMES = {
@@ -70,9 +72,11 @@ def run(
     html: Path | None = None,
     words: bool = False,
     langs: tuple[str, str] = ("", ""),
+    tsv: Path | None = None,
 ) -> str:
     """Attention of `sources` (with `targets`, else searched translations) -> the stats table;
-    figures written. `langs`: source and target language codes, for the page's screen readers."""
+    figures, page and TSV written where asked. `langs`: source and target language codes, for the
+    page's screen readers."""
     src_ids, tgt_ids = token_ids(model, tokenizer, decode, sources, targets)
     forced = forced_attention(model, src_ids, tgt_ids)
     labels = [
@@ -106,6 +110,8 @@ def run(
                 "Sans CJK; the HTML page shows them)",
                 file=sys.stderr,
             )
+    if tsv is not None:
+        write_weights(tsv, views)
     if html is not None:
         write_page(
             html,
@@ -208,6 +214,25 @@ def write_figures(
                     out_dir / f"sentence{i}-{kind}-layer{layer}.png",
                 )
     return missing
+
+
+def write_weights(path: Path, views: list[tuple[Pieces, dict[str, list[torch.Tensor]]]]) -> None:
+    """Every weight as a row of a TSV (long format, one header line, as pandas reads it):
+    sentence, kind, layer, head, query index and token, key index and token, weight."""
+    columns = ["sentence", "kind", "layer", "head", "query_index", "query", "key_index", "key"]
+    with atomic_write(path) as handle:
+        rows = csv.writer(handle, delimiter="\t", lineterminator="\n")
+        rows.writerow([*columns, "weight"])
+        for i, (pieces, maps) in enumerate(views):
+            for kind, layers in maps.items():
+                queries, keys = pieces.axes(kind)
+                for layer, weights in enumerate(layers):
+                    for head, rows_of_head in enumerate(weights.float().tolist()):
+                        for t, row in enumerate(rows_of_head):
+                            rows.writerows(
+                                [i, kind, layer, head, t, queries[t], k, keys[k], f"{v:.4f}"]
+                                for k, v in enumerate(row)
+                            )
 
 
 def format_table(stats: dict[str, list[LayerStats]]) -> str:

@@ -45,6 +45,33 @@ def test_attention_writes_table_figures_and_page(copy_model, tmp_path):
     assert page.startswith("<!DOCTYPE html>") and '"\u2581nu","\u2581pe"' in page
 
 
+def test_attention_tsv_holds_every_weight_as_text(copy_model, tmp_path):
+    """One row per weight: each query's row sums to 1, the decoder sees no later key, and the
+    tokens are the sentence's pieces."""
+    import csv
+    from collections import defaultdict
+
+    tsv = tmp_path / "weights.tsv"
+    result = run_cli("attention", str(copy_model.path), "ka lo mi", "nu pe", "--tsv", str(tsv))
+    assert result.returncode == 0, result.stderr
+    with tsv.open(encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t"))
+    sums, queries = defaultdict(float), defaultdict(dict)
+    for r in rows:
+        sums[r["sentence"], r["kind"], r["layer"], r["head"], r["query_index"]] += float(
+            r["weight"]
+        )
+        queries[r["sentence"], r["kind"]][int(r["query_index"])] = r["query"]
+        if r["kind"] == "decoder" and int(r["key_index"]) > int(r["query_index"]):
+            assert float(r["weight"]) == 0.0
+    assert all(abs(total - 1) < 0.003 for total in sums.values())
+    # every query with every key, once: "ka lo mi" is 6 pieces with </s> (this vocabulary splits
+    # "mi"), "nu pe" 3; 3 kinds; 4 heads
+    assert len(rows) == 4 * (3 * 6 * 6 + 3 * 3 * 3) == len({tuple(r.values())[:8] for r in rows})
+    encoder = queries["1", "encoder"]
+    assert [encoder[i] for i in sorted(encoder)] == ["\u2581nu", "\u2581pe", "</s>"]
+
+
 def test_attention_forced_target_and_words_from_stdin(copy_model, tmp_path):
     result = run_cli(
         "attention",

@@ -274,9 +274,19 @@ def attention(
             "--html", help="Write one self-contained, offline HTML page to explore the maps."
         ),
     ] = None,
+    tsv: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--tsv",
+            help="Write every weight as a row of a TSV file (sentence, kind, layer, head, query, "
+            "key, weight): the maps as text, for scripts and screen readers.",
+        ),
+    ] = None,
     words: Annotated[
         bool,
-        typer.Option("--words", help="Merge SentencePiece pieces into words in figures and page."),
+        typer.Option(
+            "--words", help="Merge SentencePiece pieces into words in figures, page and TSV."
+        ),
     ] = False,
     beam: BeamOpt = None,
     device: DeviceOpt = None,
@@ -287,7 +297,8 @@ def attention(
     Prints a per-head entropy table of the encoder's self-attention, the decoder's self-attention
     and the cross-attention of every layer, and names the heads that are almost uniform, almost
     one-hot or almost duplicates of another (thresholds: the checkpoint's diagnostics.* config).
-    With -o, PNG heatmaps and head divergences go to a directory; with --html, one offline page:
+    With -o, PNG heatmaps and head divergences go to a directory; with --html, one offline page;
+    with --tsv, every weight as text:
 
     \b
       DIR/sentenceI-KIND-layerL.png   DIR/diversity-KIND.png
@@ -319,5 +330,6 @@ def attention(
         html,
         words,
         (cfg.data.src_lang, cfg.data.tgt_lang),
+        tsv,
     )
     print_result(table, "the attention table")
