@@ -221,15 +221,15 @@ def write_weights(path: Path, views: list[tuple[Pieces, dict[str, list[torch.Ten
     sentence, kind, layer, head, query index and token, key index and token, weight."""
     columns = ["sentence", "kind", "layer", "head", "query_index", "query", "key_index", "key"]
     with atomic_write(path) as handle:
-        rows = csv.writer(handle, delimiter="\t", lineterminator="\n")
-        rows.writerow([*columns, "weight"])
+        table = csv.writer(handle, delimiter="\t", lineterminator="\n")
+        table.writerow([*columns, "weight"])
         for i, (pieces, maps) in enumerate(views):
             for kind, layers in maps.items():
                 queries, keys = pieces.axes(kind)
                 for layer, weights in enumerate(layers):
-                    for head, rows_of_head in enumerate(weights.float().tolist()):
-                        for t, row in enumerate(rows_of_head):
-                            rows.writerows(
+                    for head, head_weights in enumerate(weights.float().tolist()):
+                        for t, row in enumerate(head_weights):
+                            table.writerows(
                                 [i, kind, layer, head, t, queries[t], k, keys[k], f"{v:.4f}"]
                                 for k, v in enumerate(row)
                             )
