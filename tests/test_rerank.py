@@ -161,6 +161,17 @@ def test_translate_lines_reranks_the_channels_n_best_and_shows_the_nbest_asked(t
     assert any(o[0][0] != c[0][0] for o, c in zip(one, candidates))  # the weight changed some
 
 
+def test_a_reranked_n_best_keeps_each_lines_prefix(tiny, reverse):
+    decode = dataclasses.replace(tiny.cfg.decode, beam_size=2, length_penalty=1.0)
+    channel = rerank.Channel(reverse.models[0], tiny.tokenizer, 1000.0, 1.0, 6)
+    prefixes = ["Ein Hund", "", "Zwei"]
+    found = translate.translate_lines(
+        tiny.model, tiny.tokenizer, SENTENCES[:3], decode, 3, channel=channel, prefixes=prefixes
+    )
+    for hyps, prefix in zip(found, prefixes):
+        assert hyps and all(text.startswith(prefix) for text, _ in hyps)
+
+
 def test_alignments_and_a_channel_are_refused_together(tiny, reverse):
     channel = rerank.Channel(reverse.models[0], tiny.tokenizer, 0.3, 1.0, 4)
     with pytest.raises(TranslatorError, match="reranked"):

@@ -59,6 +59,20 @@ def test_translations_are_translate_lines_own(tiny, server):
     assert status == 200 and one["translations"] == [reply["translations"][0]]
 
 
+def test_prefixed_translations_are_translate_lines_own(tiny, server):
+    lines, prefixes = SENTENCES[:3], ["Ein Hund", "", "Zwei"]
+    status, reply = call(server + "/translate", {"text": lines, "prefix": prefixes, "beam": 2})
+    assert status == 200
+    decode = with_overrides(tiny.cfg.decode, beam_size=2)
+    expected = translate_lines(
+        tiny.model, tiny.tokenizer, lines, decode, warn=None, data=tiny.cfg.data, prefixes=prefixes
+    )
+    assert reply["translations"] == [hyps[0][0] for hyps in expected]
+    assert reply["translations"][0].startswith("Ein Hund")
+    status, one = call(server + "/translate", {"text": lines[2], "prefix": "Zwei", "beam": 2})
+    assert status == 200 and one["translations"] == [reply["translations"][2]]
+
+
 def test_scores_are_score_lines_own_and_json_has_no_nan(tiny, server):
     long = " ".join(["A man rides a bike."] * 20)  # over the tiny model's positions
     sources, targets = [*SENTENCES[:2], long], ["Ein Hund.", "", "Zwei Hunde."]
@@ -112,6 +126,10 @@ def test_concurrent_requests_each_get_their_own_answer(tiny, server):
         ("POST", "/translate", {"text": ["a"] * 1001}, 400, "over 1000 lines"),
         ("POST", "/translate", {"text": ["a" * 100_001]}, 400, "100000 characters"),
         ("POST", "/translate", {"text": ["a"], "beam": 17}, 400, "from 1 to 16"),
+        ("POST", "/translate", {"text": "a", "prefix": ["b"]}, 400, "'prefix' must be a string"),
+        ("POST", "/translate", {"text": ["a", "b"], "prefix": ["c"]}, 400, "2 lines of text but"),
+        ("POST", "/translate", {"text": ["a"], "prefix": [3]}, 400, "'prefix' must be a string"),
+        ("POST", "/translate", {"text": "a", "prefix": "Hund " * 50}, 400, "the prefix is"),
     ],
 )
 def test_bad_requests_get_a_4xx_and_an_error(server, method, path, body, status, message):

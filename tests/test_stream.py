@@ -84,7 +84,11 @@ def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
             cli.app, ["translate", str(tiny.path), *flags, *extra], input="A dog.\n"
         )
         assert result.exit_code == 0 and seen["alignment_layer"] == layer, result.output
-    assert seen["sampling"] is None
+    assert seen["sampling"] is None and seen["prefix"] is False
+    result = CliRunner().invoke(
+        cli.app, ["translate", str(tiny.path), "--prefix", "-q"], input="A dog.\tEin\n"
+    )
+    assert result.exit_code == 0 and seen["prefix"] is True, result.output
     drawn = ["--sampling", "--sampling-topk", "5", "--sampling-topp", "0.9", "--temperature", "0.7"]
     result = CliRunner().invoke(
         cli.app, ["translate", str(tiny.path), *drawn, "--seed", "3"], input="A dog.\n"
@@ -533,3 +537,20 @@ def test_a_warnings_advice_is_given_once_a_run_not_once_a_chunk(tiny, capsys):
     said = [line for line in err.splitlines() if "source piece" in line]
     assert len(said) == 3 and said[0].endswith(BYTE_FALLBACK)
     assert all(line.endswith("(see above)") for line in said[1:])
+
+
+def test_with_prefix_each_line_is_split_at_its_first_tab(tiny):
+    """SOURCE<TAB>PREFIX: the translation starts with PREFIX; a line without a TAB is translated
+    as it would be without --prefix; an empty source still gives an empty line."""
+    lines = [f"{SENTENCES[0]}\tEin Hund\tund", SENTENCES[1], "\tEin", f"{SENTENCES[2]}\t"]
+    out = io.StringIO()
+    stream.translate_chunks(
+        tiny.model, tiny.tokenizer, tiny.cfg.decode, iter([lines]), out, prefix=True
+    )
+    got = out.getvalue().split("\n")
+    assert len(got) == 5 and got[-1] == ""
+    plain = translate.translate_lines(
+        tiny.model, tiny.tokenizer, [SENTENCES[1], SENTENCES[2]], tiny.cfg.decode, warn=None
+    )
+    assert got[0].startswith("Ein Hund und")  # a TAB in the prefix is a space, as in a source
+    assert got[1] == plain[0][0][0] and got[3] == plain[1][0][0] and got[2] == ""

@@ -607,3 +607,54 @@ def test_an_overflowing_model_is_named_as_such_not_as_unk_or_by_a_traceback(tiny
     said.clear()
     translate.translate_lines(tiny.model, tiny.tokenizer, SENTENCES[:3], decode, warn=said.append)
     assert not any(line_warnings.NOT_FINITE in w for w in said)
+
+
+@pytest.mark.parametrize("beam_size,nbest", [(1, 1), (3, 3)])
+def test_translations_start_with_their_prefix_and_other_lines_are_untouched(tiny, beam_size, nbest):
+    """Several batches (sorted by length) of lines with and without prefixes: a prefix reaching
+    another line, or a line without one changed, would show."""
+    decode = dataclasses.replace(tiny.cfg.decode, beam_size=beam_size, batch_tokens=40)
+    lines = SENTENCES[:6]
+    prefixes = ["Ein Hund", "", "Zwei Männer spielen", "", "", "Eine"]
+    found = translate.translate_lines(
+        tiny.model, tiny.tokenizer, lines, decode, nbest, warn=None, prefixes=prefixes
+    )
+    plain = translate.translate_lines(tiny.model, tiny.tokenizer, lines, decode, nbest, warn=None)
+    for hyps, prefix, without in zip(found, prefixes, plain):
+        assert len(hyps) == len(without)
+        if prefix:
+            assert all(text.startswith(prefix) for text, _ in hyps), (prefix, hyps)
+        else:
+            assert [t for t, _ in hyps] == [t for t, _ in without]
+            assert [s for _, s in hyps] == pytest.approx([s for _, s in without], abs=1e-4)
+
+
+def test_a_prefix_starts_a_split_lines_first_part_and_an_empty_source_stays_empty(tiny):
+    long_line = " ".join(SENTENCES * 2)  # split into several parts
+    out = translate.translate_lines(
+        tiny.model,
+        tiny.tokenizer,
+        [long_line, "", SENTENCES[0]],
+        tiny.cfg.decode,
+        warn=None,
+        prefixes=["Zwei Hunde", "Ein", ""],
+    )
+    assert out[0][0][0].startswith("Zwei Hunde") and out[0][0][0].count("Zwei Hunde") == 1
+    assert out[1][0][0] == ""
+
+
+def test_a_prefix_longer_than_the_model_can_output_is_refused_naming_its_line(tiny):
+    too_long = " ".join(["Hund"] * tiny.cfg.model.max_positions)
+    with pytest.raises(TranslatorError, match="line 12: the prefix is .* over the 39"):
+        translate.translate_lines(
+            tiny.model,
+            tiny.tokenizer,
+            SENTENCES[:2],
+            tiny.cfg.decode,
+            prefixes=["", too_long],
+            first_line=11,
+        )
+    with pytest.raises(ValueError, match="1 prefixes for 2 lines"):
+        translate.translate_lines(
+            tiny.model, tiny.tokenizer, SENTENCES[:2], tiny.cfg.decode, prefixes=["Ein"]
+        )

@@ -1,17 +1,18 @@
 """`translator serve`: a model behind a small JSON-over-HTTP API (http_api.py's plumbing).
 
-    POST /translate  {"text": ["A dog runs.", ...], "beam": 5, "nbest": 2}
+    POST /translate  {"text": ["A dog runs.", ...], "beam": 5, "nbest": 2, "prefix": ["Ein", ...]}
                  ->  {"translations": ["Ein Hund rennt.", ...],
                       "nbest": [[{"text": ..., "score": ...}, ...], ...],   (with "nbest")
                       "warnings": [...]}
     POST /score      {"source": [...], "target": [...]}  ->  {"scores": [...], "tokens": [...]}
     GET  /health     ->  {"status": "ok", "direction": "en->de", "device": "cpu", "dtype": ...}
 
-"text" may be one string (then "translations" holds one). The model is loaded once; requests are
-answered by threads and decode one at a time, in arrival order, on one thread of their own (a
-batch of lines already fills the cores, and decoding with alignments is not thread-safe). A
-request is bounded (lines, beam) so that none holds the model for minutes; a malformed one gets a
-4xx and {"error": ...}.
+"text" may be one string (then "translations" holds one, and "prefix" is one string too). Each
+translation starts with its "prefix" ("" for none; as `translate --prefix`). The model is loaded
+once; requests are answered by threads and decode one at a time, in arrival order, on one thread
+of their own (a batch of lines already fills the cores, and decoding with alignments is not
+thread-safe). A request is bounded (lines, beam) so that none holds the model for minutes; a
+malformed one gets a 4xx and {"error": ...}.
 """
 
 from __future__ import annotations
@@ -85,9 +86,17 @@ class Translator:
         }
 
     def translate(self, request: Any, client_left: Callable[[], bool] = _here) -> dict[str, Any]:
-        _only_keys(request, {"text", "beam", "nbest"})
+        _only_keys(request, {"text", "beam", "nbest", "prefix"})
         text = request.get("text")
         lines = _lines([text] if isinstance(text, str) else text, "'text' must be a string or")
+        prefixes = None
+        if (prefix := request.get("prefix")) is not None:
+            if isinstance(prefix, str) != isinstance(text, str):
+                raise BadRequest("'prefix' must be a string where 'text' is one, else a list")
+            one = [prefix] if isinstance(prefix, str) else prefix
+            prefixes = _lines(one, "'prefix' must be a string or")
+            if len(prefixes) != len(lines):
+                raise BadRequest(f"{len(lines)} lines of text but {len(prefixes)} prefixes")
         beam = _small_int(request, "beam")
         nbest = _small_int(request, "nbest")
         decode = with_overrides(self.decode, beam_size=beam)
@@ -102,6 +111,7 @@ class Translator:
                     nbest or 1,
                     warn=warnings.append,
                     data=self.cfg.data,
+                    prefixes=prefixes,
                 ),
                 client_left,
             )

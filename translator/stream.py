@@ -53,6 +53,7 @@ def run(
     channel_weight: float | None = None,
     channel_candidates: int | None = None,
     sampling: Sampling | None = None,
+    prefix: bool = False,
     quiet: bool = False,
 ) -> int:
     """The `translate` command: stdin to stdout through a checkpoint (several: an ensemble);
@@ -60,7 +61,8 @@ def run(
 
     Flags left None take the checkpoint's decode.* values. `channel`: checkpoint(s) of the reverse
     direction that rerank each n-best (translator/rerank.py). `sampling`: draw each token
-    (decode/sampling.py) instead of searching. Unless quiet, one log line on
+    (decode/sampling.py) instead of searching. `prefix`: each line is SOURCE<TAB>PREFIX
+    (translate_chunks). Unless quiet, one log line on
     stderr says which device and dtype were chosen.
     """
     if sys.stdin is None or sys.stdout is None:
@@ -102,6 +104,7 @@ def run(
             data=cfg.data,
             sampling=sampling,
             lines_expected=expected,
+            prefix=prefix,
         )
 
 
@@ -217,6 +220,7 @@ def translate_chunks(
     data: DataConfig | None = None,
     sampling: Sampling | None = None,
     lines_expected: int | None = None,
+    prefix: bool = False,
 ) -> int:
     """Translate chunks of lines, writing each chunk as soon as it is done; returns the line count.
 
@@ -227,6 +231,8 @@ def translate_chunks(
     `progress(done, total)` counts sentences over all chunks; total is what has been read so far.
     With `lines_expected` (the input's line count, when known) it counts lines of that total
     instead, so a bar does not read "done" at the end of each chunk.
+    With `prefix` each line is SOURCE<TAB>PREFIX, split at its first TAB, and its translations
+    start with PREFIX (translate_lines); a line without a TAB has no prefix.
     """
     count, decoded = 0, 0  # lines written; sentences decoded in earlier chunks
     output = getattr(out, "name", "the output")  # <stdout>, as a failed write names it
@@ -248,6 +254,10 @@ def translate_chunks(
             else:  # a long line's pieces are sentences of their own: done / total of the chunk
                 progress(lines_before + lines * done // max(total, 1), lines_expected)
 
+        prefixes = None
+        if prefix:
+            split = [line.partition("\t") for line in chunk]
+            chunk, prefixes = [source for source, _, _ in split], [text for _, _, text in split]
         for hyps in translate_lines(
             model,
             tokenizer,
@@ -261,6 +271,7 @@ def translate_chunks(
             channel=channel,
             data=data,
             sampling=sampling,
+            prefixes=prefixes,
         ):
             with write_errors(output, "cannot write the translations"):
                 if nbest is None and alignment_layer is None:

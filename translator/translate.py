@@ -97,8 +97,15 @@ def translate_lines(
     channel: Channel | None = None,
     data: DataConfig | None = None,
     sampling: Sampling | None = None,
+    prefixes: list[str] | None = None,
 ) -> list[list[tuple]]:
     """Translate `lines`; returns, per input line and in input order, (text, score) best first.
+
+    `prefixes` (one per line, "" for none): the text each line's translations start with
+    (interactive translation, a translator's first words kept); the search continues it, and its
+    tokens count in the score. It is encoded as text, so a prefix that ends inside a word is that
+    piece of a word. A line split for its length has the prefix on its first part; an empty line
+    still gives an empty translation.
 
     `data`: the model's data settings; each line is then normalised as its training sources were
     (data/clean.py: control characters, whitespace runs, NFC), so a character the cleaner took
@@ -129,6 +136,9 @@ def translate_lines(
     pieces, owner = _source_pieces(
         tokenizer, sources, limit, model.cfg.max_positions, warn, first_line
     )
+    forced = _prefix_pieces(
+        tokenizer, prefixes, lines, owner, data, model.cfg.max_positions - 1, first_line
+    )
     results: list[list[Hypothesis]] = [[] for _ in pieces]
     aligned: list[list[list[tuple[int, int]]]] = [[] for _ in pieces]  # per piece, per hypothesis
     done = 0
@@ -137,11 +147,22 @@ def translate_lines(
     # sampling decodes each piece nbest times: batches of fewer pieces keep to batch_tokens
     budget = decode.batch_tokens if sampling is None else max(1, decode.batch_tokens // nbest)
     for batch in length_batches([len(p) for p in pieces], budget):
+        batch_prefixes = [forced[i] for i in batch] if forced else None
         if sampling is None:
-            found = search(model, [pieces[i] for i in batch], decode, nbest)
+            found = search(
+                model, [pieces[i] for i in batch], decode, nbest, prefixes=batch_prefixes
+            )
         else:
             batch_keys = [keys[i] for i in batch]
-            found = sample(model, [pieces[i] for i in batch], batch_keys, decode, sampling, nbest)
+            found = sample(
+                model,
+                [pieces[i] for i in batch],
+                batch_keys,
+                decode,
+                sampling,
+                nbest,
+                prefixes=batch_prefixes,
+            )
         for i, hyps in zip(batch, found):
             results[i] = hyps
         if alignment_layer is not None:
@@ -170,7 +191,9 @@ def translate_lines(
     }
     if unknown and warn is not None:
         warn(unk_message(unknown))
-    cut, capped = _at_length_limit(pieces, owner, results, decode, model.cfg.max_positions - 1)
+    cut, capped = _at_length_limit(
+        pieces, owner, results, decode, model.cfg.max_positions - 1, forced
+    )
     cut = [number for number in cut if number not in overflowed]
     if cut and warn is not None:
         warn(length_message([first_line + number for number in cut], capped))
@@ -275,20 +298,54 @@ def _source_pieces(
     return pieces, owner
 
 
+def _prefix_pieces(
+    tokenizer: Tokenizer,
+    prefixes: list[str] | None,
+    lines: list[str],
+    owner: list[int],
+    data: DataConfig | None,
+    limit: int,
+    first_line: int,
+) -> list[list[int]] | None:
+    """Each piece's forced output ids: its line's prefix, encoded as the target side, on the
+    line's first piece; none elsewhere. None when no line has a prefix. A prefix longer than
+    `limit`, the model's output positions, is refused."""
+    if prefixes is None:
+        return None
+    if len(prefixes) != len(lines):
+        raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines")
+    if not any(p.strip() for p in prefixes):
+        return None
+    encoded = tokenizer.target_sp.encode([source_text(p, data) for p in prefixes])
+    for number, ids in enumerate(encoded):
+        if len(ids) > limit:
+            raise TranslatorError(
+                f"the prefix is {len(ids)} tokens, over the {limit} the model can output",
+                f"line {first_line + number}",
+                "shorten the prefix",
+            )
+    firsts = {line: k for k, line in reversed(list(enumerate(owner)))}  # a line's first piece
+    return [encoded[line] if firsts[line] == k else [] for k, line in enumerate(owner)]
+
+
 def _at_length_limit(
     pieces: list[list[int]],
     owner: list[int],
     results: list[list[Hypothesis]],
     decode: DecodeConfig,
     positions: int,
+    prefixes: list[list[int]] | None = None,
 ) -> tuple[list[int], bool]:
     """The lines (0-based, sorted) where the best output of a piece has as many tokens as the
     length limit allows (at that step only EOS was allowed, so the limit ended it, not the model),
-    and whether for one of them the limit was max_positions - 1 rather than max_len_a/b's."""
+    and whether for one of them the limit was max_positions - 1 rather than max_len_a/b's. A
+    piece's prefix raises its limit to the prefix's length, as the searches do."""
     if not pieces:
         return [], False
     lengths = torch.tensor([len(ids) for ids in pieces])
     limits = output_limits(lengths, decode.max_len_a, decode.max_len_b, positions).tolist()
+    if prefixes:
+        limits = [max(limit, len(prefix)) for limit, prefix in zip(limits, prefixes)]
     hit = [
         (line, limit >= positions)
         for line, hyps, limit in zip(owner, results, limits)

@@ -185,6 +185,16 @@ def translate(
     sampling_topp: SamplingToppOpt = None,
     temperature: TemperatureOpt = None,
     seed: SeedOpt = None,
+    prefix: Annotated[
+        bool,
+        typer.Option(
+            "--prefix",
+            help=(
+                "Each input line is SOURCE<TAB>PREFIX: its translation starts with PREFIX and "
+                "continues it (scored with it); a line without a TAB has none."
+            ),
+        ),
+    ] = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Translate stdin to stdout, one line out per line in.
@@ -204,6 +214,8 @@ def translate(
     Reranked by a model of the reverse direction: ... \\
       --channel runs/multi30k-de-en/best.pt
     Sampled, for back-translation: ... --sampling --sampling-topk 10 --seed 1
+    Continuing a translator's first words: printf 'A man rides a bike.\\tEin Mann' | \\
+      translator translate runs/multi30k/best.pt --prefix
     """
     from translator import stream
 
@@ -234,6 +246,7 @@ def translate(
             channel_weight=channel_weight,
             channel_candidates=channel_candidates,
             sampling=drawn,
+            prefix=prefix,
             quiet=quiet,
         )
 

@@ -64,6 +64,46 @@ def log_softmax_into(out: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits, dim=-1, out=out)
 
 
+def prefix_rows(
+    prefixes: list[list[int]] | None, max_lens: torch.Tensor, limit: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each sentence's forced output prefix (None: none) and its length limits (B,) -> (B, P) ids,
+    PAD after a short one, (B,) prefix lengths, and the limits raised to hold each prefix.
+
+    A prefix may be as long as `limit`, the model's (then only EOS can follow it).
+    """
+    rows, device = len(max_lens), max_lens.device
+    if prefixes is None:
+        prefixes = [[]] * rows
+    if len(prefixes) != rows:
+        raise ValueError(f"{len(prefixes)} prefixes for {rows} sentences")
+    if any(token in (PAD_ID, BOS_ID, EOS_ID) for ids in prefixes for token in ids):
+        raise ValueError("a prefix holds PAD, BOS or EOS: give output ids only")
+    if any(len(ids) > limit for ids in prefixes):
+        raise ValueError(f"a prefix is longer than the model's {limit} output positions")
+    width = max(map(len, prefixes), default=0)
+    ids = torch.full((rows, width), PAD_ID, dtype=torch.long)
+    for row, prefix in enumerate(prefixes):
+        ids[row, : len(prefix)] = torch.tensor(prefix, dtype=torch.long)
+    lengths = torch.tensor([len(prefix) for prefix in prefixes], dtype=torch.long).to(device)
+    return ids.to(device), lengths, torch.maximum(max_lens, lengths)
+
+
+def force_prefix_(
+    log_probs: torch.Tensor, step: int, prefix: torch.Tensor, prefix_lens: torch.Tensor
+) -> torch.Tensor:
+    """log_probs (N, V), in place: a row still inside its prefix (step < prefix_lens (N,)) may
+    only take its prefix token prefix[:, step] (N, P), at the model's log-prob for it, so the
+    prefix is scored as any output is."""
+    if step >= prefix.shape[1]:
+        return log_probs
+    forced = prefix[:, step : step + 1]  # (N, 1)
+    kept = log_probs.gather(1, forced)
+    log_probs.masked_fill_((step < prefix_lens)[:, None], float("-inf"))
+    # a row past its prefix gets its own value back (PAD's, already banned)
+    return log_probs.scatter_(1, forced, kept)
+
+
 def ban_tokens_(log_probs: torch.Tensor, step: int, eos_from: torch.Tensor) -> torch.Tensor:
     """log_probs (N, V), in place: PAD, BOS never generated; EOS not before step eos_from (N,)."""
     # one scalar index each: a list index is a host tensor, copied to the device at every step

@@ -20,8 +20,10 @@ from translator.decode import (
     Hypothesis,
     ban_tokens_,
     eos_allowed_from,
+    force_prefix_,
     log_softmax_into,
     max_lengths,
+    prefix_rows,
     strip,
 )
 from translator.decode.step import decoding_step, use_cuda_graph
@@ -47,6 +49,7 @@ def beam_search(
     nbest: int = 1,
     cuda_graphs: bool = True,
     drop_finished: bool = True,
+    prefixes: list[list[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """src (B, S), src_mask (B, 1, 1, S) -> per sentence its min(nbest, k) best hypotheses, best
     first.
@@ -55,13 +58,18 @@ def beam_search(
     `cuda_graphs`, the decoder steps are one replayed CUDA graph each (decode/step.py). With
     `drop_finished` (and no graphs) the batch sheds each sentence as it is done, so the steps
     after it no longer compute its beams; without, every row is stepped to the end (the tested
-    reference).
+    reference). `prefixes` (output ids per sentence): every hypothesis starts with its sentence's
+    prefix, scored as the rest; the length limit is raised to hold it.
     """
     B, k, n, device = src.shape[0], beam_size, min(nbest, beam_size), src.device
     # how many tokens each beam proposes (step 2); a beam of one proposes its best alone, as
     # greedy search does, and ends at EOS
     m = min(k + 1, model.cfg.vocab_size) if k > 1 else 1
-    max_lens = max_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions - 1)  # (B,)
+    limit = model.cfg.max_positions - 1
+    max_lens = max_lengths(src_mask, max_len_a, max_len_b, limit)  # (B,)
+    prefix, prefix_lens, max_lens = prefix_rows(prefixes, max_lens, limit)  # (B, P), (B,), (B,)
+    # while a sentence is in its prefix its beams have one continuation: only slot 0 stays open
+    prefix, prefix_lens = prefix.repeat_interleave(k, 0), prefix_lens.repeat_interleave(k)
     eos_from = eos_allowed_from(max_lens, min_len).repeat_interleave(k)  # (B*k,)
     steps = int(max_lens.max()) + 1  # the last step can only emit EOS
     shortest_limit = int(max_lens.min())  # before this step no sentence is at its limit
@@ -99,6 +107,7 @@ def beam_search(
         log_probs = ban_tokens_(log_softmax_into(vocab_buffer, logits[:, -1]), step, eos_from)
         if step >= shortest_limit:  # at its length limit a sentence's only continuation is EOS
             _only_eos_(log_probs, (step >= max_lens).repeat_interleave(k))
+        force_prefix_(log_probs, step, prefix, prefix_lens)
 
         # 2. Every beam proposes its m = k + 1 best tokens, running score added: (B, k, m), not
         #    (B, k, V). One more than k: with EOS among them, k others remain, so the open beams
@@ -149,6 +158,7 @@ def beam_search(
             finished_scores, finished_tokens = finished_scores[keep], finished_tokens[keep]
             longest_penalty, memory, src_mask = longest_penalty[keep], memory[keep], src_mask[keep]
             tokens, eos_from, row_offset = tokens[rows], eos_from[rows], row_offset[: len(keep)]
+            prefix, prefix_lens = prefix[rows], prefix_lens[rows]
             B, vocab_buffer = len(keep), vocab_buffer[: len(rows)]
             cache.reorder(rows, sentences=keep)
             next_logits = decoding_step(model, memory, src_mask, cache)

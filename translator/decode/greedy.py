@@ -10,8 +10,10 @@ from translator.decode import (
     Hypothesis,
     ban_tokens_,
     eos_allowed_from,
+    force_prefix_,
     log_softmax_into,
     max_lengths,
+    prefix_rows,
     strip,
 )
 from translator.decode.sampling import RowSampler
@@ -31,6 +33,7 @@ def greedy_search(
     cuda_graphs: bool = True,
     drop_finished: bool = True,
     sampler: RowSampler | None = None,
+    prefixes: list[list[int]] | None = None,
 ) -> list[Hypothesis]:
     """src (B, S), src_mask (B, 1, 1, S) -> one hypothesis per sentence, scored by its summed
     log-probs.
@@ -41,9 +44,13 @@ def greedy_search(
     With `drop_finished` (and no graphs) a sentence leaves the batch when it ends, as in
     beam_search; without, every row is stepped to the end (the tested reference). With a
     `sampler` (one generator per sentence) each token is drawn instead of the most likely.
+    `prefixes` (output ids per sentence): each output starts with its prefix, scored as the rest;
+    the length limit is raised to hold it.
     """
     B, device = src.shape[0], src.device
-    max_lens = max_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions - 1)  # (B,)
+    limit = model.cfg.max_positions - 1
+    max_lens = max_lengths(src_mask, max_len_a, max_len_b, limit)  # (B,)
+    prefix, prefix_lens, max_lens = prefix_rows(prefixes, max_lens, limit)  # (B, P), (B,), (B,)
     eos_from = eos_allowed_from(max_lens, min_len)  # (B,)
     steps = int(max_lens.max()) + 1  # the last step can only emit EOS
     # (B, S, D); cross-attention K/V are projected from it once
@@ -66,6 +73,7 @@ def greedy_search(
         cache.advance(1)
         # (B, V) fp32
         log_probs = ban_tokens_(log_softmax_into(vocab_buffer, logits[:, -1]), step, eos_from)
+        force_prefix_(log_probs, step, prefix, prefix_lens)
         token = pick.draw(log_probs)  # (B,)
         token = torch.where(step >= max_lens, EOS_ID, token)  # length limit reached: end here
         token = torch.where(finished, PAD_ID, token)
@@ -80,6 +88,7 @@ def greedy_search(
             out_tokens[ended], out_scores[ended] = tokens[finished], scores[finished]
             sentence, tokens, scores = sentence[keep], tokens[keep], scores[keep]
             finished, max_lens, eos_from = finished[keep], max_lens[keep], eos_from[keep]
+            prefix, prefix_lens = prefix[keep], prefix_lens[keep]
             memory, src_mask, vocab_buffer = memory[keep], src_mask[keep], vocab_buffer[: len(keep)]
             cache.reorder(keep, sentences=keep)
             pick.keep(keep)

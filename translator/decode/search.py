@@ -20,8 +20,12 @@ def search(
     nbest: int = 1,
     drop_finished: bool = True,
     sampler: RowSampler | None = None,
+    prefixes: list[list[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode one batch of id lists (no EOS) on the model's device -> nbest hypotheses each.
+
+    `prefixes`: output ids each sentence's hypotheses start with (decode/__init__.py's
+    prefix_rows), scored as the rest.
 
     `drop_finished=False`: every row is stepped to the end (the searches' reference; benchmarks).
     A `sampler` (one generator per row) draws each token: one hypothesis per row, any beam size.
@@ -40,6 +44,7 @@ def search(
             cuda_graphs=decode.cuda_graphs,
             drop_finished=drop_finished,
             sampler=sampler,
+            prefixes=prefixes,
         )
         # scored as beam search scores (tokens + EOS under the length penalty): a score, as --nbest
         # prints it, means the same at any --beam
@@ -59,6 +64,7 @@ def search(
         nbest=nbest,
         cuda_graphs=decode.cuda_graphs,
         drop_finished=drop_finished,
+        prefixes=prefixes,
     )
 
 
@@ -69,13 +75,17 @@ def sample(
     decode: DecodeConfig,
     sampling: Sampling,
     draws: int,
+    prefixes: list[list[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """`draws` translations drawn for each of a batch's id lists (keys: their (line, piece)),
-    best first, scored as `search` scores."""
+    best first, scored as `search` scores; each starts with its `prefixes` entry (as search)."""
     rows = [(i, d) for i in range(len(src_ids)) for d in range(draws)]
     device = next(model.parameters()).device
     sampler = sampling.rows([(*keys[i], d) for i, d in rows], device)
-    found = search(model, [src_ids[i] for i, _ in rows], decode, sampler=sampler)
+    row_prefixes = None if prefixes is None else [prefixes[i] for i, _ in rows]
+    found = search(
+        model, [src_ids[i] for i, _ in rows], decode, sampler=sampler, prefixes=row_prefixes
+    )
     out: list[list[Hypothesis]] = [[] for _ in src_ids]
     for (i, _), hyps in zip(rows, found):
         out[i] += hyps
