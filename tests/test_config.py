@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -341,6 +342,28 @@ def test_a_vocabulary_with_no_room_beside_the_special_pieces_is_refused(override
     assert err.value.where == "data.vocab_size" and said in err.value.what
     assert config.load(None, ["data.vocab_size=5"]).data.vocab_size == 5
     assert config.load(None, ["data.vocab_size=261", "data.byte_fallback=true"]).data.byte_fallback
+
+
+def test_user_symbols_are_a_list_of_distinct_tags_that_count_in_the_vocabulary(tmp_path):
+    assert config.load(None, ["data.user_symbols=[<BT>, '010']"]).data.user_symbols == [
+        "<BT>",
+        "010",
+    ]
+    (tmp_path / "c.yaml").write_text("data:\n  user_symbols: [<BT>, 010]\n")
+    assert config.load(tmp_path / "c.yaml").data.user_symbols == ["<BT>", "010"]  # as written
+    for value, said in [
+        ("<BT>", "expects a list"),
+        ("[<s>]", "'<s>' is a special piece"),
+        ("[a b]", "'a b' holds a space"),
+        ("['']", "'' is empty"),
+        ("[<BT>, <BT>]", "listed twice"),
+        ("[[x]]", "user_symbols[0] expects str"),
+    ]:
+        with pytest.raises(TranslatorError, match=re.escape(said)):
+            config.load(None, [f"data.user_symbols={value}"])
+    with pytest.raises(TranslatorError, match="and user_symbols 2"):
+        config.load(None, ["data.vocab_size=6", "data.user_symbols=[<a>, <b>]"])
+    assert config.load(None, ["data.vocab_size=7", "data.user_symbols=[<a>, <b>]"])
 
 
 def test_a_stored_config_from_before_spm_normalization_loads_with_the_default():

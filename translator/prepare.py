@@ -286,6 +286,7 @@ def _train_tokenizer(
         character_coverage=data.character_coverage,
         byte_fallback=data.byte_fallback,
         normalization=data.spm_normalization,
+        user_symbols=data.user_symbols,
         input_sentence_size=0,  # 0: the sample above is the whole input
         seed=SEED,
         threads=data.spm_threads,

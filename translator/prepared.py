@@ -30,12 +30,14 @@ SPM_SETTINGS = (
     "input_sentence_size",
     "spm_normalization",
     "spm_threads",
+    "user_symbols",
 )
 # Settings recorded only when not at their default (-> that default): data prepared before they
 # existed keeps its config hash and is not refused
 ONLY_WHEN_SET = {
     "spm_normalization": DataConfig.spm_normalization,
     "spm_threads": DataConfig.spm_threads,
+    "user_symbols": [],
 }
 
 

@@ -490,3 +490,35 @@ def test_spm_threads_reach_sentencepiece_and_the_manifest_says_how_many_trained(
     manifest = json.loads((default / "manifest.json").read_text())
     assert used[1] == os.cpu_count() == manifest["spm_threads"]
     assert "spm_threads" not in manifest["settings"]  # data prepared before it keep their hash
+
+
+@pytest.mark.parametrize("joint", [True, False])
+def test_user_symbols_are_one_piece_each_and_tag_the_sources_that_carry_them(tmp_path, joint):
+    """Tagged back-translation: `<BT>` written before some sources is one piece of every
+    vocabulary, wherever it stands, and a source without it has no such piece."""
+    splits = small_splits()
+    sources, targets = splits["train"]
+    tagged = [f"<BT> {line}" if i % 3 == 0 else line for i, line in enumerate(sources)]
+    root = write_text_corpus(tmp_path / "corpus", {**splits, "train": (tagged, targets)})
+    cfg = tiny_config(
+        root, tmp_path / "data", "data.user_symbols=[<BT>, <2de>]", f"data.joint_vocab={joint}"
+    )
+    out = run(cfg)
+    models = ["spm.model"] if joint else ["spm.src.model", "spm.tgt.model"]
+    for name in models:
+        sp = Tokenizer(out / name).sp
+        for symbol in ("<BT>", "<2de>"):
+            assert sp.piece_to_id(symbol) > 3 and sp.id_to_piece(sp.piece_to_id(symbol)) == symbol
+            ids = sp.encode(f"A dog{symbol}runs {symbol} fast.")
+            assert ids.count(sp.piece_to_id(symbol)) == 2  # whole, inside a word or alone
+    source_model = Tokenizer(out / models[0]).sp
+    tag = source_model.piece_to_id("<BT>")
+    ids = TokenArray(out / "train.src")
+    rows = [ids[i] for i in range(len(ids))]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["pairs"]["train"] == len(tagged)  # none dropped: each row is its line
+    assert sum(tag in list(row) for row in rows) == sum(t.startswith("<BT> ") for t in tagged)
+    assert manifest["settings"]["user_symbols"] == ["<BT>", "<2de>"]
+    # without the setting the tag is split into ordinary pieces
+    plain = Tokenizer(run(tiny_config(root, tmp_path / "plain")) / "spm.model").sp
+    assert plain.piece_to_id("<BT>") == UNK_ID

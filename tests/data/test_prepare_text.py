@@ -124,7 +124,8 @@ def test_the_default_normalization_is_counted_and_warned_about_and_identity_keep
 def test_data_prepared_before_the_setting_keeps_its_hash_and_another_rule_is_refused(tmp_path):
     cfg, out, _ = prepare_zh(tmp_path)
     manifest = load_manifest(cfg.data)
-    later = ("spm_normalization", "spm_threads")  # settings added since, left at their defaults
+    # settings added since, left at their defaults
+    later = ("spm_normalization", "spm_threads", "user_symbols")
     assert not set(later) & manifest["settings"].keys()
     # the hash as prepare computed it before the settings existed
     settings = {k: v for k, v in to_dict(cfg.data).items() if k not in ("data_dir", "name")}

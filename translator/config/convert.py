@@ -76,6 +76,12 @@ def convert(value: Any, hint: Any, key: str, where: str, overridden: dict[str, s
             )
             for k, v in value.items()
         }
+    if origin is list:
+        if not isinstance(value, list):
+            raise TranslatorError(
+                f"{key} expects a list, got {value!r}", where, "write one as [a, b] (YAML)"
+            )
+        return [convert(v, args[0], f"{key}[{i}]", where, overridden) for i, v in enumerate(value)]
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if hint is float and isinstance(value, str):  # YAML 1.1 reads `5e-4` (no dot) as a string

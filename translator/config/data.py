@@ -13,6 +13,7 @@ from translator.errors import TranslatorError
 SpmNormalization = Literal["nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf", "identity"]
 # Pieces every SentencePiece model of ours holds before any of the text's (tokenizer.py's ids)
 SPECIAL_PIECES, BYTE_PIECES = 4, 256
+RESERVED_PIECES = ("<pad>", "<unk>", "<s>", "</s>")  # SentencePiece's names of the special ones
 
 
 @dataclass(kw_only=True)
@@ -78,6 +79,10 @@ class DataConfig:
     input_sentence_size: int = 1_000_000
     """Train SentencePiece on a seeded random sample of at most this many sentences, both sides
     counted for a joint vocabulary (0 = all)."""
+    user_symbols: list[str] = field(default_factory=list)
+    """Texts SentencePiece keeps as one piece each, in every vocabulary: tags written into the
+    text like words, such as `<BT>` before each back-translated source (tagged back-translation,
+    Caswell et al. 2019). A list: `--set 'data.user_symbols=[<BT>]'`."""
     spm_threads: int = 0
     """Threads SentencePiece trains with (0 = one per CPU core). Its training result depends on
     the count: the same data gives the same vocabulary only with the same count, so to reproduce
@@ -91,6 +96,7 @@ class DataConfig:
             0,
         )
         self._check_vocab_size()
+        self._check_user_symbols()
         # the ratio is longer side / shorter side, never below 1: under 1 every pair is dropped
         if 0 < self.max_length_ratio < 1:
             raise TranslatorError(
@@ -127,13 +133,38 @@ class DataConfig:
                 f"did you mean data.splits.{close[0]}?" if close else "use train, valid or test",
             )
 
+    def _check_user_symbols(self) -> None:
+        for symbol in self.user_symbols:
+            wrong = (
+                "is empty"
+                if not symbol
+                else "holds a space"
+                if any(c.isspace() for c in symbol)
+                else "is a special piece"
+                if symbol in RESERVED_PIECES
+                else ""
+            )
+            if wrong:
+                raise TranslatorError(
+                    f"user symbol {symbol!r} {wrong}",
+                    "data.user_symbols",
+                    "give tags such as <BT>, without spaces, other than "
+                    + ", ".join(RESERVED_PIECES),
+                )
+        if len(set(self.user_symbols)) < len(self.user_symbols):
+            raise TranslatorError(
+                "a user symbol is listed twice", "data.user_symbols", "list each once"
+            )
+
     def _check_vocab_size(self) -> None:
         # below this SentencePiece fails with its internal check on inserting a special token
-        least = SPECIAL_PIECES + (BYTE_PIECES if self.byte_fallback else 0)
+        least = SPECIAL_PIECES + (BYTE_PIECES if self.byte_fallback else 0) + len(self.user_symbols)
         if self.vocab_size > least:
             return
-        needs = "pad, unk, bos and eos take 4 pieces" + (
-            " and byte_fallback's byte pieces 256 more" if self.byte_fallback else ""
+        needs = (
+            "pad, unk, bos and eos take 4 pieces"
+            + (" and byte_fallback's byte pieces 256 more" if self.byte_fallback else "")
+            + (f" and user_symbols {len(self.user_symbols)}" if self.user_symbols else "")
         )
         raise TranslatorError(
             f"vocab_size={self.vocab_size} leaves no piece for the text: {needs}",

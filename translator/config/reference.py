@@ -88,6 +88,8 @@ def _type_name(hint: Any) -> str:
         return " or ".join(_type_name(a) for a in typing.get_args(hint))
     if hint is type(None):
         return "null"
+    if typing.get_origin(hint) is list:
+        return "list of " + _type_name(typing.get_args(hint)[0])
     if typing.get_origin(hint) is dict:
         return "mapping of " + " to ".join(_type_name(a) for a in typing.get_args(hint))
     return getattr(hint, "__name__", str(hint))

@@ -6,7 +6,7 @@ import hashlib
 import io
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ def train_sentencepiece(
     character_coverage: float = 1.0,
     byte_fallback: bool = False,
     normalization: str = "nmt_nfkc",
+    user_symbols: Sequence[str] = (),
     input_sentence_size: int = 0,
     seed: int = 1,
     threads: int = 0,
@@ -63,6 +64,7 @@ def train_sentencepiece(
         character_coverage=character_coverage,
         byte_fallback=byte_fallback,
         normalization_rule_name=normalization,
+        user_defined_symbols=list(user_symbols),
         input_sentence_size=input_sentence_size,
         shuffle_input_sentence=True,
         pad_id=PAD_ID,
