@@ -48,6 +48,8 @@ def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
         "1.5",
         "--min-len",
         "2",
+        "--no-repeat-ngram-size",
+        "3",
         "--max-len-a",
         "0.5",
         "--max-len-b",
@@ -70,6 +72,7 @@ def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
         decode.beam_size,
         decode.length_penalty,
         decode.min_len,
+        decode.no_repeat_ngram_size,
         decode.max_len_a,
         decode.max_len_b,
         decode.batch_tokens,
@@ -77,7 +80,7 @@ def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
         decode.channel_weight,
         decode.channel_candidates,
         seen["nbest"],
-    ) == (3, 1.5, 2, 0.5, 6, 99, False, 0.4, 4, 2)
+    ) == (3, 1.5, 2, 3, 0.5, 6, 99, False, 0.4, 4, 2)
     assert seen["alignment_layer"] is None  # no --alignments: no alignment pass
     for extra, layer in [(["--alignments"], -1), (["--alignments", "--alignment-layer", "1"], 1)]:
         result = CliRunner().invoke(

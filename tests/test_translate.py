@@ -58,10 +58,12 @@ def test_every_decode_setting_reaches_the_search(tiny, beam_size, cuda_graphs, m
         max_len_a=0.9,
         max_len_b=7,
         min_len=2,
+        no_repeat_ngram_size=3,
         cuda_graphs=cuda_graphs,
     )
     translate.translate_lines(tiny.model, tiny.tokenizer, SENTENCES[:2], decode)
     expected = {"max_len_a": 0.9, "max_len_b": 7, "min_len": 2, "cuda_graphs": cuda_graphs}
+    expected["no_repeat_ngram"] = 3
     if beam_size > 1:
         expected.update(alpha=1.7, beam_size=beam_size)
     assert seen and {name for name, _ in seen} == {

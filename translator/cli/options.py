@@ -97,6 +97,15 @@ MaxLenBOpt = Annotated[
 MinLenOpt = Annotated[
     Optional[int], typer.Option("--min-len", min=0, help="Output tokens before EOS is allowed.")
 ]
+NoRepeatNgramOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--no-repeat-ngram-size",
+        min=0,
+        metavar="N",
+        help="No n-gram of output tokens (subword pieces) twice; 0: off.",
+    ),
+]
 BatchTokensOpt = Annotated[
     Optional[int],
     typer.Option(

@@ -25,6 +25,10 @@ class DecodeConfig:
     min_len: int = 0
     """Minimum output length in tokens before EOS is allowed (the maximum length wins if
     smaller)."""
+    no_repeat_ngram_size: int = 0
+    """No output holds the same n-gram of tokens (subword pieces) twice: a token that would
+    repeat one is never chosen (fairseq's --no-repeat-ngram-size; 0 = off). A guard against
+    loops; it also bans repeats the text needs, so keep n at 3 or more."""
     batch_tokens: int = 4096
     """Source tokens per decoding batch, padding included (sentences are sorted by length first)."""
     device: str = "auto"
@@ -52,7 +56,7 @@ class DecodeConfig:
         check_range("decode", self, "channel_weight", 0, 100)
         check_range("decode", self, "channel_candidates", 2)
         check_range("decode", self, "max_len_a", 0, 1000)
-        check_range("decode", self, "max_len_b min_len", 0, 1_000_000)
+        check_range("decode", self, "max_len_b min_len no_repeat_ngram_size", 0, 1_000_000)
         check_range("decode", self, "length_penalty", -10, 10)  # negative favours short outputs
         if self.max_len_a == 0 and self.min_len > self.max_len_b > 0:
             raise TranslatorError(

@@ -104,6 +104,31 @@ def force_prefix_(
     return log_probs.scatter_(1, forced, kept)
 
 
+def ban_repeated_ngrams_(
+    log_probs: torch.Tensor, tokens: torch.Tensor, step: int, n: int, free: torch.Tensor
+) -> torch.Tensor:
+    """log_probs (N, V), in place: in the rows where `free` (N,) is True, every token that would
+    end an n-gram already in the row's output gets -inf (fairseq's --no-repeat-ngram-size).
+
+    tokens (N, T) holds BOS and then the outputs so far, tokens[:, 1 : step + 1]. The last n - 1
+    outputs are compared with every earlier (n - 1)-gram; the token that followed a match is
+    banned. A row inside its forced prefix is not `free`: a prefix may repeat itself.
+    """
+    output = tokens[:, 1 : step + 1]  # (N, L)
+    if n < 1 or output.shape[1] < n:  # no n-gram can have been completed yet
+        return log_probs
+    if n == 1:
+        followers, match = output, torch.ones_like(output, dtype=torch.bool)
+    else:
+        starts = output[:, :-1].unfold(1, n - 1, 1)  # (N, L - n + 1, n - 1): each earlier window
+        match = (starts == output[:, None, -(n - 1) :]).all(dim=2)  # (N, L - n + 1)
+        followers = output[:, n - 1 :]  # (N, L - n + 1): the token after each window
+    # counted, not scattered as booleans: one token may follow several windows
+    hits = torch.zeros_like(log_probs, dtype=torch.int32)
+    hits.scatter_add_(1, followers, (match & free[:, None]).int())
+    return log_probs.masked_fill_(hits > 0, float("-inf"))
+
+
 def ban_tokens_(log_probs: torch.Tensor, step: int, eos_from: torch.Tensor) -> torch.Tensor:
     """log_probs (N, V), in place: PAD, BOS never generated; EOS not before step eos_from (N,)."""
     # one scalar index each: a list index is a host tensor, copied to the device at every step

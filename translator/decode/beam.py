@@ -18,6 +18,7 @@ import torch
 from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from translator.decode import (
     Hypothesis,
+    ban_repeated_ngrams_,
     ban_tokens_,
     eos_allowed_from,
     force_prefix_,
@@ -50,6 +51,7 @@ def beam_search(
     cuda_graphs: bool = True,
     drop_finished: bool = True,
     prefixes: list[list[int]] | None = None,
+    no_repeat_ngram: int = 0,
 ) -> list[list[Hypothesis]]:
     """src (B, S), src_mask (B, 1, 1, S) -> per sentence its min(nbest, k) best hypotheses, best
     first.
@@ -59,7 +61,8 @@ def beam_search(
     `drop_finished` (and no graphs) the batch sheds each sentence as it is done, so the steps
     after it no longer compute its beams; without, every row is stepped to the end (the tested
     reference). `prefixes` (output ids per sentence): every hypothesis starts with its sentence's
-    prefix, scored as the rest; the length limit is raised to hold it.
+    prefix, scored as the rest; the length limit is raised to hold it. `no_repeat_ngram` n > 0:
+    no hypothesis holds an n-gram twice (decode/__init__.py's ban_repeated_ngrams_).
     """
     B, k, n, device = src.shape[0], beam_size, min(nbest, beam_size), src.device
     # how many tokens each beam proposes (step 2); a beam of one proposes its best alone, as
@@ -108,6 +111,8 @@ def beam_search(
         if step >= shortest_limit:  # at its length limit a sentence's only continuation is EOS
             _only_eos_(log_probs, (step >= max_lens).repeat_interleave(k))
         force_prefix_(log_probs, step, prefix, prefix_lens)
+        if no_repeat_ngram:
+            ban_repeated_ngrams_(log_probs, tokens, step, no_repeat_ngram, step >= prefix_lens)
 
         # 2. Every beam proposes its m = k + 1 best tokens, running score added: (B, k, m), not
         #    (B, k, V). One more than k: with EOS among them, k others remain, so the open beams

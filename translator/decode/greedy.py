@@ -8,6 +8,7 @@ import torch
 from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from translator.decode import (
     Hypothesis,
+    ban_repeated_ngrams_,
     ban_tokens_,
     eos_allowed_from,
     force_prefix_,
@@ -34,6 +35,7 @@ def greedy_search(
     drop_finished: bool = True,
     sampler: RowSampler | None = None,
     prefixes: list[list[int]] | None = None,
+    no_repeat_ngram: int = 0,
 ) -> list[Hypothesis]:
     """src (B, S), src_mask (B, 1, 1, S) -> one hypothesis per sentence, scored by its summed
     log-probs.
@@ -45,7 +47,8 @@ def greedy_search(
     beam_search; without, every row is stepped to the end (the tested reference). With a
     `sampler` (one generator per sentence) each token is drawn instead of the most likely.
     `prefixes` (output ids per sentence): each output starts with its prefix, scored as the rest;
-    the length limit is raised to hold it.
+    the length limit is raised to hold it. `no_repeat_ngram` n > 0: no n-gram of outputs twice
+    (decode/__init__.py's ban_repeated_ngrams_).
     """
     B, device = src.shape[0], src.device
     limit = model.cfg.max_positions - 1
@@ -74,6 +77,8 @@ def greedy_search(
         # (B, V) fp32
         log_probs = ban_tokens_(log_softmax_into(vocab_buffer, logits[:, -1]), step, eos_from)
         force_prefix_(log_probs, step, prefix, prefix_lens)
+        if no_repeat_ngram:
+            ban_repeated_ngrams_(log_probs, tokens, step, no_repeat_ngram, step >= prefix_lens)
         token = pick.draw(log_probs)  # (B,)
         token = torch.where(step >= max_lens, EOS_ID, token)  # length limit reached: end here
         token = torch.where(finished, PAD_ID, token)

@@ -45,6 +45,7 @@ def search(
             drop_finished=drop_finished,
             sampler=sampler,
             prefixes=prefixes,
+            no_repeat_ngram=decode.no_repeat_ngram_size,
         )
         # scored as beam search scores (tokens + EOS under the length penalty): a score, as --nbest
         # prints it, means the same at any --beam
@@ -65,6 +66,7 @@ def search(
         cuda_graphs=decode.cuda_graphs,
         drop_finished=drop_finished,
         prefixes=prefixes,
+        no_repeat_ngram=decode.no_repeat_ngram_size,
     )
 
 

@@ -193,6 +193,7 @@ BLEU_MEASURE = (
     "decode.max_len_a",
     "decode.max_len_b",
     "decode.min_len",
+    "decode.no_repeat_ngram_size",
 )
 
 
