@@ -474,6 +474,8 @@ def test_eval_flags_reach_the_run(monkeypatch):
         "2",
         "--no-repeat-ngram-size",
         "3",
+        "--unk-penalty",
+        "2.5",
         "--length-penalty",
         "1.5",
         "--batch-tokens",
@@ -511,6 +513,7 @@ def test_eval_flags_reach_the_run(monkeypatch):
                 max_len_b=7,
                 min_len=2,
                 no_repeat_ngram_size=3,
+                unk_penalty=2.5,
                 length_penalty=1.5,
                 batch_tokens=99,
                 lc_tok=True,
@@ -536,6 +539,7 @@ def test_eval_flags_reach_the_run(monkeypatch):
                 max_len_b=None,
                 min_len=None,
                 no_repeat_ngram_size=None,
+                unk_penalty=None,
                 length_penalty=None,
                 batch_tokens=None,
                 lc_tok=False,
@@ -577,7 +581,14 @@ def test_eval_decode_overrides_reach_the_search(prepared, tmp_path, monkeypatch)
         (3, 0.0, False),
         (2, 1.5, True),
     ]
-    limits = dict(max_len_a=0.5, max_len_b=7, min_len=1, no_repeat_ngram_size=2, batch_tokens=50)
+    limits = dict(
+        max_len_a=0.5,
+        max_len_b=7,
+        min_len=1,
+        no_repeat_ngram_size=2,
+        unk_penalty=3.0,
+        batch_tokens=50,
+    )
     evaluate.run(ckpt, src_file=src, ref_file=ref, quiet=True, **limits)
     assert {key: getattr(seen[-1], key) for key in limits} == limits
 

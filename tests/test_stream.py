@@ -50,6 +50,8 @@ def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
         "2",
         "--no-repeat-ngram-size",
         "3",
+        "--unk-penalty",
+        "2.5",
         "--max-len-a",
         "0.5",
         "--max-len-b",
@@ -73,6 +75,7 @@ def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
         decode.length_penalty,
         decode.min_len,
         decode.no_repeat_ngram_size,
+        decode.unk_penalty,
         decode.max_len_a,
         decode.max_len_b,
         decode.batch_tokens,
@@ -80,7 +83,7 @@ def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
         decode.channel_weight,
         decode.channel_candidates,
         seen["nbest"],
-    ) == (3, 1.5, 2, 3, 0.5, 6, 99, False, 0.4, 4, 2)
+    ) == (3, 1.5, 2, 3, 2.5, 0.5, 6, 99, False, 0.4, 4, 2)
     assert seen["alignment_layer"] is None  # no --alignments: no alignment pass
     for extra, layer in [(["--alignments"], -1), (["--alignments", "--alignment-layer", "1"], 1)]:
         result = CliRunner().invoke(

@@ -59,11 +59,12 @@ def test_every_decode_setting_reaches_the_search(tiny, beam_size, cuda_graphs, m
         max_len_b=7,
         min_len=2,
         no_repeat_ngram_size=3,
+        unk_penalty=2.5,
         cuda_graphs=cuda_graphs,
     )
     translate.translate_lines(tiny.model, tiny.tokenizer, SENTENCES[:2], decode)
     expected = {"max_len_a": 0.9, "max_len_b": 7, "min_len": 2, "cuda_graphs": cuda_graphs}
-    expected["no_repeat_ngram"] = 3
+    expected.update(no_repeat_ngram=3, unk_penalty=2.5)
     if beam_size > 1:
         expected.update(alpha=1.7, beam_size=beam_size)
     assert seen and {name for name, _ in seen} == {
@@ -447,7 +448,7 @@ def fake_search(outputs: dict[int, list[int]]):
     """A search that answers a source whose first id is k with the tokens outputs[k] (else one
     ordinary token)."""
 
-    def search(model, src_ids, decode, nbest=1, sampler=None):
+    def search(model, src_ids, decode, nbest=1, sampler=None, prefixes=None):
         return [[Hypothesis(outputs.get(ids[0], [UNK_ID + 100]), -1.0)] * nbest for ids in src_ids]
 
     return search

@@ -1,10 +1,13 @@
-"""--no-repeat-ngram-size: no output holds an n-gram twice.
+"""--no-repeat-ngram-size (no output holds an n-gram twice) and --unk-penalty.
 
-The vectorised ban is checked against a plain-Python scan of the output; the searches that use
-it against the uncached plain-list searches of test_search.py with that scan in their own code.
+The vectorised n-gram ban is checked against a plain-Python scan of the output; the searches
+that use the bans against the uncached searches of test_search.py with each ban in their own
+code.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 import pytest
 import torch
@@ -12,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.decode.test_search import _limit, _next_log_probs, assert_same, reference_beam_search
-from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from translator.decode import ban_repeated_ngrams_
 from translator.decode.beam import beam_search
 from translator.decode.greedy import greedy_search
@@ -111,3 +114,38 @@ def test_a_forced_prefix_may_repeat_itself_and_the_ban_counts_it_after(make_mode
             assert h.tokens[:4] == prefix
             rest = range(4, len(h.tokens))
             assert not any(repeats(h.tokens[:i], 2) & {h.tokens[i]} for i in rest)
+
+
+@pytest.mark.parametrize("penalty", [-2.0, 1.5, 1000.0])
+@torch.inference_mode()
+def test_an_unk_penalty_is_taken_from_unk_at_every_step(make_model, src_batch, penalty):
+    model, (src, src_mask) = make_model(), src_batch
+    # a model that says <unk> often: its output row is the favourite token's, stronger
+    favourite = Counter(t for h in greedy_search(model, src, src_mask) for t in h.tokens)
+    with torch.no_grad():
+        model.out_proj.weight[UNK_ID] = model.out_proj.weight[favourite.most_common(1)[0][0]] * 1.2
+    plain = greedy_search(model, src, src_mask)
+    assert sum(h.tokens.count(UNK_ID) for h in plain) >= 4
+    found = greedy_search(model, src, src_mask, unk_penalty=penalty)
+    for b, hyp in enumerate(found):
+        memory = model.encode(src[b : b + 1], src_mask[b : b + 1])
+        max_len = _limit(model, src_mask[b], 1.2, 10)
+        tokens, score = [BOS_ID], 0.0
+        for step in range(max_len + 1):
+            row = _next_log_probs(model, [tokens], memory, src_mask[b : b + 1], step, max_len, 0)
+            row = row[0].clone()
+            row[UNK_ID] -= penalty
+            token = int(row.argmax())
+            score += float(row[token])
+            tokens.append(token)
+            if token == EOS_ID:
+                break
+        assert_same([hyp], [(tokens[1:-1], score)])
+    beams = beam_search(model, src, src_mask, beam_size=3, nbest=3, unk_penalty=penalty)
+    unks = sum(h.tokens.count(UNK_ID) for hyps in beams for h in hyps)
+    if penalty == 1000.0:
+        assert unks == 0 and not any(UNK_ID in h.tokens for h in found)
+    if penalty < 0:
+        assert sum(h.tokens.count(UNK_ID) for h in found) >= sum(
+            h.tokens.count(UNK_ID) for h in plain
+        )

@@ -121,7 +121,8 @@ def test_the_bans_make_no_host_tensor_to_copy_to_the_device_each_step():
     from the host (a stream sync) at every step of every search."""
     log_probs, eos_from = torch.zeros(3, 8), torch.tensor([0, 2, 1])
     with HostTensors() as made:
-        ban_tokens_(log_probs, 1, eos_from)
+        ban_tokens_(log_probs, 1, eos_from, unk_penalty=2.5)
     assert all(shape == () for shape in made.shapes), made.shapes
     banned = torch.tensor([[True, True, False], [True, True, True], [True, True, False]])
     assert torch.equal(log_probs[:, [PAD_ID, BOS_ID, EOS_ID]].isinf(), banned)
+    assert log_probs[:, UNK_ID].tolist() == [-2.5] * 3 and log_probs[:, 4:].eq(0).all()

@@ -30,6 +30,7 @@ from translator.cli.options import (
     SamplingToppOpt,
     SeedOpt,
     TemperatureOpt,
+    UnkPenaltyOpt,
     needs_channel,
     sampling_from,
 )
@@ -64,6 +65,7 @@ def evaluate(
     max_len_b: MaxLenBOpt = None,
     min_len: MinLenOpt = None,
     no_repeat_ngram_size: NoRepeatNgramOpt = None,
+    unk_penalty: UnkPenaltyOpt = None,
     length_penalty: LengthPenaltyOpt = None,
     batch_tokens: BatchTokensOpt = None,
     channel: ChannelOpt = None,
@@ -122,6 +124,7 @@ def evaluate(
         max_len_b=max_len_b,
         min_len=min_len,
         no_repeat_ngram_size=no_repeat_ngram_size,
+        unk_penalty=unk_penalty,
         length_penalty=length_penalty,
         batch_tokens=batch_tokens,
         lc_tok=lc_tok,
@@ -155,6 +158,7 @@ def translate(
     max_len_b: MaxLenBOpt = None,
     min_len: MinLenOpt = None,
     no_repeat_ngram_size: NoRepeatNgramOpt = None,
+    unk_penalty: UnkPenaltyOpt = None,
     length_penalty: LengthPenaltyOpt = None,
     batch_tokens: BatchTokensOpt = None,
     device: DeviceOpt = None,
@@ -218,8 +222,9 @@ def translate(
     Reranked by a model of the reverse direction: ... \\
       --channel runs/multi30k-de-en/best.pt
     Sampled, for back-translation: ... --sampling --sampling-topk 10 --seed 1
-    Continuing a translator's first words: printf 'A man rides a bike.\\tEin Mann' | \\
-      translator translate runs/multi30k/best.pt --prefix
+    A translator's first words, continued (SOURCE<TAB>PREFIX):
+      printf 'A man rides a bike.\\tEin Mann' | translator translate \\
+      runs/multi30k/best.pt --prefix
     """
     from translator import stream
 
@@ -241,6 +246,7 @@ def translate(
             max_len_b=max_len_b,
             min_len=min_len,
             no_repeat_ngram_size=no_repeat_ngram_size,
+            unk_penalty=unk_penalty,
             length_penalty=length_penalty,
             batch_tokens=batch_tokens,
             cuda_graphs=cuda_graphs,

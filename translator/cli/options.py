@@ -106,6 +106,15 @@ NoRepeatNgramOpt = Annotated[
         help="No n-gram of output tokens (subword pieces) twice; 0: off.",
     ),
 ]
+UnkPenaltyOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--unk-penalty",
+        min=-1000,
+        max=1000,
+        help="Taken from <unk>'s log-prob each step (fewer <unk>; 100: none); in the scores.",
+    ),
+]
 BatchTokensOpt = Annotated[
     Optional[int],
     typer.Option(

@@ -29,6 +29,11 @@ class DecodeConfig:
     """No output holds the same n-gram of tokens (subword pieces) twice: a token that would
     repeat one is never chosen (fairseq's --no-repeat-ngram-size; 0 = off). A guard against
     loops; it also bans repeats the text needs, so keep n at 3 or more."""
+    unk_penalty: float = 0.0
+    """Taken from <unk>'s log-probability at every step, so outputs hold fewer <unk> tokens
+    (negative: more); the scores include it (fairseq's --unkpen). 100 and up in effect bans
+    <unk>, as Marian does by default. An <unk> that remains is dropped from the text, with a
+    warning."""
     batch_tokens: int = 4096
     """Source tokens per decoding batch, padding included (sentences are sorted by length first)."""
     device: str = "auto"
@@ -57,7 +62,8 @@ class DecodeConfig:
         check_range("decode", self, "channel_candidates", 2)
         check_range("decode", self, "max_len_a", 0, 1000)
         check_range("decode", self, "max_len_b min_len no_repeat_ngram_size", 0, 1_000_000)
-        check_range("decode", self, "length_penalty", -10, 10)  # negative favours short outputs
+        check_range("decode", self, "length_penalty", -10, 10)
+        check_range("decode", self, "unk_penalty", -1000, 1000)  # negative favours short outputs
         if self.max_len_a == 0 and self.min_len > self.max_len_b > 0:
             raise TranslatorError(
                 f"min_len={self.min_len} is above the output limit max_len_b={self.max_len_b}",

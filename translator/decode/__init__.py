@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 @dataclass
@@ -129,10 +129,15 @@ def ban_repeated_ngrams_(
     return log_probs.masked_fill_(hits > 0, float("-inf"))
 
 
-def ban_tokens_(log_probs: torch.Tensor, step: int, eos_from: torch.Tensor) -> torch.Tensor:
-    """log_probs (N, V), in place: PAD, BOS never generated; EOS not before step eos_from (N,)."""
+def ban_tokens_(
+    log_probs: torch.Tensor, step: int, eos_from: torch.Tensor, unk_penalty: float = 0.0
+) -> torch.Tensor:
+    """log_probs (N, V), in place: PAD, BOS never generated; EOS not before step eos_from (N,);
+    `unk_penalty` taken from <unk>'s log-prob (fairseq's --unkpen)."""
     # one scalar index each: a list index is a host tensor, copied to the device at every step
     log_probs[:, PAD_ID] = float("-inf")
     log_probs[:, BOS_ID] = float("-inf")
     log_probs[:, EOS_ID] = log_probs[:, EOS_ID].masked_fill(step < eos_from, float("-inf"))
+    if unk_penalty:
+        log_probs[:, UNK_ID] -= unk_penalty
     return log_probs

@@ -52,6 +52,7 @@ def beam_search(
     drop_finished: bool = True,
     prefixes: list[list[int]] | None = None,
     no_repeat_ngram: int = 0,
+    unk_penalty: float = 0.0,
 ) -> list[list[Hypothesis]]:
     """src (B, S), src_mask (B, 1, 1, S) -> per sentence its min(nbest, k) best hypotheses, best
     first.
@@ -63,6 +64,7 @@ def beam_search(
     reference). `prefixes` (output ids per sentence): every hypothesis starts with its sentence's
     prefix, scored as the rest; the length limit is raised to hold it. `no_repeat_ngram` n > 0:
     no hypothesis holds an n-gram twice (decode/__init__.py's ban_repeated_ngrams_).
+    `unk_penalty` is taken from <unk>'s log-prob at every step, in the scores too.
     """
     B, k, n, device = src.shape[0], beam_size, min(nbest, beam_size), src.device
     # how many tokens each beam proposes (step 2); a beam of one proposes its best alone, as
@@ -107,7 +109,8 @@ def beam_search(
         logits = next_logits(tokens[:, step : step + 1])  # (B*k, 1, V)
         cache.advance(1)
         # (B*k, V)
-        log_probs = ban_tokens_(log_softmax_into(vocab_buffer, logits[:, -1]), step, eos_from)
+        log_probs = log_softmax_into(vocab_buffer, logits[:, -1])
+        ban_tokens_(log_probs, step, eos_from, unk_penalty)
         if step >= shortest_limit:  # at its length limit a sentence's only continuation is EOS
             _only_eos_(log_probs, (step >= max_lens).repeat_interleave(k))
         force_prefix_(log_probs, step, prefix, prefix_lens)

@@ -36,6 +36,7 @@ def greedy_search(
     sampler: RowSampler | None = None,
     prefixes: list[list[int]] | None = None,
     no_repeat_ngram: int = 0,
+    unk_penalty: float = 0.0,
 ) -> list[Hypothesis]:
     """src (B, S), src_mask (B, 1, 1, S) -> one hypothesis per sentence, scored by its summed
     log-probs.
@@ -48,7 +49,8 @@ def greedy_search(
     `sampler` (one generator per sentence) each token is drawn instead of the most likely.
     `prefixes` (output ids per sentence): each output starts with its prefix, scored as the rest;
     the length limit is raised to hold it. `no_repeat_ngram` n > 0: no n-gram of outputs twice
-    (decode/__init__.py's ban_repeated_ngrams_).
+    (decode/__init__.py's ban_repeated_ngrams_). `unk_penalty` is taken from <unk>'s log-prob
+    at every step, in the scores too.
     """
     B, device = src.shape[0], src.device
     limit = model.cfg.max_positions - 1
@@ -75,7 +77,8 @@ def greedy_search(
         logits = next_logits(tokens[:, step : step + 1])  # (B, 1, V)
         cache.advance(1)
         # (B, V) fp32
-        log_probs = ban_tokens_(log_softmax_into(vocab_buffer, logits[:, -1]), step, eos_from)
+        log_probs = log_softmax_into(vocab_buffer, logits[:, -1])
+        ban_tokens_(log_probs, step, eos_from, unk_penalty)
         force_prefix_(log_probs, step, prefix, prefix_lens)
         if no_repeat_ngram:
             ban_repeated_ngrams_(log_probs, tokens, step, no_repeat_ngram, step >= prefix_lens)

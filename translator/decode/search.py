@@ -46,6 +46,7 @@ def search(
             sampler=sampler,
             prefixes=prefixes,
             no_repeat_ngram=decode.no_repeat_ngram_size,
+            unk_penalty=decode.unk_penalty,
         )
         # scored as beam search scores (tokens + EOS under the length penalty): a score, as --nbest
         # prints it, means the same at any --beam
@@ -67,6 +68,7 @@ def search(
         drop_finished=drop_finished,
         prefixes=prefixes,
         no_repeat_ngram=decode.no_repeat_ngram_size,
+        unk_penalty=decode.unk_penalty,
     )
 
 

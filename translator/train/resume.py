@@ -194,6 +194,7 @@ BLEU_MEASURE = (
     "decode.max_len_b",
     "decode.min_len",
     "decode.no_repeat_ngram_size",
+    "decode.unk_penalty",
 )
 
 
