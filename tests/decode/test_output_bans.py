@@ -14,8 +14,14 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.decode.test_search import _limit, _next_log_probs, assert_same, reference_beam_search
-from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from tests.decode.test_search import (
+    _limit,
+    _next_log_probs,
+    assert_same,
+    greedy_one,
+    reference_beam_search,
+)
+from translator.data.tokenizer import BOS_ID, PAD_ID, UNK_ID
 from translator.decode import ban_repeated_ngrams_
 from translator.decode.beam import beam_search
 from translator.decode.greedy import greedy_search
@@ -66,18 +72,11 @@ def test_greedy_without_repeats_is_the_uncached_greedy_that_bans_them(make_model
     model, (src, src_mask) = make_model(tie_embeddings=True), src_batch
     found = greedy_search(model, src, src_mask, max_len_a=2.0, max_len_b=4, no_repeat_ngram=n)
     for b, hyp in enumerate(found):
-        memory = model.encode(src[b : b + 1], src_mask[b : b + 1])
         max_len = _limit(model, src_mask[b], 2.0, 4)
-        tokens, score = [BOS_ID], 0.0
-        for step in range(max_len + 1):
-            row = _next_log_probs(model, [tokens], memory, src_mask[b : b + 1], step, max_len, 0)
-            row = _banned(row[0], tokens[1:], n)
-            token = int(row.argmax())
-            score += float(row[token])
-            tokens.append(token)
-            if token == EOS_ID:
-                break
-        assert_same([hyp], [(tokens[1:-1], score)])
+        expected = greedy_one(
+            model, src, src_mask, b, max_len, adjust=lambda row, _, out: _banned(row, out, n)
+        )
+        assert_same([hyp], [expected])
         assert not any(repeats(hyp.tokens[:i], n) & {hyp.tokens[i]} for i in range(len(hyp.tokens)))
 
 
@@ -127,20 +126,15 @@ def test_an_unk_penalty_is_taken_from_unk_at_every_step(make_model, src_batch, p
     plain = greedy_search(model, src, src_mask)
     assert sum(h.tokens.count(UNK_ID) for h in plain) >= 4
     found = greedy_search(model, src, src_mask, unk_penalty=penalty)
+
+    def penalised(row, step, output):
+        row = row.clone()
+        row[UNK_ID] -= penalty
+        return row
+
     for b, hyp in enumerate(found):
-        memory = model.encode(src[b : b + 1], src_mask[b : b + 1])
         max_len = _limit(model, src_mask[b], 1.2, 10)
-        tokens, score = [BOS_ID], 0.0
-        for step in range(max_len + 1):
-            row = _next_log_probs(model, [tokens], memory, src_mask[b : b + 1], step, max_len, 0)
-            row = row[0].clone()
-            row[UNK_ID] -= penalty
-            token = int(row.argmax())
-            score += float(row[token])
-            tokens.append(token)
-            if token == EOS_ID:
-                break
-        assert_same([hyp], [(tokens[1:-1], score)])
+        assert_same([hyp], [greedy_one(model, src, src_mask, b, max_len, adjust=penalised)])
     beams = beam_search(model, src, src_mask, beam_size=3, nbest=3, unk_penalty=penalty)
     unks = sum(h.tokens.count(UNK_ID) for hyps in beams for h in hyps)
     if penalty == 1000.0:

@@ -19,6 +19,7 @@ from tests.decode.test_search import (
     _limit,
     _next_log_probs,
     assert_same,
+    greedy_one,
     reference_beam_search,
 )
 from tests.decode.test_toy import _exhaustive, _random_table, source
@@ -75,23 +76,19 @@ def test_a_wide_beam_finds_every_output_that_starts_with_the_prefix(
 
 
 def _reference_greedy_with_prefix(model, src, src_mask, prefixes, max_len_a=1.2, max_len_b=10):
-    """Uncached greedy (the whole output so far through the decoder at every step), the prefix's
-    tokens taken while it lasts; the limit raised to the prefix's length."""
-    out = []
-    for b, prefix in enumerate(prefixes):
-        memory = model.encode(src[b : b + 1], src_mask[b : b + 1])
-        max_len = max(_limit(model, src_mask[b], max_len_a, max_len_b), len(prefix))
-        tokens, score = [BOS_ID], 0.0
-        for step in range(max_len + 1):
-            row = _next_log_probs(model, [tokens], memory, src_mask[b : b + 1], step, max_len, 0)
-            row = _forced(row[0], prefix, step)
-            token = int(row.argmax())
-            score += float(row[token])
-            tokens.append(token)
-            if token == EOS_ID:
-                break
-        out.append((tokens[1:-1], score))
-    return out
+    """Uncached greedy, the prefix's tokens taken while it lasts; the limit raised to the
+    prefix's length."""
+    return [
+        greedy_one(
+            model,
+            src,
+            src_mask,
+            b,
+            max(_limit(model, src_mask[b], max_len_a, max_len_b), len(prefix)),
+            adjust=lambda row, step, _, prefix=prefix: _forced(row, prefix, step),
+        )
+        for b, prefix in enumerate(prefixes)
+    ]
 
 
 # per sentence of src_batch: a 2-token prefix, none, one longer than the length limit

@@ -51,20 +51,29 @@ def _next_log_probs(model, prefixes, memory, src_mask, step, max_len, min_len) -
 def reference_greedy(model, src, src_mask, max_len_a=1.2, max_len_b=10, min_len=0):
     out = []
     for b in range(src.shape[0]):
-        memory = model.encode(src[b : b + 1], src_mask[b : b + 1])
         max_len = _limit(model, src_mask[b], max_len_a, max_len_b)
-        prefix, score = [BOS_ID], 0.0
-        for step in range(max_len + 1):
-            lp = _next_log_probs(
-                model, [prefix], memory, src_mask[b : b + 1], step, max_len, min_len
-            )[0]
-            token = int(lp.argmax())
-            score += float(lp[token])
-            prefix.append(token)
-            if token == EOS_ID:
-                break
-        out.append((prefix[1:-1], score))
+        out.append(greedy_one(model, src, src_mask, b, max_len, min_len))
     return out
+
+
+@torch.inference_mode()
+def greedy_one(model, src, src_mask, b, max_len, min_len=0, adjust=None):
+    """Sentence b alone, uncached, up to max_len tokens -> (tokens, summed log-prob).
+
+    adjust(log_probs (V,), step, output so far) -> the log-probs to choose from: a ban or a
+    forced token, written out by a test in its own plain code.
+    """
+    memory = model.encode(src[b : b + 1], src_mask[b : b + 1])
+    prefix, score = [BOS_ID], 0.0
+    for step in range(max_len + 1):
+        lp = _next_log_probs(model, [prefix], memory, src_mask[b : b + 1], step, max_len, min_len)
+        lp = lp[0] if adjust is None else adjust(lp[0], step, prefix[1:])
+        token = int(lp.argmax())
+        score += float(lp[token])
+        prefix.append(token)
+        if token == EOS_ID:
+            break
+    return prefix[1:-1], score
 
 
 @torch.inference_mode()
