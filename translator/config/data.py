@@ -135,15 +135,13 @@ class DataConfig:
 
     def _check_user_symbols(self) -> None:
         for symbol in self.user_symbols:
-            wrong = (
-                "is empty"
-                if not symbol
-                else "holds a space"
-                if any(c.isspace() for c in symbol)
-                else "is a special piece"
-                if symbol in RESERVED_PIECES
-                else ""
-            )
+            wrong = ""
+            if not symbol:
+                wrong = "is empty"
+            elif any(c.isspace() for c in symbol):
+                wrong = "holds a space"
+            elif symbol in RESERVED_PIECES:
+                wrong = "is a special piece"
             if wrong:
                 raise TranslatorError(
                     f"user symbol {symbol!r} {wrong}",

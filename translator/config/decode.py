@@ -62,8 +62,8 @@ class DecodeConfig:
         check_range("decode", self, "channel_candidates", 2)
         check_range("decode", self, "max_len_a", 0, 1000)
         check_range("decode", self, "max_len_b min_len no_repeat_ngram_size", 0, 1_000_000)
-        check_range("decode", self, "length_penalty", -10, 10)
-        check_range("decode", self, "unk_penalty", -1000, 1000)  # negative favours short outputs
+        check_range("decode", self, "length_penalty", -10, 10)  # negative favours short outputs
+        check_range("decode", self, "unk_penalty", -1000, 1000)
         if self.max_len_a == 0 and self.min_len > self.max_len_b > 0:
             raise TranslatorError(
                 f"min_len={self.min_len} is above the output limit max_len_b={self.max_len_b}",
