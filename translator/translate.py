@@ -324,8 +324,8 @@ def _prefix_pieces(
                 f"line {first_line + number}",
                 "shorten the prefix",
             )
-    firsts = {line: k for k, line in reversed(list(enumerate(owner)))}  # a line's first piece
-    return [encoded[line] if firsts[line] == k else [] for k, line in enumerate(owner)]
+    # owner runs in line order: a piece is its line's first where the line changes
+    return [encoded[line] if k == 0 or owner[k - 1] != line else [] for k, line in enumerate(owner)]
 
 
 def _at_length_limit(
