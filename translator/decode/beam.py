@@ -112,7 +112,7 @@ def beam_search(
         log_probs = log_softmax_into(vocab_buffer, logits[:, -1])
         ban_tokens_(log_probs, step, eos_from, unk_penalty)
         if step >= shortest_limit:  # at its length limit a sentence's only continuation is EOS
-            _only_eos_(log_probs, (step >= max_lens).repeat_interleave(k))
+            only_eos_(log_probs, (step >= max_lens).repeat_interleave(k))
         force_prefix_(log_probs, step, prefix, prefix_lens)
         if no_repeat_ngram:
             ban_repeated_ngrams_(log_probs, tokens, step, no_repeat_ngram, step >= prefix_lens)
@@ -221,7 +221,7 @@ def keep_best(
     return merged[:, :k], torch.cat([tokens, new_tokens], dim=1).gather(1, pick)
 
 
-def _only_eos_(log_probs: torch.Tensor, rows: torch.Tensor) -> None:
+def only_eos_(log_probs: torch.Tensor, rows: torch.Tensor) -> None:
     """log_probs (N, V), in place: where `rows` (N,) is True every token but EOS gets -inf."""
     eos = log_probs[:, EOS_ID].clone()
     log_probs.masked_fill_(rows[:, None], float("-inf"))
