@@ -73,6 +73,23 @@ def test_prefixed_translations_are_translate_lines_own(tiny, server):
     assert status == 200 and one["translations"] == [reply["translations"][2]]
 
 
+def test_constrained_translations_are_translate_lines_own(tiny, server):
+    lines = [SENTENCES[0], SENTENCES[1], SENTENCES[3]]  # none split for its length
+    constraints = [["Hund"], [], ["Zwei", "spielen"]]
+    body = {"text": lines, "constraints": constraints, "beam": 4}
+    status, reply = call(server + "/translate", body)
+    assert status == 200, reply
+    decode = with_overrides(tiny.cfg.decode, beam_size=4)
+    expected = translate_lines(
+        tiny.model, tiny.tokenizer, lines, decode, data=tiny.cfg.data, constraints=constraints
+    )
+    assert reply["translations"] == [hyps[0][0] for hyps in expected]
+    assert "Hund" in reply["translations"][0]
+    body = {"text": lines[2], "constraints": ["Zwei", "spielen"], "beam": 4}
+    status, one = call(server + "/translate", body)
+    assert status == 200 and one["translations"] == [reply["translations"][2]], one
+
+
 def test_scores_are_score_lines_own_and_json_has_no_nan(tiny, server):
     long = " ".join(["A man rides a bike."] * 20)  # over the tiny model's positions
     sources, targets = [*SENTENCES[:2], long], ["Ein Hund.", "", "Zwei Hunde."]
@@ -130,6 +147,17 @@ def test_concurrent_requests_each_get_their_own_answer(tiny, server):
         ("POST", "/translate", {"text": ["a", "b"], "prefix": ["c"]}, 400, "2 lines of text but"),
         ("POST", "/translate", {"text": ["a"], "prefix": [3]}, 400, "'prefix' must be a string"),
         ("POST", "/translate", {"text": "a", "prefix": "Hund " * 50}, 400, "the prefix is"),
+        ("POST", "/translate", {"text": "a", "constraints": "b"}, 400, "a list of phrases"),
+        ("POST", "/translate", {"text": ["a"], "constraints": ["b"]}, 400, "a list of phrases"),
+        ("POST", "/translate", {"text": ["a"], "constraints": [[3]]}, 400, "a list of phrases"),
+        ("POST", "/translate", {"text": ["a", "b"], "constraints": [[]]}, 400, "2 lines of text"),
+        (
+            "POST",
+            "/translate",
+            {"text": "a", "constraints": ["b"], "prefix": "c"},
+            400,
+            "do not combine",
+        ),
     ],
 )
 def test_bad_requests_get_a_4xx_and_an_error(server, method, path, body, status, message):

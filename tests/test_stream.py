@@ -95,6 +95,14 @@ def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
         cli.app, ["translate", str(tiny.path), "--prefix", "-q"], input="A dog.\tEin\n"
     )
     assert result.exit_code == 0 and seen["prefix"] is True, result.output
+    assert seen["constraints"] is False
+    result = CliRunner().invoke(
+        cli.app, ["translate", str(tiny.path), "--constraints", "-q"], input="A dog.\tHund\n"
+    )
+    assert result.exit_code == 0 and seen["constraints"] is True, result.output
+    both = ["translate", str(tiny.path), "--constraints", "--prefix"]
+    result = CliRunner().invoke(cli.app, both, input="A dog.\tHund\n")
+    assert result.exit_code == 1 and "give one of them" in str(result.exception)
     drawn = ["--sampling", "--sampling-topk", "5", "--sampling-topp", "0.9", "--temperature", "0.7"]
     result = CliRunner().invoke(
         cli.app, ["translate", str(tiny.path), *drawn, "--seed", "3"], input="A dog.\n"
@@ -559,4 +567,22 @@ def test_with_prefix_each_line_is_split_at_its_first_tab(tiny):
         tiny.model, tiny.tokenizer, [SENTENCES[1], SENTENCES[2]], tiny.cfg.decode, warn=None
     )
     assert got[0].startswith("Ein Hund und")  # a TAB in the prefix is a space, as in a source
+    assert got[1] == plain[0][0][0] and got[3] == plain[1][0][0] and got[2] == ""
+
+
+def test_with_constraints_each_tab_starts_a_phrase(tiny):
+    """SOURCE<TAB>PHRASE<TAB>PHRASE: the translation holds each PHRASE; a line without a TAB is
+    translated as it would be without --constraints; an empty source gives an empty line."""
+    lines = [f"{SENTENCES[0]}\tHund\tspielen", SENTENCES[1], "\tEin", f"{SENTENCES[2]}\t"]
+    decode = dataclasses.replace(tiny.cfg.decode, beam_size=4)
+    out = io.StringIO()
+    stream.translate_chunks(
+        tiny.model, tiny.tokenizer, decode, iter([lines]), out, constraints=True
+    )
+    got = out.getvalue().split("\n")
+    assert len(got) == 5 and got[-1] == ""
+    plain = translate.translate_lines(
+        tiny.model, tiny.tokenizer, [SENTENCES[1], SENTENCES[2]], decode, warn=None
+    )
+    assert "Hund" in got[0] and "spielen" in got[0]
     assert got[1] == plain[0][0][0] and got[3] == plain[1][0][0] and got[2] == ""

@@ -448,7 +448,7 @@ def fake_search(outputs: dict[int, list[int]]):
     """A search that answers a source whose first id is k with the tokens outputs[k] (else one
     ordinary token)."""
 
-    def search(model, src_ids, decode, nbest=1, sampler=None, prefixes=None):
+    def search(model, src_ids, decode, nbest=1, sampler=None, prefixes=None, constraints=None):
         return [[Hypothesis(outputs.get(ids[0], [UNK_ID + 100]), -1.0)] * nbest for ids in src_ids]
 
     return search
@@ -661,3 +661,60 @@ def test_a_prefix_longer_than_the_model_can_output_is_refused_naming_its_line(ti
         translate.translate_lines(
             tiny.model, tiny.tokenizer, SENTENCES[:2], tiny.cfg.decode, prefixes=["Ein"]
         )
+
+
+@pytest.mark.parametrize("beam_size,nbest", [(1, 1), (4, 2)])
+def test_translations_hold_their_constraints_and_other_lines_are_untouched(tiny, beam_size, nbest):
+    """Several batches of lines with and without constraints (phrases a random model would not
+    say): each constrained translation holds its phrases, the others are the plain search's."""
+    decode = dataclasses.replace(tiny.cfg.decode, beam_size=beam_size, batch_tokens=40)
+    lines = SENTENCES[:7]  # line 3 is split for its length (the tiny model's 40 positions)
+    constraints = [["Hund"], [], [], ["Zwei Männer", "spielen"], [" "], ["Eine"], []]
+    said = []
+    found = translate.translate_lines(
+        tiny.model, tiny.tokenizer, lines, decode, nbest, warn=said.append, constraints=constraints
+    )
+    plain = translate.translate_lines(tiny.model, tiny.tokenizer, lines, decode, nbest, warn=None)
+    for hyps, phrases, without in zip(found, constraints, plain):
+        assert len(hyps) == len(without)
+        if any(p.strip() for p in phrases):
+            # a beam of one keeps no slot for them: the warning below says so
+            assert beam_size == 1 or all(p in hyps[0][0] for p in phrases), (phrases, hyps)
+        else:  # none, or only a blank one
+            assert [t for t, _ in hyps] == [t for t, _ in without]
+            assert [s for _, s in hyps] == pytest.approx([s for _, s in without], abs=1e-4)
+    # a warning names the lines with as many constraint tokens as beam slots, or more
+    tokens = [sum(map(len, tiny.tokenizer.target_sp.encode(p))) for p in constraints]
+    narrow = [str(n + 1) for n, t in enumerate(tokens) if t and t >= beam_size]
+    warned = [w for w in said if "constraint tokens" in w]
+    assert warned == (
+        [f"line{'s' * (len(narrow) > 1)} {', '.join(narrow)}: {line_warnings.NARROW_BEAM}"]
+        if narrow
+        else []
+    )
+    assert beam_size > 1 or narrow == ["1", "4", "6"]
+
+
+def test_constraints_on_a_split_line_or_too_long_for_the_model_are_refused_naming_the_line(tiny):
+    long_line = " ".join(SENTENCES * 2)  # split into several parts
+    lines, decode = [SENTENCES[0], long_line], tiny.cfg.decode
+    with pytest.raises(TranslatorError, match="line 8: the line is too long .* constraints"):
+        translate.translate_lines(
+            tiny.model, tiny.tokenizer, lines, decode, constraints=[[], ["Hund"]], first_line=7
+        )
+    too_long = " ".join(["Hund"] * tiny.cfg.model.max_positions)
+    with pytest.raises(TranslatorError, match="line 1: the constraints are .* over the 39"):
+        translate.translate_lines(
+            tiny.model, tiny.tokenizer, lines[:1], decode, constraints=[["Ein", too_long]]
+        )
+    with pytest.raises(TranslatorError, match="do not combine with a prefix or sampling"):
+        translate.translate_lines(
+            tiny.model, tiny.tokenizer, lines[:1], decode, constraints=[["Ein"]], prefixes=["E"]
+        )
+    with pytest.raises(ValueError, match="1 constraint lists for 2 lines"):
+        translate.translate_lines(tiny.model, tiny.tokenizer, lines, decode, constraints=[["E"]])
+    # an empty source line still gives an empty translation
+    out = translate.translate_lines(
+        tiny.model, tiny.tokenizer, ["", SENTENCES[1]], decode, constraints=[["Hund"], ["Hund"]]
+    )
+    assert out[0][0][0] == "" and "Hund" in out[1][0][0]

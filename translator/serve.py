@@ -1,6 +1,7 @@
 """`translator serve`: a model behind a small JSON-over-HTTP API (http_api.py's plumbing).
 
-    POST /translate  {"text": ["A dog runs.", ...], "beam": 5, "nbest": 2, "prefix": ["Ein", ...]}
+    POST /translate  {"text": ["A dog runs.", ...], "beam": 5, "nbest": 2, "prefix": ["Ein", ...],
+                      "constraints": [["Hund"], ...]}
                  ->  {"translations": ["Ein Hund rennt.", ...],
                       "nbest": [[{"text": ..., "score": ...}, ...], ...],   (with "nbest")
                       "warnings": [...]}
@@ -8,7 +9,9 @@
     GET  /health     ->  {"status": "ok", "direction": "en->de", "device": "cpu", "dtype": ...}
 
 "text" may be one string (then "translations" holds one, and "prefix" is one string too). Each
-translation starts with its "prefix" ("" for none; as `translate --prefix`). The model is loaded
+translation starts with its "prefix" ("" for none; as `translate --prefix`) and holds each phrase
+of its "constraints" (a list of phrases, [] for none; as `translate --constraints`; a list of
+such lists where "text" is a list; not with "prefix"). The model is loaded
 once; requests are answered by threads and decode one at a time, in arrival order, on one thread
 of their own (a batch of lines already fills the cores, and decoding with alignments is not
 thread-safe). A request is bounded (lines, beam) so that none holds the model for minutes; a
@@ -86,7 +89,7 @@ class Translator:
         }
 
     def translate(self, request: Any, client_left: Callable[[], bool] = _here) -> dict[str, Any]:
-        _only_keys(request, {"text", "beam", "nbest", "prefix"})
+        _only_keys(request, {"text", "beam", "nbest", "prefix", "constraints"})
         text = request.get("text")
         lines = _lines([text] if isinstance(text, str) else text, "'text' must be a string or")
         prefixes = None
@@ -97,6 +100,9 @@ class Translator:
             prefixes = _lines(one, "'prefix' must be a string or")
             if len(prefixes) != len(lines):
                 raise BadRequest(f"{len(lines)} lines of text but {len(prefixes)} prefixes")
+        constraints = None
+        if (asked := request.get("constraints")) is not None:
+            constraints = _constraint_lists(asked, isinstance(text, str), len(lines))
         beam = _small_int(request, "beam")
         nbest = _small_int(request, "nbest")
         decode = with_overrides(self.decode, beam_size=beam)
@@ -112,6 +118,7 @@ class Translator:
                     warn=warnings.append,
                     data=self.cfg.data,
                     prefixes=prefixes,
+                    constraints=constraints,
                 ),
                 client_left,
             )
@@ -189,6 +196,17 @@ def _lines(value: Any, must: str) -> list[str]:
         )
     # through UTF-16, whose decoder replaces a lone surrogate with one U+FFFD (UTF-8's with three)
     return [line.encode("utf-16", "surrogatepass").decode("utf-16", "replace") for line in value]
+
+
+def _constraint_lists(value: Any, one_text: bool, lines: int) -> list[list[str]]:
+    """A request's "constraints": phrases for one text, else a list of them per line."""
+    must = "'constraints' must be a list of phrases where 'text' is a string, else a list of such"
+    per_line = [value] if one_text else value
+    if not isinstance(per_line, list) or not all(isinstance(p, list) for p in per_line):
+        raise BadRequest(must + " lists")
+    if len(per_line) != lines:
+        raise BadRequest(f"{lines} lines of text but {len(per_line)} constraint lists")
+    return [_lines(phrases, must) for phrases in per_line]
 
 
 def _small_int(request: dict[str, Any], key: str) -> int | None:

@@ -56,6 +56,7 @@ def run(
     channel_candidates: int | None = None,
     sampling: Sampling | None = None,
     prefix: bool = False,
+    constraints: bool = False,
     quiet: bool = False,
 ) -> int:
     """The `translate` command: stdin to stdout through a checkpoint (several: an ensemble);
@@ -63,8 +64,8 @@ def run(
 
     Flags left None take the checkpoint's decode.* values. `channel`: checkpoint(s) of the reverse
     direction that rerank each n-best (translator/rerank.py). `sampling`: draw each token
-    (decode/sampling.py) instead of searching. `prefix`: each line is SOURCE<TAB>PREFIX
-    (translate_chunks). Unless quiet, one log line on
+    (decode/sampling.py) instead of searching. `prefix`: each line is SOURCE<TAB>PREFIX;
+    `constraints`: SOURCE<TAB>PHRASE<TAB>... (translate_chunks). Unless quiet, one log line on
     stderr says which device and dtype were chosen.
     """
     if sys.stdin is None or sys.stdout is None:
@@ -109,6 +110,7 @@ def run(
             sampling=sampling,
             lines_expected=expected,
             prefix=prefix,
+            constraints=constraints,
         )
 
 
@@ -225,6 +227,7 @@ def translate_chunks(
     sampling: Sampling | None = None,
     lines_expected: int | None = None,
     prefix: bool = False,
+    constraints: bool = False,
 ) -> int:
     """Translate chunks of lines, writing each chunk as soon as it is done; returns the line count.
 
@@ -237,6 +240,8 @@ def translate_chunks(
     instead, so a bar does not read "done" at the end of each chunk.
     With `prefix` each line is SOURCE<TAB>PREFIX, split at its first TAB, and its translations
     start with PREFIX (translate_lines); a line without a TAB has no prefix.
+    With `constraints` each line is SOURCE<TAB>PHRASE<TAB>PHRASE..., fairseq's format: its
+    translations hold every PHRASE (translate_lines); a line without a TAB has none.
     """
     count, decoded = 0, 0  # lines written; sentences decoded in earlier chunks
     output = getattr(out, "name", "the output")  # <stdout>, as a failed write names it
@@ -258,10 +263,13 @@ def translate_chunks(
             else:  # a long line's pieces are sentences of their own: done / total of the chunk
                 progress(lines_before + lines * done // max(total, 1), lines_expected)
 
-        prefixes = None
+        prefixes, required = None, None
         if prefix:
             split = [line.partition("\t") for line in chunk]
             chunk, prefixes = [source for source, _, _ in split], [text for _, _, text in split]
+        elif constraints:
+            fields = [line.split("\t") for line in chunk]
+            chunk, required = [f[0] for f in fields], [f[1:] for f in fields]
         for hyps in translate_lines(
             model,
             tokenizer,
@@ -276,6 +284,7 @@ def translate_chunks(
             data=data,
             sampling=sampling,
             prefixes=prefixes,
+            constraints=required,
         ):
             with write_errors(output, "cannot write the translations"):
                 if nbest is None and alignment_layer is None:

@@ -22,6 +22,7 @@ import dataclasses
 import math
 import sys
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 import torch
@@ -39,6 +40,7 @@ from translator.diagnostics.alignment import align_hypotheses, check_layer, join
 from translator.diagnostics.words import pharaoh
 from translator.errors import TranslatorError
 from translator.line_warnings import (
+    NARROW_BEAM,
     NOT_FINITE,
     length_message,
     line_list,
@@ -98,6 +100,7 @@ def translate_lines(
     data: DataConfig | None = None,
     sampling: Sampling | None = None,
     prefixes: list[str] | None = None,
+    constraints: list[list[str]] | None = None,
 ) -> list[list[tuple]]:
     """Translate `lines`; returns, per input line and in input order, (text, score) best first.
 
@@ -106,6 +109,11 @@ def translate_lines(
     tokens count in the score. It is encoded as text, so a prefix that ends inside a word is that
     piece of a word. A line split for its length has the prefix on its first part; an empty line
     still gives an empty translation.
+
+    `constraints` (one list per line, [] for none): phrases each line's translations must hold
+    (terminology; decode/constrained.py), encoded as the target side; the beam search then places
+    them, at any --beam, but a beam wider than a line's constraint tokens places them better. Not
+    with prefixes or sampling; a line split for its length is refused.
 
     `data`: the model's data settings; each line is then normalised as its training sources were
     (data/clean.py: control characters, whitespace runs, NFC), so a character the cleaner took
@@ -139,6 +147,23 @@ def translate_lines(
     forced = _prefix_pieces(
         tokenizer, prefixes, lines, owner, data, model.cfg.max_positions - 1, first_line
     )
+    required = _constraint_pieces(
+        tokenizer,
+        constraints,
+        lines,
+        owner,
+        data,
+        decode.beam_size,
+        model.cfg.max_positions - 1,
+        warn,
+        first_line,
+    )
+    if required is not None and (prefixes is not None or sampling is not None):
+        raise TranslatorError(
+            "constraints do not combine with a prefix or sampling",
+            "--constraints",
+            "leave out --prefix and --sampling",
+        )
     results: list[list[Hypothesis]] = [[] for _ in pieces]
     aligned: list[list[list[tuple[int, int]]]] = [[] for _ in pieces]  # per piece, per hypothesis
     done = 0
@@ -150,7 +175,12 @@ def translate_lines(
         batch_prefixes = [forced[i] for i in batch] if forced else None
         if sampling is None:
             found = search(
-                model, [pieces[i] for i in batch], decode, nbest, prefixes=batch_prefixes
+                model,
+                [pieces[i] for i in batch],
+                decode,
+                nbest,
+                prefixes=batch_prefixes,
+                constraints=[required[i] for i in batch] if required else None,
             )
         else:
             batch_keys = [keys[i] for i in batch]
@@ -191,8 +221,10 @@ def translate_lines(
     }
     if unknown and warn is not None:
         warn(unk_message(unknown))
+    # the searches raise a piece's limit to its prefix's or its constraints' length
+    raised = forced or ([sum(phrases, []) for phrases in required] if required else None)
     cut, capped = _at_length_limit(
-        pieces, owner, results, decode, model.cfg.max_positions - 1, forced
+        pieces, owner, results, decode, model.cfg.max_positions - 1, raised
     )
     cut = [number for number in cut if number not in overflowed]
     if cut and warn is not None:
@@ -326,6 +358,51 @@ def _prefix_pieces(
             )
     # owner runs in line order: a piece is its line's first where the line changes
     return [encoded[line] if k == 0 or owner[k - 1] != line else [] for k, line in enumerate(owner)]
+
+
+def _constraint_pieces(
+    tokenizer: Tokenizer,
+    constraints: list[list[str]] | None,
+    lines: list[str],
+    owner: list[int],
+    data: DataConfig | None,
+    beam_size: int,
+    limit: int,
+    warn: Callable[[str], None] | None,
+    first_line: int,
+) -> list[list[list[int]]] | None:
+    """Each piece's constraints, encoded as the target side (blank phrases dropped); None when no
+    line has one. A line split into pieces, or whose constraints outgrow the model's outputs, is
+    refused; a beam no wider than a line's constraint tokens is warned about."""
+    if constraints is None:
+        return None
+    if len(constraints) != len(lines):
+        raise ValueError(f"{len(constraints)} constraint lists for {len(lines)} lines")
+    texts = [[source_text(p, data) for p in phrases if p.strip()] for phrases in constraints]
+    if not any(texts):
+        return None
+    encoded = [tokenizer.target_sp.encode(phrases) for phrases in texts]
+    parts = Counter(owner)  # pieces per line
+    narrow = []
+    for number, phrases in enumerate(encoded):
+        where, tokens = f"line {first_line + number}", sum(map(len, phrases))
+        if phrases and parts[number] > 1:
+            raise TranslatorError(
+                "the line is too long to translate at once, so its constraints cannot be placed",
+                where,
+                "split the line into sentences",
+            )
+        if tokens > limit:
+            raise TranslatorError(
+                f"the constraints are {tokens} tokens, over the {limit} the model can output",
+                where,
+                "give fewer or shorter constraints",
+            )
+        if phrases and tokens >= beam_size:
+            narrow.append(first_line + number)
+    if narrow and warn is not None:
+        warn(f"{line_list(narrow)}: {NARROW_BEAM}")
+    return [encoded[line] for line in owner]
 
 
 def _at_length_limit(

@@ -7,6 +7,7 @@ are no constraints, and forced decoding for the scores.
 
 from __future__ import annotations
 
+import copy
 import random
 
 import pytest
@@ -26,6 +27,8 @@ from translator.decode.constrained import (
     extend,
 )
 from translator.decode.forced import target_log_probs
+from translator.model.ensemble import Ensemble
+from translator.model.inference import for_cpu_decoding
 
 
 def holds(output: list[int], phrase: list[int]) -> bool:
@@ -204,3 +207,18 @@ def test_bad_constraints_are_refused(make_model, src_batch, bad, message):
     model, (src, src_mask) = make_model(), src_batch
     with pytest.raises(ValueError, match=message):
         constrained_beam_search(model, src, src_mask, bad)
+
+
+@torch.inference_mode()
+def test_cpu_converted_models_and_ensembles_find_what_the_plain_model_finds(make_model, src_batch):
+    """A model converted for CPU decoding (beam-slots cache, packed weights) and an ensemble of
+    the model twice (mean of equal distributions) against the plain model."""
+    model, (src, src_mask) = make_model(), src_batch
+    converted = copy.deepcopy(model)
+    for_cpu_decoding(converted)
+    settings_ = dict(beam_size=4, nbest=2, **LIMITS)
+    expected = constrained_beam_search(model, src, src_mask, CONSTRAINTS, **settings_)
+    for other in (converted, Ensemble([model, copy.deepcopy(model)])):
+        found = constrained_beam_search(other, src, src_mask, CONSTRAINTS, **settings_)
+        for hyps, want in zip(found, expected):
+            assert_same(hyps, [(h.tokens, h.score) for h in want])

@@ -203,6 +203,16 @@ def translate(
             ),
         ),
     ] = False,
+    constraints: Annotated[
+        bool,
+        typer.Option(
+            "--constraints",
+            help=(
+                "Each input line is SOURCE<TAB>PHRASE<TAB>...: its translation holds every "
+                "PHRASE (terminology); a beam wider than their tokens places them better."
+            ),
+        ),
+    ] = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Translate stdin to stdout, one line out per line in.
@@ -225,6 +235,9 @@ def translate(
     A translator's first words, continued (SOURCE<TAB>PREFIX):
       printf 'A man rides a bike.\\tEin Mann' | translator translate \\
       runs/multi30k/best.pt --prefix
+    Terms the translation must hold (SOURCE<TAB>PHRASE<TAB>...):
+      printf 'A man rides a bike.\\tFahrrad' | translator translate \\
+      runs/multi30k/best.pt --constraints --beam 5
     """
     from translator import stream
 
@@ -235,6 +248,12 @@ def translate(
     layer = None  # no alignment pass
     if alignments:
         layer = -1 if alignment_layer is None else alignment_layer
+    if prefix and constraints:
+        raise TranslatorError(
+            "--prefix and --constraints both read the text after a TAB",
+            "translate",
+            "give one of them",
+        )
     needs_channel("translate", channel, channel_weight, channel_candidates)
     drawn = sampling_from(sampling, sampling_topk, sampling_topp, temperature, seed, beam, channel)
     with reader_may_leave():  # `translate < in | head`: stops at once, exit 0
@@ -258,6 +277,7 @@ def translate(
             channel_candidates=channel_candidates,
             sampling=drawn,
             prefix=prefix,
+            constraints=constraints,
             quiet=quiet,
         )
 

@@ -7,6 +7,7 @@ from translator.data.batching import pad, padding_mask
 from translator.data.tokenizer import EOS_ID
 from translator.decode import Hypothesis
 from translator.decode.beam import beam_search, length_penalty
+from translator.decode.constrained import constrained_beam_search
 from translator.decode.greedy import greedy_search
 from translator.decode.sampling import RowSampler, Sampling
 from translator.model.ensemble import Ensemble
@@ -21,11 +22,13 @@ def search(
     drop_finished: bool = True,
     sampler: RowSampler | None = None,
     prefixes: list[list[int]] | None = None,
+    constraints: list[list[list[int]]] | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode one batch of id lists (no EOS) on the model's device -> nbest hypotheses each.
 
     `prefixes`: output ids each sentence's hypotheses start with (decode/__init__.py's
-    prefix_rows), scored as the rest.
+    prefix_rows), scored as the rest. `constraints`: per sentence, phrases (output ids) its
+    hypotheses must hold (decode/constrained.py), at any beam size; not with prefixes or sampling.
 
     `drop_finished=False`: every row is stepped to the end (the searches' reference; benchmarks).
     A `sampler` (one generator per row) draws each token: one hypothesis per row, any beam size.
@@ -33,6 +36,23 @@ def search(
     device = next(model.parameters()).device
     src = pad(src_ids, suffix=[EOS_ID]).to(device)  # (B, S)
     src_mask = padding_mask(src)  # (B, 1, 1, S)
+    if constraints is not None:
+        if prefixes is not None or sampler is not None:
+            raise ValueError("constraints do not combine with prefixes or sampling")
+        return constrained_beam_search(
+            model,
+            src,
+            src_mask,
+            constraints,
+            beam_size=max(decode.beam_size, nbest),
+            alpha=decode.length_penalty,
+            max_len_a=decode.max_len_a,
+            max_len_b=decode.max_len_b,
+            min_len=decode.min_len,
+            nbest=nbest,
+            no_repeat_ngram=decode.no_repeat_ngram_size,
+            unk_penalty=decode.unk_penalty,
+        )
     if (decode.beam_size == 1 and nbest == 1) or sampler is not None:
         hyps = greedy_search(
             model,
