@@ -10,8 +10,9 @@ NOT_FINITE = (
     "the model's scores are not finite (NaN or inf: it overflows in this precision), so the "
     "output is meaningless; use --dtype fp32 or bf16"
 )
-NARROW_BEAM = (
-    "as many constraint tokens as the beam has slots or more; a wider --beam places them better"
+MISSED_CONSTRAINT = (
+    "the translation lacks one of its constraints (the beam kept no hypothesis that placed it "
+    "before the length limit); a wider --beam places more"
 )
 BYTE_FALLBACK = (
     "a model prepared with data.byte_fallback: true spells such characters in bytes instead"

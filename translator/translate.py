@@ -40,7 +40,7 @@ from translator.diagnostics.alignment import align_hypotheses, check_layer, join
 from translator.diagnostics.words import pharaoh
 from translator.errors import TranslatorError
 from translator.line_warnings import (
-    NARROW_BEAM,
+    MISSED_CONSTRAINT,
     NOT_FINITE,
     length_message,
     line_list,
@@ -153,9 +153,7 @@ def translate_lines(
         lines,
         owner,
         data,
-        decode.beam_size,
         model.cfg.max_positions - 1,
-        warn,
         first_line,
     )
     if required is not None and (prefixes is not None or sampling is not None):
@@ -221,6 +219,9 @@ def translate_lines(
     }
     if unknown and warn is not None:
         warn(unk_message(unknown))
+    missed = _missing_constraints(required, results, owner) if required else []
+    if missed and warn is not None:
+        warn(f"{line_list([first_line + number for number in missed])}: {MISSED_CONSTRAINT}")
     # the searches raise a piece's limit to its prefix's or its constraints' length
     raised = forced or ([sum(phrases, []) for phrases in required] if required else None)
     cut, capped = _at_length_limit(
@@ -366,14 +367,12 @@ def _constraint_pieces(
     lines: list[str],
     owner: list[int],
     data: DataConfig | None,
-    beam_size: int,
     limit: int,
-    warn: Callable[[str], None] | None,
     first_line: int,
 ) -> list[list[list[int]]] | None:
     """Each piece's constraints, encoded as the target side (blank phrases dropped); None when no
     line has one. A line split into pieces, or whose constraints outgrow the model's outputs, is
-    refused; a beam no wider than a line's constraint tokens is warned about."""
+    refused."""
     if constraints is None:
         return None
     if len(constraints) != len(lines):
@@ -383,7 +382,6 @@ def _constraint_pieces(
         return None
     encoded = [tokenizer.target_sp.encode(phrases) for phrases in texts]
     parts = Counter(owner)  # pieces per line
-    narrow = []
     for number, phrases in enumerate(encoded):
         where, tokens = f"line {first_line + number}", sum(map(len, phrases))
         if phrases and parts[number] > 1:
@@ -398,11 +396,26 @@ def _constraint_pieces(
                 where,
                 "give fewer or shorter constraints",
             )
-        if phrases and tokens >= beam_size:
-            narrow.append(first_line + number)
-    if narrow and warn is not None:
-        warn(f"{line_list(narrow)}: {NARROW_BEAM}")
     return [encoded[line] for line in owner]
+
+
+def _missing_constraints(
+    required: list[list[list[int]]], results: list[list[Hypothesis]], owner: list[int]
+) -> list[int]:
+    """The lines (0-based, sorted) whose best output lacks one of its constraints: the beam kept
+    no hypothesis that placed it before the length limit."""
+
+    def holds(tokens: list[int], phrase: list[int]) -> bool:
+        n = len(phrase)
+        return any(tokens[i : i + n] == phrase for i in range(len(tokens) - n + 1))
+
+    return sorted(
+        {
+            line
+            for line, phrases, hyps in zip(owner, required, results)
+            if not all(holds(hyps[0].tokens, phrase) for phrase in phrases)
+        }
+    )
 
 
 def _at_length_limit(

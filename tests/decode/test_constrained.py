@@ -62,8 +62,12 @@ def test_each_bank_keeps_its_share_and_the_rest_go_by_score():
     proposals = [_proposal(-1.0, 0), _proposal(-2.0, 0), _proposal(-3.0, 0), _proposal(-9.0, 1)]
     proposals += [_proposal(-5.0, 2)]
     kept = allocate(proposals, 4, 3)
-    # bank 0 keeps one (-1), bank 1 its one (-9), bank 2 one of two (-5): the free slot goes to -2
+    # bank 0 keeps one (-1), bank 1 its one (-9), bank 2 one of two (-5): the free slot goes to
+    # the bank furthest along that has proposals left, bank 0 (-2, its best left)
     assert [p.score for p in kept] == [-1.0, -2.0, -5.0, -9.0]
+    # with bank 1 holding two (-7 in its share), its other (-9) takes the free slot, not -2
+    kept = allocate(proposals + [_proposal(-7.0, 1)], 4, 3)
+    assert [p.score for p in kept] == [-1.0, -5.0, -7.0, -9.0]
     assert [p.score for p in allocate(proposals, 1, 3)] == [-5.0]  # one slot: the furthest bank
     assert [p.score for p in allocate(proposals, 9, 3)] == sorted(
         [p.score for p in proposals], reverse=True
