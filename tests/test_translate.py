@@ -725,3 +725,15 @@ def test_constraints_on_a_split_line_or_too_long_for_the_model_are_refused_namin
         tiny.model, tiny.tokenizer, ["", SENTENCES[1]], decode, constraints=[["Hund"], ["Hund"]]
     )
     assert out[0][0][0] == "" and "Hund" in out[1][0][0]
+
+
+def test_a_constraint_the_vocabulary_cannot_spell_is_refused_naming_its_line(tiny):
+    with pytest.raises(TranslatorError, match=r"line 3: a constraint holds .*<unk>"):
+        translate.translate_lines(
+            tiny.model,
+            tiny.tokenizer,
+            SENTENCES[:2],
+            tiny.cfg.decode,
+            constraints=[["Hund"], ["東京"]],
+            first_line=2,
+        )

@@ -390,6 +390,12 @@ def _constraint_pieces(
                 where,
                 "split the line into sentences",
             )
+        if any(UNK_ID in ids for ids in phrases):
+            raise TranslatorError(
+                "a constraint holds characters the model's vocabulary lacks (<unk>)",
+                where,
+                "give terms the model can spell, or train it with data.byte_fallback",
+            )
         if tokens > limit:
             raise TranslatorError(
                 f"the constraints are {tokens} tokens, over the {limit} the model can output",

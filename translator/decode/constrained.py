@@ -138,9 +138,9 @@ def constrained_beam_search(
     sentence its min(nbest, k) best hypotheses, best first, those that hold every phrase before
     any that does not.
 
-    Scores as beam_search's. The length limit is raised to hold the constraints' tokens. The
-    search only meets a phrase the beam keeps room for: give a beam wider than the number of
-    constraint tokens.
+    Scores as beam_search's. The length limit is raised to hold the constraints' tokens; a wider
+    beam leaves more ways to place them. A sentence that is done stays in the batch (its rows
+    idle) until every sentence is.
     """
     B, k, n, device = src.shape[0], beam_size, min(nbest, beam_size), src.device
     limit = model.cfg.max_positions - 1
@@ -202,7 +202,8 @@ def constrained_beam_search(
         for row in range(B * k):
             by_row.setdefault(row, {}).update(zip(proposed[row], values[row]))
 
-        # 3.-4. Per sentence: EOS proposals to the finished buffer, the rest into banks.
+        # 3. Per sentence: an EOS proposal goes to the finished buffer (those that hold every
+        #    phrase first), the others into banks, which keep the next open beams (allocate).
         origins, next_tokens = [], []
         for b in range(B):
             kept: list[Proposal] = []
@@ -229,7 +230,7 @@ def constrained_beam_search(
             origins += [b * k + p.origin for p in kept] + [b * k] * (k - len(kept))
             next_tokens += [p.token for p in kept] + [PAD_ID] * (k - len(kept))
 
-            # 5. Done when its n-th best finished holds every phrase and no open beam can beat it.
+            # 4. Done when its n-th best finished holds every phrase and no open beam can beat it.
             open_scores = [beam.score for beam in beams[b] if beam is not None]
             bound = max(longest_penalty[b], length_penalty(step + 2, alpha))
             best_open = max(open_scores, default=float("-inf")) / bound
@@ -239,6 +240,7 @@ def constrained_beam_search(
                 beams[b] = [None] * k
         if all(done):
             break
+        # 5. The open beams' tokens gathered by origin; the cache reorders its self-attention K/V.
         rows_t = torch.tensor(origins, device=device)
         tokens = tokens.index_select(0, rows_t)
         tokens[:, step + 1] = torch.tensor(next_tokens, device=device)
