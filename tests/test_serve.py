@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from types import SimpleNamespace
 
 import pytest
 
@@ -513,3 +514,34 @@ def test_connections_over_the_cap_wait_until_one_closes(tiny, monkeypatch):
         httpd.shutdown()
         httpd.server_close()
     assert lines.count("3 connections open: new ones wait until one closes") == 1
+
+
+def test_serve_flags_reach_the_decode_settings(tiny, monkeypatch):
+    """`serve`'s decoding flags override the checkpoint's decode.* values; the rest stay."""
+    from typer.testing import CliRunner
+
+    from translator import cli
+
+    seen = {}
+
+    def capture(model, cfg, tokenizer, decode):
+        seen["d"] = decode
+        return SimpleNamespace(routes=dict)
+
+    monkeypatch.setattr(serve, "Translator", capture)
+    monkeypatch.setattr(http_api.JsonServer, "serve_until_stopped", lambda self, seconds: None)
+    flags = ["--beam", "3", "--max-len-a", "0.5", "--max-len-b", "6", "--min-len", "2"]
+    flags += ["--no-repeat-ngram-size", "3", "--unk-penalty", "2.5", "--length-penalty", "1.5"]
+    result = CliRunner().invoke(cli.app, ["serve", str(tiny.path), "--port", "0", "-q", *flags])
+    assert result.exit_code == 0, result.output
+    decode = seen["d"]
+    assert (
+        decode.beam_size,
+        decode.max_len_a,
+        decode.max_len_b,
+        decode.min_len,
+        decode.no_repeat_ngram_size,
+        decode.unk_penalty,
+        decode.length_penalty,
+        decode.batch_tokens,
+    ) == (3, 0.5, 6, 2, 3, 2.5, 1.5, tiny.cfg.decode.batch_tokens)

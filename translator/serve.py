@@ -224,6 +224,11 @@ def run(
     host: str = "127.0.0.1",
     port: int = 8000,
     beam: int | None = None,
+    max_len_a: float | None = None,
+    max_len_b: int | None = None,
+    min_len: int | None = None,
+    no_repeat_ngram_size: int | None = None,
+    unk_penalty: float | None = None,
     length_penalty: float | None = None,
     batch_tokens: int | None = None,
     device: str | None = None,
@@ -231,7 +236,8 @@ def run(
     quiet: bool = False,
 ) -> None:
     """The `serve` command: bind, load the checkpoint(s) once, answer until Ctrl-C or SIGTERM,
-    then let the requests being answered finish (new ones get 503)."""
+    then let the requests being answered finish (new ones get 503). Decoding settings left None
+    are the checkpoint's decode.* values."""
     routes: dict[tuple[str, str], Route] = {}  # filled once the model is loaded
     try:  # bound first: a port in use is refused before minutes of loading
         server = JsonServer(host, port, routes, log=None if quiet else log_line)
@@ -242,7 +248,15 @@ def run(
     try:
         model, cfg, tokenizer = load_models(ckpt, device, dtype)
         decode = with_overrides(
-            cfg.decode, beam_size=beam, length_penalty=length_penalty, batch_tokens=batch_tokens
+            cfg.decode,
+            beam_size=beam,
+            max_len_a=max_len_a,
+            max_len_b=max_len_b,
+            min_len=min_len,
+            no_repeat_ngram_size=no_repeat_ngram_size,
+            unk_penalty=unk_penalty,
+            length_penalty=length_penalty,
+            batch_tokens=batch_tokens,
         )
         routes.update(Translator(model, cfg, tokenizer, decode).routes())
         address, bound = server.server_address[:2]

@@ -13,7 +13,12 @@ from translator.cli.options import (
     DeviceOpt,
     DtypeOpt,
     LengthPenaltyOpt,
+    MaxLenAOpt,
+    MaxLenBOpt,
+    MinLenOpt,
+    NoRepeatNgramOpt,
     QuietOpt,
+    UnkPenaltyOpt,
 )
 
 
@@ -29,6 +34,11 @@ def serve(
         int, typer.Option("--port", min=0, max=65535, help="Port (0: any free one, printed).")
     ] = 8000,
     beam: BeamOpt = None,
+    max_len_a: MaxLenAOpt = None,
+    max_len_b: MaxLenBOpt = None,
+    min_len: MinLenOpt = None,
+    no_repeat_ngram_size: NoRepeatNgramOpt = None,
+    unk_penalty: UnkPenaltyOpt = None,
     length_penalty: LengthPenaltyOpt = None,
     batch_tokens: BatchTokensOpt = None,
     device: DeviceOpt = None,
@@ -53,6 +63,11 @@ def serve(
         host=host,
         port=port,
         beam=beam,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        min_len=min_len,
+        no_repeat_ngram_size=no_repeat_ngram_size,
+        unk_penalty=unk_penalty,
         length_penalty=length_penalty,
         batch_tokens=batch_tokens,
         device=device,
