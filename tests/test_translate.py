@@ -448,7 +448,7 @@ def fake_search(outputs: dict[int, list[int]]):
     """A search that answers a source whose first id is k with the tokens outputs[k] (else one
     ordinary token)."""
 
-    def search(model, src_ids, decode, nbest=1, sampler=None, prefixes=None, constraints=None):
+    def search(model, src_ids, decode, nbest=1, sampler=None, prefixes=None, constraints=None, **_):
         return [[Hypothesis(outputs.get(ids[0], [UNK_ID + 100]), -1.0)] * nbest for ids in src_ids]
 
     return search
@@ -737,3 +737,34 @@ def test_a_constraint_the_vocabulary_cannot_spell_is_refused_naming_its_line(tin
             constraints=[["Hund"], ["東京"]],
             first_line=2,
         )
+
+
+def test_a_prefixs_last_word_is_spelled_as_text_and_its_whole_words_forced(tiny):
+    encode = tiny.tokenizer.target_sp.encode
+    piece = tiny.tokenizer.target_sp.id_to_piece
+    ids, typed, tokens = translate.split_prefix(tiny.tokenizer, "Ein Ma", None)
+    assert ids == encode("Ein") and typed == "".join(piece(encode("Ma"))) and typed[0] == "▁"
+    assert tokens == len(ids) + len(encode("Ma"))
+    # a prefix ending in a space: its words are whole, the next piece starts a word
+    assert translate.split_prefix(tiny.tokenizer, "Ein Mann ", None)[:2] == (
+        encode("Ein Mann"),
+        "▁",
+    )
+    assert translate.split_prefix(tiny.tokenizer, "Ma", None)[:2] == ([], typed)
+    # a last word the vocabulary cannot spell is forced whole, as encoded
+    assert translate.split_prefix(tiny.tokenizer, "Ein 東", None)[:2] == (encode("Ein 東"), "")
+
+
+@pytest.mark.parametrize("beam_size,nbest", [(1, 1), (3, 3)])
+def test_a_prefix_ending_inside_a_word_is_completed_in_the_models_spelling(tiny, beam_size, nbest):
+    decode = dataclasses.replace(tiny.cfg.decode, beam_size=beam_size, batch_tokens=40)
+    lines = [SENTENCES[1], SENTENCES[3], SENTENCES[4], SENTENCES[6]]
+    prefixes = ["Ein Ma", "Zw", "Ein ", "Eine Frau spiel"]
+    found = translate.translate_lines(
+        tiny.model, tiny.tokenizer, lines, decode, nbest, warn=None, prefixes=prefixes
+    )
+    for hyps, prefix in zip(found, prefixes):
+        assert len(hyps) == nbest
+        assert all(text.startswith(prefix) for text, _ in hyps), (prefix, hyps)
+    # after "Ein " a word follows: the next piece starts one (the text goes on after the space)
+    assert all(len(text) > len("Ein ") for text, _ in found[2])

@@ -33,6 +33,7 @@ from translator.data.join import join_pieces
 from translator.data.split import piece_limit, split_long
 from translator.data.tokenizer import UNK_ID, Tokenizer
 from translator.decode import Hypothesis, output_limits
+from translator.decode.completion import WordCompletion, piece_texts
 from translator.decode.forced import target_log_probs
 from translator.decode.sampling import Sampling, piece_keys
 from translator.decode.search import sample, search
@@ -106,8 +107,9 @@ def translate_lines(
 
     `prefixes` (one per line, "" for none): the text each line's translations start with
     (interactive translation, a translator's first words kept); the search continues it, and its
-    tokens count in the score. It is encoded as text, so a prefix that ends inside a word is that
-    piece of a word. A line split for its length has the prefix on its first part; an empty line
+    tokens count in the score. Its whole words are forced, its last word spelled as the model
+    likes (split_prefix), so a prefix that ends inside a word is completed. A line split for its
+    length has the prefix on its first part; an empty line
     still gives an empty translation.
 
     `constraints` (one list per line, [] for none): phrases each line's translations must hold
@@ -144,9 +146,11 @@ def translate_lines(
     pieces, owner = _source_pieces(
         tokenizer, sources, limit, model.cfg.max_positions, warn, first_line
     )
-    forced = _prefix_pieces(
+    split = _prefix_pieces(
         tokenizer, prefixes, lines, owner, data, model.cfg.max_positions - 1, first_line
     )
+    forced, typed = split if split else (None, None)
+    spelling = piece_texts(tokenizer.target_sp) if typed and any(typed) else None
     required = _constraint_pieces(
         tokenizer,
         constraints,
@@ -171,6 +175,10 @@ def translate_lines(
     budget = decode.batch_tokens if sampling is None else max(1, decode.batch_tokens // nbest)
     for batch in length_batches([len(p) for p in pieces], budget):
         batch_prefixes = [forced[i] for i in batch] if forced else None
+        completion = None
+        if spelling is not None:
+            batch_typed = [typed[i] for i in batch]
+            completion = WordCompletion(spelling, batch_typed, [len(p) for p in batch_prefixes])
         if sampling is None:
             found = search(
                 model,
@@ -179,6 +187,7 @@ def translate_lines(
                 nbest,
                 prefixes=batch_prefixes,
                 constraints=[required[i] for i in batch] if required else None,
+                completion=completion,
             )
         else:
             batch_keys = [keys[i] for i in batch]
@@ -190,6 +199,7 @@ def translate_lines(
                 sampling,
                 nbest,
                 prefixes=batch_prefixes,
+                completion=completion,
             )
         for i, hyps in zip(batch, found):
             results[i] = hyps
@@ -223,7 +233,11 @@ def translate_lines(
     if missed and warn is not None:
         warn(f"{line_list([first_line + number for number in missed])}: {MISSED_CONSTRAINT}")
     # the searches raise a piece's limit to its prefix's or its constraints' length
-    raised = forced or ([sum(phrases, []) for phrases in required] if required else None)
+    raised = None
+    if forced:
+        raised = [len(ids) + len(text) for ids, text in zip(forced, typed)]
+    elif required:
+        raised = [sum(map(len, phrases)) for phrases in required]
     cut, capped = _at_length_limit(
         pieces, owner, results, decode, model.cfg.max_positions - 1, raised
     )
@@ -339,26 +353,57 @@ def _prefix_pieces(
     data: DataConfig | None,
     limit: int,
     first_line: int,
-) -> list[list[int]] | None:
-    """Each piece's forced output ids: its line's prefix, encoded as the target side, on the
-    line's first piece; none elsewhere. None when no line has a prefix. A prefix longer than
-    `limit`, the model's output positions, is refused."""
+) -> tuple[list[list[int]], list[str]] | None:
+    """Each piece's forced output ids and the characters typed after them (split_prefix): its
+    line's prefix, on the line's first piece; none elsewhere. None when no line has a prefix. A
+    prefix longer than `limit`, the model's output positions, is refused."""
     if prefixes is None:
         return None
     if len(prefixes) != len(lines):
         raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines")
     if not any(p.strip() for p in prefixes):
         return None
-    encoded = tokenizer.target_sp.encode([source_text(p, data) for p in prefixes])
-    for number, ids in enumerate(encoded):
-        if len(ids) > limit:
+    split = [split_prefix(tokenizer, p, data) for p in prefixes]
+    for number, (_, _, tokens) in enumerate(split):
+        if tokens > limit:
             raise TranslatorError(
-                f"the prefix is {len(ids)} tokens, over the {limit} the model can output",
+                f"the prefix is {tokens} tokens, over the {limit} the model can output",
                 f"line {first_line + number}",
                 "shorten the prefix",
             )
     # owner runs in line order: a piece is its line's first where the line changes
-    return [encoded[line] if k == 0 or owner[k - 1] != line else [] for k, line in enumerate(owner)]
+    first = [k == 0 or owner[k - 1] != line for k, line in enumerate(owner)]
+    return (
+        [split[line][0] if is_first else [] for line, is_first in zip(owner, first)],
+        [split[line][1] if is_first else "" for line, is_first in zip(owner, first)],
+    )
+
+
+def split_prefix(
+    tokenizer: Tokenizer, prefix: str, data: DataConfig | None
+) -> tuple[list[int], str, int]:
+    """A prefix -> the output ids forced for its whole words, the characters of its last word
+    (in piece spelling, from ▁: decode/completion.py) and its length in tokens.
+
+    The last word is matched as text, not forced as pieces: "Ein Ma" goes on as "Mann" or
+    "Markt", whichever pieces spell them. A prefix ending in a space ends its word: the next piece
+    starts a new one. One whose last word the vocabulary cannot spell (<unk>) is forced whole.
+    """
+    text = source_text(prefix, data)
+    if not text:
+        return [], "", 0
+    sp = tokenizer.target_sp
+    if prefix[-1].isspace():
+        ids = sp.encode(text)
+        return ids, "▁", len(ids) + 1
+    cut = max(text.rfind(" "), text.rfind("\t")) + 1
+    head, tail = text[:cut], text[cut:]
+    tail_ids = sp.encode(tail)
+    if UNK_ID in tail_ids:
+        ids = sp.encode(text)
+        return ids, "", len(ids)
+    ids = sp.encode(head) if head.strip() else []
+    return ids, "".join(sp.id_to_piece(tail_ids)), len(ids) + len(tail_ids)
 
 
 def _constraint_pieces(
@@ -430,18 +475,18 @@ def _at_length_limit(
     results: list[list[Hypothesis]],
     decode: DecodeConfig,
     positions: int,
-    prefixes: list[list[int]] | None = None,
+    raised: list[int] | None = None,
 ) -> tuple[list[int], bool]:
     """The lines (0-based, sorted) where the best output of a piece has as many tokens as the
     length limit allows (at that step only EOS was allowed, so the limit ended it, not the model),
     and whether for one of them the limit was max_positions - 1 rather than max_len_a/b's. A
-    piece's prefix raises its limit to the prefix's length, as the searches do."""
+    piece's prefix or constraints raise its limit to `raised[piece]`, as the searches do."""
     if not pieces:
         return [], False
     lengths = torch.tensor([len(ids) for ids in pieces])
     limits = output_limits(lengths, decode.max_len_a, decode.max_len_b, positions).tolist()
-    if prefixes:
-        limits = [max(limit, len(prefix)) for limit, prefix in zip(limits, prefixes)]
+    if raised:
+        limits = [max(limit, min(length, positions)) for limit, length in zip(limits, raised)]
     hit = [
         (line, limit >= positions)
         for line, hyps, limit in zip(owner, results, limits)

@@ -27,6 +27,7 @@ from translator.decode import (
     prefix_rows,
     strip,
 )
+from translator.decode.completion import WordCompletion
 from translator.decode.step import decoding_step, use_cuda_graph
 from translator.model.transformer import Transformer
 
@@ -53,6 +54,7 @@ def beam_search(
     prefixes: list[list[int]] | None = None,
     no_repeat_ngram: int = 0,
     unk_penalty: float = 0.0,
+    completion: WordCompletion | None = None,
 ) -> list[list[Hypothesis]]:
     """src (B, S), src_mask (B, 1, 1, S) -> per sentence its min(nbest, k) best hypotheses, best
     first.
@@ -64,7 +66,9 @@ def beam_search(
     reference). `prefixes` (output ids per sentence): every hypothesis starts with its sentence's
     prefix, scored as the rest; the length limit is raised to hold it. `no_repeat_ngram` n > 0:
     no hypothesis holds an n-gram twice (decode/__init__.py's ban_repeated_ngrams_).
-    `unk_penalty` is taken from <unk>'s log-prob at every step, in the scores too.
+    `unk_penalty` is taken from <unk>'s log-prob at every step, in the scores too. `completion`:
+    after its prefix every hypothesis spells the characters typed after it
+    (decode/completion.py); the limit is raised to hold them.
     """
     B, k, n, device = src.shape[0], beam_size, min(nbest, beam_size), src.device
     # how many tokens each beam proposes (step 2); a beam of one proposes its best alone, as
@@ -73,6 +77,9 @@ def beam_search(
     limit = model.cfg.max_positions - 1
     max_lens = max_lengths(src_mask, max_len_a, max_len_b, limit)  # (B,)
     prefix, prefix_lens, max_lens = prefix_rows(prefixes, max_lens, limit)  # (B, P), (B,), (B,)
+    if completion is not None:
+        max_lens = torch.maximum(max_lens, completion.lengths().to(device).clamp(max=limit))
+        completion = completion.rows([b for b in range(B) for _ in range(k)])  # (B*k,) rows
     # while a sentence is in its prefix its beams have one continuation: only slot 0 stays open
     prefix, prefix_lens = prefix.repeat_interleave(k, 0), prefix_lens.repeat_interleave(k)
     eos_from = eos_allowed_from(max_lens, min_len).repeat_interleave(k)  # (B*k,)
@@ -114,6 +121,8 @@ def beam_search(
         if step >= shortest_limit:  # at its length limit a sentence's only continuation is EOS
             only_eos_(log_probs, (step >= max_lens).repeat_interleave(k))
         force_prefix_(log_probs, step, prefix, prefix_lens)
+        if completion is not None:
+            completion.ban_(log_probs, tokens, step)
         if no_repeat_ngram:
             ban_repeated_ngrams_(log_probs, tokens, step, no_repeat_ngram, step >= prefix_lens)
 
@@ -167,6 +176,8 @@ def beam_search(
             longest_penalty, memory, src_mask = longest_penalty[keep], memory[keep], src_mask[keep]
             tokens, eos_from, row_offset = tokens[rows], eos_from[rows], row_offset[: len(keep)]
             prefix, prefix_lens = prefix[rows], prefix_lens[rows]
+            if completion is not None:
+                completion = completion.rows(rows.tolist())
             B, vocab_buffer = len(keep), vocab_buffer[: len(rows)]
             cache.reorder(rows, sentences=keep)
             next_logits = decoding_step(model, memory, src_mask, cache)

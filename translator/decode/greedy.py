@@ -17,6 +17,7 @@ from translator.decode import (
     prefix_rows,
     strip,
 )
+from translator.decode.completion import WordCompletion
 from translator.decode.sampling import RowSampler
 from translator.decode.step import decoding_step, use_cuda_graph
 from translator.model.transformer import Transformer
@@ -37,6 +38,7 @@ def greedy_search(
     prefixes: list[list[int]] | None = None,
     no_repeat_ngram: int = 0,
     unk_penalty: float = 0.0,
+    completion: WordCompletion | None = None,
 ) -> list[Hypothesis]:
     """src (B, S), src_mask (B, 1, 1, S) -> one hypothesis per sentence, scored by its summed
     log-probs.
@@ -50,12 +52,15 @@ def greedy_search(
     `prefixes` (output ids per sentence): each output starts with its prefix, scored as the rest;
     the length limit is raised to hold it. `no_repeat_ngram` n > 0: no n-gram of outputs twice
     (decode/__init__.py's ban_repeated_ngrams_). `unk_penalty` is taken from <unk>'s log-prob
-    at every step, in the scores too.
+    at every step, in the scores too. `completion`: after its prefix each output spells the
+    characters typed after it (decode/completion.py); the limit is raised to hold them.
     """
     B, device = src.shape[0], src.device
     limit = model.cfg.max_positions - 1
     max_lens = max_lengths(src_mask, max_len_a, max_len_b, limit)  # (B,)
     prefix, prefix_lens, max_lens = prefix_rows(prefixes, max_lens, limit)  # (B, P), (B,), (B,)
+    if completion is not None:
+        max_lens = torch.maximum(max_lens, completion.lengths().to(device).clamp(max=limit))
     eos_from = eos_allowed_from(max_lens, min_len)  # (B,)
     steps = int(max_lens.max()) + 1  # the last step can only emit EOS
     # (B, S, D); cross-attention K/V are projected from it once
@@ -80,6 +85,8 @@ def greedy_search(
         log_probs = log_softmax_into(vocab_buffer, logits[:, -1])
         ban_tokens_(log_probs, step, eos_from, unk_penalty)
         force_prefix_(log_probs, step, prefix, prefix_lens)
+        if completion is not None:
+            completion.ban_(log_probs, tokens, step)
         if no_repeat_ngram:
             ban_repeated_ngrams_(log_probs, tokens, step, no_repeat_ngram, step >= prefix_lens)
         token = pick.draw(log_probs)  # (B,)
@@ -97,6 +104,8 @@ def greedy_search(
             sentence, tokens, scores = sentence[keep], tokens[keep], scores[keep]
             finished, max_lens, eos_from = finished[keep], max_lens[keep], eos_from[keep]
             prefix, prefix_lens = prefix[keep], prefix_lens[keep]
+            if completion is not None:
+                completion = completion.rows(keep.tolist())
             memory, src_mask, vocab_buffer = memory[keep], src_mask[keep], vocab_buffer[: len(keep)]
             cache.reorder(keep, sentences=keep)
             pick.keep(keep)

@@ -7,6 +7,7 @@ from translator.data.batching import pad, padding_mask
 from translator.data.tokenizer import EOS_ID
 from translator.decode import Hypothesis
 from translator.decode.beam import beam_search, length_penalty
+from translator.decode.completion import WordCompletion
 from translator.decode.constrained import constrained_beam_search
 from translator.decode.greedy import greedy_search
 from translator.decode.sampling import RowSampler, Sampling
@@ -23,11 +24,13 @@ def search(
     sampler: RowSampler | None = None,
     prefixes: list[list[int]] | None = None,
     constraints: list[list[list[int]]] | None = None,
+    completion: WordCompletion | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode one batch of id lists (no EOS) on the model's device -> nbest hypotheses each.
 
     `prefixes`: output ids each sentence's hypotheses start with (decode/__init__.py's
-    prefix_rows), scored as the rest. `constraints`: per sentence, phrases (output ids) its
+    prefix_rows), scored as the rest; `completion`: the characters typed after them, spelled as
+    the model likes (decode/completion.py). `constraints`: per sentence, phrases (output ids) its
     hypotheses must hold (decode/constrained.py), at any beam size; not with prefixes or sampling.
 
     `drop_finished=False`: every row is stepped to the end (the searches' reference; benchmarks).
@@ -37,7 +40,7 @@ def search(
     src = pad(src_ids, suffix=[EOS_ID]).to(device)  # (B, S)
     src_mask = padding_mask(src)  # (B, 1, 1, S)
     if constraints is not None:
-        if prefixes is not None or sampler is not None:
+        if prefixes is not None or completion is not None or sampler is not None:
             raise ValueError("constraints do not combine with prefixes or sampling")
         return constrained_beam_search(
             model,
@@ -67,6 +70,7 @@ def search(
             prefixes=prefixes,
             no_repeat_ngram=decode.no_repeat_ngram_size,
             unk_penalty=decode.unk_penalty,
+            completion=completion,
         )
         # scored as beam search scores (tokens + EOS under the length penalty): a score, as --nbest
         # prints it, means the same at any --beam
@@ -89,6 +93,7 @@ def search(
         prefixes=prefixes,
         no_repeat_ngram=decode.no_repeat_ngram_size,
         unk_penalty=decode.unk_penalty,
+        completion=completion,
     )
 
 
@@ -100,15 +105,22 @@ def sample(
     sampling: Sampling,
     draws: int,
     prefixes: list[list[int]] | None = None,
+    completion: WordCompletion | None = None,
 ) -> list[list[Hypothesis]]:
     """`draws` translations drawn for each of a batch's id lists (keys: their (line, piece)),
-    best first, scored as `search` scores; each starts with its `prefixes` entry (as search)."""
+    best first, scored as `search` scores; each starts with its `prefixes` entry and then its
+    `completion` (as search)."""
     rows = [(i, d) for i in range(len(src_ids)) for d in range(draws)]
     device = next(model.parameters()).device
     sampler = sampling.rows([(*keys[i], d) for i, d in rows], device)
     row_prefixes = None if prefixes is None else [prefixes[i] for i, _ in rows]
     found = search(
-        model, [src_ids[i] for i, _ in rows], decode, sampler=sampler, prefixes=row_prefixes
+        model,
+        [src_ids[i] for i, _ in rows],
+        decode,
+        sampler=sampler,
+        prefixes=row_prefixes,
+        completion=None if completion is None else completion.rows([i for i, _ in rows]),
     )
     out: list[list[Hypothesis]] = [[] for _ in src_ids]
     for (i, _), hyps in zip(rows, found):

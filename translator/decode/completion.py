@@ -1,0 +1,83 @@
+"""Completing a partly typed word: after its forced prefix, an output's text must go on with given
+characters.
+
+A translator who has typed "Ein Ma" wants the model's "Mann", "Mantel" or "Markt", whichever piece
+sequence spells it: forcing the pieces of "Ma" alone ("▁Ma") would make the model continue a
+segmentation it never saw in training. So the typed characters are matched as text: at each step
+a row may only take the pieces whose text agrees with what is left of its typed characters, that
+is the pieces that are a start of it, or that it is a start of (interactive translation
+prediction, Knowles & Koehn 2016). What is left is read from the row's own outputs since its
+prefix, so beams that reorder, and sentences that leave the batch, need no state kept here but
+the rows' order.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class WordCompletion:
+    """Per row, the text its output must go on with from output position `starts[row]` on ("":
+    none), in the vocabulary's piece spelling (SentencePiece's, with ▁ for a space)."""
+
+    def __init__(self, pieces: list[str], typed: list[str], starts: list[int]) -> None:
+        """pieces: each output id's text ("" for ids never generated: PAD, BOS, EOS, <unk>)."""
+        self.pieces, self.typed, self.starts = pieces, typed, starts
+        self._allowed: dict[str, torch.Tensor] = {}  # what is left -> the ids that agree with it
+
+    def rows(self, index: list[int]) -> WordCompletion:
+        """The completion of rows `index` (a beam's copies of each sentence, the rows kept)."""
+        kept = WordCompletion(
+            self.pieces, [self.typed[i] for i in index], [self.starts[i] for i in index]
+        )
+        kept._allowed = self._allowed
+        return kept
+
+    def lengths(self) -> torch.Tensor:
+        """(N,) the most output positions each row's typed text can take: one character a piece."""
+        return torch.tensor([s + len(t) for s, t in zip(self.starts, self.typed)])
+
+    def allowed(self, left: str) -> torch.Tensor:
+        """The ids whose text is a start of `left`, or that `left` is a start of."""
+        if left not in self._allowed:
+            self._allowed[left] = torch.tensor(
+                [
+                    i
+                    for i, piece in enumerate(self.pieces)
+                    if piece and (left.startswith(piece) or piece.startswith(left))
+                ],
+                dtype=torch.long,
+            )
+        return self._allowed[left]
+
+    def left(self, row: int, outputs: list[int]) -> str:
+        """What `row` must still spell, given its outputs so far (no BOS)."""
+        text = "".join(self.pieces[t] for t in outputs[self.starts[row] :])
+        return self.typed[row][len(text) :] if len(text) < len(self.typed[row]) else ""
+
+    def ban_(self, log_probs: torch.Tensor, tokens: torch.Tensor, step: int) -> torch.Tensor:
+        """log_probs (N, V), in place: a row that has not yet spelled its typed text may only
+        take the pieces that agree with what is left of it (EOS is not among them).
+
+        tokens (N, T): BOS and then the outputs so far, tokens[:, 1 : step + 1].
+        """
+        rows = [r for r, typed in enumerate(self.typed) if typed and step >= self.starts[r]]
+        if not rows:
+            return log_probs
+        outputs = tokens[rows, 1 : step + 1].tolist()
+        for row, out in zip(rows, outputs):
+            if left := self.left(row, out):
+                ids = self.allowed(left).to(log_probs.device)
+                kept = log_probs[row, ids]
+                log_probs[row] = float("-inf")
+                log_probs[row, ids] = kept
+        return log_probs
+
+
+def piece_texts(sp) -> list[str]:
+    """Each id's text in a SentencePiece processor: its piece, "" for control ids (PAD, BOS, EOS)
+    and <unk>, which no typed text spells."""
+    return [
+        "" if sp.is_control(i) or sp.is_unknown(i) else sp.id_to_piece(i)
+        for i in range(sp.get_piece_size())
+    ]
