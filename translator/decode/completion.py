@@ -61,7 +61,12 @@ class WordCompletion:
 
         tokens (N, T): BOS and then the outputs so far, tokens[:, 1 : step + 1].
         """
-        rows = [r for r, typed in enumerate(self.typed) if typed and step >= self.starts[r]]
+        # a piece spells one character or more: past starts + len(typed) outputs a row is done
+        rows = [
+            r
+            for r, (typed, start) in enumerate(zip(self.typed, self.starts))
+            if start <= step < start + len(typed)
+        ]
         if not rows:
             return log_probs
         outputs = tokens[rows, 1 : step + 1].tolist()
