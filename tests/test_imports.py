@@ -25,6 +25,7 @@ LAYERS = [
     {
         "translator.prepared",
         "translator.rerank",
+        "translator.terminology",
         "translator.http_api",
         "translator.export",
         "translator.marian_files",

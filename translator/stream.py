@@ -10,6 +10,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TextIO
 
 from rich.console import Console
@@ -27,6 +28,7 @@ from translator.model.ensemble import Ensemble
 from translator.model.inference import is_int8
 from translator.model.transformer import Transformer
 from translator.rerank import Channel
+from translator.terminology import load_terms, term_constraints
 from translator.translate import (
     translate_lines,
     with_overrides,
@@ -57,6 +59,7 @@ def run(
     sampling: Sampling | None = None,
     prefix: bool = False,
     constraints: bool = False,
+    terminology: Path | None = None,
     quiet: bool = False,
 ) -> int:
     """The `translate` command: stdin to stdout through a checkpoint (several: an ensemble);
@@ -65,13 +68,17 @@ def run(
     Flags left None take the checkpoint's decode.* values. `channel`: checkpoint(s) of the reverse
     direction that rerank each n-best (translator/rerank.py). `sampling`: draw each token
     (decode/sampling.py) instead of searching. `prefix`: each line is SOURCE<TAB>PREFIX;
-    `constraints`: SOURCE<TAB>PHRASE<TAB>... (translate_chunks). Unless quiet, one log line on
-    stderr says which device and dtype were chosen.
+    `constraints`: SOURCE<TAB>PHRASE<TAB>...; `terminology`: a term list whose target terms
+    become the constraints of the lines holding their source terms (translate_chunks). Unless
+    quiet, one log line on stderr says which device and dtype were chosen.
     """
     if sys.stdin is None or sys.stdout is None:
         raise TranslatorError(
             "stdin or stdout is closed", "translate", "give input on stdin and somewhere for stdout"
         )
+    terms = (
+        load_terms(terminology) if terminology is not None else None
+    )  # before minutes of loading
     model, cfg, tokenizer = load_models(ckpt, device, dtype)
     decode = with_overrides(
         cfg.decode,
@@ -111,6 +118,7 @@ def run(
             lines_expected=expected,
             prefix=prefix,
             constraints=constraints,
+            terms=terms,
         )
 
 
@@ -228,6 +236,7 @@ def translate_chunks(
     lines_expected: int | None = None,
     prefix: bool = False,
     constraints: bool = False,
+    terms: list[tuple[str, str]] | None = None,
 ) -> int:
     """Translate chunks of lines, writing each chunk as soon as it is done; returns the line count.
 
@@ -241,7 +250,9 @@ def translate_chunks(
     With `prefix` each line is SOURCE<TAB>PREFIX, split at its first TAB, and its translations
     start with PREFIX (translate_lines); a line without a TAB has no prefix.
     With `constraints` each line is SOURCE<TAB>PHRASE<TAB>PHRASE..., fairseq's format: its
-    translations hold every PHRASE (translate_lines); a line without a TAB has none.
+    translations hold every PHRASE (translate_lines); a line without a TAB has none. With
+    `terms` (terminology.load_terms) the target terms of the source terms a line holds are added
+    to its constraints.
     """
     count, decoded = 0, 0  # lines written; sentences decoded in earlier chunks
     output = getattr(out, "name", "the output")  # <stdout>, as a failed write names it
@@ -270,6 +281,10 @@ def translate_chunks(
         elif constraints:
             fields = [line.split("\t") for line in chunk]
             chunk, required = [f[0] for f in fields], [f[1:] for f in fields]
+        if terms is not None:
+            given = required or [[] for _ in chunk]
+            found = [term_constraints(line, terms) for line in chunk]
+            required = [g + [t for t in f if t not in g] for g, f in zip(given, found)]
         for hyps in translate_lines(
             model,
             tokenizer,

@@ -213,6 +213,16 @@ def translate(
             ),
         ),
     ] = False,
+    terminology: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--terminology",
+            help=(
+                "A term list, SOURCE<TAB>TARGET a line: a line holding a source term (a whole "
+                "word, any case) gets its target as a constraint (with --constraints' own)."
+            ),
+        ),
+    ] = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Translate stdin to stdout, one line out per line in.
@@ -238,6 +248,7 @@ def translate(
     Terms the translation must hold (SOURCE<TAB>PHRASE<TAB>...):
       printf 'A man rides a bike.\\tFahrrad' | translator translate \\
       runs/multi30k/best.pt --constraints --beam 5
+    Terms from a list: ... --terminology terms.tsv --beam 5
     """
     from translator import stream
 
@@ -278,6 +289,7 @@ def translate(
             sampling=drawn,
             prefix=prefix,
             constraints=constraints,
+            terminology=terminology,
             quiet=quiet,
         )
 

@@ -1,0 +1,94 @@
+"""Term lists -> constraints: whole-word, any-case matches, the longest term winning overlaps."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from tests.conftest import SENTENCES
+from translator import stream, translate
+from translator.errors import TranslatorError
+from translator.terminology import load_terms, term_constraints
+
+TERMS = sorted(
+    [
+        ("bank", "Bank"),
+        ("New York", "New York"),
+        ("York", "York"),
+        ("dog", "Hund"),
+        ("hound", "Hund"),
+        ("东京", "Tokio"),
+    ],
+    key=lambda pair: -len(pair[0]),
+)
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ("The bank by the embankment.", ["Bank"]),  # a word, not a piece of one
+        ("A Dog and a HOUND.", ["Hund"]),  # any case; one target once
+        ("From York to New York", ["York", "New York"]),  # in order; "York" inside "New York" not
+        ("hot-dog stand, banks", ["Hund"]),  # a hyphen bounds a word, a plural does not
+        ("我在东京工作", ["Tokio"]),  # CJK: no word boundaries
+        ("", []),
+    ],
+)
+def test_a_line_gets_the_targets_of_the_source_terms_it_holds(line, expected):
+    assert term_constraints(line, TERMS) == expected
+
+
+def test_a_term_file_is_read_longest_first_and_bad_rows_are_refused(tmp_path):
+    path = tmp_path / "terms.tsv"
+    path.write_text("dog\tHund\n\nNew York\tNew York\n", encoding="utf-8")
+    assert load_terms(path) == [("New York", "New York"), ("dog", "Hund")]
+    path.write_text("dog\tHund\ncat\t \n", encoding="utf-8")
+    with pytest.raises(TranslatorError, match=r"terms.tsv:2: a term with one side blank"):
+        load_terms(path)
+    path.write_text("dog\tHund\tchien\n", encoding="utf-8")
+    with pytest.raises(TranslatorError, match=r"terms.tsv:1: 3 tab-separated fields"):
+        load_terms(path)
+
+
+def test_terms_join_a_lines_own_constraints(tiny):
+    """--constraints' phrases and the term list's targets are the line's constraints together:
+    the same output as translate_lines given them all."""
+    import dataclasses
+
+    decode = dataclasses.replace(tiny.cfg.decode, beam_size=4)
+    lines = [f"{SENTENCES[1]}\tspielen", SENTENCES[4], "A dog."]
+    out = io.StringIO()
+    terms = [("dogs", "Hunde"), ("woman", "Frau")]
+    stream.translate_chunks(
+        tiny.model, tiny.tokenizer, decode, iter([lines]), out, constraints=True, terms=terms
+    )
+    expected = translate.translate_lines(
+        tiny.model,
+        tiny.tokenizer,
+        [SENTENCES[1], SENTENCES[4], "A dog."],
+        decode,
+        warn=None,
+        constraints=[["spielen", "Hunde"], ["Frau"], []],
+    )
+    assert out.getvalue().split("\n")[:3] == [hyps[0][0] for hyps in expected]
+    assert "Hunde" in expected[0][0][0] and "Frau" in expected[1][0][0]
+
+
+def test_translate_reads_the_term_list_before_the_model(tiny, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from translator import cli
+
+    seen = {}
+    monkeypatch.setattr(stream, "translate_chunks", lambda *args, **named: seen.update(named) or 0)
+    path = tmp_path / "terms.tsv"
+    path.write_text("dog\tHund\n", encoding="utf-8")
+    command = ["translate", str(tiny.path), "--terminology", str(path), "-q"]
+    result = CliRunner().invoke(cli.app, command, input="A dog.\n")
+    assert result.exit_code == 0 and seen["terms"] == [("dog", "Hund")], result.output
+    # a bad list is refused before minutes of loading: no checkpoint is read
+    monkeypatch.setattr(stream, "load_models", lambda *a: pytest.fail("loaded the model"))
+    path.write_text("dog\n", encoding="utf-8")
+    result = CliRunner().invoke(cli.app, command, input="A dog.\n")
+    assert result.exit_code == 1 and "terms.tsv:1: 1 tab-separated fields" in str(result.exception)
