@@ -109,8 +109,7 @@ def translate_lines(
     (interactive translation, a translator's first words kept); the search continues it, and its
     tokens count in the score. Its whole words are forced, its last word spelled as the model
     likes (split_prefix), so a prefix that ends inside a word is completed. A line split for its
-    length has the prefix on its first part; an empty line
-    still gives an empty translation.
+    length has the prefix on its first part; an empty line still gives an empty translation.
 
     `constraints` (one list per line, [] for none): phrases each line's translations must hold
     (terminology; decode/constrained.py), encoded as the target side; the beam search then places
@@ -160,7 +159,7 @@ def translate_lines(
         model.cfg.max_positions - 1,
         first_line,
     )
-    if required is not None and (prefixes is not None or sampling is not None):
+    if required is not None and (split is not None or sampling is not None):
         raise TranslatorError(
             "constraints do not combine with a prefix or sampling",
             "--constraints",
