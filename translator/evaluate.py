@@ -17,6 +17,7 @@ from translator.files import atomic_write, read_aligned
 from translator.loading import Checkpoints, checkpoint_list, load_channel, load_models
 from translator.prepared import check_files, prepared_dir, read_manifest
 from translator.stream import log, model_precision, sentence_progress, warn_stderr
+from translator.terminology import load_terms, term_constraints
 from translator.translate import (
     translate_lines,
     with_overrides,
@@ -47,6 +48,7 @@ class Scores:
     lc_tok_bleu: float | None = None  # lowercased, 13a-tokenized BLEU (the Multi30k literature's)
     lc_tok_signature: str = ""
     decoded: str = ""  # how the hypotheses were decoded (search, precision), when eval made them
+    terms: str = ""  # with a term list: how many of its targets the hypotheses hold
 
     def lines(self) -> list[str]:
         out = [
@@ -55,6 +57,8 @@ class Scores:
         ]
         if self.decoded:  # beside the scores: a number without its precision does not reproduce
             out.append(f"decoded: {self.decoded}")
+        if self.terms:
+            out.append(f"terms: {self.terms}")
         if self.lc_tok_bleu is not None:
             out.append(
                 f"lowercased tokenized BLEU = {self.lc_tok_bleu:.2f}  ({self.lc_tok_signature})  "
@@ -93,6 +97,20 @@ def score(
         scores.lc_tok_bleu = lc.corpus_score(hypotheses, [references]).score
         scores.lc_tok_signature = str(lc.get_signature())
     return scores
+
+
+def term_use(required: list[list[str]], hyps: list[str], refs: list[str]) -> str:
+    """How many of the lines' term targets their hypotheses hold, over all and over those the
+    reference holds too (the WMT 2021 terminology task's term accuracy counts those)."""
+    pairs = [(t, h, r) for terms, h, r in zip(required, hyps, refs) for t in terms]
+    held = sum(t in h for t, h, _ in pairs)
+    in_ref = [(t, h) for t, h, r in pairs if t in r]
+    held_in_ref = sum(t in h for t, h in in_ref)
+    percent = 100 * held / len(pairs) if pairs else 0.0
+    return (
+        f"{held} of {len(pairs)} term targets in the hypotheses ({percent:.1f}%); of the "
+        f"{len(in_ref)} the references hold, {held_in_ref}"
+    )
 
 
 def bleu_metric(tgt_lang: str, tokenize: str = "") -> sacrebleu.BLEU:
@@ -178,6 +196,7 @@ def run(
     channel: Checkpoints | None = None,
     channel_weight: float | None = None,
     channel_candidates: int | None = None,
+    terminology: Path | None = None,
     quiet: bool = False,
 ) -> Scores:
     """The `eval` command: decode a prepared split (`split`, default test; or --src/--ref files),
@@ -186,9 +205,12 @@ def run(
     Hypotheses go to `hyp_file`, by default beside the checkpoint (default_hyp_file). BLEU
     is tokenized for the checkpoint's target language (data.tgt_lang), or as `tokenize` says.
     `channel`: checkpoint(s) of the reverse direction that rerank each n-best
-    (translator/rerank.py).
+    (translator/rerank.py). `terminology`: a term list whose targets become the constraints of
+    the sources holding their source terms (translator/terminology.py); the scores then say how
+    many of those targets the hypotheses hold.
     """
     split = _check_inputs(split, src_file, ref_file)
+    terms = load_terms(terminology) if terminology is not None else None
     model, cfg, tokenizer = load_models(ckpt, device, dtype)
     cfg.decode = with_overrides(
         cfg.decode,
@@ -229,6 +251,7 @@ def run(
             log(f"eval: {model_precision(model, dtype or cfg.decode.dtype)}")
         with sentence_progress("eval", quiet) as progress:
             # warnings stay under --quiet: they are about the data and explain a score
+            required = [term_constraints(s, terms) for s in sources] if terms else None
             translated = translate_lines(
                 model,
                 tokenizer,
@@ -238,12 +261,15 @@ def run(
                 progress=progress,
                 channel=reranker,
                 data=cfg.data,
+                constraints=required,
             )
         hyps = [h[0][0] for h in translated]
         handle.write("".join(h + "\n" for h in hyps))
     if not quiet:
         log(f"{len(hyps)} {'hypothesis' if len(hyps) == 1 else 'hypotheses'} written to {hyp_path}")
     scores = score(hyps, refs, tgt_lang=cfg.data.tgt_lang, lc_tok=lc_tok, tokenize=tokenize)
+    if required is not None:
+        scores.terms = term_use(required, hyps, refs)
     d = cfg.decode
     scores.decoded = (  # model_precision(model, ""): what it decoded in, not why
         f"beam {d.beam_size}, length penalty {d.length_penalty}, {model_precision(model, '')}"

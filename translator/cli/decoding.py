@@ -30,6 +30,7 @@ from translator.cli.options import (
     SamplingToppOpt,
     SeedOpt,
     TemperatureOpt,
+    TerminologyOpt,
     UnkPenaltyOpt,
     needs_channel,
     sampling_from,
@@ -95,6 +96,7 @@ def evaluate(
             ),
         ),
     ] = "",
+    terminology: TerminologyOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Translate a test set; print sacreBLEU and chrF.
@@ -108,6 +110,8 @@ def evaluate(
       translator eval runs/a/best.pt runs/b/best.pt --split test
     Reranked by a model of the reverse direction:
       translator eval runs/multi30k/best.pt --channel runs/multi30k-de-en/best.pt
+    With a term list (prints how many of its targets the output holds):
+      translator eval runs/multi30k/best.pt --terminology terms.tsv --beam 5
     """
     from translator import evaluate as evaluate_mod
 
@@ -135,6 +139,7 @@ def evaluate(
         channel=channel or None,
         channel_weight=channel_weight,
         channel_candidates=channel_candidates,
+        terminology=terminology,
         quiet=quiet,
     )
     print_result("\n".join(scores.lines()), "the scores")
@@ -213,16 +218,7 @@ def translate(
             ),
         ),
     ] = False,
-    terminology: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--terminology",
-            help=(
-                "A term list, SOURCE<TAB>TARGET a line: a line holding a source term (a whole "
-                "word, any case) gets its target as a constraint (with --constraints' own)."
-            ),
-        ),
-    ] = None,
+    terminology: TerminologyOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Translate stdin to stdout, one line out per line in.

@@ -54,6 +54,16 @@ QuietOpt = Annotated[
         help="No progress bars or log lines (warnings about the input still print).",
     ),
 ]
+TerminologyOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--terminology",
+        help=(
+            "A term list, SOURCE<TAB>TARGET a line: a line holding a source term (a whole word, "
+            "any case) gets its target as a constraint."
+        ),
+    ),
+]
 BeamOpt = Annotated[
     Optional[int],
     typer.Option("--beam", min=1, help="Beam size (1 = greedy); default from the checkpoint."),
