@@ -7,14 +7,16 @@ The usual check of lexically constrained decoding (Post & Vilar 2018, Hu et al. 
 constraint is a word of its reference that the plain translation lacks (the longest such word of
 4 letters or more; a line whose translation has them all gets none). Both decodings run through
 `translate_lines`, as `translate` and `translate --constraints` do; printed: how many lines got a
-constraint, the share of those lines whose output holds it, sacreBLEU of each output against the
-references, and the seconds of each (the plain one again after the constrained, alternating).
+constraint, the share of those lines whose output holds it as a whole word, sacreBLEU of each
+output against the references, and the seconds of each (the plain one again after the
+constrained, alternating).
 The constraints come from the references, so the BLEU gain is an upper bound for real terminology.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import time
 
 import sacrebleu
@@ -61,7 +63,7 @@ def main() -> None:
     constrained_seconds, constrained = run([[t] if t else [] for t in terms])
     plain_again, _ = run(None)
     asked = [(t, p, c) for t, p, c in zip(terms, plain, constrained) if t]
-    held = sum(t in c for t, _, c in asked)
+    held = sum(bool(re.search(rf"(?<!\w){re.escape(t)}(?!\w)", c)) for t, _, c in asked)
     print(
         f"{len(sources)} lines, beam {args.beam}, {torch.get_num_threads()} threads, fp32; "
         f"{len(asked)} lines got a constraint; their outputs hold it: plain 0 (by choice), "

@@ -103,6 +103,9 @@ def test_translate_flags_reach_the_decode_settings(tiny, monkeypatch):
     both = ["translate", str(tiny.path), "--constraints", "--prefix"]
     result = CliRunner().invoke(cli.app, both, input="A dog.\tHund\n")
     assert result.exit_code == 1 and "give one of them" in str(result.exception)
+    drawn_terms = ["translate", str(tiny.path), "--constraints", "--sampling"]
+    result = CliRunner().invoke(cli.app, drawn_terms, input="A dog.\n")  # refused before any line
+    assert result.exit_code == 1 and "--sampling" in str(result.exception)
     drawn = ["--sampling", "--sampling-topk", "5", "--sampling-topp", "0.9", "--temperature", "0.7"]
     result = CliRunner().invoke(
         cli.app, ["translate", str(tiny.path), *drawn, "--seed", "3"], input="A dog.\n"

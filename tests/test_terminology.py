@@ -92,3 +92,25 @@ def test_translate_reads_the_term_list_before_the_model(tiny, tmp_path, monkeypa
     path.write_text("dog\n", encoding="utf-8")
     result = CliRunner().invoke(cli.app, command, input="A dog.\n")
     assert result.exit_code == 1 and "terms.tsv:1: 1 tab-separated fields" in str(result.exception)
+
+
+def test_eval_with_a_term_list_counts_the_term_targets_its_hypotheses_hold(tiny, tmp_path):
+    from translator import evaluate
+
+    src, ref, terms = tmp_path / "src.en", tmp_path / "ref.de", tmp_path / "terms.tsv"
+    sources = [SENTENCES[1], SENTENCES[4], "A boy jumps."]
+    src.write_text("".join(s + "\n" for s in sources), encoding="utf-8")
+    ref.write_text("Zwei Hunde.\nEine Frau.\nEin Junge springt.\n", encoding="utf-8")
+    terms.write_text("dogs\tHunde\nwoman\tFrau\nboy\tKnabe\n", encoding="utf-8")
+    hyps = tmp_path / "out.hyp"
+    scores = evaluate.run(
+        tiny.path, src_file=src, ref_file=ref, hyp_file=hyps, beam=4, terminology=terms, quiet=True
+    )
+    written = hyps.read_text(encoding="utf-8").splitlines()
+    # each line's target term is in its hypothesis: 3 of 3; the references hold 2 of the terms
+    assert all(t in h for t, h in zip(["Hunde", "Frau", "Knabe"], written)), written
+    assert (
+        scores.terms
+        == "3 of 3 term targets in the hypotheses (100.0%); of the 2 the references hold, 2"
+    )
+    assert "terms: 3 of 3" in "\n".join(scores.lines())

@@ -676,13 +676,22 @@ def test_translations_hold_their_constraints_and_other_lines_are_untouched(tiny,
     )
     plain = translate.translate_lines(tiny.model, tiny.tokenizer, lines, decode, nbest, warn=None)
     for hyps, phrases, without in zip(found, constraints, plain):
-        assert len(hyps) == len(without)
-        if any(p.strip() for p in phrases):
-            assert all(p in hyps[0][0] for p in phrases), (phrases, hyps)
+        if any(p.strip() for p in phrases):  # an n-best lists only those that hold them
+            assert 1 <= len(hyps) <= len(without)
+            assert all(p in text for p in phrases for text, _ in hyps), (phrases, hyps)
         else:  # none, or only a blank one
+            assert len(hyps) == len(without)
             assert [t for t, _ in hyps] == [t for t, _ in without]
             assert [s for _, s in hyps] == pytest.approx([s for _, s in without], abs=1e-4)
     assert not [w for w in said if line_warnings.MISSED_CONSTRAINT in w]
+    # a warning names the lines with no more beam slots than constraint tokens
+    encode = tiny.tokenizer.target_sp.encode
+    tokens = [sum(len(encode(p)) for p in c if p.strip()) for c in constraints]
+    narrow = [str(n + 1) for n, t in enumerate(tokens) if t and t >= max(beam_size, nbest)]
+    warned = [w for w in said if line_warnings.NARROW_BEAM in w]
+    where = f"line{'s' * (len(narrow) > 1)} {', '.join(narrow)}"
+    assert warned == ([f"{where}: {line_warnings.NARROW_BEAM}"] if narrow else [])
+    assert beam_size > 1 or narrow == ["1", "4", "6"]
 
 
 def test_a_constraint_the_search_cannot_place_is_named_in_a_warning(tiny):
@@ -768,3 +777,36 @@ def test_a_prefix_ending_inside_a_word_is_completed_in_the_models_spelling(tiny,
         assert all(text.startswith(prefix) for text, _ in hyps), (prefix, hyps)
     # after "Ein " a word follows: the next piece starts one (the text goes on after the space)
     assert all(len(text) > len("Ein ") for text, _ in found[2])
+
+
+def test_constraints_hold_in_a_reranked_nbest_and_are_checked_in_type(tiny):
+    """A channel reranks only the candidates that hold the phrases; a phrase given twice is one;
+    the one-text shape of serve's field is refused from Python, not spelt out letter by letter."""
+    from translator.rerank import Channel
+
+    decode = dataclasses.replace(tiny.cfg.decode, beam_size=4)
+    lines, constraints = [SENTENCES[1], SENTENCES[4]], [["Hund", "Hund"], ["Frau"]]
+    channel = Channel(tiny.model, tiny.tokenizer, 5.0, 1.0, 4)
+    found = translate.translate_lines(
+        tiny.model,
+        tiny.tokenizer,
+        lines,
+        decode,
+        2,
+        warn=None,
+        constraints=constraints,
+        channel=channel,
+    )
+    for hyps, phrases in zip(found, constraints):
+        assert hyps and all(p in text for p in phrases for text, _ in hyps), hyps
+    once = translate.translate_lines(
+        tiny.model, tiny.tokenizer, lines, decode, warn=None, constraints=[["Hund"], ["Frau"]]
+    )
+    twice = translate.translate_lines(
+        tiny.model, tiny.tokenizer, lines, decode, warn=None, constraints=constraints
+    )
+    assert once == twice
+    with pytest.raises(TypeError, match="a list of phrases"):
+        translate.translate_lines(
+            tiny.model, tiny.tokenizer, lines, decode, constraints=["Hund", "Frau"]
+        )

@@ -11,8 +11,12 @@ NOT_FINITE = (
     "output is meaningless; use --dtype fp32 or bf16"
 )
 MISSED_CONSTRAINT = (
-    "the translation lacks one of its constraints (the beam kept no hypothesis that placed it "
-    "before the length limit); a wider --beam places more"
+    "the translation lacks one of its constraints: no hypothesis the beam kept could place it "
+    "before the length limit (a wider --beam, or fewer bans, may)"
+)
+NARROW_BEAM = (
+    "the beam has no more slots than the line's constraint tokens, so the phrases go in first; a "
+    "wider --beam places them where the model would"
 )
 BYTE_FALLBACK = (
     "a model prepared with data.byte_fallback: true spells such characters in bytes instead"

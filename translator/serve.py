@@ -45,6 +45,8 @@ T = TypeVar("T")
 MAX_LINES = 1000  # a request's lines: more go in several requests, so that none holds the model
 MAX_CHARACTERS = 100_000  # ... and their characters (one long line is split into many pieces)
 MAX_BEAM = 16  # per-request beam or n-best
+# a line's constraint phrases: the constrained search's bookkeeping grows with them (in Python)
+MAX_PHRASES = 16
 DRAIN_SECONDS = 60  # at SIGTERM, how long requests being answered may take to finish
 
 
@@ -102,7 +104,9 @@ class Translator:
                 raise BadRequest(f"{len(lines)} lines of text but {len(prefixes)} prefixes")
         constraints = None
         if (asked := request.get("constraints")) is not None:
-            constraints = _constraint_lists(asked, isinstance(text, str), len(lines))
+            if prefixes is not None:
+                raise BadRequest("'prefix' and 'constraints' do not combine: give one of them")
+            constraints = _constraint_lists(asked, isinstance(text, str), lines)
         beam = _small_int(request, "beam")
         nbest = _small_int(request, "nbest")
         decode = with_overrides(self.decode, beam_size=beam)
@@ -198,15 +202,23 @@ def _lines(value: Any, must: str) -> list[str]:
     return [line.encode("utf-16", "surrogatepass").decode("utf-16", "replace") for line in value]
 
 
-def _constraint_lists(value: Any, one_text: bool, lines: int) -> list[list[str]]:
-    """A request's "constraints": phrases for one text, else a list of them per line."""
-    must = "'constraints' must be a list of phrases where 'text' is a string, else a list of such"
+def _constraint_lists(value: Any, one_text: bool, lines: list[str]) -> list[list[str]]:
+    """A request's "constraints": phrases for one text, else a list of them per line; their
+    characters count in the request's bound with the text's."""
     per_line = [value] if one_text else value
     if not isinstance(per_line, list) or not all(isinstance(p, list) for p in per_line):
-        raise BadRequest(must + " lists")
-    if len(per_line) != lines:
-        raise BadRequest(f"{lines} lines of text but {len(per_line)} constraint lists")
-    return [_lines(phrases, must) for phrases in per_line]
+        raise BadRequest(
+            "'constraints' must be a list of phrases where 'text' is a string, else one such "
+            "list a line"
+        )
+    if len(per_line) != len(lines):
+        raise BadRequest(f"{len(lines)} lines of text but {len(per_line)} constraint lists")
+    if any(len(phrases) > MAX_PHRASES for phrases in per_line):
+        raise BadRequest(f"over {MAX_PHRASES} constraints a line: give the ones that matter")
+    phrases = [_lines(p, "'constraints' phrases must be") for p in per_line]
+    if sum(map(len, lines)) + sum(len(t) for p in phrases for t in p) > MAX_CHARACTERS:
+        raise BadRequest(f"over {MAX_CHARACTERS} characters a request: send several")
+    return phrases
 
 
 def _small_int(request: dict[str, Any], key: str) -> int | None:

@@ -33,7 +33,7 @@ from translator.data.join import join_pieces
 from translator.data.split import piece_limit, split_long
 from translator.data.tokenizer import UNK_ID, Tokenizer
 from translator.decode import Hypothesis, output_limits
-from translator.decode.completion import WordCompletion, piece_texts
+from translator.decode.completion import WordCompletion, inside_word, piece_texts
 from translator.decode.forced import target_log_probs
 from translator.decode.sampling import Sampling, piece_keys
 from translator.decode.search import sample, search
@@ -42,6 +42,7 @@ from translator.diagnostics.words import pharaoh
 from translator.errors import TranslatorError
 from translator.line_warnings import (
     MISSED_CONSTRAINT,
+    NARROW_BEAM,
     NOT_FINITE,
     length_message,
     line_list,
@@ -165,6 +166,15 @@ def translate_lines(
             "--constraints",
             "leave out --prefix and --sampling",
         )
+    # a term stays a whole word: no piece may go on inside its last word
+    word_inner = inside_word(piece_texts(tokenizer.target_sp)) if required else None
+    if required and warn is not None:
+        width = max(decode.beam_size, nbest)  # the search's beam
+        narrow = sorted(
+            {first_line + line for line, p in zip(owner, required) if width <= sum(map(len, p))}
+        )
+        if narrow:
+            warn(f"{line_list(narrow)}: {NARROW_BEAM}")
     results: list[list[Hypothesis]] = [[] for _ in pieces]
     aligned: list[list[list[tuple[int, int]]]] = [[] for _ in pieces]  # per piece, per hypothesis
     done = 0
@@ -187,6 +197,7 @@ def translate_lines(
                 prefixes=batch_prefixes,
                 constraints=[required[i] for i in batch] if required else None,
                 completion=completion,
+                word_inner=word_inner,
             )
         else:
             batch_keys = [keys[i] for i in batch]
@@ -202,6 +213,10 @@ def translate_lines(
             )
         for i, hyps in zip(batch, found):
             results[i] = hyps
+            if required and required[i]:  # those that hold the phrases, if any does (a channel
+                # reranks the n-best: it must not pick one that lacks a term)
+                held = [h for h in hyps if all(_holds(h.tokens, p) for p in required[i])]
+                results[i] = held or hyps
         if alignment_layer is not None:
             batch_pieces = [pieces[i] for i in batch]
             pairs = align_hypotheses(model, tokenizer, batch_pieces, found, alignment_layer)
@@ -421,7 +436,13 @@ def _constraint_pieces(
         return None
     if len(constraints) != len(lines):
         raise ValueError(f"{len(constraints)} constraint lists for {len(lines)} lines")
-    texts = [[source_text(p, data) for p in phrases if p.strip()] for phrases in constraints]
+    if not all(isinstance(c, list) and all(isinstance(p, str) for p in c) for c in constraints):
+        raise TypeError("constraints takes a list of phrases (strings) per line: [['Hund'], []]")
+    # a phrase given twice is one constraint (fairseq would want it twice)
+    texts = [
+        list(dict.fromkeys(source_text(p, data) for p in phrases if p.strip()))
+        for phrases in constraints
+    ]
     if not any(texts):
         return None
     encoded = [tokenizer.target_sp.encode(phrases) for phrases in texts]
@@ -455,17 +476,19 @@ def _missing_constraints(
     """The lines (0-based, sorted) whose best output lacks one of its constraints: the beam kept
     no hypothesis that placed it before the length limit."""
 
-    def holds(tokens: list[int], phrase: list[int]) -> bool:
-        n = len(phrase)
-        return any(tokens[i : i + n] == phrase for i in range(len(tokens) - n + 1))
-
     return sorted(
         {
             line
             for line, phrases, hyps in zip(owner, required, results)
-            if not all(holds(hyps[0].tokens, phrase) for phrase in phrases)
+            if not all(_holds(hyps[0].tokens, phrase) for phrase in phrases)
         }
     )
+
+
+def _holds(tokens: list[int], phrase: list[int]) -> bool:
+    """Whether `phrase` is a contiguous run of `tokens`."""
+    n = len(phrase)
+    return any(tokens[i : i + n] == phrase for i in range(len(tokens) - n + 1))
 
 
 def _at_length_limit(

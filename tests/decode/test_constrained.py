@@ -157,7 +157,10 @@ def test_the_best_output_holds_its_phrases_and_scores_as_forced_decoding(make_mo
     found = constrained_beam_search(
         model, src, src_mask, CONSTRAINTS, beam_size=4, nbest=3, alpha=0.6, **LIMITS
     )
-    limits = [int(1.2 * (int(m.sum()) - 1) + 4) for m in src_mask]
+    # each limit grows by its constraints' tokens
+    limits = [
+        int(1.2 * (int(m.sum()) - 1) + 4) + sum(map(len, c)) for m, c in zip(src_mask, CONSTRAINTS)
+    ]
     for hyps, phrases, limit in zip(found, CONSTRAINTS, limits):
         assert len(hyps) == 3
         meets = [all(holds(h.tokens, p) for p in phrases) for h in hyps]
@@ -226,3 +229,29 @@ def test_cpu_converted_models_and_ensembles_find_what_the_plain_model_finds(make
         found = constrained_beam_search(other, src, src_mask, CONSTRAINTS, **settings_)
         for hyps, want in zip(found, expected):
             assert_same(hyps, [(h.tokens, h.score) for h in want])
+
+
+def _glued(hyps, phrases, inner: torch.Tensor) -> list[list[int]]:
+    """The outputs in which some occurrence of a phrase is followed by an `inner` id."""
+    return [
+        h.tokens
+        for h in hyps
+        for p in phrases
+        for i in range(len(h.tokens) - len(p))
+        if h.tokens[i : i + len(p)] == p and inner[h.tokens[i + len(p)]]
+    ]
+
+
+@torch.inference_mode()
+def test_no_piece_inside_a_word_follows_a_phrase(make_model, src_batch):
+    model, (src, src_mask) = make_model(), src_batch
+    inner = torch.zeros(model.cfg.vocab_size, dtype=torch.bool)
+    inner[4:] = True
+    inner[4::5] = False  # most ids go on inside a word: unbanned, a phrase is followed by one
+    settings_ = dict(beam_size=4, nbest=3, **LIMITS)
+    found = constrained_beam_search(
+        model, src, src_mask, CONSTRAINTS, word_inner=inner, **settings_
+    )
+    assert not [g for hyps, p in zip(found, CONSTRAINTS) for g in _glued(hyps, p, inner)]
+    free = constrained_beam_search(model, src, src_mask, CONSTRAINTS, **settings_)
+    assert [g for hyps, p in zip(free, CONSTRAINTS) for g in _glued(hyps, p, inner)]

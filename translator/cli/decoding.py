@@ -261,6 +261,12 @@ def translate(
             "translate",
             "give one of them",
         )
+    if (constraints or terminology) and (prefix or sampling):
+        raise TranslatorError(
+            "constraints do not combine with --prefix or --sampling",
+            "--terminology" if terminology else "--constraints",
+            "give one of them",
+        )
     needs_channel("translate", channel, channel_weight, channel_candidates)
     drawn = sampling_from(sampling, sampling_topk, sampling_topp, temperature, seed, beam, channel)
     with reader_may_leave():  # `translate < in | head`: stops at once, exit 0

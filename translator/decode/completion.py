@@ -86,3 +86,8 @@ def piece_texts(sp) -> list[str]:
         "" if sp.is_control(i) or sp.is_unknown(i) else sp.id_to_piece(i)
         for i in range(sp.get_piece_size())
     ]
+
+
+def inside_word(pieces: list[str]) -> torch.Tensor:
+    """(V,) bool: the ids whose piece goes on inside a word (no ▁, a letter or digit first)."""
+    return torch.tensor([bool(p) and p[0].isalnum() for p in pieces])

@@ -133,26 +133,33 @@ def constrained_beam_search(
     nbest: int = 1,
     no_repeat_ngram: int = 0,
     unk_penalty: float = 0.0,
+    word_inner: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """src (B, S), src_mask (B, 1, 1, S), per sentence its phrases (output ids each) -> per
     sentence its min(nbest, k) best hypotheses, best first, those that hold every phrase before
     any that does not.
 
-    Scores as beam_search's. The length limit is raised to hold the constraints' tokens; a wider
-    beam leaves more ways to place them. A sentence that is done stays in the batch (its rows
-    idle) until every sentence is.
+    Scores as beam_search's. Each sentence's length limit grows by its constraints' tokens. A
+    beam narrower than a sentence's constraint tokens + 1 leaves its lower banks no slot, so the
+    phrases go in first; a wider one places them where the model likes. `word_inner` (V,) bool:
+    the ids that go on inside a word, which may not follow a phrase (a term stays a whole word:
+    "Wolle" not "Wolleer"). A sentence that is done stays in the batch (its rows idle) until
+    every sentence is.
     """
     B, k, n, device = src.shape[0], beam_size, min(nbest, beam_size), src.device
     limit = model.cfg.max_positions - 1
     check_constraints(constraints, B, limit)
     phrases = [[tuple(p) for p in sentence] for sentence in constraints]
     needed = torch.tensor([sum(map(len, p)) for p in phrases], device=device)
-    max_lens = torch.maximum(max_lengths(src_mask, max_len_a, max_len_b, limit), needed)  # (B,)
+    # (B,) room for the translation and its phrases
+    max_lens = (max_lengths(src_mask, max_len_a, max_len_b, limit) + needed).clamp(max=limit)
     eos_from = eos_allowed_from(max_lens, min_len).repeat_interleave(k)  # (B*k,)
     steps = int(max_lens.max()) + 1  # the last step can only emit EOS
     longest_penalty = length_penalty(max_lens + 1, alpha).tolist()  # (B,)
     limits = max_lens.tolist()
     m = min(k + 1, model.cfg.vocab_size) if k > 1 else 1  # as beam_search proposes
+    if word_inner is not None:
+        inner = word_inner.nonzero().squeeze(1).to(device)[None, :]  # (1, I)
 
     # 0. Encode once; beams share their sentence's memory and cross-attention K/V (beam_search).
     memory = model.encode(src, src_mask)  # (B, S, D)
@@ -181,6 +188,15 @@ def constrained_beam_search(
         ]
         log_probs[torch.tensor(unmet, device=device), EOS_ID] = float("-inf")
         only_eos_(log_probs, (step >= max_lens).repeat_interleave(k))
+        if word_inner is not None:  # no piece glued to a phrase just completed
+            glued = [
+                b * k + i
+                for b in range(B)
+                for i, beam in enumerate(beams[b])
+                if beam is not None and any(beam.output[-len(p) :] == p for p in phrases[b])
+            ]
+            if glued:
+                log_probs[torch.tensor(glued, device=device)[:, None], inner] = float("-inf")
         if no_repeat_ngram:
             every_row = torch.ones_like(eos_from, dtype=torch.bool)
             ban_repeated_ngrams_(log_probs, tokens, step, no_repeat_ngram, every_row)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from translator.config import DecodeConfig
 from translator.data.batching import pad, padding_mask
 from translator.data.tokenizer import EOS_ID
@@ -25,13 +27,15 @@ def search(
     prefixes: list[list[int]] | None = None,
     constraints: list[list[list[int]]] | None = None,
     completion: WordCompletion | None = None,
+    word_inner: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode one batch of id lists (no EOS) on the model's device -> nbest hypotheses each.
 
     `prefixes`: output ids each sentence's hypotheses start with (decode/__init__.py's
     prefix_rows), scored as the rest; `completion`: the characters typed after them, spelled as
     the model likes (decode/completion.py). `constraints`: per sentence, phrases (output ids) its
-    hypotheses must hold (decode/constrained.py), at any beam size; not with prefixes or sampling.
+    hypotheses must hold (decode/constrained.py), at any beam size, none glued to a `word_inner`
+    piece; not with prefixes or sampling.
 
     `drop_finished=False`: every row is stepped to the end (the searches' reference; benchmarks).
     A `sampler` (one generator per row) draws each token: one hypothesis per row, any beam size.
@@ -55,6 +59,7 @@ def search(
             nbest=nbest,
             no_repeat_ngram=decode.no_repeat_ngram_size,
             unk_penalty=decode.unk_penalty,
+            word_inner=word_inner,
         )
     if (decode.beam_size == 1 and nbest == 1) or sampler is not None:
         hyps = greedy_search(
