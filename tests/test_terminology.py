@@ -9,9 +9,9 @@ import pytest
 from tests.conftest import SENTENCES
 from translator import stream, translate
 from translator.errors import TranslatorError
-from translator.terminology import load_terms, term_constraints
+from translator.terminology import Terms, load_terms
 
-TERMS = sorted(
+TERMS = Terms(
     [
         ("bank", "Bank"),
         ("New York", "New York"),
@@ -19,8 +19,10 @@ TERMS = sorted(
         ("dog", "Hund"),
         ("hound", "Hund"),
         ("东京", "Tokio"),
-    ],
-    key=lambda pair: -len(pair[0]),
+        ("iPhone", "iPhone"),
+        ("U.S.", "USA"),
+        ("한국", "Korea"),
+    ]
 )
 
 
@@ -32,17 +34,33 @@ TERMS = sorted(
         ("From York to New York", ["York", "New York"]),  # in order; "York" inside "New York" not
         ("hot-dog stand, banks", ["Hund"]),  # a hyphen bounds a word, a plural does not
         ("我在东京工作", ["Tokio"]),  # CJK: no word boundaries
+        ("iphone東京", ["iPhone"]),  # nor beside CJK
+        ("한국어를 배워요", []),  # Korean is written with spaces: a word
+        ("bank_note, U.S.A.", []),  # _ and letters after a dot join a word
         ("", []),
     ],
 )
 def test_a_line_gets_the_targets_of_the_source_terms_it_holds(line, expected):
-    assert term_constraints(line, TERMS) == expected
+    assert TERMS.constraints(line) == expected
+
+
+def test_terms_are_cleaned_as_lines_are_and_a_long_list_is_one_pattern():
+    import unicodedata
+
+    def clean(text: str) -> str:
+        return " ".join(unicodedata.normalize("NFC", text).split())
+
+    terms = Terms([("café", "Café"), ("New  York", "New York")], clean=clean)
+    line = clean(unicodedata.normalize("NFD", "A café in New   York"))
+    assert terms.constraints(line) == ["Café", "New York"]
+    many = Terms([(f"term{i}", f"T{i}") for i in range(20_000)])
+    assert many.constraints("with term19999 and term7, not term70000") == ["T19999", "T7"]
 
 
 def test_a_term_file_is_read_longest_first_and_bad_rows_are_refused(tmp_path):
     path = tmp_path / "terms.tsv"
     path.write_text("dog\tHund\n\nNew York\tNew York\n", encoding="utf-8")
-    assert load_terms(path) == [("New York", "New York"), ("dog", "Hund")]
+    assert load_terms(path) == [("dog", "Hund"), ("New York", "New York")]
     path.write_text("dog\tHund\ncat\t \n", encoding="utf-8")
     with pytest.raises(TranslatorError, match=r"terms.tsv:2: a term with one side blank"):
         load_terms(path)
@@ -59,7 +77,7 @@ def test_terms_join_a_lines_own_constraints(tiny):
     decode = dataclasses.replace(tiny.cfg.decode, beam_size=4)
     lines = [f"{SENTENCES[1]}\tspielen", SENTENCES[4], "A dog."]
     out = io.StringIO()
-    terms = [("dogs", "Hunde"), ("woman", "Frau")]
+    terms = Terms([("dogs", "Hunde"), ("woman", "Frau")])
     stream.translate_chunks(
         tiny.model, tiny.tokenizer, decode, iter([lines]), out, constraints=True, terms=terms
     )
@@ -86,12 +104,18 @@ def test_translate_reads_the_term_list_before_the_model(tiny, tmp_path, monkeypa
     path.write_text("dog\tHund\n", encoding="utf-8")
     command = ["translate", str(tiny.path), "--terminology", str(path), "-q"]
     result = CliRunner().invoke(cli.app, command, input="A dog.\n")
-    assert result.exit_code == 0 and seen["terms"] == [("dog", "Hund")], result.output
+    assert result.exit_code == 0 and seen["terms"].constraints("A dog.") == ["Hund"], result.output
     # a bad list is refused before minutes of loading: no checkpoint is read
     monkeypatch.setattr(stream, "load_models", lambda *a: pytest.fail("loaded the model"))
     path.write_text("dog\n", encoding="utf-8")
     result = CliRunner().invoke(cli.app, command, input="A dog.\n")
     assert result.exit_code == 1 and "terms.tsv:1: 1 tab-separated fields" in str(result.exception)
+    # a target the model cannot spell is refused once it is loaded, before any line
+    monkeypatch.undo()
+    monkeypatch.setattr(stream, "translate_chunks", lambda *a, **k: pytest.fail("translated"))
+    path.write_text("dog\tHund\nTokyo\t東京\n", encoding="utf-8")
+    result = CliRunner().invoke(cli.app, command, input="A dog.\n")
+    assert result.exit_code == 1 and "'東京' holds characters" in str(result.exception)
 
 
 def test_eval_with_a_term_list_counts_the_term_targets_its_hypotheses_hold(tiny, tmp_path):

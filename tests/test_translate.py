@@ -711,57 +711,76 @@ def test_a_constraint_the_search_cannot_place_is_named_in_a_warning(tiny):
     assert f"line 6: {line_warnings.MISSED_CONSTRAINT}" in said
 
 
-def test_constraints_on_a_split_line_or_too_long_for_the_model_are_refused_naming_the_line(tiny):
+def test_constraints_that_cannot_be_placed_are_dropped_with_a_warning_naming_the_line(tiny):
+    """A split line, a phrase the vocabulary cannot spell, constraints longer than the model's
+    outputs: the line is translated as without constraints, the others keep theirs."""
     long_line = " ".join(SENTENCES * 2)  # split into several parts
-    lines, decode = [SENTENCES[0], long_line], tiny.cfg.decode
-    with pytest.raises(TranslatorError, match="line 8: the line is too long .* constraints"):
-        translate.translate_lines(
-            tiny.model, tiny.tokenizer, lines, decode, constraints=[[], ["Hund"]], first_line=7
-        )
     too_long = " ".join(["Hund"] * tiny.cfg.model.max_positions)
-    with pytest.raises(TranslatorError, match="line 1: the constraints are .* over the 39"):
-        translate.translate_lines(
-            tiny.model, tiny.tokenizer, lines[:1], decode, constraints=[["Ein", too_long]]
-        )
+    lines = [long_line, SENTENCES[1], SENTENCES[4], SENTENCES[3], SENTENCES[6]]
+    constraints = [["Hund"], ["東京"], ["Ein", too_long], [], ["Hund"]]
+    decode = dataclasses.replace(tiny.cfg.decode, beam_size=4)
+    said = []
+    out = translate.translate_lines(
+        tiny.model,
+        tiny.tokenizer,
+        lines,
+        decode,
+        warn=said.append,
+        constraints=constraints,
+        first_line=7,
+    )
+    plain = translate.translate_lines(tiny.model, tiny.tokenizer, lines, decode, warn=None)
+    assert [hyps[0][0] for hyps in out[:4]] == [hyps[0][0] for hyps in plain[:4]]
+    assert "Hund" in out[4][0][0]
+    ending = "; translated without them"
+    assert (
+        f"line 7: too long to translate at once, so its constraints cannot be placed{ending}"
+        in said
+    )
+    assert (
+        f"line 8: a constraint holds characters the model's vocabulary lacks (<unk>){ending}"
+        in said
+    )
+    assert (
+        f"line 9: the constraints are longer than the 39 tokens the model can output{ending}"
+        in said
+    )
+
+
+def test_constraints_are_refused_beside_a_prefix_and_an_empty_source_stays_empty(tiny):
+    lines, decode = [SENTENCES[0], SENTENCES[1]], tiny.cfg.decode
     with pytest.raises(TranslatorError, match="do not combine with a prefix or sampling"):
         translate.translate_lines(
             tiny.model, tiny.tokenizer, lines[:1], decode, constraints=[["Ein"]], prefixes=["E"]
         )
     with pytest.raises(ValueError, match="1 constraint lists for 2 lines"):
         translate.translate_lines(tiny.model, tiny.tokenizer, lines, decode, constraints=[["E"]])
-    # an empty source line still gives an empty translation
     out = translate.translate_lines(
         tiny.model, tiny.tokenizer, ["", SENTENCES[1]], decode, constraints=[["Hund"], ["Hund"]]
     )
     assert out[0][0][0] == "" and "Hund" in out[1][0][0]
 
 
-def test_a_constraint_the_vocabulary_cannot_spell_is_refused_naming_its_line(tiny):
-    with pytest.raises(TranslatorError, match=r"line 3: a constraint holds .*<unk>"):
-        translate.translate_lines(
-            tiny.model,
-            tiny.tokenizer,
-            SENTENCES[:2],
-            tiny.cfg.decode,
-            constraints=[["Hund"], ["東京"]],
-            first_line=2,
-        )
-
-
 def test_a_prefixs_last_word_is_spelled_as_text_and_its_whole_words_forced(tiny):
     encode = tiny.tokenizer.target_sp.encode
     piece = tiny.tokenizer.target_sp.id_to_piece
-    ids, typed, tokens = translate.split_prefix(tiny.tokenizer, "Ein Ma", None)
+    ids, typed, tokens = translate.split_prefix(tiny.tokenizer, "Ein Ma", None, 39)
     assert ids == encode("Ein") and typed == "".join(piece(encode("Ma"))) and typed[0] == "▁"
     assert tokens == len(ids) + len(encode("Ma"))
     # a prefix ending in a space: its words are whole, the next piece starts a word
-    assert translate.split_prefix(tiny.tokenizer, "Ein Mann ", None)[:2] == (
+    assert translate.split_prefix(tiny.tokenizer, "Ein Mann ", None, 39)[:2] == (
         encode("Ein Mann"),
         "▁",
     )
-    assert translate.split_prefix(tiny.tokenizer, "Ma", None)[:2] == ([], typed)
+    assert translate.split_prefix(tiny.tokenizer, "Ma", None, 39)[:2] == ([], typed)
     # a last word the vocabulary cannot spell is forced whole, as encoded
-    assert translate.split_prefix(tiny.tokenizer, "Ein 東", None)[:2] == (encode("Ein 東"), "")
+    assert translate.split_prefix(tiny.tokenizer, "Ein 東", None, 39)[:2] == (encode("Ein 東"), "")
+    # ... as is one whose last word, a character a piece, might not fit in the model's outputs
+    limit = len(encode("Ein")) + len(typed) - 1
+    assert translate.split_prefix(tiny.tokenizer, "Ein Ma", None, limit)[:2] == (
+        encode("Ein Ma"),
+        "",
+    )
 
 
 @pytest.mark.parametrize("beam_size,nbest", [(1, 1), (3, 3)])

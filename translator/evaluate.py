@@ -16,9 +16,10 @@ from translator.errors import TranslatorError
 from translator.files import atomic_write, read_aligned
 from translator.loading import Checkpoints, checkpoint_list, load_channel, load_models
 from translator.prepared import check_files, prepared_dir, read_manifest
-from translator.stream import log, model_precision, sentence_progress, warn_stderr
-from translator.terminology import load_terms, term_constraints
+from translator.stream import compile_terms, log, model_precision, sentence_progress, warn_stderr
+from translator.terminology import load_terms
 from translator.translate import (
+    source_text,
     translate_lines,
     with_overrides,
 )
@@ -210,8 +211,9 @@ def run(
     many of those targets the hypotheses hold.
     """
     split = _check_inputs(split, src_file, ref_file)
-    terms = load_terms(terminology) if terminology is not None else None
+    pairs = load_terms(terminology) if terminology is not None else None
     model, cfg, tokenizer = load_models(ckpt, device, dtype)
+    terms = compile_terms(pairs, terminology, tokenizer, cfg.data) if pairs is not None else None
     cfg.decode = with_overrides(
         cfg.decode,
         beam_size=beam,
@@ -251,7 +253,9 @@ def run(
             log(f"eval: {model_precision(model, dtype or cfg.decode.dtype)}")
         with sentence_progress("eval", quiet) as progress:
             # warnings stay under --quiet: they are about the data and explain a score
-            required = [term_constraints(s, terms) for s in sources] if terms else None
+            required = (
+                [terms.constraints(source_text(s, cfg.data)) for s in sources] if terms else None
+            )
             translated = translate_lines(
                 model,
                 tokenizer,

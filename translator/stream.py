@@ -18,7 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from translator.config import DataConfig, DecodeConfig
 from translator.data.progress import StatsColumn, live_terminal
-from translator.data.tokenizer import Tokenizer
+from translator.data.tokenizer import UNK_ID, Tokenizer
 from translator.decode.sampling import Sampling
 from translator.device import describe
 from translator.errors import TranslatorError
@@ -28,8 +28,9 @@ from translator.model.ensemble import Ensemble
 from translator.model.inference import is_int8
 from translator.model.transformer import Transformer
 from translator.rerank import Channel
-from translator.terminology import load_terms, term_constraints
+from translator.terminology import Terms, load_terms
 from translator.translate import (
+    source_text,
     translate_lines,
     with_overrides,
 )
@@ -76,10 +77,10 @@ def run(
         raise TranslatorError(
             "stdin or stdout is closed", "translate", "give input on stdin and somewhere for stdout"
         )
-    terms = (
-        load_terms(terminology) if terminology is not None else None
-    )  # before minutes of loading
+    # read before minutes of loading
+    pairs = load_terms(terminology) if terminology is not None else None
     model, cfg, tokenizer = load_models(ckpt, device, dtype)
+    terms = compile_terms(pairs, terminology, tokenizer, cfg.data) if pairs is not None else None
     decode = with_overrides(
         cfg.decode,
         beam_size=beam,
@@ -120,6 +121,22 @@ def run(
             constraints=constraints,
             terms=terms,
         )
+
+
+def compile_terms(
+    pairs: list[tuple[str, str]], path: Path, tokenizer: Tokenizer, data: DataConfig
+) -> Terms:
+    """A term list matched against lines cleaned as sources are; a target term the model cannot
+    spell is refused here, not at the first line that holds its source term."""
+    targets = [target for _, target in pairs]
+    for target, ids in zip(targets, tokenizer.target_sp.encode(targets)):
+        if UNK_ID in ids:
+            raise TranslatorError(
+                f"the target term {target!r} holds characters the model's vocabulary lacks (<unk>)",
+                str(path),
+                "remove it, or train the model with data.byte_fallback",
+            )
+    return Terms(pairs, clean=lambda text: source_text(text, data))
 
 
 def lines_left(stream: TextIO) -> int | None:
@@ -236,7 +253,7 @@ def translate_chunks(
     lines_expected: int | None = None,
     prefix: bool = False,
     constraints: bool = False,
-    terms: list[tuple[str, str]] | None = None,
+    terms: Terms | None = None,
 ) -> int:
     """Translate chunks of lines, writing each chunk as soon as it is done; returns the line count.
 
@@ -251,8 +268,8 @@ def translate_chunks(
     start with PREFIX (translate_lines); a line without a TAB has no prefix.
     With `constraints` each line is SOURCE<TAB>PHRASE<TAB>PHRASE..., fairseq's format: its
     translations hold every PHRASE (translate_lines); a line without a TAB has none. With
-    `terms` (terminology.load_terms) the target terms of the source terms a line holds are added
-    to its constraints.
+    `terms` (compile_terms) the target terms of the source terms a line holds are added to its
+    constraints.
     """
     count, decoded = 0, 0  # lines written; sentences decoded in earlier chunks
     output = getattr(out, "name", "the output")  # <stdout>, as a failed write names it
@@ -283,7 +300,7 @@ def translate_chunks(
             chunk, required = [f[0] for f in fields], [f[1:] for f in fields]
         if terms is not None:
             given = required or [[] for _ in chunk]
-            found = [term_constraints(line, terms) for line in chunk]
+            found = [terms.constraints(source_text(line, data)) for line in chunk]
             required = [g + [t for t in f if t not in g] for g, f in zip(given, found)]
         for hyps in translate_lines(
             model,

@@ -3,24 +3,31 @@ source terms it holds (the WMT 2021 terminology task's setting; Sockeye's and Ma
 constrained decoding this way).
 
 A source term is found as a whole word (or words), ignoring case: "bank" in "The bank." but not
-in "embankment". Where terms overlap, the longest wins ("New York" over "York"). Characters of
-scripts written without spaces (CJK) need no word boundary.
+in "embankment" or "bank_note". Where terms overlap, the longest wins ("New York" over "York").
+Characters of scripts written without spaces (Chinese, Japanese, Thai, Lao, Khmer, Burmese) need
+no word boundary. All terms are one compiled pattern, so a long list costs little per line.
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
+from collections.abc import Callable
 from pathlib import Path
 
 from translator.data.lines import tsv_rows
 from translator.errors import TranslatorError
 
+# scripts written without spaces between words: no word boundary is needed beside them
+UNSPACED = (
+    "\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+)
+WORD = rf"[^\W{UNSPACED}]"  # a character that would make a term part of a longer word
+
 
 def load_terms(path: Path) -> list[tuple[str, str]]:
-    """The (source, target) pairs of a two-column TSV file, longest source first; blank lines are
-    skipped, a row with one side blank is refused."""
-    terms = []
+    """The (source, target) pairs of a two-column TSV file, in file order; empty lines are
+    skipped, a row with one side blank is refused naming it."""
+    terms: list[tuple[str, str]] = []
     for block in tsv_rows(path, ["source", "target"], skip=0):
         terms += zip(block["source"], block["target"])
     for number, (source, target) in enumerate(terms, start=1):
@@ -30,32 +37,24 @@ def load_terms(path: Path) -> list[tuple[str, str]]:
                 f"{path}:{number}",
                 "give each line as SOURCE<TAB>TARGET",
             )
-    pairs = [(s.strip(), t.strip()) for s, t in terms if s.strip()]
-    return sorted(pairs, key=lambda pair: -len(pair[0]))
+    return [(s.strip(), t.strip()) for s, t in terms if s.strip()]
 
 
-def _bounded(text: str, start: int, end: int) -> bool:
-    """Whether text[start:end] is not part of a longer word: each edge lies next to a non-word
-    character, the text's end, or is a character of a script written without spaces."""
+class Terms:
+    """A term list compiled for matching; `clean` is applied to each source term, as it is to the
+    lines (translate.source_text), so that both are compared in one form."""
 
-    def joins(inner: str, outer: str) -> bool:
-        wide = unicodedata.east_asian_width(inner) in "WF"
-        return outer.isalnum() and inner.isalnum() and not wide
+    def __init__(self, pairs: list[tuple[str, str]], clean: Callable[[str], str] = str) -> None:
+        self.targets: dict[str, str] = {}  # lowercased source -> target: the first in the file
+        for source, target in pairs:
+            self.targets.setdefault(clean(source).lower(), target)
+        alternatives = "|".join(map(re.escape, sorted(self.targets, key=len, reverse=True)))
+        self.pattern = re.compile(rf"(?<!{WORD})(?:{alternatives})(?!{WORD})", re.IGNORECASE)
 
-    before = start > 0 and joins(text[start], text[start - 1])
-    after = end < len(text) and joins(text[end - 1], text[end])
-    return not (before or after)
-
-
-def term_constraints(line: str, terms: list[tuple[str, str]]) -> list[str]:
-    """The target terms whose source terms `line` holds, in the order they appear; a term inside a
-    longer one found is not counted again, nor is one target twice."""
-    taken, found = [False] * len(line), []
-    for source, target in terms:  # longest first
-        for match in re.finditer(re.escape(source), line, re.IGNORECASE):
-            start, end = match.span()
-            if _bounded(line, start, end) and not any(taken[start:end]):
-                taken[start:end] = [True] * (end - start)
-                found.append((start, target))
-    seen: set[str] = set()
-    return [t for _, t in sorted(found) if not (t in seen or seen.add(t))]
+    def constraints(self, line: str) -> list[str]:
+        """The target terms whose source terms `line` holds (cleaned as the sources are), in the
+        order they appear, each once; scanning left to right, the longest term at a place wins."""
+        if not self.targets:
+            return []
+        found = [self.targets.get(m.group().lower()) for m in self.pattern.finditer(line)]
+        return list(dict.fromkeys(t for t in found if t is not None))

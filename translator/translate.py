@@ -33,7 +33,7 @@ from translator.data.join import join_pieces
 from translator.data.split import piece_limit, split_long
 from translator.data.tokenizer import UNK_ID, Tokenizer
 from translator.decode import Hypothesis, output_limits
-from translator.decode.completion import WordCompletion, inside_word, piece_texts
+from translator.decode.completion import Spelling, WordCompletion, inside_word, piece_texts
 from translator.decode.forced import target_log_probs
 from translator.decode.sampling import Sampling, piece_keys
 from translator.decode.search import sample, search
@@ -150,7 +150,7 @@ def translate_lines(
         tokenizer, prefixes, lines, owner, data, model.cfg.max_positions - 1, first_line
     )
     forced, typed = split if split else (None, None)
-    spelling = piece_texts(tokenizer.target_sp) if typed and any(typed) else None
+    spelling = Spelling(piece_texts(tokenizer.target_sp)) if typed and any(typed) else None
     required = _constraint_pieces(
         tokenizer,
         constraints,
@@ -158,6 +158,7 @@ def translate_lines(
         owner,
         data,
         model.cfg.max_positions - 1,
+        warn,
         first_line,
     )
     if required is not None and (split is not None or sampling is not None):
@@ -377,7 +378,7 @@ def _prefix_pieces(
         raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines")
     if not any(p.strip() for p in prefixes):
         return None
-    split = [split_prefix(tokenizer, p, data) for p in prefixes]
+    split = [split_prefix(tokenizer, p, data, limit) for p in prefixes]
     for number, (_, _, tokens) in enumerate(split):
         if tokens > limit:
             raise TranslatorError(
@@ -394,30 +395,32 @@ def _prefix_pieces(
 
 
 def split_prefix(
-    tokenizer: Tokenizer, prefix: str, data: DataConfig | None
+    tokenizer: Tokenizer, prefix: str, data: DataConfig | None, limit: int
 ) -> tuple[list[int], str, int]:
     """A prefix -> the output ids forced for its whole words, the characters of its last word
     (in piece spelling, from ▁: decode/completion.py) and its length in tokens.
 
     The last word is matched as text, not forced as pieces: "Ein Ma" goes on as "Mann" or
     "Markt", whichever pieces spell them. A prefix ending in a space ends its word: the next piece
-    starts a new one. One whose last word the vocabulary cannot spell (<unk>) is forced whole.
+    starts a new one. One whose last word the vocabulary cannot spell (<unk>), or that might not
+    fit in the model's `limit` output positions spelled a character a piece, is forced whole.
     """
     text = source_text(prefix, data)
     if not text:
         return [], "", 0
     sp = tokenizer.target_sp
-    if prefix[-1].isspace():
+    if prefix[-1].isspace() and len(sp.encode(text)) < limit:
         ids = sp.encode(text)
         return ids, "▁", len(ids) + 1
     cut = max(text.rfind(" "), text.rfind("\t")) + 1
     head, tail = text[:cut], text[cut:]
     tail_ids = sp.encode(tail)
-    if UNK_ID in tail_ids:
+    ids = sp.encode(head) if head.strip() else []
+    typed = "".join(sp.id_to_piece(tail_ids))
+    if UNK_ID in tail_ids or len(ids) + len(typed) > limit:
         ids = sp.encode(text)
         return ids, "", len(ids)
-    ids = sp.encode(head) if head.strip() else []
-    return ids, "".join(sp.id_to_piece(tail_ids)), len(ids) + len(tail_ids)
+    return ids, typed, len(ids) + len(tail_ids)
 
 
 def _constraint_pieces(
@@ -427,11 +430,13 @@ def _constraint_pieces(
     owner: list[int],
     data: DataConfig | None,
     limit: int,
+    warn: Callable[[str], None] | None,
     first_line: int,
 ) -> list[list[list[int]]] | None:
     """Each piece's constraints, encoded as the target side (blank phrases dropped); None when no
-    line has one. A line split into pieces, or whose constraints outgrow the model's outputs, is
-    refused."""
+    line has one. A line split into pieces, or whose constraints the model cannot spell or outgrow
+    its outputs, is translated without them, with a warning: a stream goes on, one line out per
+    line in."""
     if constraints is None:
         return None
     if len(constraints) != len(lines):
@@ -447,26 +452,23 @@ def _constraint_pieces(
         return None
     encoded = [tokenizer.target_sp.encode(phrases) for phrases in texts]
     parts = Counter(owner)  # pieces per line
+    dropped: dict[str, list[int]] = {}  # why -> line numbers
     for number, phrases in enumerate(encoded):
-        where, tokens = f"line {first_line + number}", sum(map(len, phrases))
+        why = ""
         if phrases and parts[number] > 1:
-            raise TranslatorError(
-                "the line is too long to translate at once, so its constraints cannot be placed",
-                where,
-                "split the line into sentences",
-            )
-        if any(UNK_ID in ids for ids in phrases):
-            raise TranslatorError(
-                "a constraint holds characters the model's vocabulary lacks (<unk>)",
-                where,
-                "give terms the model can spell, or train it with data.byte_fallback",
-            )
-        if tokens > limit:
-            raise TranslatorError(
-                f"the constraints are {tokens} tokens, over the {limit} the model can output",
-                where,
-                "give fewer or shorter constraints",
-            )
+            why = "too long to translate at once, so its constraints cannot be placed"
+        elif any(UNK_ID in ids for ids in phrases):
+            why = "a constraint holds characters the model's vocabulary lacks (<unk>)"
+        elif sum(map(len, phrases)) > limit:
+            why = f"the constraints are longer than the {limit} tokens the model can output"
+        if why:
+            dropped.setdefault(why, []).append(first_line + number)
+            encoded[number] = []
+    for why, numbers in dropped.items():
+        if warn is not None:
+            warn(f"{line_list(numbers)}: {why}; translated without them")
+    if not any(encoded):
+        return None
     return [encoded[line] for line in owner]
 
 

@@ -17,7 +17,7 @@ from tests.decode.conftest import ToyScorer
 from tests.decode.test_search import _limit, assert_same, greedy_one
 from tests.decode.test_toy import _exhaustive, _random_table, source
 from translator.decode.beam import beam_search
-from translator.decode.completion import WordCompletion
+from translator.decode.completion import Spelling, WordCompletion
 from translator.decode.greedy import greedy_search
 from translator.decode.sampling import Sampling
 
@@ -45,7 +45,7 @@ def test_a_wide_beam_finds_every_output_that_spells_the_typed_text(seed, alpha, 
         if tokens[: len(prefix)] == prefix
         and text(TOY_PIECES, tokens[len(prefix) :]).startswith(typed)
     ]
-    completion = WordCompletion(TOY_PIECES, [typed], [len(prefix)])
+    completion = WordCompletion(Spelling(TOY_PIECES), [typed], [len(prefix)])
     found = beam_search(
         ToyScorer(table, vocab=32, floor=0.0),
         src,
@@ -89,7 +89,7 @@ def _mask(row: torch.Tensor, pieces: list[str], left: str) -> torch.Tensor:
 def test_greedy_is_the_uncached_greedy_that_masks_by_text(make_model, src_batch):
     model, (src, src_mask) = make_model(), src_batch
     pieces = _pieces(model.cfg.vocab_size)
-    completion = WordCompletion(pieces, TYPED, [0] * 4)
+    completion = WordCompletion(Spelling(pieces), TYPED, [0] * 4)
     found = greedy_search(model, src, src_mask, completion=completion, **LIMITS)
     expected = []
     for b, typed in enumerate(TYPED):
@@ -114,7 +114,7 @@ def test_a_sentence_completing_a_word_alone_equals_it_in_a_batch(make_model, src
     pieces = _pieces(model.cfg.vocab_size)
 
     def run(s, m, rows):
-        completion = WordCompletion(pieces, [TYPED[b] for b in rows], [1] * len(rows))
+        completion = WordCompletion(Spelling(pieces), [TYPED[b] for b in rows], [1] * len(rows))
         prefixes = [[4]] * len(rows)
         if search == "greedy":
             hyps = greedy_search(model, s, m, prefixes=prefixes, completion=completion, **LIMITS)
@@ -140,7 +140,7 @@ def test_sampled_outputs_spell_the_typed_text(make_model, src_batch):
     pieces = _pieces(model.cfg.vocab_size)
     src_ids = [[t for t in row if t > 3] for row in src.tolist()]
     keys = [(line, 0) for line in range(4)]
-    completion = WordCompletion(pieces, TYPED, [0] * 4)
+    completion = WordCompletion(Spelling(pieces), TYPED, [0] * 4)
     drawn = sample(
         model, src_ids, keys, DecodeConfig(**LIMITS), Sampling(seed=3), 3, completion=completion
     )
@@ -153,7 +153,7 @@ def test_the_length_limit_makes_room_for_the_typed_text(make_model, src_batch):
     model, (src, src_mask) = make_model(), src_batch
     pieces = _pieces(model.cfg.vocab_size)
     typed = "▁a" + "b" * 12  # 13 characters: more than a * 1 + b tokens for the short sentences
-    completion = WordCompletion(pieces, [typed] * 4, [0] * 4)
+    completion = WordCompletion(Spelling(pieces), [typed] * 4, [0] * 4)
     for hyps in beam_search(
         model, src, src_mask, beam_size=2, completion=completion, max_len_a=0.0, max_len_b=2
     ):

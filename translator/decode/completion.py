@@ -16,26 +16,18 @@ from __future__ import annotations
 import torch
 
 
-class WordCompletion:
-    """Per row, the text its output must go on with from output position `starts[row]` on ("":
-    none), in the vocabulary's piece spelling (SentencePiece's, with ▁ for a space)."""
+class Spelling:
+    """A vocabulary's piece texts (SentencePiece's, with ▁ for a space; "" for ids never
+    generated: PAD, BOS, EOS, <unk>), indexed by first character, and for each text left to spell
+    the ids that agree with it, remembered: one per translate call, shared by its batches."""
 
-    def __init__(self, pieces: list[str], typed: list[str], starts: list[int]) -> None:
-        """pieces: each output id's text ("" for ids never generated: PAD, BOS, EOS, <unk>)."""
-        self.pieces, self.typed, self.starts = pieces, typed, starts
-        self._allowed: dict[str, torch.Tensor] = {}  # what is left -> the ids that agree with it
-
-    def rows(self, index: list[int]) -> WordCompletion:
-        """The completion of rows `index` (a beam's copies of each sentence, the rows kept)."""
-        kept = WordCompletion(
-            self.pieces, [self.typed[i] for i in index], [self.starts[i] for i in index]
-        )
-        kept._allowed = self._allowed
-        return kept
-
-    def lengths(self) -> torch.Tensor:
-        """(N,) the most output positions each row's typed text can take: one character a piece."""
-        return torch.tensor([s + len(t) for s, t in zip(self.starts, self.typed)])
+    def __init__(self, pieces: list[str]) -> None:
+        self.pieces = pieces
+        self._by_first: dict[str, list[int]] = {}  # a piece agrees only with texts of its first
+        for i, piece in enumerate(pieces):
+            if piece:
+                self._by_first.setdefault(piece[0], []).append(i)
+        self._allowed: dict[str, torch.Tensor] = {}
 
     def allowed(self, left: str) -> torch.Tensor:
         """The ids whose text is a start of `left`, or that `left` is a start of."""
@@ -43,16 +35,34 @@ class WordCompletion:
             self._allowed[left] = torch.tensor(
                 [
                     i
-                    for i, piece in enumerate(self.pieces)
-                    if piece and (left.startswith(piece) or piece.startswith(left))
+                    for i in self._by_first.get(left[0], [])
+                    if left.startswith(self.pieces[i]) or self.pieces[i].startswith(left)
                 ],
                 dtype=torch.long,
             )
         return self._allowed[left]
 
+
+class WordCompletion:
+    """Per row, the text its output must go on with from output position `starts[row]` on ("":
+    none), in the vocabulary's piece spelling."""
+
+    def __init__(self, spelling: Spelling, typed: list[str], starts: list[int]) -> None:
+        self.spelling, self.typed, self.starts = spelling, typed, starts
+
+    def rows(self, index: list[int]) -> WordCompletion:
+        """The completion of rows `index` (a beam's copies of each sentence, the rows kept)."""
+        return WordCompletion(
+            self.spelling, [self.typed[i] for i in index], [self.starts[i] for i in index]
+        )
+
+    def lengths(self) -> torch.Tensor:
+        """(N,) the most output positions each row's typed text can take: one character a piece."""
+        return torch.tensor([s + len(t) for s, t in zip(self.starts, self.typed)])
+
     def left(self, row: int, outputs: list[int]) -> str:
         """What `row` must still spell, given its outputs so far (no BOS)."""
-        text = "".join(self.pieces[t] for t in outputs[self.starts[row] :])
+        text = "".join(self.spelling.pieces[t] for t in outputs[self.starts[row] :])
         return self.typed[row][len(text) :] if len(text) < len(self.typed[row]) else ""
 
     def ban_(self, log_probs: torch.Tensor, tokens: torch.Tensor, step: int) -> torch.Tensor:
@@ -72,7 +82,7 @@ class WordCompletion:
         outputs = tokens[rows, 1 : step + 1].tolist()
         for row, out in zip(rows, outputs):
             if left := self.left(row, out):
-                ids = self.allowed(left).to(log_probs.device)
+                ids = self.spelling.allowed(left).to(log_probs.device)
                 kept = log_probs[row, ids]
                 log_probs[row] = float("-inf")
                 log_probs[row, ids] = kept
