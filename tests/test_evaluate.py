@@ -494,6 +494,8 @@ def test_eval_flags_reach_the_run(monkeypatch):
         "0.7",
         "--channel-candidates",
         "5",
+        "--terminology",
+        "t.tsv",
         "-q",
     ]
     for args in (flags, []):
@@ -524,6 +526,7 @@ def test_eval_flags_reach_the_run(monkeypatch):
                 channel=[Path("back.pt")],
                 channel_weight=0.7,
                 channel_candidates=5,
+                terminology=Path("t.tsv"),
                 quiet=True,
             ),
         ),
@@ -550,6 +553,7 @@ def test_eval_flags_reach_the_run(monkeypatch):
                 channel=None,
                 channel_weight=None,
                 channel_candidates=None,
+                terminology=None,
                 quiet=False,
             ),
         ),
