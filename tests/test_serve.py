@@ -526,7 +526,7 @@ def test_serve_flags_reach_the_decode_settings(tiny, monkeypatch):
 
     seen = {}
 
-    def capture(model, cfg, tokenizer, decode):
+    def capture(model, cfg, tokenizer, decode, terms=None):
         seen["d"] = decode
         return SimpleNamespace(routes=dict)
 
@@ -547,3 +547,30 @@ def test_serve_flags_reach_the_decode_settings(tiny, monkeypatch):
         decode.length_penalty,
         decode.batch_tokens,
     ) == (3, 0.5, 6, 2, 3, 2.5, 1.5, tiny.cfg.decode.batch_tokens)
+
+
+def test_a_servers_term_list_joins_each_requests_constraints(tiny):
+    """serve --terminology: a line holding a source term gets its target as a constraint, beside
+    the request's own; a request with a prefix is translated without the list."""
+    from translator.terminology import Terms
+
+    terms = Terms([("dogs", "Hunde")])
+    translator = serve.Translator(tiny.model, tiny.cfg, tiny.tokenizer, tiny.cfg.decode, terms)
+    lines = [SENTENCES[1], SENTENCES[4]]
+    reply = translator.translate({"text": lines, "constraints": [[], ["Frau"]], "beam": 4})
+    decode = with_overrides(tiny.cfg.decode, beam_size=4)
+    expected = translate_lines(
+        tiny.model,
+        tiny.tokenizer,
+        lines,
+        decode,
+        data=tiny.cfg.data,
+        constraints=[["Hunde"], ["Frau"]],
+    )
+    assert reply["translations"] == [hyps[0][0] for hyps in expected]
+    assert "Hunde" in reply["translations"][0]
+    prefixed = translator.translate({"text": lines[0], "prefix": "Zwei", "beam": 4})
+    plain = translate_lines(
+        tiny.model, tiny.tokenizer, lines[:1], decode, data=tiny.cfg.data, prefixes=["Zwei"]
+    )
+    assert prefixed["translations"] == [plain[0][0][0]]

@@ -25,6 +25,7 @@ import math
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 from translator.config import Config, DecodeConfig
@@ -37,9 +38,10 @@ from translator.model.ensemble import Ensemble
 from translator.model.inference import is_int8
 from translator.model.transformer import Transformer
 from translator.score import score_lines
+from translator.stream import compile_terms, model_precision
 from translator.stream import log as log_line
-from translator.stream import model_precision
-from translator.translate import translate_lines, with_overrides
+from translator.terminology import Terms, load_terms
+from translator.translate import source_text, translate_lines, with_overrides
 
 T = TypeVar("T")
 MAX_LINES = 1000  # a request's lines: more go in several requests, so that none holds the model
@@ -64,8 +66,12 @@ class Translator:
         cfg: Config,
         tokenizer: Tokenizer,
         decode: DecodeConfig,
+        terms: Terms | None = None,
     ) -> None:
+        """`terms`: a term list whose targets join the constraints of each line holding their
+        source terms (as `translate --terminology`), in requests without a prefix."""
         self.model, self.cfg, self.tokenizer, self.decode = model, cfg, tokenizer, decode
+        self.terms = terms
         # One thread touches the model. glibc gives each thread that allocates a heap of its own
         # (an arena) and keeps it at its peak: decoding in every connection's thread grew the
         # server by a decoding's working set per thread that ever decoded (docs/benchmarks.md).
@@ -107,6 +113,10 @@ class Translator:
             if prefixes is not None:
                 raise BadRequest("'prefix' and 'constraints' do not combine: give one of them")
             constraints = _constraint_lists(asked, isinstance(text, str), lines)
+        if self.terms is not None and prefixes is None:
+            given = constraints or [[] for _ in lines]
+            found = [self.terms.constraints(source_text(line, self.cfg.data)) for line in lines]
+            constraints = [g + [t for t in f if t not in g] for g, f in zip(given, found)]
         beam = _small_int(request, "beam")
         nbest = _small_int(request, "nbest")
         decode = with_overrides(self.decode, beam_size=beam)
@@ -245,11 +255,13 @@ def run(
     batch_tokens: int | None = None,
     device: str | None = None,
     dtype: str | None = None,
+    terminology: Path | None = None,
     quiet: bool = False,
 ) -> None:
     """The `serve` command: bind, load the checkpoint(s) once, answer until Ctrl-C or SIGTERM,
     then let the requests being answered finish (new ones get 503). Decoding settings left None
     are the checkpoint's decode.* values."""
+    pairs = load_terms(terminology) if terminology is not None else None  # before binding
     routes: dict[tuple[str, str], Route] = {}  # filled once the model is loaded
     try:  # bound first: a port in use is refused before minutes of loading
         server = JsonServer(host, port, routes, log=None if quiet else log_line)
@@ -270,7 +282,8 @@ def run(
             length_penalty=length_penalty,
             batch_tokens=batch_tokens,
         )
-        routes.update(Translator(model, cfg, tokenizer, decode).routes())
+        terms = compile_terms(pairs, terminology, tokenizer, cfg.data) if pairs else None
+        routes.update(Translator(model, cfg, tokenizer, decode, terms).routes())
         address, bound = server.server_address[:2]
         address = f"[{address}]" if ":" in address else address
         # the first line, also with --quiet: the address alone, for a supervisor (or a test)

@@ -18,6 +18,7 @@ from translator.cli.options import (
     MinLenOpt,
     NoRepeatNgramOpt,
     QuietOpt,
+    TerminologyOpt,
     UnkPenaltyOpt,
 )
 
@@ -43,6 +44,7 @@ def serve(
     batch_tokens: BatchTokensOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
+    terminology: TerminologyOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Serve a model over HTTP (JSON).
@@ -72,5 +74,6 @@ def serve(
         batch_tokens=batch_tokens,
         device=device,
         dtype=dtype,
+        terminology=terminology,
         quiet=quiet,
     )
