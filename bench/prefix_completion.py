@@ -1,0 +1,96 @@
+"""Interactive translation on real text: prefixes cut inside a word of the reference, completed.
+
+    .venv/bin/python -m bench.prefix_completion runs/multi30k-en-de/avg.pt \
+        ../shared/data/multi30k/valid.en ../shared/data/multi30k/valid.de --beam 5
+
+A translator has typed the reference up to a random character inside one of its words (seeded,
+never at the word's end). Each line is translated with that prefix twice: as `translate --prefix`
+does, the last word spelled as text (translate.split_prefix), and with the whole prefix forced as
+pieces, as before (split_prefix's fallback). Printed for each: the share of lines whose typed word
+is completed as the reference has it (the proposal a CAT tool would show next), sacreBLEU of the
+outputs against the references, and the seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import time
+
+import sacrebleu
+import torch
+
+from translator import translate
+from translator.loading import load
+from translator.translate import translate_lines, with_overrides
+
+
+def cut_inside_a_word(reference: str, rng: random.Random) -> tuple[str, str]:
+    """(the prefix, the word it cuts), the cut after 1 to len - 1 of the word's characters;
+    ("", "") for a reference without a word of 2 letters or more."""
+    words = [m for m in re.finditer(r"\w{2,}", reference)]
+    if not words:
+        return "", ""
+    word = rng.choice(words)
+    cut = word.start() + rng.randint(1, len(word.group()) - 1)
+    return reference[:cut], word.group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("ckpt")
+    parser.add_argument("source", help="a text file, one sentence per line")
+    parser.add_argument("reference", help="its translations, line by line")
+    parser.add_argument("--lines", type=int, default=0, help="the first N lines (0: all)")
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    model, cfg, tokenizer = load(args.ckpt, device="cpu", dtype="fp32")
+    with open(args.source, encoding="utf-8") as src, open(args.reference, encoding="utf-8") as ref:
+        sources = src.read().splitlines()[: args.lines or None]
+        references = ref.read().splitlines()[: len(sources)]
+    rng = random.Random(args.seed)
+    cuts = [cut_inside_a_word(r, rng) for r in references]
+    prefixes = [prefix for prefix, _ in cuts]
+    decode = with_overrides(cfg.decode, beam_size=args.beam)
+    spelled = translate.split_prefix
+
+    def forced(tokenizer, prefix, data, limit):  # the whole prefix as pieces: the old behaviour
+        ids, _, _ = spelled(tokenizer, prefix, data, 0)  # no room to spell: forced whole
+        return ids, "", len(ids)
+
+    print(f"{len(sources)} lines, beam {args.beam}, {torch.get_num_threads()} threads, fp32")
+    for name, split in (("spelled", spelled), ("forced", forced), ("spelled again", spelled)):
+        translate.split_prefix = split
+        began = time.perf_counter()
+        found = translate_lines(
+            model, tokenizer, sources, decode, warn=None, data=cfg.data, prefixes=prefixes
+        )
+        seconds = time.perf_counter() - began
+        outputs = [hyps[0][0] for hyps in found]
+        whole = sum(
+            bool(word) and _typed_word(out, prefix) == word
+            for out, (prefix, word) in zip(outputs, cuts)
+        )
+        starts = sum(out.startswith(prefix) for out, prefix in zip(outputs, prefixes))
+        bleu = sacrebleu.corpus_bleu(outputs, [references]).score
+        print(
+            f"{name}: typed word completed as the reference has it {whole}/{len(sources)} "
+            f"({100 * whole / len(sources):.1f}%); outputs starting with the prefix {starts}; "
+            f"BLEU {bleu:.2f}; {seconds:.1f} s"
+        )
+    translate.split_prefix = spelled
+
+
+def _typed_word(output: str, prefix: str) -> str:
+    """The word of `output` that the prefix's last characters start."""
+    start = len(prefix) - len(re.search(r"\w*$", prefix).group())
+    match = re.match(r"\w*", output[start:])
+    return match.group() if match else ""
+
+
+if __name__ == "__main__":
+    main()
