@@ -19,7 +19,6 @@ from translator.prepared import check_files, prepared_dir, read_manifest
 from translator.stream import compile_terms, log, model_precision, sentence_progress, warn_stderr
 from translator.terminology import load_terms
 from translator.translate import (
-    source_text,
     translate_lines,
     with_overrides,
 )
@@ -253,9 +252,7 @@ def run(
             log(f"eval: {model_precision(model, dtype or cfg.decode.dtype)}")
         with sentence_progress("eval", quiet) as progress:
             # warnings stay under --quiet: they are about the data and explain a score
-            required = (
-                [terms.constraints(source_text(s, cfg.data)) for s in sources] if terms else None
-            )
+            required = terms.added_to(None, sources) if terms else None
             translated = translate_lines(
                 model,
                 tokenizer,

@@ -41,7 +41,7 @@ from translator.score import score_lines
 from translator.stream import compile_terms, model_precision
 from translator.stream import log as log_line
 from translator.terminology import Terms, load_terms
-from translator.translate import source_text, translate_lines, with_overrides
+from translator.translate import translate_lines, with_overrides
 
 T = TypeVar("T")
 MAX_LINES = 1000  # a request's lines: more go in several requests, so that none holds the model
@@ -114,9 +114,7 @@ class Translator:
                 raise BadRequest("'prefix' and 'constraints' do not combine: give one of them")
             constraints = _constraint_lists(asked, isinstance(text, str), lines)
         if self.terms is not None and prefixes is None:
-            given = constraints or [[] for _ in lines]
-            found = [self.terms.constraints(source_text(line, self.cfg.data)) for line in lines]
-            constraints = [g + [t for t in f if t not in g] for g, f in zip(given, found)]
+            constraints = self.terms.added_to(constraints, lines)
         beam = _small_int(request, "beam")
         nbest = _small_int(request, "nbest")
         decode = with_overrides(self.decode, beam_size=beam)

@@ -299,9 +299,7 @@ def translate_chunks(
             fields = [line.split("\t") for line in chunk]
             chunk, required = [f[0] for f in fields], [f[1:] for f in fields]
         if terms is not None:
-            given = required or [[] for _ in chunk]
-            found = [terms.constraints(source_text(line, data)) for line in chunk]
-            required = [g + [t for t in f if t not in g] for g, f in zip(given, found)]
+            required = terms.added_to(required, chunk)
         for hyps in translate_lines(
             model,
             tokenizer,

@@ -45,6 +45,7 @@ class Terms:
     lines (translate.source_text), so that both are compared in one form."""
 
     def __init__(self, pairs: list[tuple[str, str]], clean: Callable[[str], str] = str) -> None:
+        self.clean = clean
         self.targets: dict[str, str] = {}  # lowercased source -> target: the first in the file
         for source, target in pairs:
             self.targets.setdefault(clean(source).lower(), target)
@@ -58,3 +59,10 @@ class Terms:
             return []
         found = [self.targets.get(m.group().lower()) for m in self.pattern.finditer(line)]
         return list(dict.fromkeys(t for t in found if t is not None))
+
+    def added_to(self, given: list[list[str]] | None, lines: list[str]) -> list[list[str]]:
+        """Each line's constraints, `given` (None: none), then the targets of the terms the line
+        holds, cleaned as the source terms were; a target already given is not added again."""
+        found = [self.constraints(self.clean(line)) for line in lines]
+        given = given or [[] for _ in lines]
+        return [g + [t for t in f if t not in g] for g, f in zip(given, found)]
