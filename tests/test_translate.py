@@ -756,7 +756,12 @@ def test_constraints_are_refused_beside_a_prefix_and_an_empty_source_stays_empty
     with pytest.raises(ValueError, match="1 constraint lists for 2 lines"):
         translate.translate_lines(tiny.model, tiny.tokenizer, lines, decode, constraints=[["E"]])
     out = translate.translate_lines(
-        tiny.model, tiny.tokenizer, ["", SENTENCES[1]], decode, constraints=[["Hund"], ["Hund"]]
+        tiny.model,
+        tiny.tokenizer,
+        ["", SENTENCES[1]],
+        decode,
+        warn=None,
+        constraints=[["Hund"], ["Hund"]],
     )
     assert out[0][0][0] == "" and "Hund" in out[1][0][0]
 
