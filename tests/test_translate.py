@@ -834,3 +834,23 @@ def test_constraints_hold_in_a_reranked_nbest_and_are_checked_in_type(tiny):
         translate.translate_lines(
             tiny.model, tiny.tokenizer, lines, decode, constraints=["Hund", "Frau"]
         )
+
+
+def test_an_aligned_constrained_nbest_gives_each_hypothesis_its_own_alignment(tiny, monkeypatch):
+    """A hypothesis that lacks a phrase leaves the n-best before alignments are read: the one
+    kept gets its own alignment, as when the search found it alone."""
+    encode = tiny.tokenizer.target_sp.encode
+    holding, lacking = encode("Zwei Hunde laufen ."), encode("Eine Katze")
+
+    def search_finding(answer):
+        def search(model, src_ids, decode, nbest=1, **_):
+            return [[Hypothesis(tokens, -1.0) for tokens in answer] for _ in src_ids]
+
+        return search
+
+    monkeypatch.setattr(translate, "search", search_finding([lacking, holding]))
+    args = (tiny.model, tiny.tokenizer, [SENTENCES[1]], tiny.cfg.decode, 2)
+    found = translate.translate_lines(*args, warn=None, constraints=[["Hunde"]], alignment_layer=-1)
+    monkeypatch.setattr(translate, "search", search_finding([holding]))
+    alone = translate.translate_lines(*args, warn=None, alignment_layer=-1)
+    assert found == alone and found[0][0][0].startswith("Zwei Hunde")

@@ -212,12 +212,10 @@ def translate_lines(
                 prefixes=batch_prefixes,
                 completion=completion,
             )
+        if required:  # an n-best (a channel's candidates too) keeps those that hold the phrases
+            found = [_holding(hyps, required[i]) for i, hyps in zip(batch, found)]
         for i, hyps in zip(batch, found):
             results[i] = hyps
-            if required and required[i]:  # those that hold the phrases, if any does (a channel
-                # reranks the n-best: it must not pick one that lacks a term)
-                held = [h for h in hyps if all(_holds(h.tokens, p) for p in required[i])]
-                results[i] = held or hyps
         if alignment_layer is not None:
             batch_pieces = [pieces[i] for i in batch]
             pairs = align_hypotheses(model, tokenizer, batch_pieces, found, alignment_layer)
@@ -485,6 +483,11 @@ def _missing_constraints(
             if not all(_holds(hyps[0].tokens, phrase) for phrase in phrases)
         }
     )
+
+
+def _holding(hyps: list[Hypothesis], phrases: list[list[int]]) -> list[Hypothesis]:
+    """The hypotheses that hold every phrase, if any does; else all of them."""
+    return [h for h in hyps if all(_holds(h.tokens, p) for p in phrases)] or hyps
 
 
 def _holds(tokens: list[int], phrase: list[int]) -> bool:

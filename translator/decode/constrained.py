@@ -87,8 +87,8 @@ def next_phrase_tokens(phrases: list[Phrase], beam: Beam) -> set[int]:
 def allocate(proposals: list[Proposal], k: int, banks: int) -> list[Proposal]:
     """The k proposals kept, best first: each bank (0 .. banks - 1) gets k // banks slots, the
     remainder going to the banks furthest along, filled by score; the slots a bank cannot fill
-    go to the proposals left in the banks furthest along (Multi30k valid: every constraint
-    placed, where filling them by score left 4% unplaced: docs/benchmarks.md)."""
+    go to the proposals left in the banks furthest along, which places more constraints than
+    filling them by score (why: docs/benchmarks.md, constrained decoding)."""
     quota = [k // banks] * banks
     for bank in range(banks - k % banks, banks):
         quota[bank] += 1
