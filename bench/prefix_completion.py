@@ -5,7 +5,7 @@
 
 A translator has typed the reference up to a random character inside one of its words (seeded,
 never at the word's end). Each line is translated with that prefix twice: as `translate --prefix`
-does, the last word spelled as text (translate.split_prefix), and with the whole prefix forced as
+does, the last word spelled as text (guided.split_prefix), and with the whole prefix forced as
 pieces, as before (split_prefix's fallback). Printed for each: the share of lines whose typed word
 is completed as the reference has it (the proposal a CAT tool would show next), sacreBLEU of the
 outputs against the references, and the seconds.
@@ -21,7 +21,7 @@ import time
 import sacrebleu
 import torch
 
-from translator import translate
+from translator import guided
 from translator.loading import load
 from translator.translate import translate_lines, with_overrides
 
@@ -56,7 +56,7 @@ def main() -> None:
     cuts = [cut_inside_a_word(r, rng) for r in references]
     prefixes = [prefix for prefix, _ in cuts]
     decode = with_overrides(cfg.decode, beam_size=args.beam)
-    spelled = translate.split_prefix
+    spelled = guided.split_prefix
 
     def forced(tokenizer, prefix, data, limit):  # the whole prefix as pieces: the old behaviour
         ids, _, _ = spelled(tokenizer, prefix, data, 0)  # no room to spell: forced whole
@@ -64,7 +64,7 @@ def main() -> None:
 
     print(f"{len(sources)} lines, beam {args.beam}, {torch.get_num_threads()} threads, fp32")
     for name, split in (("spelled", spelled), ("forced", forced), ("spelled again", spelled)):
-        translate.split_prefix = split
+        guided.split_prefix = split
         began = time.perf_counter()
         found = translate_lines(
             model, tokenizer, sources, decode, warn=None, data=cfg.data, prefixes=prefixes
@@ -82,7 +82,7 @@ def main() -> None:
             f"({100 * whole / len(sources):.1f}%); outputs starting with the prefix {starts}; "
             f"BLEU {bleu:.2f}; {seconds:.1f} s"
         )
-    translate.split_prefix = spelled
+    guided.split_prefix = spelled
 
 
 def _typed_word(output: str, prefix: str) -> str:

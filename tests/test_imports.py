@@ -26,6 +26,7 @@ LAYERS = [
         "translator.prepared",
         "translator.rerank",
         "translator.terminology",
+        "translator.guided",
         "translator.http_api",
         "translator.export",
         "translator.marian_files",

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.conftest import MULTI30K, SENTENCES
-from translator import config, line_warnings, loading, translate
+from translator import config, guided, line_warnings, loading, translate
 from translator.data import split
 from translator.data.batching import make_batch
 from translator.data.tokenizer import EOS_ID, UNK_ID
@@ -769,20 +769,20 @@ def test_constraints_are_refused_beside_a_prefix_and_an_empty_source_stays_empty
 def test_a_prefixs_last_word_is_spelled_as_text_and_its_whole_words_forced(tiny):
     encode = tiny.tokenizer.target_sp.encode
     piece = tiny.tokenizer.target_sp.id_to_piece
-    ids, typed, tokens = translate.split_prefix(tiny.tokenizer, "Ein Ma", None, 39)
+    ids, typed, tokens = guided.split_prefix(tiny.tokenizer, "Ein Ma", None, 39)
     assert ids == encode("Ein") and typed == "".join(piece(encode("Ma"))) and typed[0] == "▁"
     assert tokens == len(ids) + len(encode("Ma"))
     # a prefix ending in a space: its words are whole, the next piece starts a word
-    assert translate.split_prefix(tiny.tokenizer, "Ein Mann ", None, 39)[:2] == (
+    assert guided.split_prefix(tiny.tokenizer, "Ein Mann ", None, 39)[:2] == (
         encode("Ein Mann"),
         "▁",
     )
-    assert translate.split_prefix(tiny.tokenizer, "Ma", None, 39)[:2] == ([], typed)
+    assert guided.split_prefix(tiny.tokenizer, "Ma", None, 39)[:2] == ([], typed)
     # a last word the vocabulary cannot spell is forced whole, as encoded
-    assert translate.split_prefix(tiny.tokenizer, "Ein 東", None, 39)[:2] == (encode("Ein 東"), "")
+    assert guided.split_prefix(tiny.tokenizer, "Ein 東", None, 39)[:2] == (encode("Ein 東"), "")
     # ... as is one whose last word, a character a piece, might not fit in the model's outputs
     limit = len(encode("Ein")) + len(typed) - 1
-    assert translate.split_prefix(tiny.tokenizer, "Ein Ma", None, limit)[:2] == (
+    assert guided.split_prefix(tiny.tokenizer, "Ein Ma", None, limit)[:2] == (
         encode("Ein Ma"),
         "",
     )

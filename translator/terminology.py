@@ -42,7 +42,7 @@ def load_terms(path: Path) -> list[tuple[str, str]]:
 
 class Terms:
     """A term list compiled for matching; `clean` is applied to each source term, as it is to the
-    lines (translate.source_text), so that both are compared in one form."""
+    lines (data/clean.py's source_text), so that both are compared in one form."""
 
     def __init__(self, pairs: list[tuple[str, str]], clean: Callable[[str], str] = str) -> None:
         self.clean = clean

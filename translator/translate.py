@@ -22,13 +22,12 @@ import dataclasses
 import math
 import sys
 import warnings
-from collections import Counter
 from collections.abc import Callable, Iterator
 
 import torch
 
 from translator.config import DataConfig, DecodeConfig
-from translator.data.clean import normalize
+from translator.data.clean import source_text
 from translator.data.join import join_pieces
 from translator.data.split import piece_limit, split_long
 from translator.data.tokenizer import UNK_ID, Tokenizer
@@ -40,6 +39,12 @@ from translator.decode.search import sample, search
 from translator.diagnostics.alignment import align_hypotheses, check_layer, join_alignments
 from translator.diagnostics.words import pharaoh
 from translator.errors import TranslatorError
+from translator.guided import (
+    constraint_pieces,
+    holding,
+    missing_constraints,
+    prefix_pieces,
+)
 from translator.line_warnings import (
     MISSED_CONSTRAINT,
     NARROW_BEAM,
@@ -146,12 +151,12 @@ def translate_lines(
     pieces, owner = _source_pieces(
         tokenizer, sources, limit, model.cfg.max_positions, warn, first_line
     )
-    split = _prefix_pieces(
+    split = prefix_pieces(
         tokenizer, prefixes, lines, owner, data, model.cfg.max_positions - 1, first_line
     )
     forced, typed = split if split else (None, None)
     spelling = Spelling(piece_texts(tokenizer.target_sp)) if typed and any(typed) else None
-    required = _constraint_pieces(
+    required = constraint_pieces(
         tokenizer,
         constraints,
         lines,
@@ -213,7 +218,7 @@ def translate_lines(
                 completion=completion,
             )
         if required:  # an n-best (a channel's candidates too) keeps those that hold the phrases
-            found = [_holding(hyps, required[i]) for i, hyps in zip(batch, found)]
+            found = [holding(hyps, required[i]) for i, hyps in zip(batch, found)]
         for i, hyps in zip(batch, found):
             results[i] = hyps
         if alignment_layer is not None:
@@ -242,7 +247,7 @@ def translate_lines(
     }
     if unknown and warn is not None:
         warn(unk_message(unknown))
-    missed = _missing_constraints(required, results, owner) if required else []
+    missed = missing_constraints(required, results, owner) if required else []
     if missed and warn is not None:
         warn(f"{line_list([first_line + number for number in missed])}: {MISSED_CONSTRAINT}")
     # the searches raise a piece's limit to its prefix's or its constraints' length
@@ -358,144 +363,6 @@ def _source_pieces(
     return pieces, owner
 
 
-def _prefix_pieces(
-    tokenizer: Tokenizer,
-    prefixes: list[str] | None,
-    lines: list[str],
-    owner: list[int],
-    data: DataConfig | None,
-    limit: int,
-    first_line: int,
-) -> tuple[list[list[int]], list[str]] | None:
-    """Each piece's forced output ids and the characters typed after them (split_prefix): its
-    line's prefix, on the line's first piece; none elsewhere. None when no line has a prefix. A
-    prefix longer than `limit`, the model's output positions, is refused."""
-    if prefixes is None:
-        return None
-    if len(prefixes) != len(lines):
-        raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines")
-    if not any(p.strip() for p in prefixes):
-        return None
-    split = [split_prefix(tokenizer, p, data, limit) for p in prefixes]
-    for number, (_, _, tokens) in enumerate(split):
-        if tokens > limit:
-            raise TranslatorError(
-                f"the prefix is {tokens} tokens, over the {limit} the model can output",
-                f"line {first_line + number}",
-                "shorten the prefix",
-            )
-    # owner runs in line order: a piece is its line's first where the line changes
-    first = [k == 0 or owner[k - 1] != line for k, line in enumerate(owner)]
-    return (
-        [split[line][0] if is_first else [] for line, is_first in zip(owner, first)],
-        [split[line][1] if is_first else "" for line, is_first in zip(owner, first)],
-    )
-
-
-def split_prefix(
-    tokenizer: Tokenizer, prefix: str, data: DataConfig | None, limit: int
-) -> tuple[list[int], str, int]:
-    """A prefix -> the output ids forced for its whole words, the characters of its last word
-    (in piece spelling, from ▁: decode/completion.py) and its length in tokens.
-
-    The last word is matched as text, not forced as pieces: "Ein Ma" goes on as "Mann" or
-    "Markt", whichever pieces spell them. A prefix ending in a space ends its word: the next piece
-    starts a new one. One whose last word the vocabulary cannot spell (<unk>), or that might not
-    fit in the model's `limit` output positions spelled a character a piece, is forced whole.
-    """
-    text = source_text(prefix, data)
-    if not text:
-        return [], "", 0
-    sp = tokenizer.target_sp
-    if prefix[-1].isspace() and len(sp.encode(text)) < limit:
-        ids = sp.encode(text)
-        return ids, "▁", len(ids) + 1
-    cut = max(text.rfind(" "), text.rfind("\t")) + 1
-    head, tail = text[:cut], text[cut:]
-    tail_ids = sp.encode(tail)
-    ids = sp.encode(head) if head.strip() else []
-    typed = "".join(sp.id_to_piece(tail_ids))
-    if UNK_ID in tail_ids or len(ids) + len(typed) > limit:
-        ids = sp.encode(text)
-        return ids, "", len(ids)
-    return ids, typed, len(ids) + len(tail_ids)
-
-
-def _constraint_pieces(
-    tokenizer: Tokenizer,
-    constraints: list[list[str]] | None,
-    lines: list[str],
-    owner: list[int],
-    data: DataConfig | None,
-    limit: int,
-    warn: Callable[[str], None] | None,
-    first_line: int,
-) -> list[list[list[int]]] | None:
-    """Each piece's constraints, encoded as the target side (blank phrases dropped); None when no
-    line has one. A line split into pieces, or whose constraints the model cannot spell or outgrow
-    its outputs, is translated without them, with a warning: a stream goes on, one line out per
-    line in."""
-    if constraints is None:
-        return None
-    if len(constraints) != len(lines):
-        raise ValueError(f"{len(constraints)} constraint lists for {len(lines)} lines")
-    if not all(isinstance(c, list) and all(isinstance(p, str) for p in c) for c in constraints):
-        raise TypeError("constraints takes a list of phrases (strings) per line: [['Hund'], []]")
-    # a phrase given twice is one constraint (fairseq would want it twice)
-    texts = [
-        list(dict.fromkeys(source_text(p, data) for p in phrases if p.strip()))
-        for phrases in constraints
-    ]
-    if not any(texts):
-        return None
-    encoded = [tokenizer.target_sp.encode(phrases) for phrases in texts]
-    parts = Counter(owner)  # pieces per line
-    dropped: dict[str, list[int]] = {}  # why -> line numbers
-    for number, phrases in enumerate(encoded):
-        why = ""
-        if phrases and parts[number] > 1:
-            why = "too long to translate at once, so its constraints cannot be placed"
-        elif any(UNK_ID in ids for ids in phrases):
-            why = "a constraint holds characters the model's vocabulary lacks (<unk>)"
-        elif sum(map(len, phrases)) > limit:
-            why = f"the constraints are longer than the {limit} tokens the model can output"
-        if why:
-            dropped.setdefault(why, []).append(first_line + number)
-            encoded[number] = []
-    for why, numbers in dropped.items():
-        if warn is not None:
-            warn(f"{line_list(numbers)}: {why}; translated without them")
-    if not any(encoded):
-        return None
-    return [encoded[line] for line in owner]
-
-
-def _missing_constraints(
-    required: list[list[list[int]]], results: list[list[Hypothesis]], owner: list[int]
-) -> list[int]:
-    """The lines (0-based, sorted) whose best output lacks one of its constraints: the beam kept
-    no hypothesis that placed it before the length limit."""
-
-    return sorted(
-        {
-            line
-            for line, phrases, hyps in zip(owner, required, results)
-            if not all(_holds(hyps[0].tokens, phrase) for phrase in phrases)
-        }
-    )
-
-
-def _holding(hyps: list[Hypothesis], phrases: list[list[int]]) -> list[Hypothesis]:
-    """The hypotheses that hold every phrase, if any does; else all of them."""
-    return [h for h in hyps if all(_holds(h.tokens, p) for p in phrases)] or hyps
-
-
-def _holds(tokens: list[int], phrase: list[int]) -> bool:
-    """Whether `phrase` is a contiguous run of `tokens`."""
-    n = len(phrase)
-    return any(tokens[i : i + n] == phrase for i in range(len(tokens) - n + 1))
-
-
 def _at_length_limit(
     pieces: list[list[int]],
     owner: list[int],
@@ -520,13 +387,6 @@ def _at_length_limit(
         if len(hyps[0].tokens) >= limit
     ]
     return sorted({line for line, _ in hit}), any(capped for _, capped in hit)
-
-
-def source_text(line: str, data: DataConfig | None) -> str:
-    """One input line as the tokenizer gets it (see `translate_lines`)."""
-    if data is None:
-        return line.strip()
-    return normalize(line, data.nfc, data.normalize_spaces).strip()
 
 
 def _with_alignments(

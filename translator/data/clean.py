@@ -161,3 +161,10 @@ def length_filter(
     drops[TOO_LONG] += int(too_long.sum())
     drops[RATIO] += int(skewed.sum())
     return ~(too_long | skewed)
+
+
+def source_text(line: str, data: DataConfig | None) -> str:
+    """One input line as the tokenizer gets it (see translate.translate_lines)."""
+    if data is None:
+        return line.strip()
+    return normalize(line, data.nfc, data.normalize_spaces).strip()

@@ -1,0 +1,153 @@
+"""Guided decoding's inputs, line by line: a prefix each translation starts with (its last word
+spelled as text: decode/completion.py), phrases each must hold (decode/constrained.py); encoded
+for the pieces translate_lines decodes, checked, and the outputs checked against them."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+from translator.config import DataConfig
+from translator.data.clean import source_text
+from translator.data.tokenizer import UNK_ID, Tokenizer
+from translator.decode import Hypothesis
+from translator.errors import TranslatorError
+from translator.line_warnings import line_list
+
+
+def prefix_pieces(
+    tokenizer: Tokenizer,
+    prefixes: list[str] | None,
+    lines: list[str],
+    owner: list[int],
+    data: DataConfig | None,
+    limit: int,
+    first_line: int,
+) -> tuple[list[list[int]], list[str]] | None:
+    """Each piece's forced output ids and the characters typed after them (split_prefix): its
+    line's prefix, on the line's first piece; none elsewhere. None when no line has a prefix. A
+    prefix longer than `limit`, the model's output positions, is refused."""
+    if prefixes is None:
+        return None
+    if len(prefixes) != len(lines):
+        raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines")
+    if not any(p.strip() for p in prefixes):
+        return None
+    split = [split_prefix(tokenizer, p, data, limit) for p in prefixes]
+    for number, (_, _, tokens) in enumerate(split):
+        if tokens > limit:
+            raise TranslatorError(
+                f"the prefix is {tokens} tokens, over the {limit} the model can output",
+                f"line {first_line + number}",
+                "shorten the prefix",
+            )
+    # owner runs in line order: a piece is its line's first where the line changes
+    first = [k == 0 or owner[k - 1] != line for k, line in enumerate(owner)]
+    return (
+        [split[line][0] if is_first else [] for line, is_first in zip(owner, first)],
+        [split[line][1] if is_first else "" for line, is_first in zip(owner, first)],
+    )
+
+
+def split_prefix(
+    tokenizer: Tokenizer, prefix: str, data: DataConfig | None, limit: int
+) -> tuple[list[int], str, int]:
+    """A prefix -> the output ids forced for its whole words, the characters of its last word
+    (in piece spelling, from ▁: decode/completion.py) and its length in tokens.
+
+    The last word is matched as text, not forced as pieces: "Ein Ma" goes on as "Mann" or
+    "Markt", whichever pieces spell them. A prefix ending in a space ends its word: the next piece
+    starts a new one. One whose last word the vocabulary cannot spell (<unk>), or that might not
+    fit in the model's `limit` output positions spelled a character a piece, is forced whole.
+    """
+    text = source_text(prefix, data)
+    if not text:
+        return [], "", 0
+    sp = tokenizer.target_sp
+    if prefix[-1].isspace() and len(sp.encode(text)) < limit:
+        ids = sp.encode(text)
+        return ids, "▁", len(ids) + 1
+    cut = max(text.rfind(" "), text.rfind("\t")) + 1
+    head, tail = text[:cut], text[cut:]
+    tail_ids = sp.encode(tail)
+    ids = sp.encode(head) if head.strip() else []
+    typed = "".join(sp.id_to_piece(tail_ids))
+    if UNK_ID in tail_ids or len(ids) + len(typed) > limit:
+        ids = sp.encode(text)
+        return ids, "", len(ids)
+    return ids, typed, len(ids) + len(tail_ids)
+
+
+def constraint_pieces(
+    tokenizer: Tokenizer,
+    constraints: list[list[str]] | None,
+    lines: list[str],
+    owner: list[int],
+    data: DataConfig | None,
+    limit: int,
+    warn: Callable[[str], None] | None,
+    first_line: int,
+) -> list[list[list[int]]] | None:
+    """Each piece's constraints, encoded as the target side (blank phrases dropped); None when no
+    line has one. A line split into pieces, or whose constraints the model cannot spell or outgrow
+    its outputs, is translated without them, with a warning: a stream goes on, one line out per
+    line in."""
+    if constraints is None:
+        return None
+    if len(constraints) != len(lines):
+        raise ValueError(f"{len(constraints)} constraint lists for {len(lines)} lines")
+    if not all(isinstance(c, list) and all(isinstance(p, str) for p in c) for c in constraints):
+        raise TypeError("constraints takes a list of phrases (strings) per line: [['Hund'], []]")
+    # a phrase given twice is one constraint (fairseq would want it twice)
+    texts = [
+        list(dict.fromkeys(source_text(p, data) for p in phrases if p.strip()))
+        for phrases in constraints
+    ]
+    if not any(texts):
+        return None
+    encoded = [tokenizer.target_sp.encode(phrases) for phrases in texts]
+    parts = Counter(owner)  # pieces per line
+    dropped: dict[str, list[int]] = {}  # why -> line numbers
+    for number, phrases in enumerate(encoded):
+        why = ""
+        if phrases and parts[number] > 1:
+            why = "too long to translate at once, so its constraints cannot be placed"
+        elif any(UNK_ID in ids for ids in phrases):
+            why = "a constraint holds characters the model's vocabulary lacks (<unk>)"
+        elif sum(map(len, phrases)) > limit:
+            why = f"the constraints are longer than the {limit} tokens the model can output"
+        if why:
+            dropped.setdefault(why, []).append(first_line + number)
+            encoded[number] = []
+    for why, numbers in dropped.items():
+        if warn is not None:
+            warn(f"{line_list(numbers)}: {why}; translated without them")
+    if not any(encoded):
+        return None
+    return [encoded[line] for line in owner]
+
+
+def missing_constraints(
+    required: list[list[list[int]]], results: list[list[Hypothesis]], owner: list[int]
+) -> list[int]:
+    """The lines (0-based, sorted) whose best output lacks one of its constraints: the beam kept
+    no hypothesis that placed it before the length limit."""
+
+    return sorted(
+        {
+            line
+            for line, phrases, hyps in zip(owner, required, results)
+            if not all(holds(hyps[0].tokens, phrase) for phrase in phrases)
+        }
+    )
+
+
+def holding(hyps: list[Hypothesis], phrases: list[list[int]]) -> list[Hypothesis]:
+    """The hypotheses that hold every phrase, if any does; else all of them."""
+    return [h for h in hyps if all(holds(h.tokens, p) for p in phrases)] or hyps
+
+
+def holds(tokens: list[int], phrase: list[int]) -> bool:
+    """Whether `phrase` is a contiguous run of `tokens`."""
+    n = len(phrase)
+    return any(tokens[i : i + n] == phrase for i in range(len(tokens) - n + 1))
