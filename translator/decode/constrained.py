@@ -143,8 +143,7 @@ def constrained_beam_search(
     beam narrower than a sentence's constraint tokens + 1 leaves its lower banks no slot, so the
     phrases go in first; a wider one places them where the model likes. `word_inner` (V,) bool:
     the ids that go on inside a word, which may not follow a phrase (a term stays a whole word:
-    "Wolle" not "Wolleer"). A sentence that is done stays in the batch (its rows idle) until
-    every sentence is.
+    "Wolle" not "Wolleer"). A sentence that is done leaves the batch.
     """
     B, k, n, device = src.shape[0], beam_size, min(nbest, beam_size), src.device
     limit = model.cfg.max_positions - 1
@@ -174,6 +173,7 @@ def constrained_beam_search(
     ]
     finished: list[list[tuple[bool, float, tuple[int, ...]]]] = [[] for _ in range(B)]
     done = [False] * B
+    live = list(range(B))  # the sentences still in the batch, in its order (CTranslate2's drop)
 
     for step in range(steps):
         # 1. Next-token log-probs of every beam; EOS only for beams that hold every phrase.
@@ -183,15 +183,15 @@ def constrained_beam_search(
         ban_tokens_(log_probs, step, eos_from, unk_penalty)
         unmet = [
             beam is not None and len(beam.met) < len(phrases[b]) and step < limits[b]
-            for b in range(B)
+            for b in live
             for beam in beams[b]
         ]
         log_probs[torch.tensor(unmet, device=device), EOS_ID] = float("-inf")
         only_eos_(log_probs, (step >= max_lens).repeat_interleave(k))
         if word_inner is not None:  # no piece glued to a phrase just completed
             glued = [
-                b * k + i
-                for b in range(B)
+                row * k + i
+                for row, b in enumerate(live)
                 for i, beam in enumerate(beams[b])
                 if beam is not None and any(beam.output[-len(p) :] == p for p in phrases[b])
             ]
@@ -204,10 +204,10 @@ def constrained_beam_search(
         # 2. Proposals: each open beam's k + 1 best tokens and its phrases' next tokens.
         values, proposed = (x.tolist() for x in top_k(log_probs, m))  # (B*k, m) each
         wanted = [
-            (b * k + i, t)
-            for b in range(B)
+            (row * k + i, t)
+            for row, b in enumerate(live)
             for i, beam in enumerate(beams[b])
-            if beam is not None and not done[b]
+            if beam is not None
             for t in next_phrase_tokens(phrases[b], beam)
         ]
         rows, ids = zip(*wanted) if wanted else ((), ())
@@ -215,20 +215,20 @@ def constrained_beam_search(
         by_row: dict[int, dict[int, float]] = {}
         for row, t, v in zip(rows, ids, phrase_values):
             by_row.setdefault(row, {})[t] = v
-        for row in range(B * k):
+        for row in range(len(live) * k):
             by_row.setdefault(row, {}).update(zip(proposed[row], values[row]))
 
         # 3. Per sentence: an EOS proposal goes to the finished buffer (those that hold every
         #    phrase first), the others into banks, which keep the next open beams (allocate).
         origins, next_tokens = [], []
-        for b in range(B):
+        for row, b in enumerate(live):
             kept: list[Proposal] = []
             if not done[b]:
                 proposals = []
                 for i, beam in enumerate(beams[b]):
                     if beam is None:
                         continue
-                    for t, v in by_row[b * k + i].items():
+                    for t, v in by_row[row * k + i].items():
                         if v == float("-inf"):
                             continue
                         if t == EOS_ID:
@@ -243,7 +243,7 @@ def constrained_beam_search(
                 kept = allocate(proposals, k, total + 1)
             slots = [Beam(p.score, beams[b][p.origin].output + (p.token,), p.met) for p in kept]
             beams[b] = slots + [None] * (k - len(slots))
-            origins += [b * k + p.origin for p in kept] + [b * k] * (k - len(kept))
+            origins += [row * k + p.origin for p in kept] + [row * k] * (k - len(kept))
             next_tokens += [p.token for p in kept] + [PAD_ID] * (k - len(kept))
 
             # 4. Done when its n-th best finished holds every phrase and no open beam can beat it.
@@ -261,6 +261,22 @@ def constrained_beam_search(
         tokens = tokens.index_select(0, rows_t)
         tokens[:, step + 1] = torch.tensor(next_tokens, device=device)
         cache.reorder(rows_t)
+
+        # 6. Done sentences leave the batch, as in beam_search: the others' rows, memory and cache
+        #    stay (their results are already in `finished`).
+        if any(done[b] for b in live):
+            kept_rows = [row for row, b in enumerate(live) if not done[b]]
+            keep = torch.tensor(kept_rows, device=device)  # (B',)
+            rows_t = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)  # (B'*k,)
+            live = [live[row] for row in kept_rows]
+            tokens, eos_from, max_lens = tokens[rows_t], eos_from[rows_t], max_lens[keep]
+            memory, src_mask, vocab_buffer = (
+                memory[keep],
+                src_mask[keep],
+                vocab_buffer[: len(rows_t)],
+            )
+            cache.reorder(rows_t, sentences=keep)
+            next_logits = decoding_step(model, memory, src_mask, cache)
 
     return [
         [Hypothesis(list(output), score) for _, score, output in ends]
