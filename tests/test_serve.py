@@ -89,6 +89,10 @@ def test_constrained_translations_are_translate_lines_own(tiny, server):
     body = {"text": lines[2], "constraints": ["Zwei", "spielen"], "beam": 4}
     status, one = call(server + "/translate", body)
     assert status == 200 and one["translations"] == [reply["translations"][2]], one
+    # a blank prefix is none: no clash with the constraints
+    body = {"text": lines[2], "prefix": " ", "constraints": ["Zwei", "spielen"], "beam": 4}
+    status, blank = call(server + "/translate", body)
+    assert status == 200 and blank["translations"] == one["translations"], blank
 
 
 def test_scores_are_score_lines_own_and_json_has_no_nan(tiny, server):

@@ -53,6 +53,10 @@ def test_terms_are_cleaned_as_lines_are_and_a_long_list_is_one_pattern():
     terms = Terms([("café", "Café"), ("New  York", "New York")], clean=clean)
     line = clean(unicodedata.normalize("NFD", "A café in New   York"))
     assert terms.constraints(line) == ["Café", "New York"]
+    # a term whose lowercase is longer (İ gains a combining dot) is still found
+    assert Terms([("İstanbul", "Istanbul")]).constraints("İstanbul is big, İSTANBUL too") == [
+        "Istanbul"
+    ]
     many = Terms([(f"term{i}", f"T{i}") for i in range(20_000)])
     assert many.constraints("with term19999 and term7, not term70000") == ["T19999", "T7"]
 

@@ -854,3 +854,13 @@ def test_an_aligned_constrained_nbest_gives_each_hypothesis_its_own_alignment(ti
     monkeypatch.setattr(translate, "search", search_finding([holding]))
     alone = translate.translate_lines(*args, warn=None, alignment_layer=-1)
     assert found == alone and found[0][0][0].startswith("Zwei Hunde")
+
+
+def test_the_length_limit_warning_counts_the_room_constraints_add():
+    """The constrained search's limit is the usual one plus the constraints' tokens: an output
+    the model ended below it was not cut; one at it was (and at max_positions - 1, says so)."""
+    decode = config.DecodeConfig(max_len_a=1.2, max_len_b=10)  # a 10-token source: 22 tokens
+    source, ended, cut = [[5] * 10], [[Hypothesis([7] * 23, -1.0)]], [[Hypothesis([7] * 25, -1.0)]]
+    assert translate._at_length_limit(source, [0], ended, decode, 255, added=[3]) == ([], False)
+    assert translate._at_length_limit(source, [0], cut, decode, 255, added=[3]) == ([0], False)
+    assert translate._at_length_limit(source, [0], cut, decode, 24, added=[3]) == ([0], True)

@@ -108,6 +108,8 @@ class Translator:
             prefixes = _lines(one, "'prefix' must be a string or")
             if len(prefixes) != len(lines):
                 raise BadRequest(f"{len(lines)} lines of text but {len(prefixes)} prefixes")
+            if not any(p.strip() for p in prefixes):  # all blank: none
+                prefixes = None
         constraints = None
         if (asked := request.get("constraints")) is not None:
             if prefixes is not None:

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from translator.config import DataConfig, DecodeConfig
+from translator.data.clean import source_text
 from translator.data.progress import StatsColumn, live_terminal
 from translator.data.tokenizer import UNK_ID, Tokenizer
 from translator.decode.sampling import Sampling
@@ -30,7 +31,6 @@ from translator.model.transformer import Transformer
 from translator.rerank import Channel
 from translator.terminology import Terms, load_terms
 from translator.translate import (
-    source_text,
     translate_lines,
     with_overrides,
 )

@@ -14,14 +14,13 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from translator.data.join import no_word_spaces_class
 from translator.data.lines import tsv_rows
 from translator.errors import TranslatorError
 
-# scripts written without spaces between words: no word boundary is needed beside them
-UNSPACED = (
-    "\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-)
-WORD = rf"[^\W{UNSPACED}]"  # a character that would make a term part of a longer word
+# a character that would make a term part of a longer word: a letter, digit or _, but not of a
+# script written without spaces between words
+WORD = rf"[^\W{no_word_spaces_class()}]"
 
 
 def load_terms(path: Path) -> list[tuple[str, str]]:
@@ -46,9 +45,14 @@ class Terms:
 
     def __init__(self, pairs: list[tuple[str, str]], clean: Callable[[str], str] = str) -> None:
         self.clean = clean
-        self.targets: dict[str, str] = {}  # lowercased source -> target: the first in the file
+        # source as cleaned -> target; of a term's case variants the first in the file
+        self.targets: dict[str, str] = {}
+        folded: set[str] = set()
         for source, target in pairs:
-            self.targets.setdefault(clean(source).lower(), target)
+            if (cleaned := clean(source)).casefold() not in folded:
+                folded.add(cleaned.casefold())
+                self.targets[cleaned] = target
+        self._by_fold = {source.casefold(): t for source, t in self.targets.items()}
         alternatives = "|".join(map(re.escape, sorted(self.targets, key=len, reverse=True)))
         self.pattern = re.compile(rf"(?<!{WORD})(?:{alternatives})(?!{WORD})", re.IGNORECASE)
 
@@ -57,8 +61,18 @@ class Terms:
         order they appear, each once; scanning left to right, the longest term at a place wins."""
         if not self.targets:
             return []
-        found = [self.targets.get(m.group().lower()) for m in self.pattern.finditer(line)]
+        found = [self._target(m.group()) for m in self.pattern.finditer(line)]
         return list(dict.fromkeys(t for t in found if t is not None))
+
+    def _target(self, matched: str) -> str | None:
+        """The target of the term `matched` (the line's spelling of it): found by case folding,
+        or, where folding changes a word's length (İ), by matching the terms one by one."""
+        if (target := self._by_fold.get(matched.casefold())) is not None:
+            return target
+        for source, target in self.targets.items():
+            if re.fullmatch(re.escape(source), matched, re.IGNORECASE):
+                return target
+        return None
 
     def added_to(self, given: list[list[str]] | None, lines: list[str]) -> list[list[str]]:
         """Each line's constraints, `given` (None: none), then the targets of the terms the line

@@ -120,7 +120,8 @@ def translate_lines(
     `constraints` (one list per line, [] for none): phrases each line's translations must hold
     (terminology; decode/constrained.py), encoded as the target side; the beam search then places
     them, at any --beam, but a beam wider than a line's constraint tokens places them better. Not
-    with prefixes or sampling; a line split for its length is refused.
+    with prefixes or sampling; a line split for its length is translated without them, with a
+    warning (guided.constraint_pieces).
 
     `data`: the model's data settings; each line is then normalised as its training sources were
     (data/clean.py: control characters, whitespace runs, NFC), so a character the cleaner took
@@ -155,7 +156,8 @@ def translate_lines(
         tokenizer, prefixes, lines, owner, data, model.cfg.max_positions - 1, first_line
     )
     forced, typed = split if split else (None, None)
-    spelling = Spelling(piece_texts(tokenizer.target_sp)) if typed and any(typed) else None
+    texts = piece_texts(tokenizer.target_sp) if (typed and any(typed)) or constraints else None
+    spelling = Spelling(texts) if typed and any(typed) else None
     required = constraint_pieces(
         tokenizer,
         constraints,
@@ -173,7 +175,7 @@ def translate_lines(
             "leave out --prefix and --sampling",
         )
     # a term stays a whole word: no piece may go on inside its last word
-    word_inner = inside_word(piece_texts(tokenizer.target_sp)) if required else None
+    word_inner = inside_word(texts) if required else None
     if required and warn is not None:
         width = max(decode.beam_size, nbest)  # the search's beam
         narrow = sorted(
@@ -194,6 +196,7 @@ def translate_lines(
         if spelling is not None:
             batch_typed = [typed[i] for i in batch]
             completion = WordCompletion(spelling, batch_typed, [len(p) for p in batch_prefixes])
+        batch_required = [required[i] for i in batch] if required else []
         if sampling is None:
             found = search(
                 model,
@@ -201,7 +204,8 @@ def translate_lines(
                 decode,
                 nbest,
                 prefixes=batch_prefixes,
-                constraints=[required[i] for i in batch] if required else None,
+                # a batch without any: the plain search, which finds the same faster
+                constraints=batch_required if any(batch_required) else None,
                 completion=completion,
                 word_inner=word_inner,
             )
@@ -251,13 +255,10 @@ def translate_lines(
     if missed and warn is not None:
         warn(f"{line_list([first_line + number for number in missed])}: {MISSED_CONSTRAINT}")
     # the searches raise a piece's limit to its prefix's or its constraints' length
-    raised = None
-    if forced:
-        raised = [len(ids) + len(text) for ids, text in zip(forced, typed)]
-    elif required:
-        raised = [sum(map(len, phrases)) for phrases in required]
+    at_least = [len(ids) + len(text) for ids, text in zip(forced, typed)] if forced else None
+    added = [sum(map(len, phrases)) for phrases in required] if required else None
     cut, capped = _at_length_limit(
-        pieces, owner, results, decode, model.cfg.max_positions - 1, raised
+        pieces, owner, results, decode, model.cfg.max_positions - 1, at_least, added
     )
     cut = [number for number in cut if number not in overflowed]
     if cut and warn is not None:
@@ -369,18 +370,22 @@ def _at_length_limit(
     results: list[list[Hypothesis]],
     decode: DecodeConfig,
     positions: int,
-    raised: list[int] | None = None,
+    at_least: list[int] | None = None,
+    added: list[int] | None = None,
 ) -> tuple[list[int], bool]:
     """The lines (0-based, sorted) where the best output of a piece has as many tokens as the
     length limit allows (at that step only EOS was allowed, so the limit ended it, not the model),
     and whether for one of them the limit was max_positions - 1 rather than max_len_a/b's. A
-    piece's prefix or constraints raise its limit to `raised[piece]`, as the searches do."""
+    piece's prefix raises its limit to `at_least[piece]`, its constraints add `added[piece]`, as
+    the searches do."""
     if not pieces:
         return [], False
     lengths = torch.tensor([len(ids) for ids in pieces])
     limits = output_limits(lengths, decode.max_len_a, decode.max_len_b, positions).tolist()
-    if raised:
-        limits = [max(limit, min(length, positions)) for limit, length in zip(limits, raised)]
+    if at_least:
+        limits = [max(limit, min(length, positions)) for limit, length in zip(limits, at_least)]
+    if added:
+        limits = [min(limit + more, positions) for limit, more in zip(limits, added)]
     hit = [
         (line, limit >= positions)
         for line, hyps, limit in zip(owner, results, limits)

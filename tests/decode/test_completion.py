@@ -158,3 +158,21 @@ def test_the_length_limit_makes_room_for_the_typed_text(make_model, src_batch):
         model, src, src_mask, beam_size=2, completion=completion, max_len_a=0.0, max_len_b=2
     ):
         assert text(pieces, hyps[0].tokens).startswith(typed)
+
+
+def test_pieces_of_scripts_without_word_spaces_never_go_on_inside_a_word():
+    from translator.decode.completion import inside_word
+
+    pieces = ["", "▁Hund", "e", "s", ",", "银行", "业", "です", "ก", "2"]
+    assert inside_word(pieces).tolist() == [
+        False,
+        False,
+        True,
+        True,
+        False,
+        False,
+        False,
+        False,
+        False,
+        True,
+    ]

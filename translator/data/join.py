@@ -41,5 +41,20 @@ def first_words(texts: list[str]) -> list[int]:
     ]
 
 
+# Scripts whose words have no spaces between them, though their phrases do: Thai, Lao, Burmese,
+# Khmer (joined with a space above, as their phrases are)
+UNSPACED_WORDS = ((0x0E00, 0x0EFF), (0x1000, 0x109F), (0x1780, 0x17FF))
+
+
 def _unspaced(char: str) -> bool:
     return any(low <= ord(char) <= high for low, high in UNSPACED)
+
+
+def no_word_spaces(char: str) -> bool:
+    """Whether `char` is of a script that writes words without spaces between them."""
+    return _unspaced(char) or any(low <= ord(char) <= high for low, high in UNSPACED_WORDS)
+
+
+def no_word_spaces_class() -> str:
+    """The characters no_word_spaces holds, as the inside of a regular expression's [...]."""
+    return "".join(f"\\U{low:08x}-\\U{high:08x}" for low, high in UNSPACED + UNSPACED_WORDS)

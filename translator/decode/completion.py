@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from translator.data.join import no_word_spaces
+
 
 class Spelling:
     """A vocabulary's piece texts (SentencePiece's, with ▁ for a space; "" for ids never
@@ -99,5 +101,6 @@ def piece_texts(sp) -> list[str]:
 
 
 def inside_word(pieces: list[str]) -> torch.Tensor:
-    """(V,) bool: the ids whose piece goes on inside a word (no ▁, a letter or digit first)."""
-    return torch.tensor([bool(p) and p[0].isalnum() for p in pieces])
+    """(V,) bool: the ids whose piece goes on inside a word (no ▁, a letter or digit first), in
+    scripts that put spaces between words; in the others (Chinese, Thai, ...) no piece does."""
+    return torch.tensor([bool(p) and p[0].isalnum() and not no_word_spaces(p[0]) for p in pieces])

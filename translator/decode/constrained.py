@@ -222,25 +222,23 @@ def constrained_beam_search(
         #    phrase first), the others into banks, which keep the next open beams (allocate).
         origins, next_tokens = [], []
         for row, b in enumerate(live):
-            kept: list[Proposal] = []
-            if not done[b]:
-                proposals = []
-                for i, beam in enumerate(beams[b]):
-                    if beam is None:
+            proposals = []
+            for i, beam in enumerate(beams[b]):
+                if beam is None:
+                    continue
+                for t, v in by_row[row * k + i].items():
+                    if v == float("-inf"):
                         continue
-                    for t, v in by_row[row * k + i].items():
-                        if v == float("-inf"):
-                            continue
-                        if t == EOS_ID:
-                            met_all = len(beam.met) == len(phrases[b])
-                            normalised = (beam.score + v) / length_penalty(step + 1, alpha)
-                            finished[b].append((met_all, normalised, beam.output))
-                        else:
-                            met, bank = extend(phrases[b], beam, t)
-                            proposals.append(Proposal(beam.score + v, i, t, met, bank))
-                finished[b] = sorted(finished[b], key=lambda f: (f[0], f[1]), reverse=True)[:n]
-                total = sum(map(len, phrases[b]))
-                kept = allocate(proposals, k, total + 1)
+                    if t == EOS_ID:
+                        met_all = len(beam.met) == len(phrases[b])
+                        normalised = (beam.score + v) / length_penalty(step + 1, alpha)
+                        finished[b].append((met_all, normalised, beam.output))
+                    else:
+                        met, bank = extend(phrases[b], beam, t)
+                        proposals.append(Proposal(beam.score + v, i, t, met, bank))
+            finished[b] = sorted(finished[b], key=lambda f: (f[0], f[1]), reverse=True)[:n]
+            total = sum(map(len, phrases[b]))
+            kept = allocate(proposals, k, total + 1)
             slots = [Beam(p.score, beams[b][p.origin].output + (p.token,), p.met) for p in kept]
             beams[b] = slots + [None] * (k - len(slots))
             origins += [row * k + p.origin for p in kept] + [row * k] * (k - len(kept))
