@@ -6,13 +6,17 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
 
 from translator.config import DataConfig
 from translator.data.clean import source_text
 from translator.data.tokenizer import UNK_ID, Tokenizer
 from translator.decode import Hypothesis
+from translator.decode.completion import Spelling, WordCompletion, inside_word, piece_texts
 from translator.errors import TranslatorError
-from translator.line_warnings import line_list
+from translator.line_warnings import NARROW_BEAM, line_list
 
 
 def prefix_pieces(
@@ -151,3 +155,80 @@ def holds(tokens: list[int], phrase: list[int]) -> bool:
     """Whether `phrase` is a contiguous run of `tokens`."""
     n = len(phrase)
     return any(tokens[i : i + n] == phrase for i in range(len(tokens) - n + 1))
+
+
+@dataclass
+class Guides:
+    """Per piece of translate_lines: the ids its outputs start with and the characters typed
+    after them, the phrases they must hold; and what the searches need for them."""
+
+    forced: list[list[int]] | None = None
+    typed: list[str] | None = None
+    spelling: Spelling | None = None  # when some piece has typed characters
+    required: list[list[list[int]]] | None = None
+    word_inner: torch.Tensor | None = None  # (V,): with constraints, the ids inside a word
+
+    def for_batch(
+        self, batch: list[int]
+    ) -> tuple[list[list[int]] | None, WordCompletion | None, list[list[list[int]]] | None]:
+        """The prefixes, the completion and the constraints of the pieces `batch`; a batch
+        without constraints gets None, so that it takes the plain search (which finds the same,
+        faster)."""
+        prefixes = [self.forced[i] for i in batch] if self.forced else None
+        completion = None
+        if self.spelling is not None and prefixes is not None:
+            typed = [self.typed[i] for i in batch]
+            completion = WordCompletion(self.spelling, typed, [len(p) for p in prefixes])
+        required = [self.required[i] for i in batch] if self.required else []
+        return prefixes, completion, required if any(required) else None
+
+    def limits(self) -> tuple[list[int] | None, list[int] | None]:
+        """Per piece, the length its limit is raised to (a prefix) and the tokens added to it
+        (constraints), as the searches do."""
+        at_least = None
+        if self.forced:
+            at_least = [len(ids) + len(text) for ids, text in zip(self.forced, self.typed)]
+        added = [sum(map(len, p)) for p in self.required] if self.required else None
+        return at_least, added
+
+
+def line_guides(
+    tokenizer: Tokenizer,
+    prefixes: list[str] | None,
+    constraints: list[list[str]] | None,
+    lines: list[str],
+    owner: list[int],
+    data: DataConfig | None,
+    limit: int,
+    width: int,
+    sampling: bool,
+    warn: Callable[[str], None] | None,
+    first_line: int,
+) -> Guides:
+    """The prefixes and constraints of translate_lines' pieces (prefix_pieces, constraint_pieces)
+    for a search `width` beams wide. Constraints are refused beside a prefix or sampling; lines
+    with no more beam slots than constraint tokens are named in a warning."""
+    guides = Guides()
+    if split := prefix_pieces(tokenizer, prefixes, lines, owner, data, limit, first_line):
+        guides.forced, guides.typed = split
+    required = constraint_pieces(
+        tokenizer, constraints, lines, owner, data, limit, warn, first_line
+    )
+    if required is not None and (split is not None or sampling):
+        raise TranslatorError(
+            "constraints do not combine with a prefix or sampling",
+            "--constraints",
+            "leave out --prefix and --sampling",
+        )
+    typing = bool(guides.typed) and any(guides.typed)
+    texts = piece_texts(tokenizer.target_sp) if typing or required else []
+    guides.spelling = Spelling(texts) if typing else None
+    if required:
+        guides.required = required
+        guides.word_inner = inside_word(texts)  # a term stays a whole word
+        narrow = {
+            first_line + line for line, p in zip(owner, required) if width <= sum(map(len, p))
+        }
+        if narrow and warn is not None:
+            warn(f"{line_list(sorted(narrow))}: {NARROW_BEAM}")
+    return guides

@@ -32,22 +32,15 @@ from translator.data.join import join_pieces
 from translator.data.split import piece_limit, split_long
 from translator.data.tokenizer import UNK_ID, Tokenizer
 from translator.decode import Hypothesis, output_limits
-from translator.decode.completion import Spelling, WordCompletion, inside_word, piece_texts
 from translator.decode.forced import target_log_probs
 from translator.decode.sampling import Sampling, piece_keys
 from translator.decode.search import sample, search
 from translator.diagnostics.alignment import align_hypotheses, check_layer, join_alignments
 from translator.diagnostics.words import pharaoh
 from translator.errors import TranslatorError
-from translator.guided import (
-    constraint_pieces,
-    holding,
-    missing_constraints,
-    prefix_pieces,
-)
+from translator.guided import holding, line_guides, missing_constraints
 from translator.line_warnings import (
     MISSED_CONSTRAINT,
-    NARROW_BEAM,
     NOT_FINITE,
     length_message,
     line_list,
@@ -152,37 +145,19 @@ def translate_lines(
     pieces, owner = _source_pieces(
         tokenizer, sources, limit, model.cfg.max_positions, warn, first_line
     )
-    split = prefix_pieces(
-        tokenizer, prefixes, lines, owner, data, model.cfg.max_positions - 1, first_line
-    )
-    forced, typed = split if split else (None, None)
-    texts = piece_texts(tokenizer.target_sp) if (typed and any(typed)) or constraints else None
-    spelling = Spelling(texts) if typed and any(typed) else None
-    required = constraint_pieces(
+    guides = line_guides(
         tokenizer,
+        prefixes,
         constraints,
         lines,
         owner,
         data,
         model.cfg.max_positions - 1,
+        max(decode.beam_size, nbest),  # the search's beam
+        sampling is not None,
         warn,
         first_line,
     )
-    if required is not None and (split is not None or sampling is not None):
-        raise TranslatorError(
-            "constraints do not combine with a prefix or sampling",
-            "--constraints",
-            "leave out --prefix and --sampling",
-        )
-    # a term stays a whole word: no piece may go on inside its last word
-    word_inner = inside_word(texts) if required else None
-    if required and warn is not None:
-        width = max(decode.beam_size, nbest)  # the search's beam
-        narrow = sorted(
-            {first_line + line for line, p in zip(owner, required) if width <= sum(map(len, p))}
-        )
-        if narrow:
-            warn(f"{line_list(narrow)}: {NARROW_BEAM}")
     results: list[list[Hypothesis]] = [[] for _ in pieces]
     aligned: list[list[list[tuple[int, int]]]] = [[] for _ in pieces]  # per piece, per hypothesis
     done = 0
@@ -191,12 +166,7 @@ def translate_lines(
     # sampling decodes each piece nbest times: batches of fewer pieces keep to batch_tokens
     budget = decode.batch_tokens if sampling is None else max(1, decode.batch_tokens // nbest)
     for batch in length_batches([len(p) for p in pieces], budget):
-        batch_prefixes = [forced[i] for i in batch] if forced else None
-        completion = None
-        if spelling is not None:
-            batch_typed = [typed[i] for i in batch]
-            completion = WordCompletion(spelling, batch_typed, [len(p) for p in batch_prefixes])
-        batch_required = [required[i] for i in batch] if required else []
+        batch_prefixes, completion, batch_required = guides.for_batch(batch)
         if sampling is None:
             found = search(
                 model,
@@ -204,10 +174,9 @@ def translate_lines(
                 decode,
                 nbest,
                 prefixes=batch_prefixes,
-                # a batch without any: the plain search, which finds the same faster
-                constraints=batch_required if any(batch_required) else None,
+                constraints=batch_required,
                 completion=completion,
-                word_inner=word_inner,
+                word_inner=guides.word_inner,
             )
         else:
             batch_keys = [keys[i] for i in batch]
@@ -221,8 +190,8 @@ def translate_lines(
                 prefixes=batch_prefixes,
                 completion=completion,
             )
-        if required:  # an n-best (a channel's candidates too) keeps those that hold the phrases
-            found = [holding(hyps, required[i]) for i, hyps in zip(batch, found)]
+        if guides.required:  # an n-best (a channel's candidates too) keeps those that hold them
+            found = [holding(hyps, guides.required[i]) for i, hyps in zip(batch, found)]
         for i, hyps in zip(batch, found):
             results[i] = hyps
         if alignment_layer is not None:
@@ -251,12 +220,11 @@ def translate_lines(
     }
     if unknown and warn is not None:
         warn(unk_message(unknown))
-    missed = missing_constraints(required, results, owner) if required else []
+    missed = missing_constraints(guides.required, results, owner) if guides.required else []
     if missed and warn is not None:
         warn(f"{line_list([first_line + number for number in missed])}: {MISSED_CONSTRAINT}")
     # the searches raise a piece's limit to its prefix's or its constraints' length
-    at_least = [len(ids) + len(text) for ids, text in zip(forced, typed)] if forced else None
-    added = [sum(map(len, phrases)) for phrases in required] if required else None
+    at_least, added = guides.limits()
     cut, capped = _at_length_limit(
         pieces, owner, results, decode, model.cfg.max_positions - 1, at_least, added
     )
