@@ -38,7 +38,7 @@ from translator.decode.search import sample, search
 from translator.diagnostics.alignment import align_hypotheses, check_layer, join_alignments
 from translator.diagnostics.words import pharaoh
 from translator.errors import TranslatorError
-from translator.guided import holding, line_guides, missing_constraints
+from translator.guided import Guides, holding, line_guides, missing_constraints
 from translator.line_warnings import (
     MISSED_CONSTRAINT,
     NOT_FINITE,
@@ -158,6 +158,70 @@ def translate_lines(
         warn,
         first_line,
     )
+    results, aligned = _search_batches(
+        model,
+        tokenizer,
+        pieces,
+        owner,
+        decode,
+        nbest,
+        guides,
+        sampling,
+        first_line,
+        alignment_layer,
+        progress,
+    )
+    by_line: list[list[int]] = [[] for _ in lines]  # each line's pieces, in order
+    for k, line in enumerate(owner):
+        by_line[line].append(k)
+    if warn is not None:
+        _warn_of_lines(
+            results,
+            by_line,
+            pieces,
+            owner,
+            guides,
+            decode,
+            model.cfg.max_positions - 1,
+            warn,
+            first_line,
+        )
+    # an empty line is not searched, but its empty translation gets the score the search would
+    # give it, log p(EOS | empty source) (as `translator score` scores the empty pair): not 0, a
+    # probability of 1 that would rank it above every real translation
+    blank = target_log_probs(model, [[]], [[]])[0] if [] in by_line else 0.0
+    out = [_detokenize(tokenizer, [results[k] for k in ks], blank) for ks in by_line]
+    if channel is not None:
+        out = channel.rerank(sources, out)
+    if alignment_layer is None:
+        return [candidates[:shown] for candidates in out]
+    return [
+        _with_alignments(
+            tokenizer,
+            translations,
+            [pieces[k] for k in ks],
+            [results[k] for k in ks],
+            [aligned[k] for k in ks],
+        )
+        for translations, ks in zip(out, by_line)
+    ]
+
+
+def _search_batches(
+    model: Transformer | Ensemble,
+    tokenizer: Tokenizer,
+    pieces: list[list[int]],
+    owner: list[int],
+    decode: DecodeConfig,
+    nbest: int,
+    guides: Guides,
+    sampling: Sampling | None,
+    first_line: int,
+    alignment_layer: int | None,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[list[list[Hypothesis]], list[list[list[tuple[int, int]]]]]:
+    """Each piece's hypotheses (searched or sampled, batch by batch, longest first) and, with
+    `alignment_layer`, each hypothesis's word alignment; in the pieces' order."""
     results: list[list[Hypothesis]] = [[] for _ in pieces]
     aligned: list[list[list[tuple[int, int]]]] = [[] for _ in pieces]  # per piece, per hypothesis
     done = 0
@@ -202,54 +266,46 @@ def translate_lines(
         done += len(batch)
         if progress is not None:
             progress(done, len(pieces))
-    by_line: list[list[int]] = [[] for _ in lines]  # each line's pieces, in order
-    for k, line in enumerate(owner):
-        by_line[line].append(k)
+    return results, aligned
+
+
+def _warn_of_lines(
+    results: list[list[Hypothesis]],
+    by_line: list[list[int]],
+    pieces: list[list[int]],
+    owner: list[int],
+    guides: Guides,
+    decode: DecodeConfig,
+    max_out: int,
+    warn: Callable[[str], None],
+    first_line: int,
+) -> None:
+    """The warnings on what the search gave: lines whose scores are not finite, `<unk>` tokens
+    dropped from the output, constraints missed, outputs ended by the length limit."""
     # a line whose search met NaN or inf picked garbage (often <unk>): said as that, not as <unk>
     overflowed = {
         number
         for number, ks in enumerate(by_line)
         if any(not math.isfinite(h.score) for k in ks for h in results[k])
     }
-    if overflowed and warn is not None:
+    if overflowed:
         warn(f"{line_list([first_line + n for n in sorted(overflowed)])}: {NOT_FINITE}")
     unknown = {
         first_line + number: n
         for number, ks in enumerate(by_line)
         if number not in overflowed and (n := _unk_count([results[k] for k in ks]))
     }
-    if unknown and warn is not None:
+    if unknown:
         warn(unk_message(unknown))
     missed = missing_constraints(guides.required, results, owner) if guides.required else []
-    if missed and warn is not None:
+    if missed:
         warn(f"{line_list([first_line + number for number in missed])}: {MISSED_CONSTRAINT}")
     # the searches raise a piece's limit to its prefix's or its constraints' length
     at_least, added = guides.limits()
-    cut, capped = _at_length_limit(
-        pieces, owner, results, decode, model.cfg.max_positions - 1, at_least, added
-    )
+    cut, capped = _at_length_limit(pieces, owner, results, decode, max_out, at_least, added)
     cut = [number for number in cut if number not in overflowed]
-    if cut and warn is not None:
+    if cut:
         warn(length_message([first_line + number for number in cut], capped))
-    # an empty line is not searched, but its empty translation gets the score the search would
-    # give it, log p(EOS | empty source) (as `translator score` scores the empty pair): not 0, a
-    # probability of 1 that would rank it above every real translation
-    blank = target_log_probs(model, [[]], [[]])[0] if [] in by_line else 0.0
-    out = [_detokenize(tokenizer, [results[k] for k in ks], blank) for ks in by_line]
-    if channel is not None:
-        out = channel.rerank(sources, out)
-    if alignment_layer is None:
-        return [candidates[:shown] for candidates in out]
-    return [
-        _with_alignments(
-            tokenizer,
-            translations,
-            [pieces[k] for k in ks],
-            [results[k] for k in ks],
-            [aligned[k] for k in ks],
-        )
-        for translations, ks in zip(out, by_line)
-    ]
 
 
 def _check_request(
