@@ -104,6 +104,35 @@ def test_resumed_run_equals_uninterrupted_bit_for_bit(runs):
             assert torch.equal(tensor, b["state"]["optimizer"]["state"][index][slot]), (index, slot)
 
 
+class Killed(Exception):
+    """A kill that no handler sees (SIGKILL, a preempted machine): nothing is saved on the way."""
+
+
+def test_save_every_leaves_a_resumable_last_pt_between_validations(runs, prepared, tmp_path):
+    straight, _, _ = runs
+    run_dir = tmp_path / "killed"
+    settings = (*SETTINGS, "train.save_every=2")  # saves at 2 and 4; validations at 3 and 6
+    advance = Metrics.advance
+
+    def advance_then_die(self, at, status):
+        advance(self, at, status)
+        if at == 5:
+            raise Killed
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(Metrics, "advance", advance_then_die)
+        with pytest.raises(Killed):
+            loop.run(variant(prepared, run_dir, *settings), quiet=True)
+    assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 4
+    # the unvalidated saves are no candidates for averaging
+    assert sorted(p.name for p in run_dir.glob("step-*.pt")) == ["step-3.pt"]
+    loop.run(variant(prepared, run_dir, *settings), quiet=True)
+    a, b = checkpoint.read(straight / "last.pt"), checkpoint.read(run_dir / "last.pt")
+    assert b["state"]["train"]["step"] == 6
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+
+
 def test_resumed_run_logs_the_same_losses(runs):
     straight, resumed, _ = runs
     for tag in (

@@ -82,6 +82,11 @@ class TrainConfig:
     """Updates between training-log lines and TensorBoard points."""
     eval_every: int = 1000
     """Updates between validations (loss and BLEU) and checkpoints."""
+    save_every: int = 0
+    """Updates between saves of last.pt alone, without a validation (fairseq's
+    --save-interval-updates, Marian's --save-freq): a run killed without warning (a preempted
+    machine, an out-of-memory kill) resumes from at most this many updates back. Each save
+    writes the optimizer state too. 0 = at validations only (and on Ctrl-C or SIGTERM)."""
     valid_bleu_sentences: int = 0
     """Decode the first this many valid sentences for BLEU at each validation (0 = all); the
     valid loss is over all of them."""
@@ -115,7 +120,7 @@ class TrainConfig:
             "train",
             self,
             "max_epochs max_minutes lr warmup_steps min_lr adam_eps weight_decay subword_alpha "
-            "clip_grad_norm valid_bleu_sentences valid_beam_size keep_last patience",
+            "clip_grad_norm save_every valid_bleu_sentences valid_beam_size keep_last patience",
             0,
         )
         check_range(

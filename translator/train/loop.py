@@ -302,6 +302,13 @@ def _train(s: Session, data: TrainBatches, stop: StopRequest, manifest: RunManif
             if limit:
                 break
             window.start += time.time() - began  # throughput counts training time only
+        elif t.save_every and state.step % t.save_every == 0:  # last.pt alone, not validated
+            divergence.check(s)
+            began = time.time()
+            save(s, best=False, validated=False)
+            if manifest:
+                manifest.saved(state.step, s.saved_step)
+            window.start += time.time() - began
     divergence.check(s)  # nothing non-finite is saved
     if limit != "interrupted":
         log_last_window(s, window)
