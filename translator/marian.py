@@ -31,7 +31,8 @@ import torch
 
 from translator import checkpoint
 from translator.config import Config, DataConfig, ModelConfig
-from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from translator.data.spm_files import with_our_ids
+from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from translator.errors import TranslatorError
 from translator.marian_files import (
     DAMAGED,
@@ -44,7 +45,6 @@ from translator.marian_files import (
 from translator.model.transformer import Transformer
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "silu", "silu": "silu"}
-SPECIALS = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
 # PAD's logit: exp(-100) is below fp32's smallest normal number relative to any real logit, yet
 # finite, so that label smoothing's mean of -log p over the vocabulary stays finite in fine-tuning
 PAD_LOGIT = -100.0
@@ -120,9 +120,9 @@ def import_marian(
             "import a single-target OPUS-MT model (one target language)",
         )
     weights, read = read_weights(directory)
-    src_proto = reorder_pieces(read_spm(directory / "source.spm"), [])
-    # every piece it can emit
-    tgt_proto = reorder_pieces(read_spm(directory / "target.spm"), list(target_vocab))
+    src_proto = with_our_ids(read_spm(directory / "source.spm"))
+    # every piece it can emit, as MarianTokenizer spells a piece its SentencePiece model lacks
+    tgt_proto = with_our_ids(read_spm(directory / "target.spm"), list(target_vocab))
     tokenizer = Tokenizer.from_proto(src_proto, tgt_proto)
 
     model_cfg = model_config(hf, tokenizer, str(directory / "config.json"))
@@ -193,42 +193,6 @@ def model_config(hf: dict[str, Any], tokenizer: Tokenizer, where: str) -> ModelC
         scale_embeddings=hf.get("scale_embedding", False),
         tie_embeddings=True,
     )
-
-
-def reorder_pieces(proto: bytes, extra: list[str]) -> bytes:
-    """A SentencePiece model with <pad>, <unk>, <s>, </s> at our ids 0-3, its other pieces after
-    them in their order (so their scores, hence segmentation, are unchanged), then `extra` pieces it
-    lacks, which decoding can still spell. MarianTokenizer maps a character its SentencePiece model
-    lacks by its text, so a one-character extra stays a piece, scored below every other (the
-    only way to spell that character); a longer one is UNUSED, which encoding never picks (scored
-    low instead, one could beat a run of single characters: not Marian's segmentation)."""
-    from sentencepiece import sentencepiece_model_pb2 as pb
-
-    model = pb.ModelProto.FromString(proto)
-    Piece = pb.ModelProto.SentencePiece
-    kinds = {
-        PAD_ID: Piece.CONTROL,
-        UNK_ID: Piece.UNKNOWN,
-        BOS_ID: Piece.CONTROL,
-        EOS_ID: Piece.CONTROL,
-    }
-    specials = set(SPECIALS.values())
-    pieces = [Piece(piece=SPECIALS[i], score=0.0, type=kinds[i]) for i in range(4)]
-    pieces += [p for p in model.pieces if p.piece not in specials and p.type != Piece.UNKNOWN]
-    known = {p.piece for p in pieces}
-    lowest = min((p.score for p in model.pieces), default=0.0) - 10.0
-    pieces += [
-        Piece(piece=text, score=lowest, type=Piece.NORMAL if len(text) == 1 else Piece.UNUSED)
-        for text in extra
-        if text not in known
-    ]
-    del model.pieces[:]
-    model.pieces.extend(pieces)
-    spec = model.trainer_spec
-    spec.pad_id, spec.unk_id, spec.bos_id, spec.eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
-    spec.pad_piece, spec.unk_piece, spec.bos_piece, spec.eos_piece = (SPECIALS[i] for i in range(4))
-    spec.vocab_size = len(pieces)
-    return model.SerializeToString()
 
 
 def marian_ids(sp, vocab: dict[str, int], pad_id: int) -> torch.Tensor:

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from translator.data.spm_files import read_model
 from translator.errors import TranslatorError
 
 DAMAGED = "download the model again"  # the fix for a file of the download that cannot be read
@@ -49,23 +50,12 @@ def read_vocab(path: Path) -> dict[str, int]:
 
 
 def read_spm(path: Path) -> bytes:
-    """A SentencePiece model's bytes, checked to parse and hold pieces (the model proto parses
-    `b""` as a model with none)."""
-    from google.protobuf.message import DecodeError
-    from sentencepiece import sentencepiece_model_pb2 as pb
-
+    """A SentencePiece model of the download, checked to parse and hold pieces."""
     if not path.is_file():
         raise TranslatorError(
             "not found", str(path), "OPUS-MT models ship source.spm and target.spm"
         )
-    proto = path.read_bytes()
-    try:
-        pieces = len(pb.ModelProto.FromString(proto).pieces)
-    except DecodeError:
-        pieces = 0
-    if not pieces:
-        raise TranslatorError("not a SentencePiece model", str(path), DAMAGED)
-    return proto
+    return read_model(path, "", DAMAGED)
 
 
 def read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:

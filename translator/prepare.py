@@ -7,8 +7,9 @@ an interrupted or failed prepare leaves nothing that looks finished. A rerun wit
 config (and unchanged local files) is a cache hit that touches no data.
 
 With `train.init_from`, the checkpoint's SentencePiece model(s) encode the data instead of new ones
-(fine-tuning keeps the vocabulary its embeddings were trained for); the manifest records their
-checksum as the setting `vocab_from`, so data prepared either way is never taken for the other.
+(fine-tuning keeps the vocabulary its embeddings were trained for); so do `data.spm_model`'s (a
+vocabulary made elsewhere, data/spm_files.py). The manifest records their checksum as the setting
+`vocab_from`, so data prepared either way is never taken for the other.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from translator.data.binarize import clean_to_scratch, encode_to_ids, sample_lin
 from translator.data.corpus import is_hub, load_split, pair_batches, source_files
 from translator.data.progress import Bars, bytes_read
 from translator.data.shards import write_ids
+from translator.data.spm_files import read_model, with_our_ids
 from translator.data.tokenizer import Tokenizer, train_sentencepiece
 from translator.errors import TranslatorError
 from translator.files import atomic_dir, refuse_foreign_dir
@@ -56,6 +58,35 @@ def _holds_prepared_data(folder: Path) -> bool:
         if "files" in read_manifest(folder):
             return True
     return any(folder.glob("spm*.model"))
+
+
+def given_vocab(cfg: Config) -> tuple[Tokenizer | None, str]:
+    """The SentencePiece model(s) to encode with instead of training new ones, and the setting
+    that gave them: train.init_from's (checkpoint_vocab) or data.spm_model's; (None, "") when
+    prepare trains its own."""
+    if cfg.data.spm_model:
+        return spm_model_vocab(cfg), "data.spm_model"
+    vocab = checkpoint_vocab(cfg)
+    return vocab, "train.init_from" if vocab else ""
+
+
+def spm_model_vocab(cfg: Config) -> Tokenizer:
+    """data.spm_model (and data.tgt_spm_model) with our special ids. Not with train.init_from,
+    whose own vocabulary its embeddings need."""
+    data = cfg.data
+    if cfg.train.init_from:
+        raise TranslatorError(
+            "data.spm_model is set, but fine-tuning (train.init_from) encodes the data with the "
+            "checkpoint's SentencePiece model(s)",
+            "data.spm_model",
+            "leave data.spm_model empty to fine-tune, or train.init_from empty to train anew",
+        )
+    fix = "give a SentencePiece .model file (spm_train's output), or leave it empty to train one"
+    src = with_our_ids(read_model(Path(data.spm_model), "data.spm_model", fix))
+    if not data.tgt_spm_model:
+        return Tokenizer.from_proto(src)
+    tgt = with_our_ids(read_model(Path(data.tgt_spm_model), "data.tgt_spm_model", fix))
+    return Tokenizer.from_proto(src, tgt)
 
 
 def checkpoint_vocab(cfg: Config) -> Tokenizer | None:
@@ -116,7 +147,7 @@ def run(
     """
     data, out = cfg.data, prepared_dir(cfg.data)
     say = (lambda line: None) if quiet else log
-    vocab = checkpoint_vocab(cfg)
+    vocab, given = given_vocab(cfg)
     vocab_from = vocab.checksum() if vocab else None
     why = "" if force else out_of_date(data, data_vocab_from(data, vocab_from))
     if not force and not why:
@@ -140,9 +171,12 @@ def run(
         (say or Bars(quiet).print)(f"{out}: preparing again ({why})")
     started = time.time()
     with Bars(quiet) as bars, atomic_dir(out) as tmp:
-        manifest = _prepare(data, tmp, bars, vocab)
-        if vocab:
+        manifest = _prepare(data, tmp, bars, vocab, given)
+        if given == "train.init_from":
             manifest["vocab_from"] = {"checkpoint": cfg.train.init_from, "sha256": vocab_from}
+        elif given:
+            files = [f for f in (data.spm_model, data.tgt_spm_model) if f]
+            manifest["vocab_from"] = {"spm_model": ", ".join(files), "sha256": vocab_from}
         manifest["seconds"] = round(time.time() - started, 1)
         manifest["step_seconds"] = bars.seconds
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -161,9 +195,9 @@ def run(
     return out
 
 
-def _prepare(data: DataConfig, tmp: Path, bars: Bars, vocab: Tokenizer | None) -> dict:
-    """All the work, inside the temporary directory; returns the manifest. `vocab`: a checkpoint's
-    tokenizer to encode with instead of training SentencePiece."""
+def _prepare(data: DataConfig, tmp: Path, bars: Bars, vocab: Tokenizer | None, given: str) -> dict:
+    """All the work, inside the temporary directory; returns the manifest. `vocab`: a tokenizer to
+    encode with instead of training SentencePiece, given by the setting `given`."""
     scratch = tmp / ".scratch"
     scratch.mkdir()
     # local sources: Arrow copy, deleted at the end
@@ -213,8 +247,7 @@ def _prepare(data: DataConfig, tmp: Path, bars: Bars, vocab: Tokenizer | None) -
             )
         }
     # first: an uncovered script's pairs fall to the length rules, which would be blamed
-    where = "train.init_from" if vocab else data.source
-    coverage.check_unk(counts["train"]["unk"], where, checkpoint_vocab=vocab is not None)
+    coverage.check_unk(counts["train"]["unk"], given or data.source, given)
     if not counts["train"]["pairs"]:
         raise TranslatorError(
             f"no training pairs left after the length rules (dropped: {_drops(cleaner.drops)})",
@@ -252,7 +285,7 @@ def _train_tokenizers(
 
 
 def _copy_tokenizers(vocab: Tokenizer, data: DataConfig, tmp: Path) -> dict[str, Tokenizer]:
-    """Side -> tokenizer from a checkpoint's SentencePiece model(s), put where trained ones go."""
+    """Side -> tokenizer from given SentencePiece model(s), put where trained ones go."""
     files = vocab_files(data)
     protos = {"src": vocab.proto(), "tgt": vocab.target_proto() or vocab.proto()}
     for side, proto in protos.items():

@@ -21,7 +21,7 @@ from translator.files import atomic_write
 from translator.versions import installed
 
 FORMAT = 2  # layout of the prepared directory; part of the config hash
-# Settings of SentencePiece training, which a checkpoint's tokenizer (train.init_from) makes moot
+# Settings of SentencePiece training, which given models (init_from's, spm_model's) make moot
 SPM_SETTINGS = (
     "vocab_size",
     "spm_model_type",
@@ -32,6 +32,7 @@ SPM_SETTINGS = (
     "spm_threads",
     "user_symbols",
 )
+GIVEN_MODELS = ("spm_model", "tgt_spm_model")
 # Settings recorded only when not at their default (-> that default): data prepared before they
 # existed keeps its config hash and is not refused
 ONLY_WHEN_SET = {
@@ -66,9 +67,10 @@ def source_fingerprint(data: DataConfig) -> list:
 
 def shaping_settings(data: DataConfig, vocab_from: str | None = None) -> dict:
     """The data settings that shape the prepared files (not where they are written); `vocab_from`:
-    the sha256 of the checkpoint tokenizer that encodes them, which replaces SentencePiece's
-    settings."""
-    moot = ("data_dir", "name", *(SPM_SETTINGS if vocab_from else ()))
+    the sha256 of the given tokenizer that encodes them (train.init_from's, data.spm_model's), which
+    replaces SentencePiece's settings."""
+    # the given models' paths: their checksum, vocab_from, stands for what they hold
+    moot = ("data_dir", "name", *GIVEN_MODELS, *(SPM_SETTINGS if vocab_from else ()))
     settings = {
         k: v
         for k, v in to_dict(data).items()
@@ -316,7 +318,10 @@ def data_vocab_from(data: DataConfig, vocab_from: str | None) -> str | None:
 def _vocab_origin(vocab_from: str | None) -> str:
     if vocab_from is None:
         return "a SentencePiece model trained on the data"
-    return f"the SentencePiece model(s) of a checkpoint (tokenizer sha256 {vocab_from[:12]})"
+    return (
+        "given SentencePiece model(s), a checkpoint's or data.spm_model's (tokenizer sha256 "
+        f"{vocab_from[:12]})"
+    )
 
 
 def summary_rows(manifest: dict) -> list[tuple[str, str]]:
@@ -330,10 +335,10 @@ def summary_rows(manifest: dict) -> list[tuple[str, str]]:
         ("valid / test pairs", f"{pairs['valid']:,} / {pairs['test']:,}"),
         ("train tokens src / tgt", f"{tokens['train']['src']:,} / {tokens['train']['tgt']:,}"),
     ]
-    if manifest.get("vocab_from"):
-        rows.append(("vocabulary from", manifest["vocab_from"]["checkpoint"]))
-    # with a vocabulary taken from a checkpoint (the manifest's vocab_from), vocab_size is the
-    # checkpoint's, not a request (no "settings" before)
+    if given := manifest.get("vocab_from"):
+        rows.append(("vocabulary from", given.get("checkpoint") or given.get("spm_model", "")))
+    # with a vocabulary given (the manifest's vocab_from), vocab_size is the given model's, not a
+    # request (no "settings" before)
     wanted = None if manifest.get("vocab_from") else manifest.get("settings", {}).get("vocab_size")
     src, tgt = vocab["src"]["size"], vocab["tgt"]["size"]
     if manifest["joint_vocab"]:

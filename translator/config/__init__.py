@@ -122,6 +122,8 @@ def load(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -
         cfg.data.source = expand_path(cfg.data.source, "data.source")
     cfg.train.run_dir = expand_path(cfg.train.run_dir, "train.run_dir")
     cfg.train.init_from = expand_path(cfg.train.init_from, "train.init_from")
+    cfg.data.spm_model = expand_path(cfg.data.spm_model, "data.spm_model")
+    cfg.data.tgt_spm_model = expand_path(cfg.data.tgt_spm_model, "data.tgt_spm_model")
     return cfg
 
 

@@ -87,6 +87,14 @@ class DataConfig:
     """Threads SentencePiece trains with (0 = one per CPU core). Its training result depends on
     the count: the same data gives the same vocabulary only with the same count, so to reproduce
     a vocabulary made elsewhere, set the count it was made with (the manifest records it)."""
+    spm_model: str = ""
+    """A SentencePiece model file (`.model`) to encode the data with instead of training one: a
+    vocabulary made by `spm_train`, by another toolkit or for another corpus. Its pad, unk, bos
+    and eos pieces are renumbered to ours, its segmentation is kept, and the SentencePiece
+    settings above are moot. Alone it serves both sides (a joint vocabulary); with
+    `tgt_spm_model` it is the source side's, and data.joint_vocab follows: false."""
+    tgt_spm_model: str = ""
+    """The target side's SentencePiece model file, with `spm_model` for the source side."""
 
     def __post_init__(self) -> None:
         check_range(
@@ -96,6 +104,14 @@ class DataConfig:
             0,
         )
         self._check_vocab_size()
+        if self.tgt_spm_model and not self.spm_model:
+            raise TranslatorError(
+                "tgt_spm_model is set but spm_model is not",
+                "data.tgt_spm_model",
+                "name the source side's model in data.spm_model as well",
+            )
+        if self.spm_model:  # the files decide: one model for both sides, or one a side
+            self.joint_vocab = not self.tgt_spm_model
         self._check_user_symbols()
         # the ratio is longer side / shorter side, never below 1: under 1 every pair is dropped
         if 0 < self.max_length_ratio < 1:

@@ -55,22 +55,46 @@ def first_change(before: str, after: str, most: int = 12) -> str:
     return ""
 
 
-def check_unk(unk: dict, where: str, checkpoint_vocab: bool) -> None:
+def check_unk(unk: dict, where: str, given: str) -> None:
     """Refuses training data with a side over REFUSE_UNK <unk> (`unk`: side -> counts of
-    encode_to_ids), naming the cause before the length rules, which drop its pairs, are blamed."""
+    encode_to_ids), naming the cause before the length rules, which drop its pairs, are blamed.
+    `given`: the setting whose SentencePiece model(s) encoded the data ("" for trained ones)."""
     for side, count in unk.items():
         if _rate(count) <= REFUSE_UNK:
             continue
-        whose = "the checkpoint's vocabulary" if checkpoint_vocab else "SentencePiece's vocabulary"
         raise TranslatorError(
             f"{_rate(count):.0%} of the {SIDES[side]} side's training tokens are <unk> "
-            f"({count['unk']:,} of {count['tokens']:,}): {whose} does not cover this data",
+            f"({count['unk']:,} of {count['tokens']:,}): {_whose(given)} does not cover this "
+            "data",
             where,
-            "fine-tune from a checkpoint trained on this language, or train from scratch "
-            "without train.init_from"
-            if checkpoint_vocab
-            else "prepare with data.byte_fallback=true or data.character_coverage=1",
+            GIVEN_FIX.get(
+                given, "prepare with data.byte_fallback=true or data.character_coverage=1"
+            ),
         )
+
+
+# how to cover the data when a given vocabulary does not
+GIVEN_FIX = {
+    "train.init_from": "fine-tune from a checkpoint trained on this language, or train from "
+    "scratch without train.init_from",
+    "data.spm_model": "give a SentencePiece model made for these languages, or leave "
+    "data.spm_model empty to train one",
+}
+
+
+def _whose(given: str) -> str:
+    if given == "train.init_from":
+        return "the checkpoint's vocabulary"
+    return f"the vocabulary of {given}" if given else "SentencePiece's vocabulary"
+
+
+def given_by(manifest: dict) -> str:
+    """The setting whose SentencePiece model(s) encoded prepared data ("" for trained ones)."""
+    if not manifest.get("settings", {}).get("vocab_from"):
+        return ""
+    return (
+        "data.spm_model" if "spm_model" in (manifest.get("vocab_from") or {}) else "train.init_from"
+    )
 
 
 def _rate(count: dict) -> float:
@@ -97,22 +121,22 @@ def summary_rows(manifest: dict) -> list[tuple[str, str]]:
 
 def warnings(manifest: dict) -> list[str]:
     """One line for each loss large enough to matter, naming an example and the fix."""
-    checkpoint_vocab = bool(manifest.get("settings", {}).get("vocab_from"))
+    given = given_by(manifest)
+    cover = {
+        "train.init_from": "a checkpoint trained on this language covers it",
+        "data.spm_model": "a SentencePiece model made for this language covers it",
+    }
     lines = [
         f"warning: {_rate(count):.1%} of the {SIDES[side]} side's training tokens are <unk>: "
         "the model learns <unk> for what the vocabulary lacks; "
-        + (
-            "a checkpoint trained on this language covers it"
-            if checkpoint_vocab
-            else "prepare with data.byte_fallback=true to spell it in bytes"
-        )
+        + cover.get(given, "prepare with data.byte_fallback=true to spell it in bytes")
         for side, count in manifest.get("unk", {}).items()
         if _rate(count) > WARN_UNK
     ]
-    return lines + _round_trip_warnings(manifest, checkpoint_vocab)
+    return lines + _round_trip_warnings(manifest, given)
 
 
-def _round_trip_warnings(manifest: dict, checkpoint_vocab: bool) -> list[str]:
+def _round_trip_warnings(manifest: dict, given: str) -> list[str]:
     trip = manifest.get("spm_round_trip")
     if not trip:
         return []
@@ -123,13 +147,15 @@ def _round_trip_warnings(manifest: dict, checkpoint_vocab: bool) -> list[str]:
     return [
         f"warning: SentencePiece changes {changed:,} of the {lines:,} valid and test references "
         f"(e.g. {trip['example']}): the model cannot output what it changes, and BLEU counts it; "
-        + _round_trip_fix(trip["cause"], checkpoint_vocab)
+        + _round_trip_fix(trip["cause"], given)
     ]
 
 
-def _round_trip_fix(cause: str, checkpoint_vocab: bool) -> str:
-    if checkpoint_vocab:
+def _round_trip_fix(cause: str, given: str) -> str:
+    if given == "train.init_from":
         return "the checkpoint's SentencePiece model (train.init_from) decides this"
+    if given:
+        return f"the SentencePiece model of {given} decides this"
     if cause == "normalization":
         return "prepare with data.spm_normalization=identity to keep the characters as they are"
     return "prepare with data.byte_fallback=true to spell characters the vocabulary lacks in bytes"

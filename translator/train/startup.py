@@ -95,6 +95,8 @@ def _inputs(
     if not resuming:
         refuse_earlier_checkpoints(last.parent)
     start = finetune.plan(cfg, last)
+    if cfg.data.spm_model:  # a vocabulary made elsewhere encodes the data
+        start.vocab_from = prepare.spm_model_vocab(cfg).checksum()
     # data prepared with SentencePiece of their own that is the checkpoint's: taken as they are
     start.vocab_from = data_vocab_from(cfg.data, start.vocab_from)
     tokenizer = prepared_tokenizer(cfg, d, quiet, start.vocab_from)
@@ -155,14 +157,15 @@ def _set_vocab_sizes(model: ModelConfig, tokenizer: Tokenizer) -> None:
 
 def prepared_tokenizer(cfg: Config, d: Dist, quiet: bool, vocab_from: str | None) -> Tokenizer:
     """The prepared data's tokenizer; rank 0 prepares the data first when there is none (the others
-    wait). `vocab_from`: the sha256 of the checkpoint tokenizer the data must be encoded with."""
+    wait). `vocab_from`: the sha256 of the given tokenizer the data must be encoded with."""
     distributed.main_first(d, lambda: prepare.ensure(cfg, quiet, vocab_from), "preparing the data")
     # every rank checks the settings
     folder = prepared_dir(cfg.data)
     tokenizer = tokenizer_of(folder, load_manifest(cfg.data, vocab_from))
     if vocab_from and tokenizer.checksum() != vocab_from:  # files replaced after prepare
         raise TranslatorError(
-            "the prepared SentencePiece model(s) are not the checkpoint's (train.init_from)",
+            "the prepared SentencePiece model(s) are not the ones this run names "
+            "(train.init_from's or data.spm_model)",
             str(folder),
             "prepare again with --force, or set another data.name",
         )
