@@ -72,6 +72,12 @@ def test_prefixed_translations_are_translate_lines_own(tiny, server):
     assert reply["translations"][0].startswith("Ein Hund")
     status, one = call(server + "/translate", {"text": lines[2], "prefix": "Zwei", "beam": 2})
     assert status == 200 and one["translations"] == [reply["translations"][2]]
+    # a prefix the model cannot output: the line without it, and a warning in the reply
+    status, long = call(
+        server + "/translate", {"text": lines[1], "prefix": "Hund " * 50, "beam": 2}
+    )
+    assert status == 200 and long["translations"] == [reply["translations"][1]]
+    assert "line 1: the prefix is longer than" in long["warnings"][0]
 
 
 def test_constrained_translations_are_translate_lines_own(tiny, server):
@@ -151,7 +157,6 @@ def test_concurrent_requests_each_get_their_own_answer(tiny, server):
         ("POST", "/translate", {"text": "a", "prefix": ["b"]}, 400, "'prefix' must be a string"),
         ("POST", "/translate", {"text": ["a", "b"], "prefix": ["c"]}, 400, "2 lines of text but"),
         ("POST", "/translate", {"text": ["a"], "prefix": [3]}, 400, "'prefix' must be a string"),
-        ("POST", "/translate", {"text": "a", "prefix": "Hund " * 50}, 400, "the prefix is"),
         ("POST", "/translate", {"text": "a", "constraints": "b"}, 400, "a list of phrases"),
         ("POST", "/translate", {"text": ["a"], "constraints": ["b"]}, 400, "one such list a line"),
         ("POST", "/translate", {"text": ["a"], "constraints": [[3]]}, 400, "phrases must be a"),

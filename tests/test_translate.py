@@ -646,17 +646,27 @@ def test_a_prefix_starts_a_split_lines_first_part_and_an_empty_source_stays_empt
     assert out[1][0][0] == ""
 
 
-def test_a_prefix_longer_than_the_model_can_output_is_refused_naming_its_line(tiny):
+def test_a_prefix_longer_than_the_model_can_output_is_dropped_naming_its_line(tiny):
+    """A stream goes on: that line is translated as without a prefix, the others as asked."""
     too_long = " ".join(["Hund"] * tiny.cfg.model.max_positions)
-    with pytest.raises(TranslatorError, match="line 12: the prefix is .* over the 39"):
-        translate.translate_lines(
-            tiny.model,
-            tiny.tokenizer,
-            SENTENCES[:2],
-            tiny.cfg.decode,
-            prefixes=["", too_long],
-            first_line=11,
-        )
+    said = []
+    out = translate.translate_lines(
+        tiny.model,
+        tiny.tokenizer,
+        SENTENCES[:3],
+        tiny.cfg.decode,
+        warn=said.append,
+        prefixes=["", too_long, "Zwei"],
+        first_line=11,
+    )
+    plain = translate.translate_lines(
+        tiny.model, tiny.tokenizer, SENTENCES[1:2], tiny.cfg.decode, warn=None
+    )
+    assert out[1] == plain[0] and out[2][0][0].startswith("Zwei")
+    assert [line for line in said if "prefix" in line] == [
+        f"line 12: the prefix is longer than the {tiny.cfg.model.max_positions - 1} tokens the "
+        "model can output, so the line is translated without it; shorten the prefix"
+    ]
     with pytest.raises(ValueError, match="1 prefixes for 2 lines"):
         translate.translate_lines(
             tiny.model, tiny.tokenizer, SENTENCES[:2], tiny.cfg.decode, prefixes=["Ein"]

@@ -16,7 +16,7 @@ from translator.data.tokenizer import UNK_ID, Tokenizer
 from translator.decode import Hypothesis
 from translator.decode.completion import Spelling, WordCompletion, inside_word, piece_texts
 from translator.errors import TranslatorError
-from translator.line_warnings import NARROW_BEAM, line_list
+from translator.line_warnings import NARROW_BEAM, PREFIX_TOO_LONG, line_list
 
 
 def prefix_pieces(
@@ -26,11 +26,13 @@ def prefix_pieces(
     owner: list[int],
     data: DataConfig | None,
     limit: int,
+    warn: Callable[[str], None] | None,
     first_line: int,
 ) -> tuple[list[list[int]], list[str]] | None:
     """Each piece's forced output ids and the characters typed after them (split_prefix): its
     line's prefix, on the line's first piece; none elsewhere. None when no line has a prefix. A
-    prefix longer than `limit`, the model's output positions, is refused."""
+    line whose prefix is longer than `limit`, the model's output positions, is translated without
+    it, with a warning: a stream goes on, one line out per line in."""
     if prefixes is None:
         return None
     if len(prefixes) != len(lines):
@@ -38,13 +40,12 @@ def prefix_pieces(
     if not any(p.strip() for p in prefixes):
         return None
     split = [split_prefix(tokenizer, p, data, limit) for p in prefixes]
-    for number, (_, _, tokens) in enumerate(split):
-        if tokens > limit:
-            raise TranslatorError(
-                f"the prefix is {tokens} tokens, over the {limit} the model can output",
-                f"line {first_line + number}",
-                "shorten the prefix",
-            )
+    too_long = [number for number, (_, _, tokens) in enumerate(split) if tokens > limit]
+    for number in too_long:
+        split[number] = ([], "", 0)
+    if too_long and warn is not None:
+        numbers = [first_line + number for number in too_long]
+        warn(f"{line_list(numbers)}: {PREFIX_TOO_LONG.format(limit=limit)}")
     # owner runs in line order: a piece is its line's first where the line changes
     first = [k == 0 or owner[k - 1] != line for k, line in enumerate(owner)]
     return (
@@ -209,7 +210,7 @@ def line_guides(
     for a search `width` beams wide. Constraints are refused beside a prefix or sampling; lines
     with no more beam slots than constraint tokens are named in a warning."""
     guides = Guides()
-    if split := prefix_pieces(tokenizer, prefixes, lines, owner, data, limit, first_line):
+    if split := prefix_pieces(tokenizer, prefixes, lines, owner, data, limit, warn, first_line):
         guides.forced, guides.typed = split
     required = constraint_pieces(
         tokenizer, constraints, lines, owner, data, limit, warn, first_line

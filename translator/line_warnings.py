@@ -18,6 +18,10 @@ NARROW_BEAM = (
     "the beam has no more slots than the line's constraint tokens, so the phrases go in first; a "
     "wider --beam places them where the model would"
 )
+PREFIX_TOO_LONG = (
+    "the prefix is longer than the {limit} tokens the model can output, so the line is "
+    "translated without it; shorten the prefix"
+)
 BYTE_FALLBACK = (
     "a model prepared with data.byte_fallback: true spells such characters in bytes instead"
 )

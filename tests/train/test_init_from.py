@@ -137,7 +137,9 @@ def test_prepared_with_or_without_a_checkpoint_vocabulary_is_no_false_cache_hit(
     assert not out_of_date(with_ckpt.data, sha)
     without = fine_tune(corpus, tmp_path, "", "data.joint_vocab=false")
     assert out_of_date(without.data)  # same data settings, other vocabulary
-    with pytest.raises(TranslatorError, match="prepared with given SentencePiece model.s., a checkpoint.s"):
+    with pytest.raises(
+        TranslatorError, match="prepared with given SentencePiece model.s., a checkpoint.s"
+    ):
         loop.run(without, quiet=True)
     prepare.run(without, quiet=True)  # prepares again: a SentencePiece model of its own
     folder = prepared_dir(without.data)
