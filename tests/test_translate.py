@@ -15,7 +15,7 @@ from tests.conftest import MULTI30K, SENTENCES
 from translator import config, guided, line_warnings, loading, translate
 from translator.data import split
 from translator.data.batching import make_batch
-from translator.data.tokenizer import EOS_ID, UNK_ID
+from translator.data.tokenizer import EOS_ID, UNK_ID, Tokenizer, train_sentencepiece
 from translator.decode import Hypothesis
 from translator.decode import search as decode_search
 from translator.errors import TranslatorError
@@ -874,3 +874,26 @@ def test_the_length_limit_warning_counts_the_room_constraints_add():
     assert translate._at_length_limit(source, [0], ended, decode, 255, added=[3]) == ([], False)
     assert translate._at_length_limit(source, [0], cut, decode, 255, added=[3]) == ([0], False)
     assert translate._at_length_limit(source, [0], cut, decode, 24, added=[3]) == ([0], True)
+
+
+def test_a_phrase_in_a_script_without_spaces_follows_the_text_before_it_directly(tmp_path):
+    """Encoded as inside a sentence: a Chinese phrase after Chinese text decodes without a space
+    before it (SentencePiece would mark it as a text's first word); a German phrase keeps its
+    word start, as it follows a space."""
+    lines = [
+        "我们在东京使用这个术语。",
+        "他们在公园里看书。",
+        "Ein Mann fährt Fahrrad.",
+        "术语很重要。",
+    ]
+    tokenizer = Tokenizer(train_sentencepiece(lines * 30, tmp_path / "zh", vocab_size=60))
+    decode = tokenizer.target_sp.decode
+    before = tokenizer.target_sp.encode("他们在公园里看书")
+    chinese, german = guided.encode_phrases(tokenizer, ["使用这个术语", "Fahrrad"])
+    assert decode(before + chinese) == "他们在公园里看书使用这个术语"
+    assert decode(tokenizer.target_sp.encode("Ein Mann fährt") + german) == "Ein Mann fährt Fahrrad"
+    # the whole path: the constraint's ids are these
+    required = guided.constraint_pieces(
+        tokenizer, [["使用这个术语"]], ["x"], [0], None, 39, None, 1
+    )
+    assert required == [[chinese]]

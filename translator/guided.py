@@ -8,10 +8,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import sentencepiece as spm
 import torch
+from sentencepiece import sentencepiece_model_pb2 as sp_pb2
 
 from translator.config import DataConfig
 from translator.data.clean import source_text
+from translator.data.join import no_word_spaces
 from translator.data.tokenizer import UNK_ID, Tokenizer
 from translator.decode import Hypothesis
 from translator.decode.completion import Spelling, WordCompletion, inside_word, piece_texts
@@ -103,14 +106,13 @@ def constraint_pieces(
         raise ValueError(f"{len(constraints)} constraint lists for {len(lines)} lines")
     if not all(isinstance(c, list) and all(isinstance(p, str) for p in c) for c in constraints):
         raise TypeError("constraints takes a list of phrases (strings) per line: [['Hund'], []]")
-    # a phrase given twice is one constraint (fairseq would want it twice)
-    texts = [
-        list(dict.fromkeys(source_text(p, data) for p in phrases if p.strip()))
-        for phrases in constraints
-    ]
+    # a phrase given twice is one constraint (fairseq would want it twice); one that cleaning
+    # leaves empty (control characters) is none
+    cleaned = [[source_text(p, data) for p in phrases] for phrases in constraints]
+    texts = [list(dict.fromkeys(p for p in phrases if p)) for phrases in cleaned]
     if not any(texts):
         return None
-    encoded = [tokenizer.target_sp.encode(phrases) for phrases in texts]
+    encoded = [encode_phrases(tokenizer, phrases) for phrases in texts]
     parts = Counter(owner)  # pieces per line
     dropped: dict[str, list[int]] = {}  # why -> line numbers
     for number, phrases in enumerate(encoded):
@@ -130,6 +132,28 @@ def constraint_pieces(
     if not any(encoded):
         return None
     return [encoded[line] for line in owner]
+
+
+def encode_phrases(tokenizer: Tokenizer, phrases: list[str]) -> list[list[int]]:
+    """Each phrase's target ids as it stands inside a sentence. SentencePiece marks the start of
+    a text's first word (▁, which decodes to a space), as a phrase inside a sentence has it after
+    a space; a phrase in a script written without spaces (Chinese, Japanese, Thai) follows the
+    text before it directly, so it is encoded without that mark (else the output would gain a
+    space before it)."""
+    ids = tokenizer.target_sp.encode(phrases)
+    glued = [k for k, phrase in enumerate(phrases) if phrase and no_word_spaces(phrase[0])]
+    if glued:
+        inner = _without_word_start(tokenizer.target_proto() or tokenizer.proto())
+        for k in glued:
+            ids[k] = inner.encode(phrases[k])
+    return ids
+
+
+def _without_word_start(proto: bytes) -> spm.SentencePieceProcessor:
+    """The SentencePiece model `proto` without the mark it adds before a text's first word."""
+    model = sp_pb2.ModelProto.FromString(proto)
+    model.normalizer_spec.add_dummy_prefix = False
+    return spm.SentencePieceProcessor(model_proto=model.SerializeToString())
 
 
 def missing_constraints(
