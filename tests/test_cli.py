@@ -72,6 +72,7 @@ def test_help_is_instant_and_lists_every_command():
         "attention",
         "export",
         "import-hf",
+        "import-fairseq",
         "score",
         "serve",
     ],

@@ -30,6 +30,7 @@ LAYERS = [
         "translator.http_api",
         "translator.export",
         "translator.marian_files",
+        "translator.fairseq_layers",
     },
     {
         "translator.prepare",
@@ -37,6 +38,7 @@ LAYERS = [
         "translator.translate",
         "translator.loading",
         "translator.marian",
+        "translator.fairseq",
         "translator.attention",
     },
     {"translator.stream"},  # translate's stdin and stdout

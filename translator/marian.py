@@ -34,6 +34,7 @@ from translator.config import Config, DataConfig, ModelConfig
 from translator.data.spm_files import with_our_ids
 from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from translator.errors import TranslatorError
+from translator.fairseq_layers import layer_weights
 from translator.marian_files import (
     DAMAGED,
     is_count,
@@ -232,37 +233,7 @@ def our_weights(
     out["tgt_embed.token.weight"][PAD_ID] = 0.0  # see PAD_LOGIT (as input, PAD is never read)
     out["out_proj.bias"][PAD_ID] = PAD_LOGIT
     out["out_proj.weight"] = out["tgt_embed.token.weight"]  # tied, as in Marian
-    for side, n_layers in (("encoder", cfg.n_encoder_layers), ("decoder", cfg.n_decoder_layers)):
-        for i in range(n_layers):
-            theirs, ours = f"{side}.layers.{i}", f"{side}.{i}"
-            attentions = [("self_attn", "self_attn")] + (
-                [("encoder_attn", "cross_attn")] if side == "decoder" else []
-            )
-            for their_name, our_name in attentions:
-                for proj in ("q_proj", "k_proj", "v_proj"):  # read the residual stream
-                    out[f"{ours}.{our_name}.{proj}.weight"] = w[
-                        f"{theirs}.{their_name}.{proj}.weight"
-                    ][:, perm]
-                    out[f"{ours}.{our_name}.{proj}.bias"] = w[f"{theirs}.{their_name}.{proj}.bias"]
-                out[f"{ours}.{our_name}.out_proj.weight"] = w[
-                    f"{theirs}.{their_name}.out_proj.weight"
-                ][perm]
-                out[f"{ours}.{our_name}.out_proj.bias"] = w[f"{theirs}.{their_name}.out_proj.bias"][
-                    perm
-                ]
-            out[f"{ours}.ff.up.weight"] = w[f"{theirs}.fc1.weight"][:, perm]
-            out[f"{ours}.ff.up.bias"] = w[f"{theirs}.fc1.bias"]
-            out[f"{ours}.ff.down.weight"] = w[f"{theirs}.fc2.weight"][perm]
-            out[f"{ours}.ff.down.bias"] = w[f"{theirs}.fc2.bias"][perm]
-            norms = {
-                "self_attn_layer_norm": "self_block" if side == "decoder" else "attn_block",
-                "encoder_attn_layer_norm": "cross_block",
-                "final_layer_norm": "ff_block",
-            }
-            for their_norm, our_block in norms.items():
-                if f"{theirs}.{their_norm}.weight" in w:
-                    for p in ("weight", "bias"):
-                        out[f"{ours}.{our_block}.norm.{p}"] = w[f"{theirs}.{their_norm}.{p}"][perm]
+    out.update(layer_weights(w, cfg, perm))
     return out
 
 

@@ -68,6 +68,7 @@ app.command()(training.info)
 app.command()(training.keys)
 app.command()(interop.export)
 app.command("import-hf")(interop.import_hf)
+app.command("import-fairseq")(interop.import_fairseq)
 
 
 def _terminate(signum, frame) -> None:

@@ -1,4 +1,4 @@
-"""Commands that move a model between toolkits: export, import-hf."""
+"""Commands that move a model between toolkits: export, import-hf, import-fairseq."""
 
 from __future__ import annotations
 
@@ -96,6 +96,66 @@ def import_hf(
     cfg = marian.import_marian(directory, out, src_lang, tgt_lang)
     typer.echo(
         f"imported {directory} ({cfg.data.src_lang}->{cfg.data.tgt_lang}, "
+        f"{cfg.model.n_encoder_layers}+{cfg.model.n_decoder_layers} layers, "
+        f"d_model {cfg.model.d_model}) into {out}"
+    )
+
+
+def import_fairseq(
+    path: Annotated[
+        Path,
+        typer.Argument(
+            help="A fairseq Transformer checkpoint (checkpoint_best.pt), trained on "
+            "SentencePiece pieces. A pickle: import only files you trust.",
+            show_default=False,
+        ),
+    ],
+    dicts: Annotated[
+        Path,
+        typer.Option(
+            "--dicts",
+            help="fairseq-preprocess's --destdir, with dict.SRC.txt and dict.TGT.txt.",
+        ),
+    ],
+    spm_model: Annotated[
+        Path,
+        typer.Option("--spm", help="The SentencePiece model that cut the text (both sides)."),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Checkpoint to write.")],
+    tgt_spm: Annotated[
+        Optional[Path],
+        typer.Option("--tgt-spm", help="The target side's own SentencePiece model, if any."),
+    ] = None,
+    src_lang: Annotated[
+        Optional[str],
+        typer.Option(
+            "--src-lang",
+            show_default="the checkpoint's source_lang",
+            help="Source language code (data.src_lang; the dict files' suffix).",
+        ),
+    ] = None,
+    tgt_lang: Annotated[
+        Optional[str],
+        typer.Option(
+            "--tgt-lang",
+            show_default="the checkpoint's target_lang",
+            help="Target language code (data.tgt_lang).",
+        ),
+    ] = None,
+) -> None:
+    """Import a fairseq Transformer checkpoint as one of ours.
+
+    It then translates, scores, evaluates and fine-tunes with the scores fairseq gives.
+
+    \b
+    Example: translator import-fairseq checkpoints/checkpoint_best.pt \\
+      --dicts data-bin/wmt14_en_de --spm spm.model -o runs/fairseq.pt
+    """
+    from translator import fairseq
+
+    cfg = fairseq.import_fairseq(path, dicts, spm_model, out, tgt_spm, src_lang, tgt_lang)
+    typer.echo(
+        f"imported {path} ({cfg.data.src_lang}->{cfg.data.tgt_lang}, "
         f"{cfg.model.n_encoder_layers}+{cfg.model.n_decoder_layers} layers, "
         f"d_model {cfg.model.d_model}) into {out}"
     )

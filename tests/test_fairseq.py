@@ -1,0 +1,261 @@
+"""import-fairseq: a fairseq Transformer checkpoint becomes one of ours that scores as fairseq does.
+
+The reference is Hugging Face's FSMT, a port of fairseq's Transformer (post-norm, sinusoidal
+positions counted from padding_idx + 1, decoding from </s>). Its random weights, renamed as
+fairseq names them, with an argparse Namespace of settings, make the fairseq checkpoint; its
+dictionaries lack a few of the SentencePiece model's pieces, which fairseq-preprocess would have
+written as <unk>.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sentencepiece as spm
+import torch
+
+from translator import checkpoint, fairseq, translate
+from translator.data.tokenizer import train_sentencepiece
+from translator.decode.forced import target_log_probs
+from translator.errors import TranslatorError
+
+transformers = pytest.importorskip(
+    "transformers", reason="the bench extra (transformers) is not installed"
+)
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCES = ["a man rides a bike", "two dogs play in the snow", "a woman reads a red book"]
+TARGETS = ["ein mann fährt fahrrad", "zwei hunde spielen im schnee", "eine frau liest ein buch"]
+SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]
+LEFT_OUT = 3  # the SentencePiece model's last pieces, not in fairseq's dictionaries
+
+
+def fairseq_ids(sp, symbols: list[str], text: str) -> list[int]:
+    """fairseq-preprocess's ids of a line cut by `sp` (no </s>)."""
+    index = {s: i for i, s in enumerate(symbols)}
+    return [index.get(p, index["<unk>"]) for p in sp.encode(text, out_type=str)]
+
+
+@pytest.fixture(scope="module", params=["separate", "shared"])
+def made(request, tmp_path_factory):
+    """A fairseq checkpoint directory (checkpoint.pt, dict.en.txt, dict.de.txt, spm.model) from a
+    random FSMT model, decoder embeddings and output shared or not; and the FSMT model."""
+    tmp = tmp_path_factory.mktemp("fairseq")
+    model_file = train_sentencepiece((SOURCES + TARGETS) * 30, tmp / "spm", vocab_size=60)
+    sp = spm.SentencePieceProcessor(model_file=str(model_file))
+    pieces = [
+        sp.id_to_piece(i)
+        for i in range(sp.get_piece_size())
+        if not (sp.is_control(i) or sp.is_unknown(i))
+    ]
+    kept = pieces[:-LEFT_OUT]
+    for lang in ("en", "de"):
+        lines = [f"{p} {1000 - i}\n" for i, p in enumerate(kept)]
+        (tmp / f"dict.{lang}.txt").write_text("".join(lines), encoding="utf-8")
+    shared = request.param == "shared"
+    cfg = transformers.FSMTConfig(
+        langs=["en", "de"],
+        src_vocab_size=len(SPECIALS) + len(kept),
+        tgt_vocab_size=len(SPECIALS) + len(kept),
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        activation_function="relu",
+        max_position_embeddings=64,
+        scale_embedding=True,
+        tie_word_embeddings=shared,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+    )
+    torch.manual_seed(0)
+    reference = transformers.FSMTForConditionalGeneration(cfg).eval()
+    with torch.no_grad():  # LayerNorms and biases off their defaults
+        for name, p in reference.named_parameters():
+            if "layer_norm" in name or name.endswith(".bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    weights = {
+        name.removeprefix("model."): tensor
+        for name, tensor in reference.state_dict().items()
+        if "embed_positions" not in name  # fairseq computes its sinusoids
+    }
+    settings = argparse.Namespace(
+        arch="transformer",
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        activation_fn="relu",
+        max_source_positions=64,
+        max_target_positions=64,
+        source_lang="en",
+        target_lang="de",
+        dropout=0.3,
+        share_decoder_input_output_embed=shared,
+    )
+    torch.save({"args": settings, "model": weights, "extra_state": {}}, tmp / "checkpoint.pt")
+    return tmp, reference, sp, SPECIALS + kept
+
+
+def reference_log_probs(reference, sp, symbols, sources, targets) -> list[float]:
+    """FSMT's log p(target + </s> | source + </s>), decoding from </s> as fairseq does; the
+    causal mask is FSMT's only with use_cache=False."""
+    scores = []
+    for source, target in zip(sources, targets):
+        src = torch.tensor([fairseq_ids(sp, symbols, source) + [2]])
+        tgt = fairseq_ids(sp, symbols, target) + [2]
+        with torch.no_grad():
+            logits = reference(
+                input_ids=src,
+                attention_mask=torch.ones_like(src),
+                decoder_input_ids=torch.tensor([[2] + tgt[:-1]]),
+                use_cache=False,
+            ).logits[0]
+        chosen = torch.log_softmax(logits.double(), -1).gather(1, torch.tensor(tgt)[:, None])
+        scores.append(chosen.sum().item())
+    return scores
+
+
+def test_imported_scores_equal_fairseqs(made, tmp_path):
+    folder, reference, sp, symbols = made
+    fairseq.import_fairseq(
+        folder / "checkpoint.pt", folder, folder / "spm.model", tmp_path / "x.pt"
+    )
+    model, cfg, tokenizer = checkpoint.load(tmp_path / "x.pt")
+    unknown = [p for t in TARGETS + SOURCES for p in sp.encode(t, out_type=str) if p not in symbols]
+    assert unknown, "some line should hold a piece fairseq's dictionary lacks"
+    ours = target_log_probs(
+        model, tokenizer.encode(SOURCES), [tokenizer.target_sp.encode(t) for t in TARGETS]
+    )
+    theirs = reference_log_probs(reference, sp, symbols, SOURCES, TARGETS)
+    assert ours == pytest.approx(theirs, abs=1e-4)
+    assert cfg.model.tie_embeddings == _shared(reference)
+    assert (cfg.data.src_lang, cfg.data.tgt_lang) == ("en", "de") and cfg.model.dropout == 0.3
+
+
+def _shared(reference) -> bool:
+    decoder = reference.model.decoder
+    return torch.equal(decoder.output_projection.weight, decoder.embed_tokens.weight)
+
+
+def test_imported_greedy_search_follows_fairseqs_argmax(made, tmp_path):
+    """Greedy decoding, step by step against FSMT's argmax over the outputs fairseq allows (its
+    <pad> masked, as fairseq's generator does)."""
+    folder, reference, sp, symbols = made
+    fairseq.import_fairseq(
+        folder / "checkpoint.pt", folder, folder / "spm.model", tmp_path / "x.pt"
+    )
+    model, cfg, tokenizer = checkpoint.load(tmp_path / "x.pt")
+    decode = dataclasses.replace(cfg.decode, beam_size=1, max_len_a=0.0, max_len_b=6)
+    found = translate.search(model, tokenizer.encode(SOURCES), decode)
+    for source, hyps in zip(SOURCES, found):
+        src = torch.tensor([fairseq_ids(sp, symbols, source) + [2]])
+        out = [2]
+        while len(out) <= 6:
+            with torch.no_grad():
+                logits = reference(
+                    input_ids=src,
+                    attention_mask=torch.ones_like(src),
+                    decoder_input_ids=torch.tensor([out]),
+                    use_cache=False,
+                ).logits[0, -1]
+            logits[1] = -torch.inf
+            out.append(int(logits.argmax()))
+            if out[-1] == 2:
+                break
+        theirs = [symbols[i] for i in out[1:] if i != 2]
+        ours = [tokenizer.target_sp.id_to_piece(i) for i in hyps[0].tokens]
+        assert ours == [s if s != "<s>" else fairseq.FAIRSEQ_BOS for s in theirs]
+
+
+def test_cli_import_fairseq_then_translate(made, tmp_path):
+    folder, _, _, _ = made
+    ckpt = tmp_path / "fs.pt"
+    command = [sys.executable, "-m", "translator", "import-fairseq", str(folder / "checkpoint.pt")]
+    command += ["--dicts", str(folder), "--spm", str(folder / "spm.model"), "-o", str(ckpt)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "(en->de, 2+2 layers, d_model 32)" in done.stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "translator", "translate", str(ckpt), "--device", "cpu", "-q"],
+        input="two dogs play\n\na man\n",
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert len(out.stdout.split("\n")) == 4 and out.stdout.split("\n")[1] == ""
+
+
+@pytest.mark.parametrize(
+    "change, what",
+    [
+        (lambda c: c["args"].__setattr__("activation_fn", "tanh"), "activation_fn='tanh'"),
+        (lambda c: c["args"].__setattr__("encoder_attention_heads", 3), "different widths"),
+        (lambda c: c["model"].pop("decoder.layers.1.fc2.bias"), "decoder.layers.1.fc2.bias"),
+        (lambda c: c.pop("model"), "no model weights"),
+        (
+            lambda c: c["args"].__delattr__("target_lang"),
+            "does not record its target lang",
+        ),
+    ],
+)
+def test_a_checkpoint_we_cannot_import_is_named_in_one_line(made, tmp_path, change, what):
+    folder, _, _, _ = made
+    saved = torch.load(folder / "checkpoint.pt", weights_only=False)
+    change(saved)
+    torch.save(saved, tmp_path / "bad.pt")
+    with pytest.raises(TranslatorError) as err:
+        fairseq.import_fairseq(tmp_path / "bad.pt", folder, folder / "spm.model", tmp_path / "x.pt")
+    assert what in str(err.value) and "\n" not in str(err.value)
+    assert err.value.where == str(tmp_path / "bad.pt") and not (tmp_path / "x.pt").exists()
+
+
+def test_missing_or_wrong_dictionaries_and_spm_are_named(made, tmp_path):
+    folder, _, _, _ = made
+    ckpt, spm_file = folder / "checkpoint.pt", folder / "spm.model"
+    with pytest.raises(TranslatorError, match="fairseq-preprocess wrote"):
+        fairseq.import_fairseq(ckpt, tmp_path, spm_file, tmp_path / "x.pt")
+    with pytest.raises(TranslatorError, match="--spm: .*: not found"):
+        fairseq.import_fairseq(ckpt, folder, tmp_path / "none.model", tmp_path / "x.pt")
+    for name in ("en", "de"):
+        (tmp_path / f"dict.{name}.txt").write_text((folder / f"dict.{name}.txt").read_text())
+    with open(tmp_path / "dict.de.txt", "a") as more:  # more symbols than the embeddings' rows
+        more.write("".join(f"extra{i} 1\n" for i in range(30)))
+    with pytest.raises(TranslatorError, match="dictionary has .* symbols but the embeddings"):
+        fairseq.import_fairseq(ckpt, tmp_path, spm_file, tmp_path / "x.pt")
+    (tmp_path / "dict.de.txt").write_text("just-one-field\n")
+    with pytest.raises(TranslatorError, match="line 1 is not 'SYMBOL COUNT'"):
+        fairseq.import_fairseq(ckpt, tmp_path, spm_file, tmp_path / "x.pt")
+
+
+def test_a_checkpoint_with_fairseqs_own_classes_loads_without_fairseq(made, tmp_path):
+    """fairseq pickles classes of its own beside the weights (here one of a module that does not
+    exist); they are stubbed, the weights and settings read."""
+    folder, _, _, _ = made
+    saved = torch.load(folder / "checkpoint.pt", weights_only=False)
+    module = type(sys)("fairseq_not_installed")
+    Meter = type("Meter", (), {"__module__": "fairseq_not_installed"})
+    module.Meter = Meter
+    sys.modules["fairseq_not_installed"] = module
+    try:
+        saved["extra_state"] = {"metrics": Meter()}
+        torch.save(saved, tmp_path / "own.pt")
+    finally:
+        del sys.modules["fairseq_not_installed"]
+    read = fairseq.read_checkpoint(tmp_path / "own.pt")
+    assert (
+        read["settings"]["source_lang"] == "en" and "encoder.embed_tokens.weight" in read["weights"]
+    )
