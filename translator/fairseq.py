@@ -325,8 +325,10 @@ def model_config(
         settings.get(key) or 1024 for key in ("max_source_positions", "max_target_positions")
     ]
     if learned == {True}:  # a learned table has its rows: padding_idx + 1 of them are unused
-        rows = w["encoder.embed_positions.weight"].shape[0] - SPECIALS.index("<pad>") - 1
-        positions.append(rows)
+        positions += [
+            w[f"{side}.embed_positions.weight"].shape[0] - SPECIALS.index("<pad>") - 1
+            for side in ("encoder", "decoder")
+        ]
     return ModelConfig(
         vocab_size=tokenizer.target_vocab_size,
         src_vocab_size=tokenizer.vocab_size,
