@@ -1,10 +1,10 @@
 """import-fairseq: a fairseq Transformer checkpoint becomes one of ours that scores as fairseq does.
 
-The reference is Hugging Face's FSMT, a port of fairseq's Transformer (post-norm, sinusoidal
-positions counted from padding_idx + 1, decoding from </s>). Its random weights, renamed as
-fairseq names them, with an argparse Namespace of settings, make the fairseq checkpoint; its
-dictionaries lack a few of the SentencePiece model's pieces, which fairseq-preprocess would have
-written as <unk>.
+The references are Hugging Face's ports of fairseq's Transformer (sinusoidal positions counted from
+padding_idx + 1, decoding from </s>): FSMT (post-norm) and M2M100 (pre-norm). Their random weights,
+renamed as fairseq names them, with an argparse Namespace of settings, make the fairseq
+checkpoint; its dictionaries lack a few of the SentencePiece model's pieces, which
+fairseq-preprocess would have written as <unk>.
 """
 
 from __future__ import annotations
@@ -41,10 +41,68 @@ def fairseq_ids(sp, symbols: list[str], text: str) -> list[int]:
     return [index.get(p, index["<unk>"]) for p in sp.encode(text, out_type=str)]
 
 
-@pytest.fixture(scope="module", params=["separate", "shared"])
+# fairseq layouts, each with its reference: FSMT (post-norm, sinusoids) with the output matrix its
+# own or the decoder's embeddings, or with its sinusoid tables saved as learned position tables
+# (fairseq's --encoder-learned-pos layout: padding_idx + 1 rows before position 0); M2M100, the
+# port of fairseq's pre-norm m2m_100 (a final LayerNorm a side; embeddings all shared)
+LAYOUTS = ["separate", "shared", "learned", "pre-norm"]
+
+
+def reference_model(layout: str, vocab_size: int):
+    sizes = dict(
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        activation_function="relu",
+        max_position_embeddings=64,
+        scale_embedding=True,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+    )
+    torch.manual_seed(0)
+    if layout == "pre-norm":
+        cfg = transformers.M2M100Config(vocab_size=vocab_size, **sizes)
+        model = transformers.M2M100ForConditionalGeneration(cfg)
+    else:
+        cfg = transformers.FSMTConfig(
+            langs=["en", "de"],
+            src_vocab_size=vocab_size,
+            tgt_vocab_size=vocab_size,
+            tie_word_embeddings=layout == "shared",
+            **sizes,
+        )
+        model = transformers.FSMTForConditionalGeneration(cfg)
+    with torch.no_grad():  # LayerNorms and biases off their defaults
+        for name, p in model.named_parameters():
+            if "layer_norm" in name or name.endswith(".bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    return model.eval()
+
+
+def fairseq_weights(reference, layout: str) -> dict[str, torch.Tensor]:
+    """The reference's weights under fairseq's names."""
+    weights = {}
+    for name, tensor in reference.state_dict().items():
+        name = name.removeprefix("model.").replace("lm_head.", "decoder.output_projection.")
+        if name == "shared.weight" or ("embed_positions" in name and layout != "learned"):
+            continue  # fairseq computes its sinusoids; M2M100's shared table is the embeddings
+        weights[name] = tensor
+    return weights
+
+
+@pytest.fixture(scope="module", params=LAYOUTS)
 def made(request, tmp_path_factory):
-    """A fairseq checkpoint directory (checkpoint.pt, dict.en.txt, dict.de.txt, spm.model) from a
-    random FSMT model, decoder embeddings and output shared or not; and the FSMT model."""
+    """A fairseq checkpoint directory (checkpoint.pt, dict.en.txt, dict.de.txt, spm.model) of a
+    random reference model in one of the LAYOUTS; and the reference model."""
     tmp = tmp_path_factory.mktemp("fairseq")
     model_file = train_sentencepiece((SOURCES + TARGETS) * 30, tmp / "spm", vocab_size=60)
     sp = spm.SentencePieceProcessor(model_file=str(model_file))
@@ -57,41 +115,7 @@ def made(request, tmp_path_factory):
     for lang in ("en", "de"):
         lines = [f"{p} {1000 - i}\n" for i, p in enumerate(kept)]
         (tmp / f"dict.{lang}.txt").write_text("".join(lines), encoding="utf-8")
-    shared = request.param == "shared"
-    cfg = transformers.FSMTConfig(
-        langs=["en", "de"],
-        src_vocab_size=len(SPECIALS) + len(kept),
-        tgt_vocab_size=len(SPECIALS) + len(kept),
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        activation_function="relu",
-        max_position_embeddings=64,
-        scale_embedding=True,
-        tie_word_embeddings=shared,
-        pad_token_id=1,
-        bos_token_id=0,
-        eos_token_id=2,
-        decoder_start_token_id=2,
-        dropout=0.0,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-    )
-    torch.manual_seed(0)
-    reference = transformers.FSMTForConditionalGeneration(cfg).eval()
-    with torch.no_grad():  # LayerNorms and biases off their defaults
-        for name, p in reference.named_parameters():
-            if "layer_norm" in name or name.endswith(".bias"):
-                p.add_(0.1 * torch.randn_like(p))
-    weights = {
-        name.removeprefix("model."): tensor
-        for name, tensor in reference.state_dict().items()
-        if "embed_positions" not in name  # fairseq computes its sinusoids
-    }
+    reference = reference_model(request.param, len(SPECIALS) + len(kept))
     settings = argparse.Namespace(
         arch="transformer",
         encoder_attention_heads=4,
@@ -102,10 +126,11 @@ def made(request, tmp_path_factory):
         source_lang="en",
         target_lang="de",
         dropout=0.3,
-        share_decoder_input_output_embed=shared,
     )
-    torch.save({"args": settings, "model": weights, "extra_state": {}}, tmp / "checkpoint.pt")
-    return tmp, reference, sp, SPECIALS + kept
+    checkpoint_file = tmp / "checkpoint.pt"
+    weights = fairseq_weights(reference, request.param)
+    torch.save({"args": settings, "model": weights, "extra_state": {}}, checkpoint_file)
+    return tmp, reference, sp, SPECIALS + kept, request.param
 
 
 def reference_log_probs(reference, sp, symbols, sources, targets) -> list[float]:
@@ -128,7 +153,7 @@ def reference_log_probs(reference, sp, symbols, sources, targets) -> list[float]
 
 
 def test_imported_scores_equal_fairseqs(made, tmp_path):
-    folder, reference, sp, symbols = made
+    folder, reference, sp, symbols, layout = made
     fairseq.import_fairseq(
         folder / "checkpoint.pt", folder, folder / "spm.model", tmp_path / "x.pt"
     )
@@ -140,19 +165,15 @@ def test_imported_scores_equal_fairseqs(made, tmp_path):
     )
     theirs = reference_log_probs(reference, sp, symbols, SOURCES, TARGETS)
     assert ours == pytest.approx(theirs, abs=1e-4)
-    assert cfg.model.tie_embeddings == _shared(reference)
+    assert cfg.model.tie_embeddings == (layout in ("shared", "pre-norm"))
+    assert cfg.model.norm == ("pre" if layout == "pre-norm" else "post")
     assert (cfg.data.src_lang, cfg.data.tgt_lang) == ("en", "de") and cfg.model.dropout == 0.3
-
-
-def _shared(reference) -> bool:
-    decoder = reference.model.decoder
-    return torch.equal(decoder.output_projection.weight, decoder.embed_tokens.weight)
 
 
 def test_imported_greedy_search_follows_fairseqs_argmax(made, tmp_path):
     """Greedy decoding, step by step against FSMT's argmax over the outputs fairseq allows (its
     <pad> masked, as fairseq's generator does)."""
-    folder, reference, sp, symbols = made
+    folder, reference, sp, symbols, layout = made
     fairseq.import_fairseq(
         folder / "checkpoint.pt", folder, folder / "spm.model", tmp_path / "x.pt"
     )
@@ -180,7 +201,7 @@ def test_imported_greedy_search_follows_fairseqs_argmax(made, tmp_path):
 
 
 def test_cli_import_fairseq_then_translate(made, tmp_path):
-    folder, _, _, _ = made
+    folder, *_ = made
     ckpt = tmp_path / "fs.pt"
     command = [sys.executable, "-m", "translator", "import-fairseq", str(folder / "checkpoint.pt")]
     command += ["--dicts", str(folder), "--spm", str(folder / "spm.model"), "-o", str(ckpt)]
@@ -213,7 +234,7 @@ def test_cli_import_fairseq_then_translate(made, tmp_path):
     ],
 )
 def test_a_checkpoint_we_cannot_import_is_named_in_one_line(made, tmp_path, change, what):
-    folder, _, _, _ = made
+    folder, *_ = made
     saved = torch.load(folder / "checkpoint.pt", weights_only=False)
     change(saved)
     torch.save(saved, tmp_path / "bad.pt")
@@ -224,7 +245,7 @@ def test_a_checkpoint_we_cannot_import_is_named_in_one_line(made, tmp_path, chan
 
 
 def test_missing_or_wrong_dictionaries_and_spm_are_named(made, tmp_path):
-    folder, _, _, _ = made
+    folder, *_ = made
     ckpt, spm_file = folder / "checkpoint.pt", folder / "spm.model"
     with pytest.raises(TranslatorError, match="fairseq-preprocess wrote"):
         fairseq.import_fairseq(ckpt, tmp_path, spm_file, tmp_path / "x.pt")
@@ -244,7 +265,7 @@ def test_missing_or_wrong_dictionaries_and_spm_are_named(made, tmp_path):
 def test_a_checkpoint_with_fairseqs_own_classes_loads_without_fairseq(made, tmp_path):
     """fairseq pickles classes of its own beside the weights (here one of a module that does not
     exist); they are stubbed, the weights and settings read."""
-    folder, _, _, _ = made
+    folder, *_ = made
     saved = torch.load(folder / "checkpoint.pt", weights_only=False)
     module = type(sys)("fairseq_not_installed")
     Meter = type("Meter", (), {"__module__": "fairseq_not_installed"})

@@ -6,8 +6,8 @@ or as `cfg`'s `model`), the dictionaries fairseq-preprocess wrote (`dict.SRC.txt
 `dict.TGT.txt`: a piece and its count a line, after fairseq's own <s>, <pad>, </s>, <unk> = 0-3),
 and the SentencePiece model(s) that cut the text into those pieces.
 
-How it maps (tests/test_fairseq.py checks the scores against Hugging Face's FSMT, a port of
-fairseq's Transformer):
+How it maps (tests/test_fairseq.py checks the scores against Hugging Face's ports of fairseq's
+Transformer: FSMT, post-norm, and M2M100, pre-norm):
 - Ids: our ids take fairseq's rows by piece. A piece fairseq's dictionary lacks reads its <unk>
   row, as fairseq-preprocess encoded it, and gets a logit of MASKED (it has none in fairseq's
   softmax); a dictionary entry the SentencePiece model lacks becomes an extra piece.
