@@ -19,7 +19,7 @@ import pytest
 import sentencepiece as spm
 import torch
 
-from translator import checkpoint, fairseq, translate
+from translator import checkpoint, fairseq, fairseq_files, translate
 from translator.data.tokenizer import train_sentencepiece
 from translator.decode.forced import target_log_probs
 from translator.errors import TranslatorError
@@ -251,15 +251,74 @@ def test_missing_or_wrong_dictionaries_and_spm_are_named(made, tmp_path):
         fairseq.import_fairseq(ckpt, tmp_path, spm_file, tmp_path / "x.pt")
     with pytest.raises(TranslatorError, match="--spm: .*: not found"):
         fairseq.import_fairseq(ckpt, folder, tmp_path / "none.model", tmp_path / "x.pt")
+    # a model that did not cut this text: its pieces are not the dictionary's
+    other = train_sentencepiece(["xylophones quizzed jokers"] * 50, tmp_path / "o", vocab_size=40)
+    with pytest.raises(TranslatorError, match="--spm: .*symbols are not pieces of this Sentence"):
+        fairseq.import_fairseq(ckpt, folder, other, tmp_path / "x.pt")
+    # one of our own checkpoints
+    fairseq.import_fairseq(ckpt, folder, spm_file, tmp_path / "ours.pt")
+    with pytest.raises(TranslatorError, match="is a translator checkpoint already"):
+        fairseq.import_fairseq(tmp_path / "ours.pt", folder, spm_file, tmp_path / "x.pt")
+    assert not (tmp_path / "x.pt").exists()
     for name in ("en", "de"):
         (tmp_path / f"dict.{name}.txt").write_text((folder / f"dict.{name}.txt").read_text())
     with open(tmp_path / "dict.de.txt", "a") as more:  # more symbols than the embeddings' rows
         more.write("".join(f"extra{i} 1\n" for i in range(30)))
-    with pytest.raises(TranslatorError, match="dictionary has .* symbols but the embeddings"):
+    with pytest.raises(TranslatorError, match="decoder's dictionary has .* symbols but its embed"):
         fairseq.import_fairseq(ckpt, tmp_path, spm_file, tmp_path / "x.pt")
-    (tmp_path / "dict.de.txt").write_text("just-one-field\n")
-    with pytest.raises(TranslatorError, match="line 1 is not 'SYMBOL COUNT'"):
-        fairseq.import_fairseq(ckpt, tmp_path, spm_file, tmp_path / "x.pt")
+    for text, message in (
+        ("just-one-field\n", "line 1 is not 'SYMBOL COUNT'"),
+        ("a 3\nb 2\na 1\n", "line 3: 'a' is given twice"),
+        ("a 3\ncaf\xe9 2\n".encode("latin-1"), "line 2 is not UTF-8"),
+    ):
+        write = (tmp_path / "dict.de.txt").write_bytes if isinstance(text, bytes) else None
+        (write or (tmp_path / "dict.de.txt").write_text)(text)
+        with pytest.raises(TranslatorError, match=message):
+            fairseq.import_fairseq(ckpt, tmp_path, spm_file, tmp_path / "x.pt")
+
+
+def test_an_lstm_or_convolutional_checkpoint_is_named_as_not_a_transformer(made, tmp_path):
+    folder, *_ = made
+    saved = torch.load(folder / "checkpoint.pt", weights_only=False)
+    saved["model"] = {k: v for k, v in saved["model"].items() if ".layers." not in k}
+    torch.save(saved, tmp_path / "lstm.pt")
+    with pytest.raises(TranslatorError, match="not a fairseq Transformer: no weight"):
+        fairseq.import_fairseq(tmp_path / "lstm.pt", folder, folder / "spm.model", tmp_path / "x")
+
+
+def test_dictionary_symbols_are_read_as_fairseqs_dictionary_reads_them(tmp_path):
+    """fairseq's Dictionary.add_from_file: specials first; a line ending in #fairseq:overwrite
+    adds its symbol again, on a new row."""
+    path = tmp_path / "dict.de.txt"
+    path.write_text("▁a 5\n<unk> 4 #fairseq:overwrite\n▁b 3\n", encoding="utf-8")
+    assert fairseq_files.read_dictionary(path) == [*SPECIALS, "▁a", "<unk>", "▁b"]
+
+
+def test_a_symbol_only_the_dictionary_has_keeps_its_row_on_both_sides(made, tmp_path):
+    """spm_encode writes a character its model lacks as itself, and fairseq-preprocess gave it a
+    row: that row is what the character reads on the source side and what it scores on the target
+    side."""
+    folder, reference, sp, symbols, _ = made
+    extra = "Ö"  # a character the SentencePiece model has never seen
+    assert sp.piece_to_id(extra) == sp.unk_id()
+    for lang in ("en", "de"):  # the dictionary's last row becomes it: sizes stay the same
+        lines = (folder / f"dict.{lang}.txt").read_text(encoding="utf-8").splitlines()
+        (tmp_path / f"dict.{lang}.txt").write_text(
+            "\n".join(lines[:-1] + [f"{extra} 1"]) + "\n", encoding="utf-8"
+        )
+    changed = symbols[:-1] + [extra]
+    fairseq.import_fairseq(folder / "checkpoint.pt", tmp_path, folder / "spm.model", tmp_path / "x")
+    model, _, tokenizer = checkpoint.load(tmp_path / "x")
+    sources, targets = ["Öl a man"], ["ein Öl"]
+    assert sp.encode(sources[0], out_type=str).count(extra) == 1
+    ours = target_log_probs(
+        model, tokenizer.encode(sources), [tokenizer.target_sp.encode(t) for t in targets]
+    )
+    theirs = reference_log_probs(reference, sp, changed, sources, targets)
+    # the source reads what spm_encode wrote (the character, not <unk>)
+    ids = tokenizer.encode(sources)[0]
+    assert [tokenizer.sp.id_to_piece(i) for i in ids] == sp.encode(sources[0], out_type=str)
+    assert ours == pytest.approx(theirs, abs=1e-4)
 
 
 def test_a_checkpoint_with_fairseqs_own_classes_loads_without_fairseq(made, tmp_path):

@@ -4,6 +4,7 @@ for the pieces translate_lines decodes, checked, and the outputs checked against
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -149,6 +150,7 @@ def encode_phrases(tokenizer: Tokenizer, phrases: list[str]) -> list[list[int]]:
     return ids
 
 
+@functools.lru_cache(maxsize=4)  # the model is parsed once, not at every request of a server
 def _without_word_start(proto: bytes) -> spm.SentencePieceProcessor:
     """The SentencePiece model `proto` without the mark it adds before a text's first word."""
     model = sp_pb2.ModelProto.FromString(proto)

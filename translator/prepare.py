@@ -30,7 +30,7 @@ from translator.data.binarize import clean_to_scratch, encode_to_ids, sample_lin
 from translator.data.corpus import is_hub, load_split, pair_batches, source_files
 from translator.data.progress import Bars, bytes_read
 from translator.data.shards import write_ids
-from translator.data.spm_files import read_model, with_our_ids
+from translator.data.spm_files import given_tokenizer
 from translator.data.tokenizer import Tokenizer, train_sentencepiece
 from translator.errors import TranslatorError
 from translator.files import atomic_dir, refuse_foreign_dir
@@ -43,6 +43,7 @@ from translator.prepared import (
     prepared_dir,
     read_manifest,
     summary_rows,
+    tokenizer_of,
     vocab_files,
 )
 
@@ -71,9 +72,10 @@ def given_vocab(cfg: Config) -> tuple[Tokenizer | None, str]:
 
 
 def spm_model_vocab(cfg: Config) -> Tokenizer:
-    """data.spm_model (and data.tgt_spm_model) with our special ids. Not with train.init_from,
-    whose own vocabulary its embeddings need."""
-    data = cfg.data
+    """data.spm_model (and data.tgt_spm_model) with our special ids. Where the files are gone, the
+    copy that a last.pt made with them holds, or the data prepared with them (a resume, or
+    training on a machine the data were prepared for, needs no files). Not with
+    train.init_from, whose own vocabulary its embeddings need."""
     if cfg.train.init_from:
         raise TranslatorError(
             "data.spm_model is set, but fine-tuning (train.init_from) encodes the data with the "
@@ -81,12 +83,42 @@ def spm_model_vocab(cfg: Config) -> Tokenizer:
             "data.spm_model",
             "leave data.spm_model empty to fine-tune, or train.init_from empty to train anew",
         )
-    fix = "give a SentencePiece .model file (spm_train's output), or leave it empty to train one"
-    src = with_our_ids(read_model(Path(data.spm_model), "data.spm_model", fix))
-    if not data.tgt_spm_model:
-        return Tokenizer.from_proto(src)
-    tgt = with_our_ids(read_model(Path(data.tgt_spm_model), "data.tgt_spm_model", fix))
-    return Tokenizer.from_proto(src, tgt)
+    data = cfg.data
+    if all(Path(f).is_file() for f in (data.spm_model, data.tgt_spm_model) if f):
+        given = given_tokenizer(data)
+        if (copy := _run_vocab(cfg)) is not None and copy.checksum() != given.checksum():
+            raise TranslatorError(
+                f"is not the SentencePiece model {cfg.train.run_dir}/last.pt was trained with",
+                f"data.spm_model: {data.spm_model}",
+                "give the run's own model, or another train.run_dir to start anew",
+            )
+        return given
+    return _run_vocab(cfg) or _prepared_vocab(data) or given_tokenizer(data)  # the last: not found
+
+
+def _run_vocab(cfg: Config) -> Tokenizer | None:
+    """The tokenizer of run_dir/last.pt when its run encoded with data.spm_model, else None."""
+    last = Path(cfg.train.run_dir) / "last.pt"
+    if not last.is_file():
+        return None
+    try:
+        tokenizer, saved = checkpoint.read_tokenizer(last)
+    except TranslatorError as err:
+        raise TranslatorError(err.what, f"train.run_dir: {err.where}", err.fix) from None
+    return tokenizer if saved.get("data", {}).get("spm_model") else None
+
+
+def _prepared_vocab(data: DataConfig) -> Tokenizer | None:
+    """The tokenizer of data prepared with a data.spm_model (the manifest's vocab_from), else
+    None."""
+    folder = prepared_dir(data)
+    try:
+        record = read_manifest(folder).get("vocab_from") or {}
+        if "spm_model" not in record:
+            return None
+        return tokenizer_of(folder, load_manifest(data, record["sha256"]))
+    except (TranslatorError, OSError, KeyError):  # none there, or not these settings'
+        return None
 
 
 def checkpoint_vocab(cfg: Config) -> Tokenizer | None:
@@ -247,7 +279,8 @@ def _prepare(data: DataConfig, tmp: Path, bars: Bars, vocab: Tokenizer | None, g
             )
         }
     # first: an uncovered script's pairs fall to the length rules, which would be blamed
-    coverage.check_unk(counts["train"]["unk"], given or data.source, given)
+    where = f"{given}: {data.spm_model}" if given == "data.spm_model" else given or data.source
+    coverage.check_unk(counts["train"]["unk"], where, given)
     if not counts["train"]["pairs"]:
         raise TranslatorError(
             f"no training pairs left after the length rules (dropped: {_drops(cleaner.drops)})",

@@ -98,6 +98,9 @@ def out_of_date(data: DataConfig, vocab_from: str | None = None) -> str:
     except TranslatorError as err:
         return err.what
     if manifest.get("config_hash") != config_hash(data, vocab_from):
+        made = manifest.get("settings", {}).get("vocab_from")
+        if "settings" in manifest and made != vocab_from:
+            return f"it was encoded with {_vocab_origin(made, manifest.get('vocab_from'))}"
         return source_change(data, manifest) or "other data settings"
     if change := cleaning_change(data, manifest):
         return change
@@ -315,13 +318,17 @@ def data_vocab_from(data: DataConfig, vocab_from: str | None) -> str | None:
     return None if tokenizer.checksum() == vocab_from else vocab_from
 
 
-def _vocab_origin(vocab_from: str | None) -> str:
+def _vocab_origin(vocab_from: str | None, record: dict | None = None) -> str:
+    """Which SentencePiece model(s) encoded data, by their checksum `vocab_from` (None: trained on
+    them) and, for data already prepared, the manifest's record of where they came from."""
     if vocab_from is None:
         return "a SentencePiece model trained on the data"
-    return (
-        "given SentencePiece model(s), a checkpoint's or data.spm_model's (tokenizer sha256 "
-        f"{vocab_from[:12]})"
-    )
+    record = record or {}
+    if "spm_model" in record:
+        return f"data.spm_model {record['spm_model']} (tokenizer sha256 {vocab_from[:12]})"
+    if "checkpoint" in record:
+        return f"the checkpoint {record['checkpoint']}'s vocabulary (sha256 {vocab_from[:12]})"
+    return f"given SentencePiece model(s) (tokenizer sha256 {vocab_from[:12]})"
 
 
 def summary_rows(manifest: dict) -> list[tuple[str, str]]:
@@ -381,8 +388,8 @@ def load_manifest(data: DataConfig, vocab_from: str | None = None) -> dict:
         return manifest
     if made.get("vocab_from") != vocab_from:
         raise TranslatorError(
-            f"prepared with {_vocab_origin(made.get('vocab_from'))}, but this run needs "
-            f"{_vocab_origin(vocab_from)}",
+            f"prepared with {_vocab_origin(made.get('vocab_from'), manifest.get('vocab_from'))}, "
+            f"but this run needs {_vocab_origin(vocab_from)}",
             str(prepared_dir(data)),
             "to replace it, run `translator prepare` with this config (and the same --set/--data); "
             "to keep it, set another data.name",

@@ -6,6 +6,7 @@ import zipfile
 from pathlib import Path
 
 from translator import checkpoint, config, prepared
+from translator.data.spm_files import given_tokenizer
 from translator.errors import TranslatorError
 from translator.model.transformer import Transformer, count_parameters
 
@@ -33,7 +34,13 @@ def _planned_vocab(cfg: config.Config) -> str:
     data, where = cfg.data, prepared.prepared_dir(cfg.data)
     src = tgt = data.vocab_size
     said = f"data.vocab_size ({where} not prepared yet; SentencePiece may make fewer)"
-    if (where / "manifest.json").is_file():
+    if data.spm_model:  # the given model's size, whatever the data
+        try:
+            given = given_tokenizer(data)
+            src, tgt, said = given.vocab_size, given.target_vocab_size, "data.spm_model"
+        except TranslatorError as err:
+            said = f"data.vocab_size (data.spm_model is refused: {err.what})"
+    elif (where / "manifest.json").is_file():
         try:
             vocab = prepared.load_manifest(data)["vocab"]
             src, tgt = vocab["src"]["size"], vocab["tgt"]["size"]

@@ -9,11 +9,12 @@ import os
 import pytest
 import sentencepiece as spm
 
-from tests.data.conftest import small_splits, tiny_config
+from tests.data.conftest import REPO, small_splits, tiny_config
 from tests.train.conftest import variant
-from translator import checkpoint, prepare
+from translator import checkpoint, prepare, summary
 from translator.data.clean import normalize
 from translator.data.shards import TokenArray
+from translator.data.spm_files import with_our_ids
 from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from translator.errors import TranslatorError
 from translator.prepared import out_of_date, prepared_dir
@@ -84,7 +85,7 @@ def test_separate_given_models_and_a_changed_file_prepares_again(tmp_path, corpu
     assert "up to date" in said[0]
     # another model under the same name: the data are encoded again
     spm_train(tmp_path / "tgt.model", de, "unigram", size=110)
-    os.utime(tgt, ns=(1, 1))
+    os.utime(tgt, ns=(1, 1))  # an old mtime: nothing but the content can tell the files apart
     said.clear()
     prepare.run(cfg, log=said.append)
     assert "preparing again" in said[0]
@@ -110,6 +111,25 @@ def test_a_bad_given_model_is_one_line_naming_the_setting(tmp_path, corpus, sett
     assert "\n" not in str(err.value) and not (tmp_path / "data" / "small").exists()
 
 
+def test_a_model_sentencepiece_refuses_is_one_line_and_info_counts_the_given_vocabulary(
+    tmp_path, corpus
+):
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    en, de = small_splits()["train"]
+    good = spm_train(tmp_path / "given.model", en + de)
+    described = summary.describe(str(REPO / "configs" / "tiny.yaml"), [f"data.spm_model={good}"])
+    sizes = Tokenizer.from_proto(with_our_ids(good.read_bytes())).vocab_size
+    assert "vocabulary size from data.spm_model" in described and f"{sizes:,}" in described
+    proto = pb.ModelProto.FromString(good.read_bytes())
+    proto.pieces.append(proto.pieces[-1])  # a piece defined twice: parses, SentencePiece refuses
+    bad = tmp_path / "bad.model"
+    bad.write_bytes(proto.SerializeToString())
+    cfg = tiny_config(corpus, tmp_path / "data", f"data.spm_model={bad}")
+    with pytest.raises(TranslatorError, match="SentencePiece refuses the model .*already defined"):
+        prepare.run(cfg, quiet=True)
+
+
 def test_fine_tuning_refuses_a_given_model(tmp_path, corpus):
     model = spm_train(tmp_path / "given.model", small_splits()["train"][0])
     cfg = tiny_config(
@@ -130,9 +150,7 @@ def test_training_encodes_with_the_given_model(prepared, tmp_path):
     sp = Tokenizer(prepared_dir(prepared.data) / "spm.model")
     texts = sp.decode([lines[i] for i in range(len(lines))])
     model = spm_train(tmp_path / "given.model", texts, size=90)
-    cfg = variant(
-        prepared,
-        tmp_path / "run",
+    settings = (
         f"data.data_dir={data_dir}",
         f"data.spm_model={model}",
         "model.vocab_size=0",
@@ -140,8 +158,20 @@ def test_training_encodes_with_the_given_model(prepared, tmp_path):
         "train.max_updates=2",
         "train.eval_every=2",
     )
+    cfg = variant(prepared, tmp_path / "run", *settings)
     loop.run(cfg, quiet=True)
     saved = checkpoint.read(tmp_path / "run" / "last.pt")
-    given = prepare.spm_model_vocab(cfg)
+    given = Tokenizer.from_proto(with_our_ids(model.read_bytes()))  # the file, renumbered
     assert saved["tokenizer"]["sha256"] == given.checksum()
     assert saved["config"]["model"]["vocab_size"] == given.vocab_size
+    # the file moved away: the resume reads last.pt's copy
+    model.rename(tmp_path / "moved.model")
+    more = variant(prepared, tmp_path / "run", *settings, "train.max_updates=4")
+    loop.run(more, quiet=True)
+    assert checkpoint.read(tmp_path / "run" / "last.pt")["state"]["train"]["step"] == 4
+    # ... and so does a new run on the data prepared with it
+    loop.run(variant(prepared, tmp_path / "other-run", *settings), quiet=True)
+    # another model under the name: not the one the run was trained with
+    spm_train(model, texts[::-1], size=80)
+    with pytest.raises(TranslatorError, match="is not the SentencePiece model .*last.pt was"):
+        loop.run(more, quiet=True)

@@ -137,10 +137,12 @@ def test_prepared_with_or_without_a_checkpoint_vocabulary_is_no_false_cache_hit(
     assert not out_of_date(with_ckpt.data, sha)
     without = fine_tune(corpus, tmp_path, "", "data.joint_vocab=false")
     assert out_of_date(without.data)  # same data settings, other vocabulary
-    with pytest.raises(
-        TranslatorError, match="prepared with given SentencePiece model.s., a checkpoint.s"
-    ):
+    with pytest.raises(TranslatorError) as err:
         loop.run(without, quiet=True)
+    assert err.value.what == (
+        f"prepared with the checkpoint {imported}'s vocabulary (sha256 {sha[:12]}), but this run "
+        "needs a SentencePiece model trained on the data"
+    )
     prepare.run(without, quiet=True)  # prepares again: a SentencePiece model of its own
     folder = prepared_dir(without.data)
     assert Tokenizer(folder / "spm.src.model").checksum() != sha

@@ -137,6 +137,8 @@ def warnings(manifest: dict) -> list[str]:
 
 
 def _round_trip_warnings(manifest: dict, given: str) -> list[str]:
+    if given == "data.spm_model" and not manifest.get("joint_vocab", True):
+        given = "data.tgt_spm_model"  # the references are the target side's
     trip = manifest.get("spm_round_trip")
     if not trip:
         return []

@@ -7,9 +7,13 @@ model's own: unigram scores are the pieces' log-probabilities and BPE ranks its 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+import sentencepiece as spm
+
+from translator.config import DataConfig
+from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from translator.errors import TranslatorError
 
 SPECIALS = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
@@ -34,7 +38,27 @@ def read_model(path: Path, where: str, fix: str) -> bytes:
         raise TranslatorError(
             "not a SentencePiece model", f"{where}: {path}" if where else str(path), fix
         )
+    try:  # parsed, yet SentencePiece may refuse it (a piece defined twice)
+        spm.SentencePieceProcessor(model_proto=proto)
+    except RuntimeError as err:
+        reason = re.sub(r"^INTERNAL: \S+ \[.*?\] ", "", str(err).strip().splitlines()[-1])
+        raise TranslatorError(
+            f"SentencePiece refuses the model ({reason})",
+            f"{where}: {path}" if where else str(path),
+            fix,
+        ) from None
     return proto
+
+
+def given_tokenizer(data: DataConfig) -> Tokenizer:
+    """data.spm_model (and data.tgt_spm_model) with our special ids: the tokenizer prepare encodes
+    with instead of training one."""
+    fix = "give a SentencePiece .model file (spm_train's output), or leave it empty to train one"
+    src = with_our_ids(read_model(Path(data.spm_model), "data.spm_model", fix))
+    if not data.tgt_spm_model:
+        return Tokenizer.from_proto(src)
+    tgt = with_our_ids(read_model(Path(data.tgt_spm_model), "data.tgt_spm_model", fix))
+    return Tokenizer.from_proto(src, tgt)
 
 
 def with_our_ids(proto: bytes, extra: list[str] | tuple[str, ...] = ()) -> bytes:
