@@ -31,6 +31,7 @@ LAYERS = [
         "translator.export",
         "translator.marian_files",
         "translator.fairseq_layers",
+        "translator.fairseq_files",
     },
     {
         "translator.prepare",
