@@ -200,6 +200,7 @@ def test_imported_greedy_search_follows_fairseqs_argmax(made, tmp_path):
         assert ours == [s if s != "<s>" else fairseq.FAIRSEQ_BOS for s in theirs]
 
 
+@pytest.mark.parametrize("made", ["separate"], indirect=True)  # the layouts: above
 def test_cli_import_fairseq_then_translate(made, tmp_path):
     folder, *_ = made
     ckpt = tmp_path / "fs.pt"
@@ -220,6 +221,7 @@ def test_cli_import_fairseq_then_translate(made, tmp_path):
     assert len(out.stdout.split("\n")) == 4 and out.stdout.split("\n")[1] == ""
 
 
+@pytest.mark.parametrize("made", ["separate"], indirect=True)
 @pytest.mark.parametrize(
     "change, what",
     [
@@ -244,6 +246,7 @@ def test_a_checkpoint_we_cannot_import_is_named_in_one_line(made, tmp_path, chan
     assert err.value.where == str(tmp_path / "bad.pt") and not (tmp_path / "x.pt").exists()
 
 
+@pytest.mark.parametrize("made", ["separate"], indirect=True)  # the layouts: above
 def test_missing_or_wrong_dictionaries_and_spm_are_named(made, tmp_path):
     folder, *_ = made
     ckpt, spm_file = folder / "checkpoint.pt", folder / "spm.model"
@@ -277,6 +280,7 @@ def test_missing_or_wrong_dictionaries_and_spm_are_named(made, tmp_path):
             fairseq.import_fairseq(ckpt, tmp_path, spm_file, tmp_path / "x.pt")
 
 
+@pytest.mark.parametrize("made", ["separate"], indirect=True)  # the layouts: above
 def test_an_lstm_or_convolutional_checkpoint_is_named_as_not_a_transformer(made, tmp_path):
     folder, *_ = made
     saved = torch.load(folder / "checkpoint.pt", weights_only=False)
@@ -321,6 +325,7 @@ def test_a_symbol_only_the_dictionary_has_keeps_its_row_on_both_sides(made, tmp_
     assert ours == pytest.approx(theirs, abs=1e-4)
 
 
+@pytest.mark.parametrize("made", ["separate"], indirect=True)  # the layouts: above
 def test_a_checkpoint_with_fairseqs_own_classes_loads_without_fairseq(made, tmp_path):
     """fairseq pickles classes of its own beside the weights (here one of a module that does not
     exist); they are stubbed, the weights and settings read."""
