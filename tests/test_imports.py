@@ -33,6 +33,7 @@ LAYERS = [
         "translator.fairseq_layers",
         "translator.fairseq_files",
     },
+    {"translator.vocab_source"},  # the SentencePiece model(s) prepare does not train
     {
         "translator.prepare",
         "translator.summary",

@@ -6,10 +6,9 @@ fits a small machine. The directory is written under a temporary name and rename
 an interrupted or failed prepare leaves nothing that looks finished. A rerun with the same data
 config (and unchanged local files) is a cache hit that touches no data.
 
-With `train.init_from`, the checkpoint's SentencePiece model(s) encode the data instead of new ones
-(fine-tuning keeps the vocabulary its embeddings were trained for); so do `data.spm_model`'s (a
-vocabulary made elsewhere, data/spm_files.py). The manifest records their checksum as the setting
-`vocab_from`, so data prepared either way is never taken for the other.
+With `train.init_from`, the checkpoint's SentencePiece model(s) encode the data instead of new ones;
+so do `data.spm_model`'s (translator/vocab_source.py). The manifest records their checksum as the
+setting `vocab_from`, so data prepared either way is never taken for the other.
 """
 
 from __future__ import annotations
@@ -23,14 +22,12 @@ from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 
-from translator import checkpoint
 from translator.config import Config, DataConfig, dump
 from translator.data import clean, coverage
 from translator.data.binarize import clean_to_scratch, encode_to_ids, sample_lines, sample_mask
 from translator.data.corpus import is_hub, load_split, pair_batches, source_files
 from translator.data.progress import Bars, bytes_read
 from translator.data.shards import write_ids
-from translator.data.spm_files import given_tokenizer
 from translator.data.tokenizer import Tokenizer, train_sentencepiece
 from translator.errors import TranslatorError
 from translator.files import atomic_dir, refuse_foreign_dir
@@ -43,9 +40,9 @@ from translator.prepared import (
     prepared_dir,
     read_manifest,
     summary_rows,
-    tokenizer_of,
     vocab_files,
 )
+from translator.vocab_source import given_vocab
 
 SPLITS = ("valid", "test", "train")  # the small ones first: a missing split fails at once
 SEED = 1  # SentencePiece sample and training: fixed, so that train.seed does not change the data
@@ -59,114 +56,6 @@ def _holds_prepared_data(folder: Path) -> bool:
         if "files" in read_manifest(folder):
             return True
     return any(folder.glob("spm*.model"))
-
-
-def given_vocab(cfg: Config) -> tuple[Tokenizer | None, str]:
-    """The SentencePiece model(s) to encode with instead of training new ones, and the setting
-    that gave them: train.init_from's (checkpoint_vocab) or data.spm_model's; (None, "") when
-    prepare trains its own."""
-    if cfg.data.spm_model:
-        return spm_model_vocab(cfg), "data.spm_model"
-    vocab = checkpoint_vocab(cfg)
-    return vocab, "train.init_from" if vocab else ""
-
-
-def spm_model_vocab(cfg: Config) -> Tokenizer:
-    """data.spm_model (and data.tgt_spm_model) with our special ids. Where the files are gone, the
-    copy that a last.pt made with them holds, or the data prepared with them (a resume, or
-    training on a machine the data were prepared for, needs no files). Not with
-    train.init_from, whose own vocabulary its embeddings need."""
-    if cfg.train.init_from:
-        raise TranslatorError(
-            "data.spm_model is set, but fine-tuning (train.init_from) encodes the data with the "
-            "checkpoint's SentencePiece model(s)",
-            "data.spm_model",
-            "leave data.spm_model empty to fine-tune, or train.init_from empty to train anew",
-        )
-    data = cfg.data
-    if all(Path(f).is_file() for f in (data.spm_model, data.tgt_spm_model) if f):
-        given = given_tokenizer(data)
-        if (copy := _run_vocab(cfg)) is not None and copy.checksum() != given.checksum():
-            raise TranslatorError(
-                f"is not the SentencePiece model {cfg.train.run_dir}/last.pt was trained with",
-                f"data.spm_model: {data.spm_model}",
-                "give the run's own model, or another train.run_dir to start anew",
-            )
-        return given
-    return _run_vocab(cfg) or _prepared_vocab(data) or given_tokenizer(data)  # the last: not found
-
-
-def _run_vocab(cfg: Config) -> Tokenizer | None:
-    """The tokenizer of run_dir/last.pt when its run encoded with data.spm_model, else None."""
-    last = Path(cfg.train.run_dir) / "last.pt"
-    if not last.is_file():
-        return None
-    try:
-        tokenizer, saved = checkpoint.read_tokenizer(last)
-    except TranslatorError as err:
-        raise TranslatorError(err.what, f"train.run_dir: {err.where}", err.fix) from None
-    return tokenizer if saved.get("data", {}).get("spm_model") else None
-
-
-def _prepared_vocab(data: DataConfig) -> Tokenizer | None:
-    """The tokenizer of data prepared with a data.spm_model (the manifest's vocab_from), else
-    None."""
-    folder = prepared_dir(data)
-    try:
-        record = read_manifest(folder).get("vocab_from") or {}
-        if "spm_model" not in record:
-            return None
-        return tokenizer_of(folder, load_manifest(data, record["sha256"]))
-    except (TranslatorError, OSError, KeyError):  # none there, or not these settings'
-        return None
-
-
-def checkpoint_vocab(cfg: Config) -> Tokenizer | None:
-    """train.init_from's tokenizer (None without one); sets data.joint_vocab to match it.
-
-    Where the run has a last.pt, `train` resumes from it, as finetune.plan says: its tokenizer is
-    the one read (the same as init_from's, and the init_from file need not still exist: data
-    prepared again for a resume, on another machine or after data/ was cleaned), and a last.pt
-    of a run that did not start from a checkpoint means no checkpoint vocabulary (None)."""
-    if not cfg.train.init_from:
-        return None
-    last = Path(cfg.train.run_dir) / "last.pt"
-    if last.is_file():
-        source, setting = last, "train.run_dir"
-    else:
-        source, setting = Path(cfg.train.init_from), "train.init_from"
-    try:
-        tokenizer, saved = checkpoint.read_tokenizer(source)
-    except TranslatorError as err:
-        raise TranslatorError(err.what, f"{setting}: {err.where}", err.fix) from None
-    if source == last and not saved.get("train", {}).get("init_from"):
-        return None
-    # data prepared for the wrong direction is refused here, not first by `train` (prepared on
-    # one machine, trained on another)
-    languages = saved.get("data", {})
-    if "src_lang" in languages and "tgt_lang" in languages:
-        direction_note(cfg, (languages["src_lang"], languages["tgt_lang"]), f"{setting}: {source}")
-    cfg.data.joint_vocab = tokenizer.joint
-    return tokenizer
-
-
-def direction_note(cfg: Config, theirs: tuple[str, str], where: str) -> str:
-    """A checkpoint made for `theirs` (source, target) languages: refused when it translates the
-    other way round; a note when its codes differ otherwise (`eng` and `en` may be one language),
-    empty when they agree."""
-    ours = (cfg.data.src_lang, cfg.data.tgt_lang)
-    if theirs == ours:
-        return ""
-    if theirs == ours[::-1]:
-        raise TranslatorError(
-            f"the checkpoint translates {theirs[0]}->{theirs[1]}, the data is {ours[0]}->{ours[1]}",
-            where,
-            "fine-tune a checkpoint of this direction, or swap data.src_lang and data.tgt_lang",
-        )
-    return (
-        f"init_from: the checkpoint was made for {theirs[0]}->{theirs[1]}, the data is "
-        f"{ours[0]}->{ours[1]}; go on only if these name the same languages"
-    )
 
 
 def run(

@@ -16,7 +16,7 @@ from tests.data.conftest import (
     tiny_config,
     write_text_corpus,
 )
-from translator import __version__, prepare
+from translator import __version__, prepare, vocab_source
 from translator.config import to_dict
 from translator.data.shards import TokenArray
 from translator.data.tokenizer import Tokenizer, train_sentencepiece
@@ -158,7 +158,7 @@ def english_checkpoint(tmp_path, monkeypatch) -> str:
     """train.init_from naming a checkpoint whose SentencePiece model knows English text only."""
     english = multi30k_lines("train", "en", 1000)
     tokenizer = Tokenizer(train_sentencepiece(english, tmp_path / "en", vocab_size=300))
-    monkeypatch.setattr(prepare.checkpoint, "read_tokenizer", lambda path: (tokenizer, {}))
+    monkeypatch.setattr(vocab_source.checkpoint, "read_tokenizer", lambda path: (tokenizer, {}))
     return f"train.init_from={tmp_path / 'en.pt'}"
 
 

@@ -24,8 +24,8 @@ from translator.config import (
     with_training_settings,
 )
 from translator.errors import TranslatorError
-from translator.prepare import direction_note
 from translator.train.resume import refused_last
+from translator.vocab_source import direction_note
 
 
 @dataclass

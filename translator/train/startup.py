@@ -28,6 +28,7 @@ from translator.train.state import (
     refuse_earlier_checkpoints,
     seed_all,
 )
+from translator.vocab_source import spm_model_vocab
 
 
 def setup(cfg: Config, quiet: bool) -> Session:
@@ -96,7 +97,7 @@ def _inputs(
         refuse_earlier_checkpoints(last.parent)
     start = finetune.plan(cfg, last)
     if cfg.data.spm_model:  # a vocabulary made elsewhere encodes the data
-        start.vocab_from = prepare.spm_model_vocab(cfg).checksum()
+        start.vocab_from = spm_model_vocab(cfg).checksum()
     # data prepared with SentencePiece of their own that is the checkpoint's: taken as they are
     start.vocab_from = data_vocab_from(cfg.data, start.vocab_from)
     tokenizer = prepared_tokenizer(cfg, d, quiet, start.vocab_from)
