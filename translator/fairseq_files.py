@@ -29,6 +29,8 @@ class _Stub:
 
 
 class _LenientUnpickler(pickle.Unpickler):
+    """An unpickler that gives a _Stub class for a class it cannot import."""
+
     def find_class(self, module: str, name: str) -> Any:
         try:
             return super().find_class(module, name)
@@ -42,7 +44,7 @@ class _Lenient:
     Unpickler = _LenientUnpickler
 
     @staticmethod
-    def load(file, encoding: str = "utf-8"):  # torch.load's legacy format reads its header so
+    def load(file, encoding: str = "utf-8"):  # how torch.load reads a legacy file's header
         return _LenientUnpickler(file, encoding=encoding).load()
 
 
