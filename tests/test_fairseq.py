@@ -344,3 +344,22 @@ def test_a_checkpoint_with_fairseqs_own_classes_loads_without_fairseq(made, tmp_
     assert (
         read["settings"]["source_lang"] == "en" and "encoder.embed_tokens.weight" in read["weights"]
     )
+
+
+@pytest.mark.parametrize("made", ["shared", "pre-norm"], indirect=True)
+def test_an_imported_model_exported_to_ctranslate2_scores_as_fairseq(made, tmp_path):
+    """fairseq -> translator -> CTranslate2, the deployment path: CTranslate2's own scores of the
+    exported model against the reference's."""
+    ctranslate2 = pytest.importorskip("ctranslate2", reason="the bench extra is not installed")
+    from translator import export
+
+    folder, reference, sp, symbols, _ = made
+    fairseq.import_fairseq(folder / "checkpoint.pt", folder, folder / "spm.model", tmp_path / "x")
+    _, _, tokenizer = checkpoint.load(tmp_path / "x")
+    out = export.export_ctranslate2(tmp_path / "x", tmp_path / "ct2")
+    ct2 = ctranslate2.Translator(str(out), device="cpu", compute_type="float32")
+    sources = [[*tokenizer.sp.id_to_piece(ids), "</s>"] for ids in tokenizer.encode(SOURCES)]
+    targets = [tokenizer.target_sp.encode(t, out_type=str) for t in TARGETS]
+    scored = ct2.score_batch(sources, targets)
+    theirs = reference_log_probs(reference, sp, symbols, SOURCES, TARGETS)
+    assert [sum(r.log_probs) for r in scored] == pytest.approx(theirs, abs=1e-4)
