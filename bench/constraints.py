@@ -15,14 +15,13 @@ The constraints come from the references, so the BLEU gain is an upper bound for
 
 from __future__ import annotations
 
-import argparse
 import re
 import time
 
 import sacrebleu
 import torch
 
-from translator.loading import load
+from bench import parallel_text
 from translator.translate import translate_lines, with_overrides
 
 
@@ -36,19 +35,9 @@ def missed_word(reference: str, output: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("ckpt")
-    parser.add_argument("source", help="a text file, one sentence per line")
-    parser.add_argument("reference", help="its translations, line by line")
-    parser.add_argument("--lines", type=int, default=0, help="the first N lines (0: all)")
-    parser.add_argument("--beam", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=2)
+    parser = parallel_text.parser(__doc__.splitlines()[0])
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    model, cfg, tokenizer = load(args.ckpt, device="cpu", dtype="fp32")
-    with open(args.source, encoding="utf-8") as src, open(args.reference, encoding="utf-8") as ref:
-        sources = src.read().splitlines()[: args.lines or None]
-        references = ref.read().splitlines()[: len(sources)]
+    (model, cfg, tokenizer), sources, references = parallel_text.model_and_text(args)
     decode = with_overrides(cfg.decode, beam_size=args.beam)
 
     def run(constraints: list[list[str]] | None) -> tuple[float, list[str]]:

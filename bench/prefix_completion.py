@@ -13,7 +13,6 @@ outputs against the references, and the seconds.
 
 from __future__ import annotations
 
-import argparse
 import random
 import re
 import time
@@ -21,8 +20,8 @@ import time
 import sacrebleu
 import torch
 
+from bench import parallel_text
 from translator import guided
-from translator.loading import load
 from translator.translate import translate_lines, with_overrides
 
 
@@ -38,20 +37,10 @@ def cut_inside_a_word(reference: str, rng: random.Random) -> tuple[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("ckpt")
-    parser.add_argument("source", help="a text file, one sentence per line")
-    parser.add_argument("reference", help="its translations, line by line")
-    parser.add_argument("--lines", type=int, default=0, help="the first N lines (0: all)")
-    parser.add_argument("--beam", type=int, default=5)
+    parser = parallel_text.parser(__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    model, cfg, tokenizer = load(args.ckpt, device="cpu", dtype="fp32")
-    with open(args.source, encoding="utf-8") as src, open(args.reference, encoding="utf-8") as ref:
-        sources = src.read().splitlines()[: args.lines or None]
-        references = ref.read().splitlines()[: len(sources)]
+    (model, cfg, tokenizer), sources, references = parallel_text.model_and_text(args)
     rng = random.Random(args.seed)
     cuts = [cut_inside_a_word(r, rng) for r in references]
     prefixes = [prefix for prefix, _ in cuts]
