@@ -19,7 +19,18 @@ echo "$*" >> "$(dirname "$0")/../pip.log"
 if [ "$1" = freeze ]; then echo torch==2.13.0; fi
 """
 # the variables the Makefile reads, and make's own (a `make test` above passes its overrides on)
-OUTSIDE = {"TORCH_INDEX", "VENV", "PYTHON", "DIR", "DATA", "CONFIG", "AVERAGE", "MEMBERS", "ARGS"}
+OUTSIDE = {
+    "TORCH_INDEX",
+    "VENV",
+    "PYTHON",
+    "DIR",
+    "DATA",
+    "CONFIG",
+    "AVERAGE",
+    "MEMBERS",
+    "FP32",
+    "ARGS",
+}
 
 
 @pytest.fixture

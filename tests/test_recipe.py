@@ -16,17 +16,18 @@ from pathlib import Path
 import pytest
 import sacrebleu
 import torch
+from typer.testing import CliRunner
 
 from tests.conftest import MULTI30K, REPO, tiny_overrides
 from tests.train.conftest import variant
-from translator import averaging, checkpoint, cli, recipe
+from translator import averaging, checkpoint, cli, device, recipe
 from translator.config import load as load_config
 from translator.errors import TranslatorError
 from translator.evaluate import Scores
 from translator.files import read_lines
 from translator.prepared import prepared_dir
 from translator.recipe import choose, command
-from translator.recipe.members import member_configs
+from translator.recipe.members import member_configs, trains_in_fp32
 
 SETTINGS = (
     "train.max_updates=6",
@@ -301,6 +302,8 @@ def test_an_unknown_multi30k_direction_is_refused_in_one_line_naming_its_config(
     assert (
         "configs/multi30k-de-en.yaml" in known.stdout and "--average 1 --members 2" in known.stdout
     )
+    assert "--fp32-members 1 --fp32-set model.dropout=0.1" in known.stdout
+    assert "--fp32" not in make("DIR=de-en", "FP32=").stdout  # the bf16 settings everywhere
 
 
 def test_a_sigterm_to_the_recipe_stops_its_members_too(prepared, tmp_path):
@@ -432,6 +435,51 @@ def test_members_of_a_top_of_range_seed_get_seeds_within_the_range():
     cfg = load_config(None, ["train.seed=4294967295"])
     seeds = [c.train.seed for c in member_configs(cfg, 3)]
     assert seeds == [4294967295, 0, 1]
+
+
+@pytest.mark.parametrize("fp32", [True, False])
+def test_the_fp32_settings_apply_only_where_training_runs_in_fp32(
+    tmp_path, monkeypatch, capsys, fp32
+):
+    """--fp32-members and --fp32-set replace --members and add overrides where the training
+    resolves to fp32; the user's own --set still wins over them; elsewhere they change nothing."""
+    config = tmp_path / "recipe.yaml"
+    config.write_text("model: {dropout: 0.2, attention_dropout: 0.1}\ntrain: {weight_decay: 0.2}\n")
+    seen = {}
+
+    def fake_run(cfg, *args, members, channel):
+        seen.update(cfg=cfg, members=members)
+        (Path(cfg.train.run_dir) / "scores.txt").write_text("scores\n")
+        return {"chosen": "avg.pt"}
+
+    monkeypatch.setattr(command, "run", fake_run)
+    monkeypatch.setattr(command, "trains_in_fp32", lambda cfg: fp32)
+    argv = [str(config), "--budget", "5", "--average", "1", "--members", "2"]
+    argv += ["--set", f"train.run_dir={tmp_path}", "--set", "model.attention_dropout=0.05"]
+    argv += ["--fp32-members", "1", "--fp32-set", "model.dropout=0.1"]
+    argv += ["--fp32-set", "model.attention_dropout=0", "--fp32-set", "train.weight_decay=0"]
+    done = CliRunner().invoke(command.app, argv)
+    assert done.exit_code == 0, done.output
+    cfg = seen["cfg"]
+    assert cfg.model.attention_dropout == 0.05  # --set over --fp32-set
+    if fp32:
+        assert seen["members"] == 1 and cfg.model.dropout == 0.1 and cfg.train.weight_decay == 0
+        assert "training in fp32" in done.stderr and "model.dropout=0.1" in done.stderr
+    else:
+        assert seen["members"] == 2 and cfg.model.dropout == 0.2 and cfg.train.weight_decay == 0.2
+        assert "fp32" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "native,precision,fp32",
+    [(False, "auto", True), (True, "auto", False), (True, "fp32", True), (False, "bf16", False)],
+)
+def test_training_resolves_to_fp32_by_the_cpu_s_bf16_and_the_precision_asked(
+    monkeypatch, native, precision, fp32
+):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(device, "cpu_native_bf16", lambda: native)
+    assert trains_in_fp32(load_config(None, [f"train.precision={precision}"])) is fp32
 
 
 def test_the_recipes_hypotheses_replace_a_link_in_its_run_dir(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ import typer
 
 from translator import config
 from translator.recipe import run
+from translator.recipe.members import trains_in_fp32
 from translator.recipe.results import MANIFEST
 
 app = typer.Typer(
@@ -51,6 +52,23 @@ def main(
             "ensemble.",
         ),
     ] = 1,
+    fp32_members: Annotated[
+        Optional[int],
+        typer.Option(
+            "--fp32-members",
+            min=1,
+            help="Where training runs in fp32 (no native bf16): models to train instead of "
+            "--members.",
+        ),
+    ] = None,
+    fp32_set: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--fp32-set",
+            metavar="KEY=VALUE",
+            help="Where training runs in fp32: an override (the --set ones win over it).",
+        ),
+    ] = None,
     channel: Annotated[
         Optional[Path],
         typer.Option(
@@ -70,6 +88,15 @@ def main(
       --set data.splits.test=test2016 --budget 48 --average 1
     """
     cfg = config.load(config_path, set or [])
+    if (fp32_members or fp32_set) and trains_in_fp32(cfg):
+        # about half the updates of bf16 in the budget: the recipe's fp32 settings, chosen apart
+        members = fp32_members or members
+        cfg = config.load(config_path, (fp32_set or []) + (set or []))
+        if not quiet:
+            overrides = "".join(f", {s}" for s in fp32_set or [])
+            typer.echo(
+                f"training in fp32 (no native bf16 here): {members} model(s){overrides}", err=True
+            )
     reverse = None
     if channel is not None:
         reverse = config.load(channel, [s for s in set or [] if s.startswith("data.")])

@@ -13,6 +13,7 @@ import torch
 import typer
 
 from translator.config import Config
+from translator.device import resolve_device, resolve_dtype
 from translator.errors import TranslatorError
 from translator.train import loop
 
@@ -41,6 +42,13 @@ def training_minutes(run_dir: Path, budget_minutes: float) -> float:
     if sessions and sessions[-1]["end_reason"] in FINISHED:
         return 0.0
     return budget_minutes - sum(s["seconds"] for s in sessions) / 60
+
+
+def trains_in_fp32(cfg: Config) -> bool:
+    """Does the training resolve to plain fp32 here: train.precision fp32, or auto on a CPU
+    without native bf16 (train/precision.py's rule)?"""
+    device = resolve_device(cfg.train.device, "train.device")
+    return resolve_dtype(cfg.train.precision, device) == torch.float32
 
 
 def member_configs(cfg: Config, members: int) -> list[Config]:
