@@ -90,8 +90,11 @@ def test_a_training_step_computes_the_plain_models_loss_and_gradients():
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
-def test_training_model_uses_onednn_linears_on_an_amd_cpu_unless_compiled(monkeypatch):
+def test_training_model_uses_onednn_linears_on_an_amd_cpu_with_avx512_unless_compiled(
+    monkeypatch,
+):
     monkeypatch.setattr(linear, "cpu_vendor", lambda: "AuthenticAMD")
+    monkeypatch.setattr(linear, "cpu_features", lambda: {"avx2", "avx512f", "avx512_bf16"})
     cfg = small_model().cfg
     eager = training_model(cfg, torch.device("cpu"))
     compiled = training_model(cfg, torch.device("cpu"), compiled=True)
@@ -106,3 +109,11 @@ def test_training_model_keeps_plain_linears_on_an_intel_cpu(monkeypatch):
     model = training_model(small_model().cfg, torch.device("cpu"))
     assert not any(isinstance(m, OneDNNTrainingLinear) for m in model.modules())
     assert any(type(m) is nn.Linear for m in model.modules())
+
+
+def test_training_model_keeps_plain_linears_on_an_amd_cpu_with_avx2_alone(monkeypatch):
+    """There sgemm made the whole fp32 step faster (docs/benchmarks/train.md, 2026-12-07)."""
+    monkeypatch.setattr(linear, "cpu_vendor", lambda: "AuthenticAMD")
+    monkeypatch.setattr(linear, "cpu_features", lambda: {"avx", "avx2", "fma"})
+    model = training_model(small_model().cfg, torch.device("cpu"))
+    assert not any(isinstance(m, OneDNNTrainingLinear) for m in model.modules())

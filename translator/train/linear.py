@@ -1,10 +1,10 @@
 """Linear layers for fp32 training on CPU through oneDNN: nn.Linear stays the model's definition.
 
-PyTorch sends CPU fp32 linears to MKL's sgemm; bf16 (autocast) already goes to oneDNN. On the
-project's AMD EPYC, oneDNN computes a training step's forward products and input gradients
+PyTorch sends CPU fp32 linears to MKL's sgemm; bf16 (autocast) already goes to oneDNN. On an
+AMD EPYC with AVX-512, oneDNN computes a training step's forward products and input gradients
 faster than sgemm, while sgemm is as fast or faster for the weight gradient; on an Intel Xeon,
-MKL's home, sgemm was as fast or faster in all three, so there the linears stay plain
-(`onednn_fp32_pays`; docs/benchmarks/train.md). `OneDNNTrainingLinear` takes the faster kernel
+MKL's home, and on an AMD EPYC with AVX2 alone, sgemm made the whole step faster, so there the
+linears stay plain (`onednn_fp32_pays`; docs/benchmarks/train.md). `OneDNNTrainingLinear` takes the faster kernel
 for each of the three products of y = x W^T + b; `use_onednn_linears` swaps the modules once, at
 setup. The swapped module holds the same parameters under the same names (ties, the optimizer
 and checkpoints are unchanged), and under autocast, in another dtype or off the CPU it is
@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from translator.device import INTEL, cpu_vendor
+from translator.device import INTEL, cpu_features, cpu_vendor
 
 
 def onednn_fp32_available() -> bool:
@@ -26,9 +26,9 @@ def onednn_fp32_available() -> bool:
 
 
 def onednn_fp32_pays() -> bool:
-    """Whether fp32 training linears run faster through oneDNN on this CPU: on AMD's, not on
-    Intel's (where MKL's sgemm is Intel's own and was as fast or faster)."""
-    return onednn_fp32_available() and cpu_vendor() != INTEL
+    """Whether fp32 training linears run faster through oneDNN on this CPU: on AMD's with
+    AVX-512; not on Intel's (where MKL's sgemm is Intel's own), nor where AVX2 is the widest."""
+    return onednn_fp32_available() and cpu_vendor() != INTEL and "avx512f" in cpu_features()
 
 
 def _onednn_product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
