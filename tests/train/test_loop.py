@@ -131,16 +131,22 @@ def test_max_epochs_keep_last_and_a_skipped_update(prepared, tmp_path, monkeypat
 
 
 @pytest.mark.parametrize(
-    ("vendor", "linears"), [("AuthenticAMD", "oneDNN"), ("GenuineIntel", "PyTorch's own kernels")]
+    ("vendor", "features", "linears"),
+    [
+        ("AuthenticAMD", {"avx2", "avx512f"}, "oneDNN"),
+        ("AuthenticAMD", {"avx2"}, "PyTorch's own kernels"),
+        ("GenuineIntel", {"avx2", "avx512f"}, "PyTorch's own kernels"),
+    ],
 )
 def test_the_log_names_the_fp32_linears_this_cpu_trains_with(
-    prepared, tmp_path, monkeypatch, vendor, linears
+    prepared, tmp_path, monkeypatch, vendor, features, linears
 ):
     from translator.train import linear
 
     if not linear.onednn_fp32_available():
         pytest.skip("this PyTorch build has no oneDNN linear")
     monkeypatch.setattr(linear, "cpu_vendor", lambda: vendor)
+    monkeypatch.setattr(linear, "cpu_features", lambda: features)
     run_dir = tmp_path / "run"
     cfg = variant(prepared, run_dir, "train.precision=fp32", "train.max_updates=1")
     loop.run(cfg, quiet=True)

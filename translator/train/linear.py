@@ -4,11 +4,11 @@ PyTorch sends CPU fp32 linears to MKL's sgemm; bf16 (autocast) already goes to o
 AMD EPYC with AVX-512, oneDNN computes a training step's forward products and input gradients
 faster than sgemm, while sgemm is as fast or faster for the weight gradient; on an Intel Xeon,
 MKL's home, and on an AMD EPYC with AVX2 alone, sgemm made the whole step faster, so there the
-linears stay plain (`onednn_fp32_pays`; docs/benchmarks/train.md). `OneDNNTrainingLinear` takes the faster kernel
-for each of the three products of y = x W^T + b; `use_onednn_linears` swaps the modules once, at
-setup. The swapped module holds the same parameters under the same names (ties, the optimizer
-and checkpoints are unchanged), and under autocast, in another dtype or off the CPU it is
-F.linear.
+linears stay plain (`onednn_fp32_pays`; docs/benchmarks/train.md). `OneDNNTrainingLinear` takes
+the faster kernel for each of the three products of y = x W^T + b; `use_onednn_linears` swaps the
+modules once, at setup. The swapped module holds the same parameters under the same names (ties,
+the optimizer and checkpoints are unchanged), and under autocast, in another dtype or off the CPU
+it is F.linear.
 """
 
 from __future__ import annotations
