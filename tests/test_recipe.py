@@ -482,6 +482,24 @@ def test_training_resolves_to_fp32_by_the_cpu_s_bf16_and_the_precision_asked(
     assert trains_in_fp32(load_config(None, [f"train.precision={precision}"])) is fp32
 
 
+@pytest.mark.parametrize("started,members", [(2, 1), (1, 2), (2, 3)])
+def test_a_run_directory_is_not_gone_on_with_another_number_of_models(
+    tmp_path, monkeypatch, started, members
+):
+    """A rerun on a CPU of the other kind (the Makefile's FP32 settings) would otherwise start a
+    second training beside the first one's."""
+    run_dir = tmp_path / "run"
+    if started == 1:
+        write_sessions(run_dir, (600.0, "interrupted"))
+    for i in range(1, started + 1 if started > 1 else 1):
+        write_sessions(run_dir / f"member-{i}", (600.0, "interrupted"))
+    monkeypatch.setattr(recipe.prepare, "run", lambda *a, **k: pytest.fail("prepared"))
+    cfg = load_config(None, [f"train.run_dir={run_dir}"])
+    with pytest.raises(TranslatorError, match=f"training of {started} model.*trains {members}"):
+        recipe.run(cfg, budget_minutes=10, average_last=1, quiet=True, members=members)
+    recipe.check_same_layout(run_dir, started)  # as it started: goes on
+
+
 def test_the_recipes_hypotheses_replace_a_link_in_its_run_dir(tmp_path, monkeypatch):
     """The recipe names run_dir/test.STEM.hyp itself: a link there (a copied run directory's)
     is replaced by the file, and what it named is left as it was."""

@@ -82,6 +82,7 @@ def run(
     if score_test and (run_dir / MANIFEST).is_file():
         return score_chosen_on_test(run_dir, quiet)
     check_start(run_dir, cfg, average_last, budget_minutes, reserve_minutes)
+    check_same_layout(run_dir, members)
     code = git_state()  # the code that runs: the checkout may move on during an hour-long recipe
     seconds: dict[str, float] = {}
     with stage(seconds, "prepare"):
@@ -180,6 +181,21 @@ def check_start(
             "min), or nothing trains",
             "--budget",
             f"give a --budget above {reserve_minutes:g}, or a smaller --reserve",
+        )
+
+
+def check_same_layout(run_dir: Path, members: int) -> None:
+    """Refuse to go on with another number of models than the run directory's training started
+    with (a rerun on a CPU of the other kind, where the Makefile's FP32 settings switch it)."""
+    started = [p for p in run_dir.glob("member-*") if p.is_dir()]
+    trained = len(started) or (1 if (run_dir / "manifest.json").is_file() else 0)
+    if trained and trained != members:
+        raise TranslatorError(
+            f"this run directory holds the training of {trained} model(s), and this run trains "
+            f"{members}",
+            str(run_dir),
+            "run it again as it started (--members; `make multi30k FP32=` keeps the ensemble on "
+            "any CPU), or set another train.run_dir",
         )
 
 
