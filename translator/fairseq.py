@@ -159,9 +159,12 @@ def _row_ids(sp, symbols: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     rows, masked = [], []
     for i in range(sp.get_piece_size()):
         piece = sp.id_to_piece(i)
-        symbol = "<s>" if piece == FAIRSEQ_BOS else piece
-        rows.append(SPECIALS.index("<s>") if piece == FAIRSEQ_BOS else index.get(symbol, unk))
-        masked.append(symbol not in index)
+        if piece == FAIRSEQ_BOS:  # fairseq's own <s>, whatever row the file gave it again
+            rows.append(SPECIALS.index("<s>"))
+            masked.append(False)
+        else:
+            rows.append(index.get(piece, unk))
+            masked.append(piece not in index)
     # fairseq's own ids for its specials, whatever rows the file gave them again
     rows[PAD_ID], rows[UNK_ID] = SPECIALS.index("<pad>"), unk
     rows[EOS_ID] = rows[BOS_ID] = SPECIALS.index("</s>")  # fairseq decodes from </s>

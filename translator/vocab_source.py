@@ -55,11 +55,16 @@ def _run_vocab(cfg: Config) -> Tokenizer | None:
     last = Path(cfg.train.run_dir) / "last.pt"
     if not last.is_file():
         return None
-    try:
-        tokenizer, saved = checkpoint.read_tokenizer(last)
-    except TranslatorError as err:
-        raise TranslatorError(err.what, f"train.run_dir: {err.where}", err.fix) from None
+    tokenizer, saved = _read_tokenizer(last, "train.run_dir")
     return tokenizer if saved.get("data", {}).get("spm_model") else None
+
+
+def _read_tokenizer(path: Path, setting: str) -> tuple[Tokenizer, dict]:
+    """checkpoint.read_tokenizer, its errors naming the setting that gave `path`."""
+    try:
+        return checkpoint.read_tokenizer(path)
+    except TranslatorError as err:
+        raise TranslatorError(err.what, f"{setting}: {err.where}", err.fix) from None
 
 
 def _prepared_vocab(data: DataConfig) -> Tokenizer | None:
@@ -89,10 +94,7 @@ def checkpoint_vocab(cfg: Config) -> Tokenizer | None:
         source, setting = last, "train.run_dir"
     else:
         source, setting = Path(cfg.train.init_from), "train.init_from"
-    try:
-        tokenizer, saved = checkpoint.read_tokenizer(source)
-    except TranslatorError as err:
-        raise TranslatorError(err.what, f"{setting}: {err.where}", err.fix) from None
+    tokenizer, saved = _read_tokenizer(source, setting)
     if source == last and not saved.get("train", {}).get("init_from"):
         return None
     # data prepared for the wrong direction is refused here, not first by `train` (prepared on
