@@ -184,6 +184,8 @@ def interleaved(cfg: Config, device: torch.device, rounds: int, steps: int) -> l
                 f"ours/HF {results[-1]['ratio']:.2f}",
                 file=sys.stderr,
             )
+    if shift := ratio_shift(results):
+        print(f"  warning: {shift}", file=sys.stderr)
     return results
 
 
@@ -258,6 +260,34 @@ def run(device: torch.device, args) -> tuple[list[dict], str]:
     return rows, note
 
 
+# the per-round ratio's median may move this much between a run's halves before the run is
+# flagged: the machine's drift slows both systems alike and leaves the ratio, so a larger move
+# is one system's speed changing on its own
+RATIO_SHIFT = 0.15
+
+
+def ratio_shift(rounds: list[dict]) -> str:
+    """A sentence naming a shift of the ours / HF ratio between the first and second half of the
+    rounds, with each system's median rate in both halves; "" for a steady run (or < 4 rounds)."""
+    half = len(rounds) // 2
+    if half < 2:
+        return ""
+    first, second = rounds[:half], rounds[len(rounds) - half :]
+    before, after = (statistics.median(r["ratio"] for r in part) for part in (first, second))
+    if abs(after / before - 1) <= RATIO_SHIFT:
+        return ""
+    moves = ", ".join(
+        f"{label} {statistics.median(r[s] for r in first):,.0f} -> "
+        f"{statistics.median(r[s] for r in second):,.0f} tgt tok/s"
+        for s, label in (("ours", "ours"), ("hf", "HF"))
+    )
+    return (
+        f"ours / HF moved from {before:.2f} (median of rounds 1-{half}) to {after:.2f} "
+        f"(rounds {len(rounds) - half + 1}-{len(rounds)}), more than {RATIO_SHIFT:.0%}: one "
+        f"system's speed changed on its own ({moves}); the run's median mixes two states, rerun it"
+    )
+
+
 def table(rows: list[dict], on_cuda: bool) -> list[str]:
     """Markdown: one line per (config, precision, system), then the per-round ratios."""
     memory = "peak allocated (MiB)" if on_cuda else "peak RSS above the start (MiB)"
@@ -279,6 +309,8 @@ def table(rows: list[dict], on_cuda: bool) -> list[str]:
             + ", ".join(f"{x:.2f}" for x in ratios)
             + f" | **{statistics.median(ratios):.2f}** | |"
         )
+    shifts = [(row, ratio_shift(row["rounds"])) for row in rows]
+    lines += [f"\n**{r['config']} {r['precision']}**: {s}." for r, s in shifts if s]
     return lines
 
 

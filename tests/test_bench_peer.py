@@ -59,3 +59,42 @@ def test_peer_step_lowers_the_loss_on_a_repeated_batch():
     for _ in range(5):
         assert train_peer.peer_step(p, batch, float(batch.n_tgt_tokens)) > 0  # gradient norm
     assert loss() < first
+
+
+def rounds_of(ours: list[float], hf: list[float]) -> list[dict]:
+    return [{"ours": o, "hf": h, "ratio": o / h} for o, h in zip(ours, hf, strict=True)]
+
+
+def test_a_peer_slowing_on_its_own_midway_is_named_with_both_halves():
+    """The pass of 2026-12-07 afternoon: HF fell from ~300 to ~170 tok/s at round 3, ours held."""
+    rounds = rounds_of([290, 305, 280, 300, 295, 285], [282, 293, 168, 172, 170, 175])
+    shift = train_peer.ratio_shift(rounds)
+    # medians of rounds 1-3 (290/282, 305/293, 280/168) and 4-6 (300/172, 295/170, 285/175)
+    assert "from 1.04" in shift and "to 1.74" in shift
+    assert "HF 282 -> 172" in shift and "ours 290 -> 295" in shift
+    lines = train_peer.table(
+        [
+            {"config": "base", "precision": "fp32", "max_tokens": 4096}
+            | {"rounds": rounds, "memory": {"ours": {"peak_mib": 1.0}, "hf": {"peak_mib": 2.0}}}
+        ],
+        False,
+    )
+    assert any(line.startswith("\n**base fp32**: ours / HF moved from 1.04") for line in lines)
+
+
+@pytest.mark.parametrize(
+    "ours, hf",
+    [
+        # both slowed alike halfway (the machine's drift): the ratio holds
+        ([2000, 2100, 2050, 1500, 1550, 1520], [1600, 1650, 1620, 1200, 1230, 1210]),
+        # noisy single rounds (0.2-0.4 spread) without a level shift
+        (
+            [2040, 2110, 1795, 2009, 2019, 2054, 1895, 2194],
+            [1294, 1529, 1290, 1592, 1538, 1807, 1457, 1521],
+        ),
+        # too few rounds to split
+        ([2000, 2000, 2000], [1000, 2000, 2000]),
+    ],
+)
+def test_a_steady_or_short_run_is_not_flagged(ours, hf):
+    assert train_peer.ratio_shift(rounds_of(ours, hf)) == ""
