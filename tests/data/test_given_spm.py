@@ -99,6 +99,7 @@ def test_separate_given_models_and_a_changed_file_prepares_again(tmp_path, corpu
         (["data.spm_model={junk}"], "data.spm_model: {junk}", "not a SentencePiece model"),
         (["data.spm_model={dir}"], "data.spm_model: {dir}", "a directory"),
         (["data.tgt_spm_model={junk}"], "data.tgt_spm_model", "spm_model is not"),
+        (["data.joint_vocab=false", "data.spm_model={junk}"], "data.spm_model", "only one"),
     ],
 )
 def test_a_bad_given_model_is_one_line_naming_the_setting(tmp_path, corpus, settings, where, what):

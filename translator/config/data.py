@@ -91,8 +91,9 @@ class DataConfig:
     """A SentencePiece model file (`.model`) to encode the data with instead of training one: a
     vocabulary made by `spm_train`, by another toolkit or for another corpus. Its pad, unk, bos
     and eos pieces are renumbered to ours, its segmentation is kept, and the SentencePiece
-    settings above are moot. Alone it serves both sides (a joint vocabulary); with
-    `tgt_spm_model` it is the source side's, and data.joint_vocab follows: false."""
+    settings above are moot. Alone it serves both sides (a joint vocabulary, so with
+    data.joint_vocab=false it is refused); with `tgt_spm_model` it is the source side's, and
+    data.joint_vocab follows: false."""
     tgt_spm_model: str = ""
     """The target side's SentencePiece model file, with `spm_model` for the source side."""
 
@@ -109,6 +110,14 @@ class DataConfig:
                 "tgt_spm_model is set but spm_model is not",
                 "data.tgt_spm_model",
                 "name the source side's model in data.spm_model as well",
+            )
+        if self.spm_model and not (self.tgt_spm_model or self.joint_vocab):
+            raise TranslatorError(
+                "data.joint_vocab is false (one vocabulary a side), but only one SentencePiece "
+                "model is given",
+                "data.spm_model",
+                "give the target side's model in data.tgt_spm_model, or set "
+                "data.joint_vocab=true to use this model for both sides",
             )
         if self.spm_model:  # the files decide: one model for both sides, or one a side
             self.joint_vocab = not self.tgt_spm_model
