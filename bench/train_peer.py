@@ -260,31 +260,42 @@ def run(device: torch.device, args) -> tuple[list[dict], str]:
     return rows, note
 
 
-# the per-round ratio's median may move this much between a run's halves before the run is
-# flagged: the machine's drift slows both systems alike and leaves the ratio, so a larger move
-# is one system's speed changing on its own
-RATIO_SHIFT = 0.15
+# a step in the per-round ratio smaller than this is not named, however clean
+RATIO_SHIFT = 0.10
 
 
 def ratio_shift(rounds: list[dict]) -> str:
-    """A sentence naming a shift of the ours / HF ratio between the first and second half of the
-    rounds, with each system's median rate in both halves; "" for a steady run (or < 4 rounds)."""
-    half = len(rounds) // 2
-    if half < 2:
+    """A sentence naming a step in the ours / HF ratio, "" where there is none.
+
+    The machine's drift slows both systems alike and leaves the ratio; a step is one system's
+    speed changing on its own, so that the run's median mixes two states. A step: a split of
+    the rounds, at least 2 on each side, where every ratio on one side lies above every ratio on
+    the other, the gap between the sides is wider than either side's own spread (noise does not
+    make two such levels), and the sides' medians differ by more than RATIO_SHIFT.
+    """
+    ratios = [r["ratio"] for r in rounds]
+    steps = []
+    for k in range(2, len(ratios) - 1):
+        before, after = ratios[:k], ratios[k:]
+        low, high = sorted((before, after), key=max)
+        gap = min(high) - max(low)
+        spread = max(max(side) - min(side) for side in (before, after))
+        shift = statistics.median(high) / statistics.median(low) - 1
+        if gap > spread and shift > RATIO_SHIFT:
+            steps.append((gap, k))
+    if not steps:
         return ""
-    first, second = rounds[:half], rounds[len(rounds) - half :]
-    before, after = (statistics.median(r["ratio"] for r in part) for part in (first, second))
-    if abs(after / before - 1) <= RATIO_SHIFT:
-        return ""
+    k = max(steps)[1]
+    first, second = rounds[:k], rounds[k:]
     moves = ", ".join(
         f"{label} {statistics.median(r[s] for r in first):,.0f} -> "
         f"{statistics.median(r[s] for r in second):,.0f} tgt tok/s"
         for s, label in (("ours", "ours"), ("hf", "HF"))
     )
     return (
-        f"ours / HF moved from {before:.2f} (median of rounds 1-{half}) to {after:.2f} "
-        f"(rounds {len(rounds) - half + 1}-{len(rounds)}), more than {RATIO_SHIFT:.0%}: one "
-        f"system's speed changed on its own ({moves}); the run's median mixes two states, rerun it"
+        f"ours / HF stepped from {statistics.median(ratios[:k]):.2f} (rounds 1-{k}) to "
+        f"{statistics.median(ratios[k:]):.2f} (rounds {k + 1}-{len(ratios)}): one system's "
+        f"speed changed on its own ({moves}), so the median mixes two states; rerun"
     )
 
 
