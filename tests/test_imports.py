@@ -32,6 +32,7 @@ LAYERS = [
         "translator.marian_files",
         "translator.fairseq_layers",
         "translator.fairseq_files",
+        "translator.fairseq_settings",
     },
     {"translator.vocab_source"},  # the SentencePiece model(s) prepare does not train
     {

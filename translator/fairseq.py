@@ -17,13 +17,15 @@ Transformer: FSMT, post-norm, and M2M100, pre-norm):
 - Sinusoidal positions: fairseq's table (sines then cosines, frequencies spread over D/2 - 1
   steps, positions counted from padding_idx + 1) is copied into a learned table
   (model.positions: learned), so the outputs are the same; fine-tuning then trains it.
+
+Reading the files is fairseq_files.py; the settings as our ModelConfig, fairseq_settings.py; the
+layers' weight names, fairseq_layers.py.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -33,13 +35,13 @@ from translator.data.spm_files import read_model, with_our_ids
 from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from translator.errors import TranslatorError
 from translator.fairseq_files import SPECIALS, read_checkpoint, read_dictionary
-from translator.fairseq_layers import layer_weights
+from translator.fairseq_layers import layer_weights, output_projection
+from translator.fairseq_settings import languages, model_config
 from translator.model.transformer import Transformer
 
 # a logit no softmax gives weight to, yet finite (label smoothing averages every log-prob)
 MASKED = -100.0
 FAIRSEQ_BOS = "<s:fairseq>"  # the extra piece that holds fairseq's <s>
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu"}
 # weights every fairseq Transformer has (an LSTM or convolutional model has none of them)
 TRANSFORMER = (
     "encoder.embed_tokens.weight",
@@ -72,7 +74,7 @@ def import_fairseq(
             str(path),
             "import a checkpoint of fairseq-train --arch transformer...",
         )
-    src, tgt = _languages(settings, src_lang, tgt_lang, str(path))
+    src, tgt = languages(settings, src_lang, tgt_lang, str(path))
     src_symbols = _symbols(read_dictionary(folder / f"dict.{src}.txt"), w, "encoder", path)
     tgt_symbols = _symbols(read_dictionary(folder / f"dict.{tgt}.txt"), w, "decoder", path)
     fix = "give the SentencePiece .model file the training text was cut with"
@@ -183,7 +185,7 @@ def our_weights(
     """fairseq's state dict under our names, embedding rows gathered by piece (_row_ids)."""
     src_rows, _ = _row_ids(tokenizer.sp, src_symbols)
     tgt_rows, masked = _row_ids(tokenizer.target_sp, tgt_symbols)
-    output = _output_projection(w)
+    output = output_projection(w)
     out = {
         "src_embed.token.weight": w["encoder.embed_tokens.weight"][src_rows],
         "tgt_embed.token.weight": w["decoder.embed_tokens.weight"][tgt_rows],
@@ -199,12 +201,6 @@ def our_weights(
     return out
 
 
-def _output_projection(w: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The decoder's output matrix (its embeddings where fairseq shares them and saved none)."""
-    output = w.get("decoder.output_projection.weight", w.get("decoder.embed_out"))
-    return w["decoder.embed_tokens.weight"] if output is None else output
-
-
 def _positions(w: dict[str, torch.Tensor], side: str, cfg: ModelConfig) -> torch.Tensor:
     """(max_positions, D): what fairseq adds at positions 0, 1, ...; fairseq counts them from
     padding_idx + 1 = 2, in a learned table or in its sinusoid table."""
@@ -216,106 +212,3 @@ def _positions(w: dict[str, torch.Tensor], side: str, cfg: ModelConfig) -> torch
     frequencies = torch.exp(torch.arange(half).float() * -(math.log(10000) / (half - 1)))
     angles = torch.arange(first, first + cfg.max_positions).float()[:, None] * frequencies[None]
     return torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
-
-
-def model_config(
-    settings: dict[str, Any], w: dict[str, torch.Tensor], tokenizer: Tokenizer, where: str
-) -> ModelConfig:
-    """Our ModelConfig for fairseq's settings, sizes read from the weights; what we cannot express
-    is refused by name (_unsupported)."""
-    if problems := _unsupported(settings, w):
-        raise TranslatorError(
-            f"unsupported fairseq option: {', '.join(problems)}",
-            where,
-            "import a standard fairseq Transformer (--arch transformer, transformer_wmt_en_de...)",
-        )
-    d_model = w["encoder.embed_tokens.weight"].shape[1]
-    n_heads = settings.get("encoder_attention_heads")
-    if not isinstance(n_heads, int) or n_heads < 1 or d_model % n_heads:
-        raise TranslatorError(
-            f"encoder_attention_heads={n_heads!r} is not recorded as a divisor of {d_model}",
-            where,
-            "is it a fairseq Transformer checkpoint?",
-        )
-    layers = {
-        side: len({k.split(".")[2] for k in w if k.startswith(f"{side}.layers.")})
-        for side in ("encoder", "decoder")
-    }
-    positions = [
-        settings.get(key) or 1024 for key in ("max_source_positions", "max_target_positions")
-    ]
-    if "encoder.embed_positions.weight" in w:  # learned tables: padding_idx + 1 rows unused
-        positions += [
-            w[f"{side}.embed_positions.weight"].shape[0] - SPECIALS.index("<pad>") - 1
-            for side in ("encoder", "decoder")
-        ]
-    return ModelConfig(
-        vocab_size=tokenizer.target_vocab_size,
-        src_vocab_size=tokenizer.vocab_size,
-        d_model=d_model,
-        n_heads=n_heads,
-        d_ff=w["encoder.layers.0.fc1.weight"].shape[0],
-        n_encoder_layers=layers["encoder"],
-        n_decoder_layers=layers["decoder"],
-        dropout=settings.get("dropout", 0.1),
-        attention_dropout=settings.get("attention_dropout", 0.0),
-        activation_dropout=settings.get("activation_dropout", 0.0) or 0.0,
-        activation=ACTIVATIONS[settings.get("activation_fn", "relu")],
-        output_bias=True,
-        positions="learned",
-        norm="pre" if "encoder.layer_norm.weight" in w else "post",
-        max_positions=min(positions),
-        scale_embeddings=not settings.get("no_scale_embedding", False),
-        # shared in fairseq, shared here: the rows of both are gathered alike (_row_ids)
-        tie_embeddings=torch.equal(_output_projection(w), w["decoder.embed_tokens.weight"]),
-    )
-
-
-def _unsupported(settings: dict[str, Any], w: dict[str, torch.Tensor]) -> list[str]:
-    """The fairseq options of this checkpoint that our model cannot express."""
-    sides = ("encoder", "decoder")
-    widths = {w[f"{side}.embed_tokens.weight"].shape[1] for side in sides}
-    ffn = {w[f"{side}.layers.0.fc1.weight"].shape[0] for side in sides}
-    heads = {settings.get(f"{side}_attention_heads") for side in sides}
-    pre = {f"{side}.layer_norm.weight" in w for side in sides}
-    learned = {f"{side}.embed_positions.weight" in w for side in sides}
-    activation = settings.get("activation_fn", "relu")
-    problems = [
-        f"activation_fn={activation!r}" if activation not in ACTIVATIONS else "",
-        "layernorm_embedding" if "encoder.layernorm_embedding.weight" in w else "",
-        "adaptive_softmax" if settings.get("adaptive_softmax_cutoff") else "",
-        "no_token_positional_embeddings" if settings.get("no_token_positional_embeddings") else "",
-        "cross_self_attention" if settings.get("cross_self_attention") else "",
-        "encoder and decoder of different widths"
-        if max(len(widths), len(ffn), len(heads)) > 1
-        else "",
-        "pre-norm on one side, post-norm on the other" if len(pre) > 1 else "",
-        "learned positions on one side only" if len(learned) > 1 else "",
-    ]
-    return [p for p in problems if p]
-
-
-def _languages(
-    settings: dict[str, Any], src_lang: str | None, tgt_lang: str | None, where: str
-) -> tuple[str, str]:
-    """The given codes, else the checkpoint's source_lang/target_lang."""
-    codes = []
-    for flag, given, key in (
-        ("--src-lang", src_lang, "source_lang"),
-        ("--tgt-lang", tgt_lang, "target_lang"),
-    ):
-        code = given or settings.get(key)
-        if not isinstance(code, str) or not code:
-            raise TranslatorError(
-                f"the checkpoint does not record its {key.replace('_', ' ')}",
-                where,
-                f"give {flag}, as the dict files are named (dict.{{LANG}}.txt)",
-            )
-        codes.append(code)
-    if codes[0] == codes[1]:
-        raise TranslatorError(
-            f"source and target language are both {codes[0]!r}",
-            where,
-            "give two different codes with --src-lang and --tgt-lang",
-        )
-    return codes[0], codes[1]

@@ -49,3 +49,9 @@ def layer_weights(
                     for p in ("weight", "bias"):
                         out[f"{ours}.{our_block}.norm.{p}"] = w[f"{theirs}.{their_norm}.{p}"][perm]
     return out
+
+
+def output_projection(w: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The decoder's output matrix (its embeddings where fairseq shares them and saved none)."""
+    output = w.get("decoder.output_projection.weight", w.get("decoder.embed_out"))
+    return w["decoder.embed_tokens.weight"] if output is None else output
