@@ -27,6 +27,8 @@ LAYERS = [
         "translator.rerank",
         "translator.terminology",
         "translator.guided",
+        "translator.line_pieces",
+        "translator.search_warnings",
         "translator.http_api",
         "translator.export",
         "translator.marian_files",

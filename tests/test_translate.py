@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from tests.conftest import MULTI30K, SENTENCES
-from translator import config, guided, line_warnings, loading, translate
-from translator.data import split
+from translator import config, guided, line_warnings, loading, search_warnings, translate
+from translator.data import join, split
 from translator.data.batching import make_batch
 from translator.data.tokenizer import EOS_ID, UNK_ID, Tokenizer, train_sentencepiece
 from translator.decode import Hypothesis
@@ -430,7 +430,7 @@ def test_load_takes_the_device_flag_over_the_checkpoints(tiny, monkeypatch):
     ],
 )
 def test_pieces_are_joined_the_way_their_script_is_written(texts, joined):
-    assert translate.join_pieces(texts) == joined
+    assert join.join_pieces(texts) == joined
 
 
 def test_a_split_line_translated_into_chinese_is_rejoined_without_spaces(tiny, monkeypatch):
@@ -871,9 +871,10 @@ def test_the_length_limit_warning_counts_the_room_constraints_add():
     the model ended below it was not cut; one at it was (and at max_positions - 1, says so)."""
     decode = config.DecodeConfig(max_len_a=1.2, max_len_b=10)  # a 10-token source: 22 tokens
     source, ended, cut = [[5] * 10], [[Hypothesis([7] * 23, -1.0)]], [[Hypothesis([7] * 25, -1.0)]]
-    assert translate._at_length_limit(source, [0], ended, decode, 255, added=[3]) == ([], False)
-    assert translate._at_length_limit(source, [0], cut, decode, 255, added=[3]) == ([0], False)
-    assert translate._at_length_limit(source, [0], cut, decode, 24, added=[3]) == ([0], True)
+    at_limit = search_warnings.at_length_limit
+    assert at_limit(source, [0], ended, decode, 255, added=[3]) == ([], False)
+    assert at_limit(source, [0], cut, decode, 255, added=[3]) == ([0], False)
+    assert at_limit(source, [0], cut, decode, 24, added=[3]) == ([0], True)
 
 
 def test_a_phrase_in_a_script_without_spaces_follows_the_text_before_it_directly(tmp_path):

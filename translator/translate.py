@@ -11,49 +11,35 @@ the length limit (the search, not the model, ended it). (With --nbest a split li
 hypothesis, the joined best.) The `<unk>` tokens a model emits are dropped from the text, with a
 warning that counts them; another counts the source pieces outside its vocabulary.
 
-Searching one batch (greedy, beam, sampling) is `decode/search.py`; loading checkpoints (device,
-dtype, ensembles) `loading.py`; reading stdin and the progress bar `stream.py`; device and dtype
-names `device.py`.
+Searching one batch (greedy, beam, sampling) is `decode/search.py`; a line's pieces and their
+text `line_pieces.py`; the warnings on the search's outputs `search_warnings.py`; loading
+checkpoints (device, dtype, ensembles) `loading.py`; reading stdin and the progress bar
+`stream.py`; device and dtype names `device.py`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 import warnings
 from collections.abc import Callable, Iterator
 
-import torch
-
 from translator.config import DataConfig, DecodeConfig
 from translator.data.clean import source_text
-from translator.data.join import join_pieces
-from translator.data.split import piece_limit, split_long
-from translator.data.tokenizer import UNK_ID, Tokenizer
-from translator.decode import Hypothesis, output_limits
+from translator.data.split import piece_limit
+from translator.data.tokenizer import Tokenizer
+from translator.decode import Hypothesis
 from translator.decode.forced import target_log_probs
 from translator.decode.sampling import Sampling, piece_keys
 from translator.decode.search import sample, search
-from translator.diagnostics.alignment import align_hypotheses, check_layer, join_alignments
-from translator.diagnostics.words import pharaoh
+from translator.diagnostics.alignment import align_hypotheses, check_layer
 from translator.errors import TranslatorError
-from translator.guided import Guides, holding, line_guides, missing_constraints
-from translator.line_warnings import (
-    MISSED_CONSTRAINT,
-    NOT_FINITE,
-    length_message,
-    line_list,
-    source_unk_message,
-    unk_message,
-)
+from translator.guided import Guides, holding, line_guides
+from translator.line_pieces import detokenize, source_pieces, with_alignments
 from translator.model.ensemble import Ensemble
 from translator.model.transformer import Transformer
 from translator.rerank import Channel
-
-# an output is one line: a line break a model spells in bytes (byte fallback's <0x0A>, <0x0D>)
-# would split it and shift every later line; these are all that str.splitlines breaks at
-ONE_LINE = str.maketrans(dict.fromkeys("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029", " "))
+from translator.search_warnings import warn_of_lines
 
 
 def with_overrides(decode: DecodeConfig, **values) -> DecodeConfig:
@@ -142,7 +128,7 @@ def translate_lines(
     shown, nbest = nbest, max(nbest, channel.candidates) if channel else nbest
     sources = [source_text(line, data) for line in lines]
     limit = piece_limit(model.cfg.max_positions, decode)
-    pieces, owner = _source_pieces(
+    pieces, owner = source_pieces(
         tokenizer, sources, limit, model.cfg.max_positions, warn, first_line
     )
     guides = line_guides(
@@ -175,7 +161,7 @@ def translate_lines(
     for k, line in enumerate(owner):
         by_line[line].append(k)
     if warn is not None:
-        _warn_of_lines(
+        warn_of_lines(
             results,
             by_line,
             pieces,
@@ -190,13 +176,13 @@ def translate_lines(
     # give it, log p(EOS | empty source) (as `translator score` scores the empty pair): not 0, a
     # probability of 1 that would rank it above every real translation
     blank = target_log_probs(model, [[]], [[]])[0] if [] in by_line else 0.0
-    out = [_detokenize(tokenizer, [results[k] for k in ks], blank) for ks in by_line]
+    out = [detokenize(tokenizer, [results[k] for k in ks], blank) for ks in by_line]
     if channel is not None:
         out = channel.rerank(sources, out)
     if alignment_layer is None:
         return [candidates[:shown] for candidates in out]
     return [
-        _with_alignments(
+        with_alignments(
             tokenizer,
             translations,
             [pieces[k] for k in ks],
@@ -269,45 +255,6 @@ def _search_batches(
     return results, aligned
 
 
-def _warn_of_lines(
-    results: list[list[Hypothesis]],
-    by_line: list[list[int]],
-    pieces: list[list[int]],
-    owner: list[int],
-    guides: Guides,
-    decode: DecodeConfig,
-    max_out: int,
-    warn: Callable[[str], None],
-    first_line: int,
-) -> None:
-    """The warnings on what the search gave: lines whose scores are not finite, `<unk>` tokens
-    dropped from the output, constraints missed, outputs ended by the length limit."""
-    # a line whose search met NaN or inf picked garbage (often <unk>): said as that, not as <unk>
-    overflowed = {
-        number
-        for number, ks in enumerate(by_line)
-        if any(not math.isfinite(h.score) for k in ks for h in results[k])
-    }
-    if overflowed:
-        warn(f"{line_list([first_line + n for n in sorted(overflowed)])}: {NOT_FINITE}")
-    unknown = {
-        first_line + number: n
-        for number, ks in enumerate(by_line)
-        if number not in overflowed and (n := _unk_count([results[k] for k in ks]))
-    }
-    if unknown:
-        warn(unk_message(unknown))
-    missed = missing_constraints(guides.required, results, owner) if guides.required else []
-    if missed:
-        warn(f"{line_list([first_line + number for number in missed])}: {MISSED_CONSTRAINT}")
-    # the searches raise a piece's limit to its prefix's or its constraints' length
-    at_least, added = guides.limits()
-    cut, capped = _at_length_limit(pieces, owner, results, decode, max_out, at_least, added)
-    cut = [number for number in cut if number not in overflowed]
-    if cut:
-        warn(length_message([first_line + number for number in cut], capped))
-
-
 def _check_request(
     model: Transformer | Ensemble,
     beam_size: int,
@@ -350,119 +297,3 @@ def check_sampling(channel: bool) -> None:
             "--sampling",
             "leave out --channel (or --sampling)",
         )
-
-
-def _source_pieces(
-    tokenizer: Tokenizer,
-    sources: list[str],
-    limit: int,
-    max_positions: int,
-    warn: Callable[[str], None] | None,
-    first_line: int,
-) -> tuple[list[list[int]], list[int]]:
-    """Encode `sources` into the token sequences to decode, and the line each one belongs to.
-
-    A line longer than `limit` tokens (piece_limit) is split (split_long); an empty line gives no
-    sequence. Source pieces outside the vocabulary (<unk>) are counted in one warning.
-    """
-    pieces: list[list[int]] = []
-    owner: list[int] = []
-    unknown: dict[int, int] = {}
-    for number, ids in enumerate(tokenizer.encode(sources)):
-        if n := ids.count(UNK_ID):
-            unknown[first_line + number] = n
-        if len(ids) > limit:
-            parts = split_long(ids, limit, tokenizer.sp.id_to_piece(ids))
-            if warn is not None:
-                warn(
-                    f"line {first_line + number}: {len(ids)} tokens, over the {limit} translated "
-                    f"at once (max_positions {max_positions}, decode.max_len_a/b); translated in "
-                    f"{len(parts)} pieces (one or more per sentence), joined"
-                )
-        else:
-            parts = [ids] if ids else []
-        pieces += parts
-        owner += [number] * len(parts)
-    if unknown and warn is not None:
-        warn(source_unk_message(unknown))
-    return pieces, owner
-
-
-def _at_length_limit(
-    pieces: list[list[int]],
-    owner: list[int],
-    results: list[list[Hypothesis]],
-    decode: DecodeConfig,
-    positions: int,
-    at_least: list[int] | None = None,
-    added: list[int] | None = None,
-) -> tuple[list[int], bool]:
-    """The lines (0-based, sorted) where the best output of a piece has as many tokens as the
-    length limit allows (at that step only EOS was allowed, so the limit ended it, not the model),
-    and whether for one of them the limit was max_positions - 1 rather than max_len_a/b's. A
-    piece's prefix raises its limit to `at_least[piece]`, its constraints add `added[piece]`, as
-    the searches do."""
-    if not pieces:
-        return [], False
-    lengths = torch.tensor([len(ids) for ids in pieces])
-    limits = output_limits(lengths, decode.max_len_a, decode.max_len_b, positions).tolist()
-    if at_least:
-        limits = [max(limit, min(length, positions)) for limit, length in zip(limits, at_least)]
-    if added:
-        limits = [min(limit + more, positions) for limit, more in zip(limits, added)]
-    hit = [
-        (line, limit >= positions)
-        for line, hyps, limit in zip(owner, results, limits)
-        if len(hyps[0].tokens) >= limit
-    ]
-    return sorted({line for line, _ in hit}), any(capped for _, capped in hit)
-
-
-def _with_alignments(
-    tokenizer: Tokenizer,
-    translations: list[tuple[str, float]],
-    src_parts: list[list[int]],
-    hyps: list[list[Hypothesis]],
-    aligned: list[list[list[tuple[int, int]]]],
-) -> list[tuple[str, float, str]]:
-    """One line's (text, score) list and its pieces' sources, hypotheses and alignments -> (text,
-    score, alignment)."""
-    if not src_parts:  # an empty line
-        return [(text, score, "") for text, score in translations]
-    if len(src_parts) == 1:
-        return [
-            (text, score, pharaoh(pairs)) for (text, score), pairs in zip(translations, aligned[0])
-        ]
-    # over-long: the best of each piece, joined
-    texts = tokenizer.decode([found[0].tokens for found in hyps])
-    joined = join_alignments(src_parts, texts, [pairs[0] for pairs in aligned], tokenizer)
-    return [(*translations[0], pharaoh(joined))]
-
-
-def _detokenize(
-    tokenizer: Tokenizer, pieces_hyps: list[list[Hypothesis]], blank: float
-) -> list[tuple[str, float]]:
-    """One line's hypotheses (one list per piece) -> [(text, score)] best first; an empty line's
-    is [("", blank)]."""
-    if not pieces_hyps:  # empty line
-        return [("", blank)]
-    if len(pieces_hyps) == 1:
-        texts = tokenizer.decode([h.tokens for h in pieces_hyps[0]])
-        return [(_one_line(text), h.score) for text, h in zip(texts, pieces_hyps[0])]
-    # over-long: join the best of each
-    texts = tokenizer.decode([hyps[0].tokens for hyps in pieces_hyps])
-    return [(_one_line(join_pieces(texts)), sum(hyps[0].score for hyps in pieces_hyps))]
-
-
-def _one_line(text: str) -> str:
-    """A decoded text as one output line: its line breaks (ONE_LINE) and the double or trailing
-    spaces a stray U+2581 piece leaves become single spaces, trimmed (as fairseq's SentencePiece
-    post-processing does); other spaces (no-break, ideographic) stay."""
-    return " ".join(filter(None, text.translate(ONE_LINE).split(" ")))
-
-
-def _unk_count(pieces_hyps: list[list[Hypothesis]]) -> int:
-    """<unk> tokens in what `_detokenize` makes text of (all hypotheses of a line, the best of each
-    piece)."""
-    shown = pieces_hyps[0] if len(pieces_hyps) == 1 else [hyps[0] for hyps in pieces_hyps]
-    return sum(h.tokens.count(UNK_ID) for h in shown)
