@@ -23,7 +23,9 @@ LAYERS = [
     {"translator.averaging"},
     # what works on prepared data and checkpoints, in the order they build on each other
     {
+        "translator.prepared_files",
         "translator.prepared",
+        "translator.prepare_record",
         "translator.rerank",
         "translator.terminology",
         "translator.guided",

@@ -31,17 +31,16 @@ from translator.data.shards import write_ids
 from translator.data.tokenizer import Tokenizer, train_sentencepiece
 from translator.errors import TranslatorError
 from translator.files import atomic_dir, refuse_foreign_dir
+from translator.prepare_record import build_manifest, summary_rows
 from translator.prepared import (
-    build_manifest,
-    check_checksums,
     data_vocab_from,
     load_manifest,
     out_of_date,
     prepared_dir,
     read_manifest,
-    summary_rows,
     vocab_files,
 )
+from translator.prepared_files import check_checksums
 from translator.vocab_source import given_vocab
 
 SPLITS = ("valid", "test", "train")  # the small ones first: a missing split fails at once

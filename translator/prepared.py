@@ -1,24 +1,23 @@
 """The prepared directory of a data config: where it is, what identifies it (the config hash),
 and its manifest, which `prepare` writes and training reads (and refuses when its settings differ).
+What the manifest holds is written in prepare_record.py; the files' sizes and checksums are
+checked in prepared_files.py.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-from contextlib import suppress
 from pathlib import Path
 
 from translator import __version__
 from translator.config import DataConfig, to_dict
-from translator.data import clean, coverage
+from translator.data import clean
 from translator.data.corpus import is_hub
-from translator.data.shards import PREPARE_AGAIN, id_dtype
-from translator.data.tokenizer import Tokenizer, sha256_file, size_note
+from translator.data.shards import PREPARE_AGAIN
+from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
-from translator.files import atomic_write
-from translator.versions import installed
+from translator.prepared_files import check_files, checksum_damage, file_damage
 
 FORMAT = 2  # layout of the prepared directory; part of the config hash
 # Settings of SentencePiece training, which given models (init_from's, spm_model's) make moot
@@ -141,134 +140,6 @@ def read_manifest(folder: Path) -> dict:
     return manifest
 
 
-def file_damage(folder: Path, manifest: dict, names: set[str] | None = None) -> str:
-    """The first prepared file (of `names`, default all) that is missing or not the size prepare
-    wrote; empty when none. A stat per file: cheap enough for every open."""
-    # an older prepare kept no sizes: the names of its checksummed files only
-    sizes = manifest.get("file_sizes") or dict.fromkeys(manifest.get("files", {}))
-    for name, size in sizes.items():
-        if names is not None and name not in names:
-            continue
-        path = folder / name
-        if not path.is_file():
-            return f"{name} is missing"
-        if size is not None and path.stat().st_size != size:
-            return f"{name} has {path.stat().st_size:,} bytes, not the {size:,} prepare wrote"
-    return ""
-
-
-# beside the prepared files: (size, mtime) of each file when its sha256 last matched, so a start
-# hashes again only what was written since (hashing a WMT-size directory takes a while)
-VERIFIED = ".verified.json"
-
-
-def checksum_damage(folder: Path, manifest: dict) -> str:
-    """The first prepared file whose sha256 is not the one prepare recorded; empty when none.
-    Reads the files written since they last matched (all of them the first time)."""
-    try:
-        seen = json.loads((folder / VERIFIED).read_text())
-    except (OSError, ValueError):
-        seen = {}
-    now = {}
-    for name, digest in manifest.get("files", {}).items():
-        path = folder / name
-        if not path.is_file():
-            continue
-        stat = path.stat()
-        now[name] = [stat.st_size, stat.st_mtime_ns]
-        if seen.get(name) != now[name] and sha256_file(path) != digest:
-            return f"{name} changed after prepare (its sha256 is not manifest.json's)"
-    if now != seen:
-        # read-only prepared data (atomic_write words its OSError as a TranslatorError): hashed
-        # again next time
-        with suppress(OSError, TranslatorError):
-            with atomic_write(folder / VERIFIED) as handle:
-                json.dump(now, handle)
-    return ""
-
-
-def check_files(folder: Path, manifest: dict, names: set[str] | None = None) -> None:
-    """Refuses prepared data with a missing or truncated file (see file_damage)."""
-    if damage := file_damage(folder, manifest, names):
-        raise TranslatorError(f"damaged prepared data: {damage}", str(folder), PREPARE_AGAIN)
-
-
-def check_checksums(folder: Path, manifest: dict) -> None:
-    """Refuses prepared data whose content changed after prepare (see checksum_damage)."""
-    if damage := checksum_damage(folder, manifest):
-        raise TranslatorError(f"damaged prepared data: {damage}", str(folder), PREPARE_AGAIN)
-
-
-def build_manifest(
-    data: DataConfig,
-    cleaner: clean.Cleaner,
-    counts: dict,
-    tokenizers: dict[str, Tokenizer],
-    tmp: Path,
-    vocab_from: str | None,
-) -> dict:
-    files = vocab_files(data)
-    vocab = {
-        side: {
-            "file": files[side],
-            "size": tok.vocab_size,
-            "sha256": tok.checksum(),
-            "id_dtype": id_dtype(tok.vocab_size).name,
-        }
-        for side, tok in tokenizers.items()
-    }
-    return {
-        "format": FORMAT,
-        "config_hash": config_hash(data, vocab_from),
-        "settings": shaping_settings(data, vocab_from),
-        "source": data.source,
-        "cleaning": clean.rules_digest(data.nfc, data.normalize_spaces),
-        "source_spec": {
-            "source": data.source,
-            "splits": data.splits,
-            "src_lang": data.src_lang,
-            "tgt_lang": data.tgt_lang,
-            "file_sizes": {name: size for name, size, _ in source_fingerprint(data)},
-            "fingerprint": source_fingerprint(data),
-        },
-        "src_lang": data.src_lang,
-        "tgt_lang": data.tgt_lang,
-        "pairs_in": cleaner.pairs_in,
-        "dropped": dict(cleaner.drops),
-        "pairs": {split: c["pairs"] for split, c in counts.items()},
-        "tokens": {
-            split: {"src": c["src_tokens"], "tgt": c["tgt_tokens"]} for split, c in counts.items()
-        },
-        # of the training text as encoded, before the length rules
-        "unk": counts["train"]["unk"],
-        "spm_round_trip": _round_trips(counts),
-        "joint_vocab": data.joint_vocab,
-        "vocab_from": None,  # or the checkpoint whose tokenizer encoded the data (run() fills it)
-        "vocab": vocab,
-        "vocab_size": tokenizers["tgt"].vocab_size,
-        "spm_sha256": tokenizers["tgt"].checksum(),
-        "files": {
-            p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.suffix in (".npy", ".model")
-        },
-        # every file (the text of valid/test too), checked at each open (check_files)
-        "file_sizes": {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()},
-        "versions": installed("datasets", "pyarrow", "sentencepiece", "numpy", "torch"),
-        # SentencePiece's result depends on it: data.spm_threads reproduces it elsewhere
-        "spm_threads": None if vocab_from else data.spm_threads or os.cpu_count(),
-    }
-
-
-def _round_trips(counts: dict) -> dict:
-    """What SentencePiece changes of the valid and test references, and one example of it."""
-    trips = {split: counts[split]["round_trip"] for split in ("valid", "test")}
-    first = next((t for t in trips.values() if t["example"]), trips["valid"])
-    return {
-        **{split: {k: t[k] for k in ("lines", "changed")} for split, t in trips.items()},
-        "example": first["example"],
-        "cause": first["cause"],
-    }
-
-
 def source_change(data: DataConfig, manifest: dict) -> str:
     """What differs between the source the prepared data were made from and `data.source` now
     (another source, or its files edited since); empty when nothing does. Training reads the
@@ -329,38 +200,6 @@ def _vocab_origin(vocab_from: str | None, record: dict | None = None) -> str:
     if "checkpoint" in record:
         return f"the checkpoint {record['checkpoint']}'s vocabulary (sha256 {vocab_from[:12]})"
     return f"given SentencePiece model(s) (tokenizer sha256 {vocab_from[:12]})"
-
-
-def summary_rows(manifest: dict) -> list[tuple[str, str]]:
-    """What the final table shows: pairs in, dropped per rule, pairs out, tokens, vocabulary,
-    time."""
-    pairs, tokens, vocab = manifest["pairs"], manifest["tokens"], manifest["vocab"]
-    rows = [("source", manifest["source"]), ("train pairs in", f"{manifest['pairs_in']:,}")]
-    rows += [(f"  dropped: {rule}", f"{n:,}") for rule, n in manifest["dropped"].items()]
-    rows += [
-        ("train pairs out", f"{pairs['train']:,}"),
-        ("valid / test pairs", f"{pairs['valid']:,} / {pairs['test']:,}"),
-        ("train tokens src / tgt", f"{tokens['train']['src']:,} / {tokens['train']['tgt']:,}"),
-    ]
-    if given := manifest.get("vocab_from"):
-        rows.append(("vocabulary from", given.get("checkpoint") or given.get("spm_model", "")))
-    # with a vocabulary given (the manifest's vocab_from), vocab_size is the given model's, not a
-    # request (no "settings" before)
-    wanted = None if manifest.get("vocab_from") else manifest.get("settings", {}).get("vocab_size")
-    src, tgt = vocab["src"]["size"], vocab["tgt"]["size"]
-    if manifest["joint_vocab"]:
-        rows.append(
-            (
-                "vocabulary (joint)",
-                f"{src:,} ({vocab['src']['id_dtype']}){size_note(wanted, src)}",
-            )
-        )
-    else:
-        note = size_note(wanted, min(src, tgt))
-        rows.append(("vocabularies src / tgt", f"{src:,} / {tgt:,}{note}"))
-    rows += coverage.summary_rows(manifest)
-    rows.append(("time", f"{manifest['seconds']} s"))
-    return rows
 
 
 def load_manifest(data: DataConfig, vocab_from: str | None = None) -> dict:

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 from tests.data.conftest import tiny_config
-from translator import prepare, prepared
+from translator import prepare, prepared_files
 from translator.data.shards import TokenArray
 from translator.errors import TranslatorError
-from translator.prepared import VERIFIED, load_manifest, out_of_date, prepared_dir
+from translator.prepared import load_manifest, out_of_date, prepared_dir
+from translator.prepared_files import VERIFIED
 
 
 @pytest.fixture
@@ -75,9 +76,9 @@ def test_bytes_changed_after_prepare_are_refused_when_training_starts(cfg):
 
 def test_a_start_hashes_again_only_what_was_written_since_it_last_matched(cfg, monkeypatch):
     folder, hashed = prepared_dir(cfg.data), []
-    real = prepared.sha256_file
+    real = prepared_files.sha256_file
     monkeypatch.setattr(
-        prepared, "sha256_file", lambda path: hashed.append(path.name) or real(path)
+        prepared_files, "sha256_file", lambda path: hashed.append(path.name) or real(path)
     )
     prepare.ensure(cfg, quiet=True)
     assert "train.tgt.ids.npy" in hashed  # the first start hashes every file

@@ -16,13 +16,14 @@ import numpy as np
 import pytest
 
 from tests.data.conftest import REPO, small_splits, tiny_config, write_text_corpus
-from translator import prepare, prepared
+from translator import prepare
 from translator.data import clean
 from translator.data.clean import normalize
 from translator.data.shards import TokenArray
 from translator.data.tokenizer import UNK_ID, Tokenizer
 from translator.errors import TranslatorError
 from translator.files import read_lines
+from translator.prepare_record import summary_rows
 from translator.prepared import config_hash, load_manifest, out_of_date, prepared_dir
 
 CRAFTED = [  # (en, de, rule)
@@ -448,10 +449,10 @@ def test_the_summary_says_when_the_vocabulary_is_smaller_than_requested(joint):
         "settings": {"vocab_size": 50_000},
         "seconds": 3,
     }
-    vocab_row = next(v for k, v in prepared.summary_rows(manifest) if k.startswith("vocabular"))
+    vocab_row = next(v for k, v in summary_rows(manifest) if k.startswith("vocabular"))
     assert "50,000 requested" in vocab_row
     manifest["settings"]["vocab_size"] = 1677
-    vocab_row = next(v for k, v in prepared.summary_rows(manifest) if k.startswith("vocabular"))
+    vocab_row = next(v for k, v in summary_rows(manifest) if k.startswith("vocabular"))
     assert "requested" not in vocab_row
 
 
