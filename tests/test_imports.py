@@ -12,6 +12,7 @@ LAYERS = [
         "translator.device",
         "translator.errors",
         "translator.files",
+        "translator.input_lines",
         "translator.line_warnings",
         "translator.versions",
     },

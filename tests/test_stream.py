@@ -20,6 +20,7 @@ from translator import stream, translate
 from translator.data import split
 from translator.decode.sampling import Sampling
 from translator.errors import TranslatorError
+from translator.input_lines import lines_left, read_chunks
 from translator.line_warnings import BYTE_FALLBACK
 
 
@@ -303,7 +304,7 @@ def test_read_chunks_yields_what_is_there_without_waiting_for_more():
     signal.alarm(20)  # a reader that waits for more input would block this test forever
     try:
         with os.fdopen(read_fd, "r") as reader:
-            chunks = stream.read_chunks(reader, max_lines=3)
+            chunks = read_chunks(reader, max_lines=3)
             os.write(write_fd, b"first\n")
             # the writer is still open: an interactive user gets an answer
             assert next(chunks) == ["first"]
@@ -324,9 +325,7 @@ def test_read_chunks_replaces_bytes_that_are_not_utf8_and_names_the_line():
     os.close(write_fd)
     warnings: list[str] = []
     with os.fdopen(read_fd, "r") as reader:
-        lines = [
-            line for chunk in stream.read_chunks(reader, warn=warnings.append) for line in chunk
-        ]
+        lines = [line for chunk in read_chunks(reader, warn=warnings.append) for line in chunk]
     # one line per input line, none dropped
     assert lines == ["caf\u00e9", "caf\ufffd", "ok", "\ufffd"]
     assert [w.split(":")[0] for w in warnings] == ["line 2", "line 4"]
@@ -334,7 +333,7 @@ def test_read_chunks_replaces_bytes_that_are_not_utf8_and_names_the_line():
 
 
 def test_read_chunks_from_a_stream_without_a_file_descriptor():
-    assert list(stream.read_chunks(io.StringIO("a\n\nb\r\nc\n"), max_lines=2)) == [
+    assert list(read_chunks(io.StringIO("a\n\nb\r\nc\n"), max_lines=2)) == [
         ["a", ""],
         ["b", "c"],
     ]
@@ -345,9 +344,7 @@ def test_read_chunks_numbers_invalid_utf8_lines_across_reads(tmp_path):
     path.write_bytes(b"a\n" * 40000 + b"caf\xe9\n" + b"b\n")  # more than one 64 KiB os.read
     warnings = []
     with open(path) as reader:
-        lines = [
-            line for chunk in stream.read_chunks(reader, warn=warnings.append) for line in chunk
-        ]
+        lines = [line for chunk in read_chunks(reader, warn=warnings.append) for line in chunk]
     assert len(lines) == 40002 and lines[40000] == "caf\ufffd" and lines[-1] == "b"
     assert [w.split(":")[0] for w in warnings] == ["line 40001"]
 
@@ -359,7 +356,7 @@ def test_read_chunks_keeps_lines_longer_than_many_reads_whole(tmp_path, ending):
     path = tmp_path / "long.txt"
     path.write_bytes(b"short\n" + long.encode() + b"\n" + b"x" * 70_000 + ending)
     with open(path) as reader:
-        lines = [line for chunk in stream.read_chunks(reader) for line in chunk]
+        lines = [line for chunk in read_chunks(reader) for line in chunk]
     assert lines == ["short", long, "x" * 70_000]
 
 
@@ -486,9 +483,7 @@ def test_invalid_utf8_warnings_name_ten_lines_then_count_the_rest(tmp_path):
     path.write_bytes(b"".join(b"caf\xe9 %d\nok\n" % i for i in range(25)))  # lines 1, 3, ..., 49
     warnings = []
     with open(path) as reader:
-        lines = [
-            line for chunk in stream.read_chunks(reader, warn=warnings.append) for line in chunk
-        ]
+        lines = [line for chunk in read_chunks(reader, warn=warnings.append) for line in chunk]
     assert len(lines) == 50 and lines[48] == "caf\ufffd 24"
     assert [w.split(":")[0] for w in warnings[:-1]] == [f"line {n}" for n in range(1, 21, 2)]
     assert warnings[-1].startswith("15 more lines had invalid UTF-8 (lines 21-49;")
@@ -529,12 +524,12 @@ def test_with_the_input_s_line_count_known_progress_counts_lines_of_it(tiny, tmp
     path = tmp_path / "in.txt"
     path.write_text("\n".join(lines), encoding="utf-8")  # the last line without its newline
     with open(path, encoding="utf-8") as handle:
-        assert stream.lines_left(handle) == len(lines)
+        assert lines_left(handle) == len(lines)
         handle.buffer.raw.seek(len(lines[0]) + 1)  # the count starts where reading would
-        assert stream.lines_left(handle) == len(lines) - 1
+        assert lines_left(handle) == len(lines) - 1
     read_fd, write_fd = os.pipe()
     with os.fdopen(read_fd) as piped:
-        assert stream.lines_left(piped) is None  # a pipe's end is unknown
+        assert lines_left(piped) is None  # a pipe's end is unknown
     os.close(write_fd)
     seen = progress_reports(tiny, [lines[:5], lines[5:7], lines[7:]], lines_expected=len(lines))
     done = [d for d, _ in seen]

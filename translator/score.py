@@ -26,6 +26,7 @@ from translator.decode.beam import length_penalty
 from translator.decode.forced import perplexity, target_log_probs
 from translator.errors import TranslatorError
 from translator.files import read_aligned, write_errors
+from translator.input_lines import read_chunks
 from translator.line_warnings import (
     NOT_FINITE,
     line_list,
@@ -38,7 +39,6 @@ from translator.model.transformer import Transformer
 from translator.stream import (
     log,
     model_precision,
-    read_chunks,
     sentence_progress,
     show_progress,
     warn_stderr,

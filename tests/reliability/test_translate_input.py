@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from translator import checkpoint, stream, translate
+from translator import checkpoint, input_lines, stream, translate
 
 # "\n" ends a line
 ANY_CHAR = st.characters(blacklist_categories=("Cs",), blacklist_characters="\n")
@@ -54,7 +54,7 @@ def test_one_line_out_per_line_in_in_order(loaded, tmp_path, lines):
     out = io.StringIO()
     with open(path) as stdin:  # a real file descriptor: the path `translate` reads stdin by
         count = stream.translate_chunks(
-            model, tokenizer, decode, stream.read_chunks(stdin, max_lines=4), out
+            model, tokenizer, decode, input_lines.read_chunks(stdin, max_lines=4), out
         )
     got = out.getvalue().split("\n")
     assert got.pop() == "" and len(got) == count == len(lines)
@@ -78,8 +78,8 @@ def test_a_stream_without_a_descriptor_is_split_like_stdin(tmp_path, text):
     path = tmp_path / "input.txt"
     path.write_bytes(text.encode())
     with open(path) as stdin:
-        from_fd = [line for chunk in stream.read_chunks(stdin) for line in chunk]
+        from_fd = [line for chunk in input_lines.read_chunks(stdin) for line in chunk]
     from_stream = [
-        line for chunk in stream.read_chunks(io.StringIO(text, newline="")) for line in chunk
+        line for chunk in input_lines.read_chunks(io.StringIO(text, newline="")) for line in chunk
     ]
     assert from_stream == from_fd
