@@ -1,9 +1,9 @@
 """The `translator` command line: thin typer commands; each loads a config and makes one call.
 
 The commands live by what they do with a model: training.py makes one, decoding.py runs one,
-scoring.py scores given translations with one, serving.py puts one behind HTTP, interop.py moves
-one to or from another toolkit; options.py holds what they share. torch is imported inside the
-command bodies so that `--help` stays instant.
+attention.py shows its attention, scoring.py scores given translations with one, serving.py puts
+one behind HTTP, interop.py moves one to or from another toolkit; options.py holds what they
+share. torch is imported inside the command bodies so that `--help` stays instant.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 from translator import __version__
-from translator.cli import decoding, interop, scoring, serving, training
+from translator.cli import attention, decoding, interop, scoring, serving, training
 from translator.cli.stdout import use_utf8
 from translator.errors import TranslatorError, error_line
 
@@ -62,7 +62,7 @@ app.command("eval")(decoding.evaluate)
 app.command()(decoding.translate)
 app.command()(scoring.score)
 app.command()(serving.serve)
-app.command()(decoding.attention)
+app.command()(attention.attention)
 app.command()(training.average)
 app.command()(training.info)
 app.command()(training.keys)
