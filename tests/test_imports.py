@@ -32,6 +32,7 @@ LAYERS = [
         "translator.guided",
         "translator.line_pieces",
         "translator.search_warnings",
+        "translator.http_request",
         "translator.http_api",
         "translator.export",
         "translator.marian_files",

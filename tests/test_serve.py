@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.conftest import SENTENCES
-from translator import http_api, serve
+from translator import http_api, http_request, serve
 from translator.score import score_lines
 from translator.translate import translate_lines, with_overrides
 
@@ -179,7 +179,7 @@ def test_bad_requests_get_a_4xx_and_an_error(server, method, path, body, status,
 
 
 def test_a_body_over_the_limit_is_refused_unread(server, monkeypatch):
-    monkeypatch.setattr(http_api, "MAX_BODY_BYTES", 100)
+    monkeypatch.setattr(http_request, "MAX_BODY_BYTES", 100)
     status, reply = call(server + "/translate", {"text": ["A dog runs."] * 20})
     assert status == 413 and "over 100" in reply["error"]
 
@@ -242,7 +242,7 @@ def test_lengths_that_could_misread_a_body_are_refused(server, headers, status, 
 
 
 def test_a_body_shorter_than_its_length_times_out(server, monkeypatch):
-    monkeypatch.setattr(http_api.Handler, "timeout", 1)
+    monkeypatch.setattr(http_request.Handler, "timeout", 1)
     answer = raw_request(
         server, b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"
     )
@@ -449,7 +449,7 @@ def test_a_request_whose_client_left_before_its_turn_is_not_decoded(tiny, monkey
 def test_a_request_sent_a_byte_at_a_time_is_cut_off_at_its_deadline(server, monkeypatch):
     """The idle timeout is per read: a client sending a byte now and then would hold its thread
     forever. From its first byte a whole request must arrive within REQUEST_SECONDS."""
-    monkeypatch.setattr(http_api, "REQUEST_SECONDS", 1)
+    monkeypatch.setattr(http_request, "REQUEST_SECONDS", 1)
     host, port = server.removeprefix("http://").split(":")
     start = time.monotonic()
     with socket.create_connection((host, int(port)), timeout=30) as sock:
@@ -464,7 +464,7 @@ def test_a_request_sent_a_byte_at_a_time_is_cut_off_at_its_deadline(server, monk
 
 
 def test_a_body_sent_slower_than_the_deadline_gets_a_408(server, monkeypatch):
-    monkeypatch.setattr(http_api, "REQUEST_SECONDS", 1)
+    monkeypatch.setattr(http_request, "REQUEST_SECONDS", 1)
     host, port = server.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as sock:
         sock.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
@@ -489,7 +489,7 @@ def select_readable(sock: socket.socket) -> bool:
 def test_a_body_over_the_limit_gets_its_413_while_the_client_still_sends(server, monkeypatch):
     """The 413 is sent before the body is read; closing with the body unread reset the
     connection, and a client still sending got the reset instead of the answer."""
-    monkeypatch.setattr(http_api, "MAX_BODY_BYTES", 100)
+    monkeypatch.setattr(http_request, "MAX_BODY_BYTES", 100)
     body = b'{"text": ["' + b"a" * (8 << 20) + b'"]}'
     host, port = server.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as sock:

@@ -32,7 +32,8 @@ from translator.config import Config, DecodeConfig
 from translator.data.tokenizer import Tokenizer
 from translator.device import DTYPE_NAMES
 from translator.errors import TranslatorError
-from translator.http_api import BadRequest, ClientLeft, JsonServer, Route
+from translator.http_api import JsonServer, Route
+from translator.http_request import BadRequest, ClientLeft
 from translator.loading import Checkpoints, load_models
 from translator.model.ensemble import Ensemble
 from translator.model.inference import is_int8
