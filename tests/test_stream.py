@@ -7,7 +7,6 @@ import dataclasses
 import io
 import os
 import select
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ from translator import stream, translate
 from translator.data import split
 from translator.decode.sampling import Sampling
 from translator.errors import TranslatorError
-from translator.input_lines import lines_left, read_chunks
+from translator.input_lines import lines_left
 from translator.line_warnings import BYTE_FALLBACK
 
 
@@ -294,72 +293,6 @@ def test_no_live_bar_in_a_log_with_colour_forced(tmp_path, monkeypatch, env):
     assert (tmp_path / "log").read_text() == ""
 
 
-def _no_hang(signum, frame):
-    raise TimeoutError("read_chunks waited for input that was never coming")
-
-
-def test_read_chunks_yields_what_is_there_without_waiting_for_more():
-    read_fd, write_fd = os.pipe()
-    previous = signal.signal(signal.SIGALRM, _no_hang)
-    signal.alarm(20)  # a reader that waits for more input would block this test forever
-    try:
-        with os.fdopen(read_fd, "r") as reader:
-            chunks = read_chunks(reader, max_lines=3)
-            os.write(write_fd, b"first\n")
-            # the writer is still open: an interactive user gets an answer
-            assert next(chunks) == ["first"]
-            os.write(write_fd, b"a\nb\n\nc\nd")
-            assert next(chunks) == ["a", "b", ""]  # bulk input is batched, max_lines at a time
-            assert next(chunks) == ["c"]
-            os.close(write_fd)
-            assert list(chunks) == [["d"]]  # a last line without its newline
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def test_read_chunks_replaces_bytes_that_are_not_utf8_and_names_the_line():
-    read_fd, write_fd = os.pipe()
-    os.write(write_fd, b"caf\xc3\xa9\r\ncaf\xe9\n")  # line 1 UTF-8 (CRLF), line 2 Latin-1
-    os.write(write_fd, b"ok\n\xff")  # line 4 without a newline: numbering goes on across reads
-    os.close(write_fd)
-    warnings: list[str] = []
-    with os.fdopen(read_fd, "r") as reader:
-        lines = [line for chunk in read_chunks(reader, warn=warnings.append) for line in chunk]
-    # one line per input line, none dropped
-    assert lines == ["caf\u00e9", "caf\ufffd", "ok", "\ufffd"]
-    assert [w.split(":")[0] for w in warnings] == ["line 2", "line 4"]
-    assert "invalid UTF-8 at byte 3" in warnings[0]
-
-
-def test_read_chunks_from_a_stream_without_a_file_descriptor():
-    assert list(read_chunks(io.StringIO("a\n\nb\r\nc\n"), max_lines=2)) == [
-        ["a", ""],
-        ["b", "c"],
-    ]
-
-
-def test_read_chunks_numbers_invalid_utf8_lines_across_reads(tmp_path):
-    path = tmp_path / "big.txt"
-    path.write_bytes(b"a\n" * 40000 + b"caf\xe9\n" + b"b\n")  # more than one 64 KiB os.read
-    warnings = []
-    with open(path) as reader:
-        lines = [line for chunk in read_chunks(reader, warn=warnings.append) for line in chunk]
-    assert len(lines) == 40002 and lines[40000] == "caf\ufffd" and lines[-1] == "b"
-    assert [w.split(":")[0] for w in warnings] == ["line 40001"]
-
-
-@pytest.mark.parametrize("ending", [b"\n", b""])
-def test_read_chunks_keeps_lines_longer_than_many_reads_whole(tmp_path, ending):
-    # "é" is two bytes: with 64 KiB reads some of them are cut in the middle
-    long = "é" * 300_001
-    path = tmp_path / "long.txt"
-    path.write_bytes(b"short\n" + long.encode() + b"\n" + b"x" * 70_000 + ending)
-    with open(path) as reader:
-        lines = [line for chunk in read_chunks(reader) for line in chunk]
-    assert lines == ["short", long, "x" * 70_000]
-
-
 @pytest.mark.parametrize(
     "flags, where",
     [
@@ -476,17 +409,6 @@ def test_int8_on_cuda_is_a_one_line_error_with_or_without_a_gpu(tiny):
     )
     assert result.returncode == 1 and result.stdout == "" and "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1 and "int8 decoding runs on the CPU only" in result.stderr
-
-
-def test_invalid_utf8_warnings_name_ten_lines_then_count_the_rest(tmp_path):
-    path = tmp_path / "latin1.txt"
-    path.write_bytes(b"".join(b"caf\xe9 %d\nok\n" % i for i in range(25)))  # lines 1, 3, ..., 49
-    warnings = []
-    with open(path) as reader:
-        lines = [line for chunk in read_chunks(reader, warn=warnings.append) for line in chunk]
-    assert len(lines) == 50 and lines[48] == "caf\ufffd 24"
-    assert [w.split(":")[0] for w in warnings[:-1]] == [f"line {n}" for n in range(1, 21, 2)]
-    assert warnings[-1].startswith("15 more lines had invalid UTF-8 (lines 21-49;")
 
 
 def test_a_reader_that_leaves_the_pipe_ends_translate_quietly_with_exit_0(tiny):
