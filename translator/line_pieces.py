@@ -66,13 +66,13 @@ def detokenize(
         return [("", blank)]
     if len(pieces_hyps) == 1:
         texts = tokenizer.decode([h.tokens for h in pieces_hyps[0]])
-        return [(one_line(text), h.score) for text, h in zip(texts, pieces_hyps[0])]
+        return [(_one_line(text), h.score) for text, h in zip(texts, pieces_hyps[0])]
     # over-long: join the best of each
     texts = tokenizer.decode([hyps[0].tokens for hyps in pieces_hyps])
-    return [(one_line(join_pieces(texts)), sum(hyps[0].score for hyps in pieces_hyps))]
+    return [(_one_line(join_pieces(texts)), sum(hyps[0].score for hyps in pieces_hyps))]
 
 
-def one_line(text: str) -> str:
+def _one_line(text: str) -> str:
     """A decoded text as one output line: its line breaks (ONE_LINE) and the double or trailing
     spaces a stray U+2581 piece leaves become single spaces, trimmed (as fairseq's SentencePiece
     post-processing does); other spaces (no-break, ideographic) stay."""

@@ -32,8 +32,8 @@ def warn_of_lines(
     warn: Callable[[str], None],
     first_line: int,
 ) -> None:
-    """The warnings on what the search gave: lines whose scores are not finite, `<unk>` tokens
-    dropped from the output, constraints missed, outputs ended by the length limit."""
+    """Each of those warnings once for one call's lines (numbered from `first_line`): `results`
+    and `pieces` per piece, `by_line` each line's pieces, `owner` each piece's line."""
     # a line whose search met NaN or inf picked garbage (often <unk>): said as that, not as <unk>
     overflowed = {
         number
