@@ -1,4 +1,5 @@
-"""bench/train_peer.py: the Hugging Face peer has our model's shape, and its step trains it."""
+"""bench/train_peer.py and bench/hf_marian.py: the Hugging Face peer has our model's shape, its
+step trains it, and a step in the per-round ratio is named."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import torch
 from translator import config
 from translator.data.batching import make_batch
 from translator.model.transformer import Transformer, count_parameters
+from translator.train.loss import token_loss
 
 pytest.importorskip("transformers")
 train_peer = pytest.importorskip("bench.train_peer")
+hf_marian = pytest.importorskip("bench.hf_marian")
 
 
 def tiny(*overrides: str):
@@ -34,7 +37,7 @@ def test_marian_peer_has_our_post_ln_models_trainable_parameters():
     """Marian is post-LN, tied, with fixed sinusoids: then every trainable tensor has a twin."""
     cfg = tiny("model.norm=post")
     ours = Transformer(cfg.model)
-    peer = train_peer.build_peer(cfg, torch.device("cpu"), None).model
+    peer = hf_marian.build_peer(cfg, torch.device("cpu"), None).model
     shapes = lambda m: sorted(tuple(p.shape) for p in m.parameters() if p.requires_grad)  # noqa: E731
     assert count_parameters(ours) == count_parameters(peer)
     assert shapes(ours) == shapes(peer)
@@ -42,7 +45,7 @@ def test_marian_peer_has_our_post_ln_models_trainable_parameters():
 
 def test_peer_step_lowers_the_loss_on_a_repeated_batch():
     cfg = tiny("model.dropout=0.0")
-    p = train_peer.build_peer(cfg, torch.device("cpu"), None)
+    p = hf_marian.build_peer(cfg, torch.device("cpu"), None)
     batch = make_batch([[5, 6, 7], [8, 9]], [[10, 11], [12, 13, 14]])
 
     def loss() -> float:
@@ -53,11 +56,11 @@ def test_peer_step_lowers_the_loss_on_a_repeated_batch():
                 decoder_input_ids=batch.tgt_in,
                 use_cache=False,
             ).logits
-        return float(train_peer.token_loss(logits, batch.tgt_out, 0.1)[0])
+        return float(token_loss(logits, batch.tgt_out, 0.1)[0])
 
     first = loss()
     for _ in range(5):
-        assert train_peer.peer_step(p, batch, float(batch.n_tgt_tokens)) > 0  # gradient norm
+        assert hf_marian.peer_step(p, batch, float(batch.n_tgt_tokens)) > 0  # gradient norm
     assert loss() < first
 
 
