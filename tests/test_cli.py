@@ -389,7 +389,23 @@ def test_an_oserror_is_one_line_naming_its_file(monkeypatch, capsys, filename):
         cli.main()
     err = capsys.readouterr().err
     assert exited.value.code == 1 and err.count("\n") == 1
-    assert err.startswith("error: /runs/x/") and ": Permission denied (check the path" in err
+    assert err.startswith("error: /runs/x/")
+    assert ": Permission denied (check its permissions)" in err
+
+
+@pytest.mark.parametrize(
+    "error, hint",
+    [
+        (FileNotFoundError(2, "No such file or directory", "terms.tsv"), "(check the path)"),
+        (OSError(28, "No space left on device", "runs/x/last.pt"), "(free some space)"),
+        (OSError(5, "Input/output error", "runs/x/last.pt"), "permissions and free space)"),
+    ],
+)
+def test_an_oserror_s_advice_fits_its_cause(error, hint):
+    from translator.errors import error_line
+
+    line = error_line(error)
+    assert line.startswith(f"{error.filename}: {error.strerror} (") and line.endswith(hint)
 
 
 def test_several_checkpoints_translate_and_eval_as_one_ensemble(tiny, tmp_path):

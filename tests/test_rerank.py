@@ -216,10 +216,13 @@ def test_eval_and_translate_take_a_channel(tiny, reverse, tmp_path):
     runner = CliRunner()
     result = runner.invoke(
         cli.app,
-        ["eval", str(tiny.path), "--src", str(src), "--ref", str(ref), "-o", str(hyp), "-q", *args],
+        ["eval", str(tiny.path), "--src", str(src), "--ref", str(ref), "-o", str(hyp), "-q", *args]
+        + ["--beam", "1"],
     )
     assert result.exit_code == 0, result.output
     assert "BLEU" in result.output and len(hyp.read_text().splitlines()) == len(SENTENCES)
+    # the search's beam is the channel's candidates, wider than --beam
+    assert "decoded: beam 3, " in result.output and "3-best reranked" in result.output
     result = runner.invoke(
         cli.app, ["translate", str(tiny.path), "-q", *args], input="A dog.\n\nTwo men.\n"
     )

@@ -113,7 +113,7 @@ def test_translate_reads_the_term_list_before_the_model(tiny, tmp_path, monkeypa
     monkeypatch.setattr(stream, "load_models", lambda *a: pytest.fail("loaded the model"))
     path.write_text("dog\n", encoding="utf-8")
     result = CliRunner().invoke(cli.app, command, input="A dog.\n")
-    assert result.exit_code == 1 and "terms.tsv:1: 1 tab-separated fields" in str(result.exception)
+    assert result.exit_code == 1 and "terms.tsv:1: 1 tab-separated field," in str(result.exception)
     # a target the model cannot spell is refused once it is loaded, before any line
     monkeypatch.undo()
     monkeypatch.setattr(stream, "translate_chunks", lambda *a, **k: pytest.fail("translated"))

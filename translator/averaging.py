@@ -10,7 +10,7 @@ import torch
 
 from translator.checkpoint import read, seal, step_files
 from translator.config import architecture_changes
-from translator.errors import TranslatorError
+from translator.errors import TranslatorError, counted
 from translator.files import atomic_write
 from translator.versions import made_by
 
@@ -24,7 +24,7 @@ def latest_steps(run_dir: str | Path, count: int) -> list[Path]:
     found = step_files(run_dir)
     if len(found) < count:
         raise TranslatorError(
-            f"{len(found)} step checkpoints found, {count} asked for",
+            f"{counted(len(found), 'step checkpoint')} found, {count} asked for",
             str(run_dir),
             "train with train.keep_last >= N, or average fewer",
         )

@@ -123,7 +123,9 @@ def read(path: str | Path) -> dict[str, Any]:
         damaged = []
     if damaged:
         raise TranslatorError(
-            f"its {', '.join(PARTS[p] for p in damaged)} do not match the checkpoint's checksum "
+            f"its {', '.join(PARTS[p] for p in damaged)} "
+            f"{'do' if len(damaged) > 1 or damaged == ['model'] else 'does'} not match the "
+            "checkpoint's checksum "
             "(the file is damaged)",
             str(path),
             elsewhere(path),

@@ -1,5 +1,6 @@
 """The one exception users see: what is wrong, where, and how to fix it."""
 
+import errno
 import os
 
 
@@ -15,10 +16,29 @@ class TranslatorError(Exception):
         return f"{text} ({self.fix})" if self.fix else text
 
 
+# what to check after an OSError, by its errno (a missing input file has no use for "free space")
+OS_ERROR_FIX = "check the path, its permissions and free space"
+OS_ERROR_FIXES = {
+    errno.ENOENT: "check the path",
+    errno.ENOTDIR: "check the path",
+    errno.EISDIR: "give a file, not a directory",
+    errno.EACCES: "check its permissions",
+    errno.EPERM: "check its permissions",
+    errno.EROFS: "the file system is read-only: write elsewhere",
+    errno.ENOSPC: "free some space",
+    errno.EDQUOT: "free some space (the disk quota is full)",
+}
+
+
+def counted(n: int, noun: str) -> str:
+    """'1 line', '3 lines': a count in a message, its noun agreeing."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def error_line(err: Exception) -> str:
     """The one line the command prints for an error that ends it (after `error: `)."""
     if isinstance(err, OSError):
         # a bytes name too (TensorBoard)
         where = f"{os.fsdecode(err.filename)}: " if err.filename else ""
-        return f"{where}{err.strerror or err} (check the path, its permissions and free space)"
+        return f"{where}{err.strerror or err} ({OS_ERROR_FIXES.get(err.errno, OS_ERROR_FIX)})"
     return str(err)

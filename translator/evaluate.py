@@ -273,8 +273,10 @@ def run(
     if required is not None:
         scores.terms = term_use(required, hyps, refs)
     d = cfg.decode
+    # a channel's candidates widen the search's beam (translate_lines)
+    width = max(d.beam_size, reranker.candidates) if reranker is not None else d.beam_size
     scores.decoded = (  # model_precision(model, ""): what it decoded in, not why
-        f"beam {d.beam_size}, length penalty {d.length_penalty}, {model_precision(model, '')}"
+        f"beam {width}, length penalty {d.length_penalty}, {model_precision(model, '')}"
         + (
             f", {reranker.candidates}-best reranked by a channel model at weight {reranker.weight}"
             if reranker is not None

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from translator.errors import TranslatorError
+from translator.errors import TranslatorError, counted
 
 
 def open_own(path: Path, flags: int) -> int:
@@ -291,7 +291,7 @@ def read_aligned(
     a, b = read_lines(first), read_lines(second)
     if len(a) != len(b):
         raise TranslatorError(
-            f"{first} has {len(a)} lines but {second} has {len(b)}",
+            f"{first} has {counted(len(a), 'line')} but {second} has {len(b)}",
             command,
             "the two files must be line-aligned",
         )

@@ -101,7 +101,7 @@ def describe(source: str, overrides: list[str]) -> str:
     lines = [
         f"Transformer ({m.norm}-LN, {m.positions} positions, "
         f"{'tied' if m.tie_embeddings else 'untied'} embeddings)",
-        f"  encoder {m.n_encoder_layers} x, decoder {m.n_decoder_layers} x layers; "
+        f"  layers: encoder {m.n_encoder_layers}, decoder {m.n_decoder_layers}; "
         f"d_model {m.d_model}, d_ff {m.d_ff}, heads {m.n_heads} "
         f"({attention}: kv heads {kv}, d_head {d_head})",
         f"  vocabulary {vocabulary}, max positions {m.max_positions}, dropout {m.dropout}",

@@ -357,9 +357,7 @@ def test_a_tsv_row_with_a_missing_field_is_named(tmp_path):
     root = tmp_path / "src"
     root.mkdir()
     (root / "train.tsv").write_text("en\tde\na\teins\n\nb\n")
-    with pytest.raises(
-        TranslatorError, match=r"train.tsv:4: 1 tab-separated fields, but 2 columns"
-    ):
+    with pytest.raises(TranslatorError, match=r"train.tsv:4: 1 tab-separated field, but 2 columns"):
         pairs(tiny_config(root, tmp_path / "data"), cache=tmp_path / "cache")
     # a blank line is an empty pair, as in text files
     (root / "train.tsv").write_text("en\tde\na\teins\n\n")

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from translator.errors import TranslatorError
+from translator.errors import TranslatorError, counted
 
 
 def tsv_rows(path: Path, columns: list[str], skip: int) -> Iterator[dict[str, list[str]]]:
@@ -27,7 +27,8 @@ def tsv_rows(path: Path, columns: list[str], skip: int) -> Iterator[dict[str, li
         for i, row in enumerate(rows):
             if len(row) != len(columns):
                 raise TranslatorError(
-                    f"{len(row)} tab-separated fields, but {len(columns)} columns are named "
+                    f"{counted(len(row), 'tab-separated field')}, but {len(columns)} columns "
+                    "are named "
                     f"({', '.join(columns)})",
                     f"{path}:{number + skip + i + 1}",
                     "give every row one field per column (and no tab inside a sentence)",
