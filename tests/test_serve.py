@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.conftest import SENTENCES
-from translator import http_api, http_request, serve
+from translator import __version__, http_api, http_request, serve
 from translator.score import score_lines
 from translator.translate import translate_lines, with_overrides
 
@@ -252,6 +252,7 @@ def test_a_body_shorter_than_its_length_times_out(server, monkeypatch):
 def test_head_and_options_answer_as_load_balancers_expect(server):
     head = raw_request(server, b"HEAD /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200") and head.endswith(b"\r\n\r\n")  # no body
+    assert f"\r\nServer: translator/{__version__}\r\n".encode() in head  # not Python's version
     options = raw_request(
         server, b"OPTIONS /translate HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     )

@@ -229,6 +229,7 @@ def test_outputs_ended_by_the_length_limit_are_named_in_a_warning(tiny, monkeypa
     assert warnings == [line_warnings.length_message([7])]
     assert warnings[0].startswith("the output of line 7 stopped at the length limit")
     assert "only shorter input lines help" not in warnings[0]  # max_len_b was the limit
+    assert "--no-repeat-ngram-size 3 if it repeats" in warnings[0]  # a loop is the likelier cause
 
 
 def test_a_length_limit_set_by_the_positions_is_not_blamed_on_max_len(tiny, monkeypatch):

@@ -13,6 +13,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 
+from translator import __version__
+
 if TYPE_CHECKING:
     from translator.http_api import JsonServer
 
@@ -61,10 +63,13 @@ class RequestClock(socket.SocketIO):
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: a client sends many requests on one socket
-    server_version, sys_version = "translator", ""  # not the Python version
+    server_version = f"translator/{__version__}"  # the Server header, without Python's version
     timeout = IDLE_SECONDS
     server: JsonServer
     body_unread = False  # a refusal then closes with a linger (`finish`)
+
+    def version_string(self) -> str:
+        return self.server_version
 
     def setup(self) -> None:
         super().setup()

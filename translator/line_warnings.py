@@ -71,11 +71,13 @@ def _unknown(counts: dict[int, int], what: str, where: str, shown: int) -> str:
 def length_message(lines: list[int], capped: bool = False, shown: int = 10) -> str:
     """The outputs that the length limit ended, by line number; `capped`: for some, the limit was
     the model's positions, which no flag raises."""
-    fix = "raise --max-len-a/--max-len-b"
+    fix = "raise --max-len-a/--max-len-b if it is cut short"
     if capped:
         fix += " (where the model's max_positions - 1 was the limit, only shorter input lines help)"
+    # an output as long as 1.2 x its source + 10 is more often a loop than a cut: say both
     return (
         f"the output of {line_list(lines, shown)} stopped at the length limit "
-        f"(decode.max_len_a * source tokens + max_len_b, at most max_positions - 1) and may be "
-        f"cut short; {fix}"
+        f"(decode.max_len_a * source tokens + max_len_b, at most max_positions - 1): such an "
+        f"output is cut short or repeating itself (an undertrained model's often loop); {fix}, "
+        "or set --no-repeat-ngram-size 3 if it repeats"
     )

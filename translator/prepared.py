@@ -100,7 +100,10 @@ def out_of_date(data: DataConfig, vocab_from: str | None = None) -> str:
         made = manifest.get("settings", {}).get("vocab_from")
         if "settings" in manifest and made != vocab_from:
             return f"it was encoded with {_vocab_origin(made, manifest.get('vocab_from'))}"
-        return source_change(data, manifest) or "other data settings"
+        if change := source_change(data, manifest):
+            return change
+        diff = setting_changes(manifest.get("settings") or {}, shaping_settings(data, vocab_from))
+        return f"other data settings ({diff})" if diff else "other data settings"
     if change := cleaning_change(data, manifest):
         return change
     return file_damage(folder, manifest) or checksum_damage(folder, manifest)
@@ -202,6 +205,14 @@ def _vocab_origin(vocab_from: str | None, record: dict | None = None) -> str:
     return f"given SentencePiece model(s) (tokenizer sha256 {vocab_from[:12]})"
 
 
+def setting_changes(made: dict, wanted: dict, skip: tuple[str, ...] = ()) -> str:
+    """'data.k: X there, Y here, ...' for the shaping settings that differ (empty: none)."""
+    # a setting recorded only when set is at its default where it is missing
+    made, wanted = {**ONLY_WHEN_SET, **made}, {**ONLY_WHEN_SET, **wanted}
+    changed = sorted(k for k in wanted if k not in skip and made.get(k) != wanted[k])
+    return ", ".join(f"data.{k}: {made.get(k)!r} there, {wanted[k]!r} here" for k in changed)
+
+
 def load_manifest(data: DataConfig, vocab_from: str | None = None) -> dict:
     """The prepare manifest of `data`, which training reads; refused if prepared with other
     settings.
@@ -233,13 +244,7 @@ def load_manifest(data: DataConfig, vocab_from: str | None = None) -> dict:
             "to replace it, run `translator prepare` with this config (and the same --set/--data); "
             "to keep it, set another data.name",
         )
-    # a setting recorded only when set is at its default where it is missing
-    made, wanted = {**ONLY_WHEN_SET, **made}, {**ONLY_WHEN_SET, **wanted}
-    changed = sorted(
-        k for k in wanted if k not in ("source", "splits") and made.get(k) != wanted[k]
-    )
-    if changed:
-        diff = ", ".join(f"data.{k}: {made.get(k)!r} there, {wanted[k]!r} here" for k in changed)
+    if diff := setting_changes(made, wanted, skip=("source", "splits")):
         raise TranslatorError(
             f"prepared with other data settings ({diff})",
             str(prepared_dir(data)),

@@ -100,6 +100,10 @@ def test_rerun_is_a_cache_hit_and_changes_prepare_again(tmp_path, corpus):
 
     run(cfg, force=True)
     assert (out / "manifest.json").stat().st_mtime_ns != stamp
+    # the reason names the settings that differ, split names too (not "other data settings")
+    renamed = tiny_config(corpus, tmp_path / "data", "data.splits.valid=dev", "data.dedup=false")
+    why = out_of_date(renamed.data)
+    assert "data.dedup: True there, False here" in why and "data.splits: " in why
     for change in (
         lambda: tiny_config(corpus, tmp_path / "data", "data.dedup=false"),
         lambda: os.utime(corpus / "train.de", ns=(1, 1)) or cfg,

@@ -358,7 +358,7 @@ def test_info_describes_the_checkpoint_that_training_starts_from(imported):
     theirs = summary.describe(str(imported), [])
     started = summary.describe(tiny, [f"train.init_from={imported}", "model.dropout=0.25"])
     assert line(started, "parameters") == line(theirs, "parameters") != line(own, "parameters")
-    assert line(started, "encoder") == line(theirs, "encoder")
+    assert line(started, "layers") == line(theirs, "layers")
     assert "dropout 0.25" in line(started, "vocabulary")
     assert f"from train.init_from: {imported}" in started
     with pytest.raises(TranslatorError, match="train.init_from: .*nope.pt: checkpoint not found"):
