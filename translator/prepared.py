@@ -103,7 +103,7 @@ def out_of_date(data: DataConfig, vocab_from: str | None = None) -> str:
         if change := source_change(data, manifest):
             return change
         diff = setting_changes(manifest.get("settings") or {}, shaping_settings(data, vocab_from))
-        return f"other data settings ({diff})" if diff else "other data settings"
+        return f"other data settings: {diff}" if diff else "other data settings"
     if change := cleaning_change(data, manifest):
         return change
     return file_damage(folder, manifest) or checksum_damage(folder, manifest)
