@@ -26,7 +26,7 @@ OS_ERROR_FIXES = {
     errno.EPERM: "check its permissions",
     errno.EROFS: "the file system is read-only: write elsewhere",
     errno.ENOSPC: "free some space",
-    errno.EDQUOT: "free some space (the disk quota is full)",
+    getattr(errno, "EDQUOT", errno.ENOSPC): "free some space (or raise the disk quota)",
 }
 
 
