@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import get_args
+from typing import TYPE_CHECKING, get_args
 from unicodedata import is_normalized
 
 import sacrebleu
 
-from translator.config import DataConfig
+from translator.config import DataConfig, DecodeConfig
 from translator.config.train import BleuTokenizer
 from translator.errors import TranslatorError
 from translator.files import atomic_write, read_aligned
@@ -23,6 +23,11 @@ from translator.translate import (
     translate_lines,
     with_overrides,
 )
+
+if TYPE_CHECKING:
+    from translator.model.ensemble import Ensemble
+    from translator.model.transformer import Transformer
+    from translator.rerank import Channel
 
 # ISO 639 codes other than the two-letter ones that sacreBLEU knows for its language tokenizers,
 # and country codes that corpora use as language suffixes (`train.jp`)
@@ -235,13 +240,7 @@ def run(
     if src_file is None or ref_file is None:
         src_file, ref_file = _split_files(cfg.data, split)
     sources, refs = _read_test_set(Path(src_file), Path(ref_file), cfg.data.nfc)
-    if warning := unspaced_warning(refs, cfg.data.tgt_lang, tokenize):
-        warn_stderr(warning)
-    if lc_tok and (_language(cfg.data.tgt_lang) in UNSPACED_LANGUAGES or unspaced_script(refs)):
-        warn_stderr(
-            "--lc-tok's BLEU tokenizes with 13a, as the Multi30k papers do, which splits only at "
-            "spaces: for this target, written without spaces between words, it is not a measure"
-        )
+    _warn_of_tokenizing(refs, cfg.data.tgt_lang, tokenize, lc_tok)
     hyp_path = Path(hyp_file) if hyp_file else default_hyp_file(ckpt, ref_file)
     if hyp_path.resolve() in (Path(src_file).resolve(), Path(ref_file).resolve()):
         raise TranslatorError(
@@ -272,18 +271,31 @@ def run(
     scores = score(hyps, refs, tgt_lang=cfg.data.tgt_lang, lc_tok=lc_tok, tokenize=tokenize)
     if required is not None:
         scores.terms = term_use(required, hyps, refs)
-    d = cfg.decode
+    scores.decoded = _decoded(cfg.decode, model, reranker)
+    return scores
+
+
+def _warn_of_tokenizing(refs: list[str], tgt_lang: str, tokenize: str, lc_tok: bool) -> None:
+    """Warn when BLEU's tokenizer splits the references at spaces they do not have."""
+    if warning := unspaced_warning(refs, tgt_lang, tokenize):
+        warn_stderr(warning)
+    if lc_tok and (_language(tgt_lang) in UNSPACED_LANGUAGES or unspaced_script(refs)):
+        warn_stderr(
+            "--lc-tok's BLEU tokenizes with 13a, as the Multi30k papers do, which splits only at "
+            "spaces: for this target, written without spaces between words, it is not a measure"
+        )
+
+
+def _decoded(d: DecodeConfig, model: Transformer | Ensemble, reranker: Channel | None) -> str:
+    """How the hypotheses were decoded, for the scores' `decoded:` line."""
     # a channel's candidates widen the search's beam (translate_lines)
     width = max(d.beam_size, reranker.candidates) if reranker is not None else d.beam_size
-    scores.decoded = (  # model_precision(model, ""): what it decoded in, not why
-        f"beam {width}, length penalty {d.length_penalty}, {model_precision(model, '')}"
-        + (
-            f", {reranker.candidates}-best reranked by a channel model at weight {reranker.weight}"
-            if reranker is not None
-            else ""
-        )
-    )
-    return scores
+    # model_precision(model, ""): what it decoded in, not why
+    how = f"beam {width}, length penalty {d.length_penalty}, {model_precision(model, '')}"
+    if reranker is None:
+        return how
+    channel = f"{reranker.candidates}-best reranked by a channel model at weight {reranker.weight}"
+    return f"{how}, {channel}"
 
 
 def default_hyp_file(ckpt: Checkpoints, ref_file: str | Path) -> Path:
