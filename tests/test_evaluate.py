@@ -607,11 +607,11 @@ def test_eval_refuses_a_split_beside_src_and_ref(prepared, tmp_path):
 
 
 def test_eval_quiet_draws_no_bar_even_on_a_terminal(prepared, tmp_path, capsys, monkeypatch):
-    from translator import stream
+    from translator import console
 
     # stderr a terminal to rich (for the bar's drawing) and to the live-bar check
     monkeypatch.setenv("TTY_COMPATIBLE", "1")
-    monkeypatch.setattr(stream, "live_terminal", lambda stream: True)
+    monkeypatch.setattr(console, "live_terminal", lambda stream: True)
     ckpt = str(save_tiny(prepared, tmp_path / "tiny.pt"))
     src, ref = tmp_path / "src.en", tmp_path / "ref.de"
     src.write_text("A dog.\nTwo dogs.\n"), ref.write_text("Ein Hund.\nZwei Hunde.\n")

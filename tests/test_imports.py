@@ -40,6 +40,7 @@ LAYERS = [
         "translator.fairseq_files",
         "translator.fairseq_settings",
     },
+    {"translator.console"},  # stderr: bars, warnings, log lines
     {"translator.vocab_source"},  # the SentencePiece model(s) prepare does not train
     {
         "translator.prepare",

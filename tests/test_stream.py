@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.conftest import SENTENCES, without_length_warnings
-from translator import stream, translate
+from translator import console, stream, translate
 from translator.data import split
 from translator.decode.sampling import Sampling
 from translator.errors import TranslatorError
@@ -278,7 +278,7 @@ def test_progress_bar_only_for_redirected_bulk_work_on_a_terminal(
     quiet, stdin, stdout, stderr, shown
 ):
     tty = lambda is_tty: SimpleNamespace(isatty=lambda: is_tty)  # noqa: E731
-    assert stream.show_progress(quiet, tty(stdin), tty(stdout), tty(stderr)) is shown
+    assert console.show_progress(quiet, tty(stdin), tty(stdout), tty(stderr)) is shown
 
 
 @pytest.mark.parametrize("env", ["FORCE_COLOR", "TTY_COMPATIBLE"])
@@ -287,7 +287,7 @@ def test_no_live_bar_in_a_log_with_colour_forced(tmp_path, monkeypatch, env):
     monkeypatch.setenv(env, "1")
     with open(tmp_path / "log", "w") as log:
         monkeypatch.setattr(sys, "stderr", log)
-        with stream.sentence_progress("translate", quiet=False) as progress:
+        with console.sentence_progress("translate", quiet=False) as progress:
             for done in range(0, 2001, 100):
                 progress(done, 2000)
     assert (tmp_path / "log").read_text() == ""

@@ -12,12 +12,13 @@ import sacrebleu
 
 from translator.config import DataConfig, DecodeConfig
 from translator.config.train import BleuTokenizer
+from translator.console import log, sentence_progress, warn_stderr
 from translator.errors import TranslatorError
 from translator.files import atomic_write, read_aligned
 from translator.loading import Checkpoints, checkpoint_list, load_channel, load_models
 from translator.prepared import prepared_dir, read_manifest
 from translator.prepared_files import check_files
-from translator.stream import compile_terms, log, model_precision, sentence_progress, warn_stderr
+from translator.stream import compile_terms, model_precision
 from translator.terminology import load_terms
 from translator.translate import (
     translate_lines,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TextIO
 
 from translator.config import DataConfig
+from translator.console import log, sentence_progress, show_progress, warn_stderr
 from translator.data.tokenizer import UNK_ID, Tokenizer
 from translator.decode.beam import length_penalty
 from translator.decode.forced import perplexity, target_log_probs
@@ -36,13 +37,7 @@ from translator.line_warnings import (
 from translator.loading import Checkpoints, load_models
 from translator.model.ensemble import Ensemble
 from translator.model.transformer import Transformer
-from translator.stream import (
-    log,
-    model_precision,
-    sentence_progress,
-    show_progress,
-    warn_stderr,
-)
+from translator.stream import model_precision
 from translator.translate import python_warning, source_text
 
 CHUNK_LINES = 2000  # pairs scored and written at a time
@@ -151,7 +146,7 @@ def run(
         log(f"score: {model_precision(model, dtype or cfg.decode.dtype)}")
     batch_tokens = batch_tokens or cfg.decode.batch_tokens
     count, total, tokens, too_long, overflowed, tabs = 0, 0.0, 0, 0, 0, 0
-    # a bar for bulk work only (stream.show_progress): files or piped stdin, scores to a file
+    # a bar for bulk work only (console.show_progress): files or piped stdin, scores to a file
     stdin = sys.stdin if src_file is None else None  # None: files
     show = show_progress(quiet, stdin, sys.stdout, sys.stderr)
     with sentence_progress("score", not show) as progress:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from translator.config import Config, DecodeConfig
+from translator.console import log as log_line
 from translator.data.tokenizer import Tokenizer
 from translator.device import DTYPE_NAMES
 from translator.errors import TranslatorError
@@ -40,7 +41,6 @@ from translator.model.inference import is_int8
 from translator.model.transformer import Transformer
 from translator.score import score_lines
 from translator.stream import compile_terms, model_precision
-from translator.stream import log as log_line
 from translator.terminology import Terms, load_terms
 from translator.translate import translate_lines, with_overrides
 

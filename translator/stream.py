@@ -6,17 +6,13 @@ translations written and flushed at once, a progress bar and warnings on stderr.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TextIO
 
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
 from translator.config import DataConfig, DecodeConfig
+from translator.console import advice_once, log, sentence_progress, show_progress, warn_stderr
 from translator.data.clean import source_text
-from translator.data.progress import StatsColumn, live_terminal
 from translator.data.tokenizer import UNK_ID, Tokenizer
 from translator.decode.sampling import Sampling
 from translator.device import describe
@@ -195,13 +191,7 @@ def translate_chunks(
             else:  # a long line's pieces are sentences of their own: done / total of the chunk
                 progress(lines_before + lines * done // max(total, 1), lines_expected)
 
-        prefixes, required = None, None
-        if prefix:
-            split = [line.partition("\t") for line in chunk]
-            chunk, prefixes = [source for source, _, _ in split], [text for _, _, text in split]
-        elif constraints:
-            fields = [line.split("\t") for line in chunk]
-            chunk, required = [f[0] for f in fields], [f[1:] for f in fields]
+        chunk, prefixes, required = _fields(chunk, prefix, constraints)
         if terms is not None:
             required = terms.added_to(required, chunk)
         for hyps in translate_lines(
@@ -221,17 +211,7 @@ def translate_chunks(
             constraints=required,
         ):
             with write_errors(output, "cannot write the translations"):
-                if nbest is None and alignment_layer is None:
-                    out.write(hyps[0][0] + "\n")
-                elif nbest is None:
-                    out.write(f"{hyps[0][0].replace(chr(9), ' ')}\t{hyps[0][2]}\n")
-                else:
-                    out.write(
-                        "".join(
-                            f"{count}\t{h[0].replace(chr(9), ' ')}\t{h[1]:.4f}{_tail(h)}\n"
-                            for h in hyps
-                        )
-                    )
+                out.write(_rows(hyps, count, nbest is not None, alignment_layer is not None))
             count += 1
         with write_errors(output, "cannot write the translations"):
             out.flush()
@@ -239,66 +219,31 @@ def translate_chunks(
     return count
 
 
+def _fields(
+    chunk: list[str], prefix: bool, constraints: bool
+) -> tuple[list[str], list[str] | None, list[list[str]] | None]:
+    """A chunk's lines -> their sources and, with `prefix`, each line's prefix (SOURCE<TAB>PREFIX,
+    split at the first TAB) or, with `constraints`, its phrases (SOURCE<TAB>PHRASE<TAB>...)."""
+    if prefix:
+        split = [line.partition("\t") for line in chunk]
+        return [source for source, _, _ in split], [text for _, _, text in split], None
+    if constraints:
+        fields = [line.split("\t") for line in chunk]
+        return [f[0] for f in fields], None, [f[1:] for f in fields]
+    return chunk, None, None
+
+
+def _rows(hyps: list[tuple], number: int, nbest: bool, aligned: bool) -> str:
+    """One line's output: its best text (TAB alignment) or, with `nbest`, a TSV row per hypothesis,
+    `number<TAB>text<TAB>score[<TAB>alignment]`. In the TSV forms a TAB inside a text becomes a
+    space; the plain text is written as it is."""
+    if not nbest and not aligned:
+        return hyps[0][0] + "\n"
+    if not nbest:
+        return f"{hyps[0][0].replace(chr(9), ' ')}{_tail(hyps[0])}\n"
+    return "".join(f"{number}\t{h[0].replace(chr(9), ' ')}\t{h[1]:.4f}{_tail(h)}\n" for h in hyps)
+
+
 def _tail(translation: tuple) -> str:
     """`<TAB>alignment` when the translation carries one, else nothing."""
     return f"\t{translation[2]}" if len(translation) > 2 else ""
-
-
-def show_progress(quiet: bool, stdin: TextIO | None, stdout: TextIO, stderr: TextIO) -> bool:
-    """A bar only for bulk work watched on a terminal: input (stdin, or files: None) and output
-    redirected, stderr a terminal.
-
-    Interactive input, or output on the same screen, would interleave with a live bar.
-    """
-    piped = stdin is None or not stdin.isatty()
-    return not quiet and stderr.isatty() and piped and not stdout.isatty()
-
-
-@contextmanager
-def sentence_progress(
-    label: str, quiet: bool, unit: str = "sentences"
-) -> Iterator[Callable[[int, int], None]]:
-    """A rich bar on stderr over decoded sentences or input lines (`unit`; count, rate, ETA)
-    -> its `progress(done, total)`.
-
-    Invisible when quiet, and when stderr is not a terminal (a log gets no bar). stdout is left
-    alone (not routed above the bar): it may carry the translations.
-    """
-    console = Console(stderr=True)
-    bar = Progress(
-        TextColumn(label),
-        BarColumn(),
-        TimeElapsedColumn(),
-        StatsColumn(),
-        TextColumn(unit),
-        console=console,
-        disable=quiet or not live_terminal(console.file),
-        transient=True,
-        redirect_stdout=False,
-    )
-    with bar:
-        task = bar.add_task(label, total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total, bar=True)
-
-
-def advice_once(warn: Callable[[str], None]) -> Callable[[str], None]:
-    """`warn`, but a warning's advice (what follows its last "; ", such as how to avoid <unk>)
-    is given the first time only: a long stream repeats its warnings per chunk."""
-    given: set[str] = set()
-
-    def once(message: str) -> None:
-        what, _, advice = message.rpartition("; ")
-        if what and advice in given:
-            message = f"{what} (see above)"
-        given.add(advice)
-        warn(message)
-
-    return once
-
-
-def warn_stderr(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr)
