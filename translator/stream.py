@@ -1,6 +1,6 @@
 """The `translate` command's streams: stdin read as it arrives (input_lines.py), each chunk's
-translations written and flushed at once, a progress bar and warnings on stderr. The translating is
-`translate.py`'s.
+translations written and flushed at once, a progress bar and warnings on stderr (console.py). The
+translating is `translate.py`'s.
 """
 
 from __future__ import annotations
