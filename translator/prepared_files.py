@@ -1,6 +1,6 @@
 """Whether a prepared directory is intact: every file at the size prepare wrote (checked at each
-open, a stat per file) and at the sha256 it recorded (checked when training starts, rehashing only
-what was written since the last match)."""
+open, a stat per file) and at the sha256 it recorded (checked when training starts and when prepare
+runs again, rehashing only what was written since the last match)."""
 
 from __future__ import annotations
 
