@@ -20,10 +20,7 @@ from translator.prepared import prepared_dir, read_manifest
 from translator.prepared_files import check_files
 from translator.stream import compile_terms, model_precision
 from translator.terminology import load_terms
-from translator.translate import (
-    translate_lines,
-    with_overrides,
-)
+from translator.translate import search_beam, translate_lines, with_overrides
 
 if TYPE_CHECKING:
     from translator.model.ensemble import Ensemble
@@ -289,10 +286,9 @@ def _warn_of_tokenizing(refs: list[str], tgt_lang: str, tokenize: str, lc_tok: b
 
 def _decoded(d: DecodeConfig, model: Transformer | Ensemble, reranker: Channel | None) -> str:
     """How the hypotheses were decoded, for the scores' `decoded:` line."""
-    # a channel's candidates widen the search's beam (translate_lines)
-    width = max(d.beam_size, reranker.candidates) if reranker is not None else d.beam_size
     # model_precision(model, ""): what it decoded in, not why
-    how = f"beam {width}, length penalty {d.length_penalty}, {model_precision(model, '')}"
+    beam = search_beam(d.beam_size, channel=reranker)  # a channel's candidates widen it
+    how = f"beam {beam}, length penalty {d.length_penalty}, {model_precision(model, '')}"
     if reranker is None:
         return how
     channel = f"{reranker.candidates}-best reranked by a channel model at weight {reranker.weight}"

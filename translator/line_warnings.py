@@ -5,6 +5,8 @@ Lines are numbered from 1 as the user's file counts them; ten are named, the res
 
 from __future__ import annotations
 
+from translator.errors import counted
+
 # fp16 above all (CUDA's auto dtype on GPUs without bf16): activations past 65,504 overflow
 NOT_FINITE = (
     "the model's scores are not finite (NaN or inf: it overflows in this precision), so the "
@@ -65,7 +67,7 @@ def target_unk_message(counts: dict[int, int], shown: int = 10) -> str:
 def _unknown(counts: dict[int, int], what: str, where: str, shown: int) -> str:
     total = sum(counts.values())
     lines = line_list(sorted(counts), shown)
-    return f"{total} {what}{'s' if total != 1 else ''} {where} {lines}; {BYTE_FALLBACK}"
+    return f"{counted(total, what)} {where} {lines}; {BYTE_FALLBACK}"
 
 
 def length_message(lines: list[int], capped: bool = False, shown: int = 10) -> str:

@@ -62,6 +62,11 @@ def length_batches(lengths: list[int], batch_tokens: int) -> Iterator[list[int]]
         yield batch
 
 
+def search_beam(beam_size: int, nbest: int = 1, channel: Channel | None = None) -> int:
+    """The beam a search runs at: the widest of --beam, --nbest and a channel's candidates."""
+    return max(beam_size, nbest, channel.candidates if channel else 0)
+
+
 def python_warning(message: str) -> None:
     """translate_lines' warnings for a Python caller: UserWarnings, which the caller's filters
     govern (the commands print them as `warning:` lines instead), pointing at the caller's line
@@ -139,7 +144,7 @@ def translate_lines(
         owner,
         data,
         model.cfg.max_positions - 1,
-        max(decode.beam_size, nbest),  # the search's beam
+        search_beam(decode.beam_size, nbest),
         sampling is not None,
         warn,
         first_line,
@@ -272,7 +277,7 @@ def _check_request(
             "--alignments",
             "leave out --channel to print alignments",
         )
-    width = 1 if sampling else max(beam_size, nbest, channel.candidates if channel else 0)
+    width = 1 if sampling else search_beam(beam_size, nbest, channel)
     if width > model.cfg.vocab_size:
         raise TranslatorError(
             f"a beam of {width} is wider than the vocabulary ({model.cfg.vocab_size} tokens)",

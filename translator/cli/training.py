@@ -15,7 +15,7 @@ from translator.cli.options import (
     load_config,
 )
 from translator.cli.stdout import print_result, require_stdout
-from translator.errors import TranslatorError
+from translator.errors import TranslatorError, counted
 
 
 def prepare(
@@ -108,7 +108,7 @@ def average(
         )
     paths = averaging.latest_steps(ckpts[0], last) if last is not None else ckpts
     count = averaging.average([str(p) for p in paths], out)
-    typer.echo(f"averaged {count} checkpoint{'s' if count != 1 else ''} into {out}")
+    typer.echo(f"averaged {counted(count, 'checkpoint')} into {out}")
 
 
 def info(
