@@ -16,6 +16,7 @@ LAYERS = [
         "translator.line_warnings",
         "translator.versions",
     },
+    {"translator.bleu"},  # sacreBLEU and chrF: eval and validation score with it
     {"translator.data"},
     {"translator.model"},
     {"translator.decode"},

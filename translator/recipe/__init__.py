@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from translator import averaging, checkpoint, evaluate, prepare
+from translator import averaging, checkpoint, prepare
+from translator.bleu import Scores
 from translator.config import Config
 from translator.errors import TranslatorError
 from translator.recipe.choose import (
@@ -157,7 +158,7 @@ def score_chosen_on_test(run_dir: Path, quiet: bool) -> dict[str, Any]:
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "git": git_state(),
     }
-    valid = {name: evaluate.Scores(**scores) for name, scores in manifest["valid"].items()}
+    valid = {name: Scores(**scores) for name, scores in manifest["valid"].items()}
     write_results(run_dir, manifest, valid, manifest["chosen"], test)
     return manifest
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from translator import checkpoint, evaluate
+from translator.bleu import Scores
 
 # the channel model's weights tried on valid (translator/rerank.py); the plain search competes too
 CHANNEL_WEIGHTS = (0.1, 0.2, 0.3, 0.5)
@@ -42,16 +43,14 @@ def stage(seconds: dict[str, float], name: str) -> Iterator[None]:
 
 def choose_on_valid(
     run_dir: Path, seconds: dict[str, float], quiet: bool, score_test: bool = True
-) -> tuple[dict[str, evaluate.Scores], str, evaluate.Scores | None]:
+) -> tuple[dict[str, Scores], str, Scores | None]:
     """Score avg.pt and best.pt on valid; the better one (avg.pt on a tie), and only it, on test."""
     with stage(seconds, "eval_valid"):
         valid, chosen = avg_or_best(run_dir, "", quiet)
     return valid, chosen, on_test(run_dir, chosen, seconds, quiet) if score_test else None
 
 
-def avg_or_best(
-    run_dir: Path, model_dir: str, quiet: bool
-) -> tuple[dict[str, evaluate.Scores], str]:
+def avg_or_best(run_dir: Path, model_dir: str, quiet: bool) -> tuple[dict[str, Scores], str]:
     """One model's avg.pt and best.pt (in run_dir/model_dir, model_dir "" or "member-1/") scored
     on valid, and the better one (avg.pt on a tie). A best.pt with avg.pt's weights (`--average
     1` kept the last checkpoint, and it was the best) is not decoded again: it gets avg.pt's
@@ -69,10 +68,10 @@ def ensemble_on_valid(
     seconds: dict[str, float],
     quiet: bool,
     score_test: bool = True,
-) -> tuple[dict[str, evaluate.Scores], list[str], evaluate.Scores | None]:
+) -> tuple[dict[str, Scores], list[str], Scores | None]:
     """Each member keeps avg.pt or best.pt by valid BLEU; the ensemble of those on valid (and,
     only it, on test)."""
-    valid: dict[str, evaluate.Scores] = {}
+    valid: dict[str, Scores] = {}
     chosen = []
     with stage(seconds, "eval_valid"):
         for member_dir in member_dirs:
@@ -90,7 +89,7 @@ def rerank_on_valid(
     seconds: dict[str, float],
     quiet: bool,
     score_test: bool = True,
-) -> tuple[dict[str, evaluate.Scores], Chosen, evaluate.Scores | None]:
+) -> tuple[dict[str, Scores], Chosen, Scores | None]:
     """The direct model(s) keep their checkpoints as without a channel; the channel model keeps
     avg.pt or best.pt by its own valid BLEU; then each of CHANNEL_WEIGHTS reranks the direct
     search's n-best on valid, and the best of those and of the plain search (only it) is scored
@@ -113,15 +112,13 @@ def rerank_on_valid(
     return valid, chosen, on_test(run_dir, chosen, seconds, quiet) if score_test else None
 
 
-def on_test(
-    run_dir: Path, chosen: Chosen, seconds: dict[str, float], quiet: bool
-) -> evaluate.Scores:
+def on_test(run_dir: Path, chosen: Chosen, seconds: dict[str, float], quiet: bool) -> Scores:
     """The chosen checkpoint(s) scored on the test split, timed as seconds["eval_test"]."""
     with stage(seconds, "eval_test"):
         return score(run_dir, chosen, "test", quiet)
 
 
-def score(run_dir: Path, chosen: Chosen, split: str, quiet: bool) -> evaluate.Scores:
+def score(run_dir: Path, chosen: Chosen, split: str, quiet: bool) -> Scores:
     """`translator eval CKPT --split SPLIT --lc-tok`, hypotheses to run_dir/SPLIT.CKPT-STEM.hyp
     (a member's beside it, SPLIT.ensemble.hyp for a list of checkpoints: the ensemble); with a
     channel model `... --channel C --channel-weight W`, to SPLIT.CKPT-STEM.channel-W.hyp."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from translator import evaluate
+from translator.bleu import Scores
 from translator.config import Config
 from translator.data.corpus import source_files
 from translator.data.tokenizer import sha256_file
@@ -88,9 +88,9 @@ def hardware() -> dict[str, Any]:
 def write_results(
     run_dir: Path,
     manifest: dict[str, Any],
-    valid: dict[str, evaluate.Scores],
+    valid: dict[str, Scores],
     chosen: Chosen,
-    test: evaluate.Scores | None,
+    test: Scores | None,
 ) -> None:
     """scores.txt (what eval prints, for each checkpoint scored) and recipe.json, atomically."""
     lines = [f"valid, {name}:\n  " + "\n  ".join(s.lines()) for name, s in valid.items()]

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import torch
 
+from translator.bleu import unspaced_warning
 from translator.config import dump, to_dict
 from translator.decode.forced import perplexity
-from translator.evaluate import unspaced_warning
 from translator.files import atomic_write, read_lines
 from translator.model.transformer import count_parameters
 from translator.prepared import cleaning_change, load_manifest, prepared_dir, source_change

@@ -8,11 +8,11 @@ from pathlib import Path
 import torch
 
 from translator import prepare
+from translator.bleu import bleu_metric
 from translator.checkpoint import fit_weights
 from translator.config import Config, ModelConfig
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
-from translator.evaluate import bleu_metric
 from translator.model.transformer import Transformer
 from translator.prepared import data_vocab_from, load_manifest, prepared_dir, tokenizer_of
 from translator.train import distributed, finetune

@@ -1,6 +1,6 @@
 """Validation: loss and perplexity of the valid split, then BLEU/chrF of its decoded sources.
 
-Decoding and scoring go through `translate.translate_lines` and `evaluate.score`, the code the
+Decoding and scoring go through `translate.translate_lines` and `bleu.score`, the code the
 `eval` command uses. A validation BLEU is what `eval --split valid` reports for the same checkpoint
 only where both decode alike: by default validation decodes the first train.valid_bleu_sentences
 sentences with train.valid_beam_size (greedy in the recipes), under training's autocast, where
@@ -17,12 +17,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from translator.bleu import score
 from translator.config import Config
 from translator.data.batching import make_batch, token_batches
 from translator.data.shards import TokenArray
 from translator.data.tokenizer import PAD_ID, Tokenizer
 from translator.decode.forced import perplexity
-from translator.evaluate import score
 from translator.files import read_lines
 from translator.model.transformer import Transformer
 from translator.prepared import prepared_dir
