@@ -11,13 +11,12 @@ from __future__ import annotations
 import math
 import signal
 import sys
-import threading
 import time
 from contextlib import nullcontext, suppress
 
 import torch
 
-from translator.config import Config, TrainConfig
+from translator.config import Config
 from translator.data.batching import Batch
 from translator.errors import TranslatorError, error_line
 from translator.model.transformer import Transformer
@@ -32,7 +31,13 @@ from translator.train.report import Throughput, log_last_window, log_update, sta
 from translator.train.schedule import budget_progress, learning_rate
 from translator.train.session import Session, evaluate_and_save, save
 from translator.train.startup import setup
-from translator.train.state import TrainState
+from translator.train.stopping import (
+    StopRequest,
+    limit_reached,
+    signal_received,
+    stopped_line,
+    unsaved,
+)
 
 
 def loss_sums(
@@ -92,25 +97,6 @@ def train_step(
     return loss_total, nll_total, grad_norm, ok
 
 
-def _limit_reached(
-    state: TrainState, t: TrainConfig, seconds: float, deadline: float
-) -> str | None:
-    """The limit that ends the run before its next update, if one is reached.
-
-    Checked before the first update too: a rerun of a run that stopped early or spent its
-    minutes does nothing (the same on all ranks: `seconds` is their average).
-    """
-    if state.step >= t.max_updates:
-        return "max_updates"
-    if t.max_epochs and state.epoch >= t.max_epochs:
-        return "max_epochs"
-    if t.patience and state.bad_evals >= t.patience:
-        return "early stopping"
-    if seconds > deadline:
-        return "max_minutes"
-    return None
-
-
 def _update(
     s: Session,
     group: list[Batch],
@@ -133,67 +119,6 @@ def _update(
     window.tokens += tokens
     log_update(s, loss, nll, tokens, grad_norm, ok, lr, window)
     divergence.after_update(s, ok)
-
-
-def _stopped_line(state: TrainState, reason: str) -> str:
-    """The log's last line: where and why the run stopped, and what it skipped."""
-    line = f"stopped at update {state.step} ({reason}); {state.skipped_steps} updates skipped"
-    if state.oom_splits or state.oom_skipped:
-        line += (
-            f"; out of memory: {state.oom_splits} batches split, {state.oom_skipped} sentences "
-            "skipped"
-        )
-    return line + (WAY_ON if reason == "early stopping" else "")
-
-
-# early stopping's stop (and a rerun of it) says how to go on: the counter is checked against the
-# current train.patience, so raising it resumes the run
-WAY_ON = "; to train on, raise train.patience (the run resumes) or use a new train.run_dir"
-
-
-class StopRequest:
-    """Ctrl-C / SIGTERM set a flag; the loop saves after the current update and exits.
-
-    A second Ctrl-C raises KeyboardInterrupt at once (nothing saved; `run` says what last.pt
-    holds).
-    """
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.signum = signal.SIGINT  # the one received (another process's under DDP: Ctrl-C's)
-        self.previous = {}
-        # signal handlers live in the main thread
-        if threading.current_thread() is threading.main_thread():
-            self.previous = {
-                sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)
-            }
-
-    def _handle(self, signum, frame) -> None:
-        if self.requested and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.requested, self.signum = True, signum
-
-    def seen(self) -> bool:
-        """Whether a stop was requested (what validation checks between its batches)."""
-        return self.requested
-
-    def restore(self) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-
-
-def unsaved(s: Session) -> str:
-    """What a stop without saving leaves: the updates lost, and the one a rerun resumes from."""
-    step, saved, last = s.state.step, s.saved_step, s.run_dir / "last.pt"
-    if step == saved:  # stopped inside the update after the save
-        lost = ""
-    elif step == saved + 1:
-        lost = f"update {step} not saved; "
-    else:
-        lost = f"updates {saved + 1}-{step} not saved; "
-    if not last.is_file():
-        return lost + "no checkpoint saved yet (a rerun starts over)"
-    return lost + f"{last} holds update {saved} (rerun to resume from there)"
 
 
 def run(cfg: Config, quiet: bool = False) -> Transformer:
@@ -228,10 +153,10 @@ def _run(cfg: Config, quiet: bool) -> Transformer:
             if evaluate_and_save(s, stop.seen) == "interrupted":
                 reason = "interrupted"
         if reason == "interrupted":
-            stop.signum = _signal_received(s, stop)
+            stop.signum = signal_received(s, stop)
             save(s, best=False, validated=False)  # last.pt: no step-N.pt for averaging
             s.metrics.line(f"interrupted: saved {s.run_dir / 'last.pt'} at update {state.step}")
-        s.metrics.line(_stopped_line(state, reason))
+        s.metrics.line(stopped_line(state, reason))
     except KeyboardInterrupt:  # a second Ctrl-C, mid-update or mid-save: nothing more is saved
         reason = "interrupted"
         if s.dist.main:
@@ -277,7 +202,7 @@ def _train(s: Session, data: TrainBatches, stop: StopRequest, manifest: RunManif
         window.start = time.time()
     while True:
         data.roll(state)
-        if limit := _limit_reached(state, t, seconds, deadline):
+        if limit := limit_reached(state, t, seconds, deadline):
             break
         group = data.take(state, t.grad_accum_steps)
         _update(s, group, seconds, deadline, window, divergence)
@@ -328,10 +253,3 @@ def _validation_owed(s: Session) -> str:
     if state.step % t.eval_every == 0:
         return f"validating update {state.step}, which a stop left unvalidated"
     return ""
-
-
-def _signal_received(s: Session, stop: StopRequest) -> int:
-    """The signal that stopped the run, alike on every process (torchrun reports rank 0's exit
-    code, and SIGTERM may have reached another rank alone): SIGTERM over Ctrl-C when both came."""
-    (signum,) = distributed.max_all(s.dist, [float(stop.signum if stop.requested else 0)])
-    return int(signum) or signal.SIGINT

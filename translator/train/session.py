@@ -174,7 +174,7 @@ def evaluate_and_save(s: Session, stop: Callable[[], bool] = lambda: False) -> s
             patience = s.cfg.train.patience
             stop_now = float(bool(patience and state.bad_evals >= patience))
     # rank 0's verdict and early stopping's counters, on every process (the others add 0): a
-    # process that kept its own would disagree on _limit_reached (fine-tuning's update 0)
+    # process that kept its own would disagree on limit_reached (fine-tuning's update 0)
     stop_now, abandoned, finite, bad_evals, best_bleu, best_loss = sum_all(
         s.dist,
         [
