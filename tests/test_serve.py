@@ -3,6 +3,7 @@ refusals as 4xx JSON, and the command's start and SIGTERM."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -241,6 +242,28 @@ def test_lengths_that_could_misread_a_body_are_refused(server, headers, status, 
     assert answer.startswith(b"HTTP/1.1 " + status) and message in answer
 
 
+@pytest.mark.parametrize(
+    "request_line, status, message",
+    [
+        (b"TRACE /health HTTP/1.1", b"405", b"/health takes GET"),
+        (b"FOO /translate HTTP/1.1", b"405", b"/translate takes POST"),
+        (b"FOO /nowhere HTTP/1.1", b"404", b"no such path"),
+        (b"GARBAGE", b"400", b"Bad request syntax"),
+        (b"GET /health HTTP/2.0", b"505", b"Invalid HTTP version"),
+        (b"GET /" + b"a" * 70_000 + b" HTTP/1.1", b"414", b"URI Too Long"),
+    ],
+)
+def test_what_http_server_refuses_itself_is_answered_in_json(server, request_line, status, message):
+    """Unknown methods and malformed request lines: a status line and {"error": ...}, as our own
+    refusals, not http.server's HTML page (or, for a malformed line, no status line at all)."""
+    answer = raw_request(server, request_line + b"\r\nHost: x\r\n\r\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 " + status) and b"application/json" in head
+    assert message in json.loads(body)["error"].encode()
+    if status == b"405":
+        assert b"\r\nAllow: " in head
+
+
 def test_a_body_shorter_than_its_length_times_out(server, monkeypatch):
     monkeypatch.setattr(http_request.Handler, "timeout", 1)
     answer = raw_request(
@@ -324,6 +347,52 @@ def test_a_stop_lets_requests_being_answered_finish_and_refuses_new_ones():
     request.join(30)
     serving.join(30)
     assert not serving.is_alive() and answers == [(200, {"done": True})]
+
+
+# A server as `translator serve` runs one: the CLI's SIGTERM handler, the work on one
+# ThreadPoolExecutor thread (serve.Translator's model thread), which Python joins at exit
+SLOW_SERVER = """
+import signal, sys, time
+from concurrent.futures import ThreadPoolExecutor
+from translator import http_api
+from translator.cli import _terminate
+
+signal.signal(signal.SIGTERM, _terminate)
+model = ThreadPoolExecutor(1)
+slow = lambda body, left: model.submit(time.sleep, 60).result() or {}
+httpd = http_api.JsonServer("127.0.0.1", 0, {("POST", "/slow"): slow}, log=None)
+print(httpd.server_address[1], flush=True)
+httpd.serve_until_stopped(60)
+"""
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_second_signal_stops_the_server_at_once(signum, code):
+    """The first signal drains (the slow request would be answered); the second one ends the
+    process without waiting for the work in hand (it used to wait for the decoding to end)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_SERVER], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        url = f"http://127.0.0.1:{int(proc.stdout.readline())}"
+
+        def ask() -> None:
+            with contextlib.suppress(OSError):  # its connection is dropped
+                call(url + "/slow", {})
+
+        threading.Thread(target=ask, daemon=True).start()
+        time.sleep(1)  # the request is in hand
+        proc.send_signal(signum)
+        time.sleep(1)
+        assert proc.poll() is None  # draining: the first signal waits for the request
+        began = time.monotonic()
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert time.monotonic() - began < 10 and proc.returncode == code
+    assert b"stopped at once by a second signal; 1 request not answered" in err
+    assert b"Traceback" not in err
 
 
 def test_an_overflowing_model_s_scores_are_null_in_valid_json_with_a_warning(tiny):

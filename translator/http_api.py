@@ -18,14 +18,17 @@ request's reading, routing and answer are http_request.py's.
 from __future__ import annotations
 
 import errno
+import os
+import signal
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable
 from http.server import ThreadingHTTPServer
-from typing import Any
+from typing import Any, NoReturn
 
+from translator.errors import counted
 from translator.http_request import Handler
 
 FD_PAUSE_SECONDS = 0.1  # out of file descriptors: how long accept() waits before trying again
@@ -125,7 +128,8 @@ class JsonServer(ThreadingHTTPServer):
         self, drain_seconds: float, stop: threading.Event | None = None
     ) -> None:
         """Serve from a thread of its own until Ctrl-C or SIGTERM (raised in this, the main
-        thread) or `stop`; then drain, still accepting (new requests get 503), and close."""
+        thread) or `stop`; then drain, still accepting (new requests get 503), and close. A
+        second signal while draining ends the process at once (stop_at_once)."""
         stop = stop or threading.Event()
         serving = threading.Thread(target=self.serve_forever, daemon=True)
         serving.start()
@@ -133,7 +137,10 @@ class JsonServer(ThreadingHTTPServer):
             while not stop.wait(0.5):  # the signal handlers run between waits
                 pass
         finally:
-            self.drain(drain_seconds)
+            try:
+                self.drain(drain_seconds)
+            except (KeyboardInterrupt, SystemExit) as again:
+                stop_at_once(again, self.busy)
             self.shutdown()
             self.server_close()
 
@@ -143,3 +150,17 @@ class JsonServer(ThreadingHTTPServer):
         with self.changed:
             self.closing = True
             return self.changed.wait_for(lambda: self.busy == 0, timeout=seconds)
+
+
+def stop_at_once(signal_exit: KeyboardInterrupt | SystemExit, busy: int) -> NoReturn:
+    """End the process now with the signal's exit code (130 or 143), dropping the requests being
+    answered. A normal exit would first wait for them: Python joins a ThreadPoolExecutor's threads
+    at exit, and the route's work (a decoding) runs on one."""
+    code = signal_exit.code if isinstance(signal_exit, SystemExit) else 128 + signal.SIGINT
+    print(
+        f"serve: stopped at once by a second signal; {counted(busy, 'request')} not answered",
+        file=sys.stderr,
+        flush=True,
+    )
+    sys.stdout.flush()
+    os._exit(code if isinstance(code, int) else 1)

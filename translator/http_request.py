@@ -64,6 +64,9 @@ class RequestClock(socket.SocketIO):
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: a client sends many requests on one socket
     server_version = f"translator/{__version__}"  # the Server header, without Python's version
+    # what a refusal of a malformed request line is sent as: HTTP/0.9, http.server's default,
+    # has no status line or headers
+    default_request_version = "HTTP/1.0"
     timeout = IDLE_SECONDS
     server: JsonServer
     body_unread = False  # a refusal then closes with a linger (`finish`)
@@ -226,7 +229,24 @@ class Handler(BaseHTTPRequestHandler):
             return False
         return super().handle_expect_100()
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (a malformed request line, a line or headers over its
+        limits, an unknown method) in JSON, as ours are, not its HTML page; an unknown method
+        gets what PUT gets (405 and Allow, or 404 for an unknown path)."""
+        if code == HTTPStatus.NOT_IMPLEMENTED and self.command:
+            self._answer(self.command)
+            return
+        self.log_error("code %d, message %s", code, message)  # one line, as before
+        status = HTTPStatus(code)
+        self._write(self.command or "", "", status, {"error": message or status.phrase})
+
     def _send(self, method: str, path: str, status: HTTPStatus, reply: dict, start: float) -> None:
+        status_text = self._write(method, path, status, reply)
+        if self.server.log is not None:
+            self.server.log(f"{method} {path} {status_text} {time.perf_counter() - start:.3f}s")
+
+    def _write(self, method: str, path: str, status: HTTPStatus, reply: dict) -> str:
+        """Send the answer -> its status as the log line says it."""
         body = json.dumps(reply, ensure_ascii=False).encode()
         # after a refusal the request's body may be unread: it must not be taken for the next
         self.close_connection = self.close_connection or status != HTTPStatus.OK
@@ -245,11 +265,8 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
-            status_text = f"{status.value}, not delivered: the client left"
-        else:
-            status_text = str(status.value)
-        if self.server.log is not None:
-            self.server.log(f"{method} {path} {status_text} {time.perf_counter() - start:.3f}s")
+            return f"{status.value}, not delivered: the client left"
+        return str(status.value)
 
     def log_request(self, code: Any = "-", size: Any = "-") -> None:
         pass  # `_send` logs each request once, with its time
