@@ -410,3 +410,51 @@ def test_config_keys_left_out_take_marian_configs_defaults(opus, tmp_path):
     defaults = transformers.MarianConfig()
     assert cfg.model.max_positions == defaults.max_position_embeddings
     assert cfg.model.activation == {"gelu": "gelu", "swish": "silu"}[defaults.activation_function]
+
+
+def test_a_hub_model_is_read_from_the_hugging_face_cache(opus, tmp_path, monkeypatch):
+    """hf:NAME goes through huggingface_hub's snapshot_download: offline (HF_HUB_OFFLINE, as the
+    tests run), a model in the cache imports as its directory does."""
+    from huggingface_hub import constants
+
+    snapshot = tmp_path / "hub" / "models--someone--opus-mt-en-de" / "snapshots" / "abc123"
+    snapshot.parent.mkdir(parents=True)
+    copy_opus(opus[0], snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("abc123")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    marian.import_marian("hf:someone/opus-mt-en-de", tmp_path / "hub.pt")
+    marian.import_marian(opus[0], tmp_path / "local.pt")
+    hub, local = checkpoint.load(tmp_path / "hub.pt")[0], checkpoint.load(tmp_path / "local.pt")[0]
+    assert all(
+        torch.equal(a, b) for a, b in zip(hub.state_dict().values(), local.state_dict().values())
+    )
+    with pytest.raises(TranslatorError, match="cannot download hub model 'someone/other'") as err:
+        marian.import_marian("hf:someone/other", tmp_path / "other.pt")  # not in the cache
+    assert "HF_HUB_OFFLINE is set" in err.value.fix and not (tmp_path / "other.pt").exists()
+
+
+@pytest.mark.parametrize(
+    "given, fix",
+    [
+        ("Helsinki-NLP/opus-mt-en-de", "give hf:Helsinki-NLP/opus-mt-en-de"),
+        ("https://huggingface.co/Helsinki-NLP/opus-mt-en-de", "give hf:Helsinki-NLP/opus-mt-en-de"),
+        ("no-such-model", "give the directory of a MarianMT model"),
+    ],
+)
+def test_a_missing_directory_says_so_and_points_a_hub_name_to_hf(given, fix, tmp_path):
+    with pytest.raises(TranslatorError, match="no such directory") as err:
+        marian.import_marian(given, tmp_path / "x.pt")
+    assert fix in err.value.fix and err.value.where == given
+
+
+@pytest.mark.parametrize("model_type", ["bart", "mbart", "t5"])
+def test_a_model_other_than_marian_is_refused_by_its_type(opus, tmp_path, model_type):
+    """BART-like models load into Marian's names but have layers Marian has not
+    (layernorm_embedding, learned positions): imported, they would score wrongly."""
+    root = copy_opus(opus[0], tmp_path / model_type)
+    config = json.loads((root / "config.json").read_text())
+    (root / "config.json").write_text(json.dumps({**config, "model_type": model_type}))
+    with pytest.raises(TranslatorError, match=f"a '{model_type}' model, not MarianMT"):
+        marian.import_marian(root, tmp_path / "x.pt")
+    assert not (tmp_path / "x.pt").exists()

@@ -38,6 +38,7 @@ from translator.fairseq_layers import layer_weights
 from translator.marian_files import (
     DAMAGED,
     is_count,
+    model_directory,
     read_json,
     read_spm,
     read_vocab,
@@ -99,16 +100,16 @@ def import_marian(
     src_lang: str | None = None,
     tgt_lang: str | None = None,
 ) -> Config:
-    """Read a MarianMT directory and write an equivalent translator checkpoint to `out`; the
-    languages default to the directory's tokenizer_config.json."""
-    directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
-        raise TranslatorError(
-            "is a file, not a model directory",
-            str(directory),
-            "give the directory the MarianMT model was saved to, with config.json and weights",
-        )
+    """Read a MarianMT directory (or `hf:NAME`, a hub model, downloaded) and write an equivalent
+    translator checkpoint to `out`; the languages default to its tokenizer_config.json."""
+    directory = model_directory(directory)
     hf = read_json(directory / "config.json")
+    if hf.get("model_type", "marian") != "marian":  # BART, mBART, T5...: other layers, other names
+        raise TranslatorError(
+            f"a {hf['model_type']!r} model, not MarianMT",
+            str(directory / "config.json"),
+            "import-hf reads MarianMT (OPUS-MT) models only",
+        )
     vocab = read_vocab(directory / "vocab.json")
     shared = hf.get("share_encoder_decoder_embeddings", True)
     target_vocab = vocab if shared else read_vocab(directory / "target_vocab.json")

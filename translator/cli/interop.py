@@ -56,12 +56,13 @@ def export(
 
 def import_hf(
     directory: Annotated[
-        Path,
+        str,
         typer.Argument(
             help=(
                 "A MarianMT model saved in Hugging Face format "
                 "(config.json, weights, source.spm, target.spm, vocab.json), "
-                "e.g. an OPUS-MT download."
+                "e.g. an OPUS-MT download; or hf:NAME, a hub model, downloaded "
+                "(needs internet)."
             ),
             show_default=False,
         ),
@@ -90,6 +91,8 @@ def import_hf(
 
     \b
     Example: translator import-hf opus-mt-en-de -o runs/opus-en-de.pt
+    From the hub: translator import-hf hf:Helsinki-NLP/opus-mt-en-de \\
+      -o runs/opus-en-de.pt
     """
     from translator import marian
 

@@ -176,7 +176,7 @@ def _load_hub(source: str, split: str, bars: bool):
                 source,
                 "map ours with --set data.splits.NAME=THEIRS",
             ) from None
-        offline = [v for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if _env_on(v)]
+        offline = [v for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if env_on(v)]
         fix = "a hub source needs internet; offline, give a local path with --data PATH"
         if offline:  # the hub may well be reachable: the environment forbids asking it
             fix = f"{' and '.join(offline)} set: unset it to download, or give --data PATH"
@@ -185,5 +185,6 @@ def _load_hub(source: str, split: str, bars: bool):
         datasets.disable_progress_bars()
 
 
-def _env_on(name: str) -> bool:
+def env_on(name: str) -> bool:
+    """Whether an environment flag (HF_HUB_OFFLINE...) is set to a true value."""
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
