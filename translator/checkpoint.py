@@ -222,6 +222,8 @@ def _open(path: str | Path, mmap: bool) -> dict[str, Any]:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as err:  # torch raises many kinds for a corrupt file
+        if _pickles_fairseq_settings(path):  # refused by weights_only, not damaged
+            raise TranslatorError(FAIRSEQ, str(path), IMPORT_FAIRSEQ) from None
         raise TranslatorError(
             f"not a readable checkpoint ({type(err).__name__}: cut short, damaged or not PyTorch)",
             str(path),
@@ -235,12 +237,34 @@ def _open(path: str | Path, mmap: bool) -> dict[str, Any]:
             "upgrade translator (pip install -U, or git pull and make install) to read it",
         )
     if not isinstance(payload, dict) or made not in FORMATS or _partial(payload):
+        if isinstance(payload, dict) and "model" in payload and {"args", "cfg"} & payload.keys():
+            raise TranslatorError(FAIRSEQ, str(path), IMPORT_FAIRSEQ)
+        if isinstance(payload, dict) and payload and all(map(torch.is_tensor, payload.values())):
+            raise TranslatorError(
+                "weights alone (a state dict, as Hugging Face's pytorch_model.bin), not a "
+                "translator checkpoint",
+                str(path),
+                "import the model they belong to; MarianMT: `translator import-hf DIRECTORY`",
+            )
         raise TranslatorError(
             "not a translator checkpoint",
             str(path),
-            "give a .pt file written by `translator train` or `translator import-hf`",
+            "give a .pt file written by `translator train`, `import-hf` or `import-fairseq`",
         )
     return payload
+
+
+FAIRSEQ = "a fairseq checkpoint, not a translator one"
+IMPORT_FAIRSEQ = "import it first: translator import-fairseq CKPT --dicts DIR --spm MODEL -o OUT"
+
+
+def _pickles_fairseq_settings(path: Path) -> bool:
+    """Whether the file's pickle (read as bytes, nothing unpickled) names fairseq's classes or the
+    argparse Namespace that fairseq's checkpoints keep their settings in. OpenNMT-py keeps a
+    Namespace too, beside its own (`onmt`) classes: that is not fairseq."""
+    with open(path, "rb") as file:
+        head = file.read(1 << 20)  # the pickle comes first (data.pkl, a zip's first entry)
+    return b"onmt" not in head and (b"fairseq" in head or b"argparse\nNamespace" in head)
 
 
 def _partial(payload: dict) -> bool:

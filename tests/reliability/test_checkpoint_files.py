@@ -3,6 +3,7 @@ checksum."""
 
 from __future__ import annotations
 
+import argparse
 import math
 import random
 import sys
@@ -56,6 +57,32 @@ def test_foreign_files_are_refused(tmp_path, no_model_built, content):
     assert "not a translator checkpoint" in refused(tmp_path / "foreign.pt")
     (tmp_path / "notes.pt").write_text("not a checkpoint at all\n")
     assert "not a readable checkpoint" in refused(tmp_path / "notes.pt")
+
+
+@pytest.mark.parametrize(
+    "content, message, fix",
+    [
+        # older fairseq: settings in an argparse Namespace, which weights_only refuses to unpickle
+        (
+            lambda: {"args": argparse.Namespace(arch="transformer"), "model": {}},
+            "fairseq",
+            "import-fairseq",
+        ),
+        (
+            lambda: {"cfg": {"model": {}}, "model": {"w": torch.zeros(2)}},
+            "fairseq",
+            "import-fairseq",
+        ),
+        (lambda: {"model.shared.weight": torch.zeros(2)}, "weights alone", "import-hf"),
+    ],
+    ids=["fairseq-args", "fairseq-cfg", "state-dict"],
+)
+def test_another_toolkit_s_checkpoint_is_named_with_its_import(
+    tmp_path, no_model_built, content, message, fix
+):
+    torch.save(content(), tmp_path / "theirs.pt")
+    text = refused(tmp_path / "theirs.pt")
+    assert message in text and fix in text and "damaged" not in text
 
 
 def test_a_newer_format_is_refused_as_newer_not_as_foreign(tmp_path, no_model_built):

@@ -20,12 +20,12 @@ class TrainConfig:
     seed: int = 1
     """Seed for parameters, dropout and batch order (0 to 2**32 - 1)."""
     init_from: str = ""
-    """Fine-tune: start from this checkpoint's weights (ours, or one from `import-hf`), its
-    architecture (which overrides the model section but for the three dropouts and
-    gradient_checkpointing) and its SentencePiece model(s) (prepare encodes the data with them;
-    data.joint_vocab follows them, data.vocab_size is not read), with a fresh optimizer,
-    schedule and update counter. Ignored when run_dir/last.pt exists: the run resumes. Empty =
-    random weights."""
+    """Fine-tune: start from this checkpoint's weights (ours, or one from `import-hf` or
+    `import-fairseq`), its architecture (which overrides the model section but for the three
+    dropouts and gradient_checkpointing) and its SentencePiece model(s) (prepare encodes the
+    data with them; data.joint_vocab follows them, data.vocab_size is not read), with a fresh
+    optimizer, schedule and update counter. Ignored when run_dir/last.pt exists: the run resumes.
+    Empty = random weights."""
     device: str = "auto"
     """`auto` (CUDA when present), `cpu`, `cuda` or `cuda:N` (under torchrun each process takes
     its LOCAL_RANK's GPU)."""
