@@ -330,6 +330,19 @@ def test_average_refuses_checkpoints_of_another_tokenizer(prepared, tmp_path):
     assert not (tmp_path / "avg.pt").exists()
 
 
+def test_average_reports_each_checkpoint_read_and_checks_its_output_first(
+    prepared, tmp_path, monkeypatch
+):
+    a, b = (save_tiny(prepared, tmp_path / f"{n}.pt", seed=s) for n, s in (("a", 1), ("b", 2)))
+    seen = []
+    averaging.average([a, b], tmp_path / "avg.pt", lambda done, total: seen.append((done, total)))
+    assert seen == [(1, 2), (2, 2)]
+    (tmp_path / "notes").write_text("kept\n")
+    monkeypatch.setattr(averaging, "read", lambda path: pytest.fail("read before the output"))
+    with pytest.raises(TranslatorError, match="is a file, not a directory"):
+        averaging.average([a, b], tmp_path / "notes" / "avg.pt")
+
+
 def test_average_refuses_another_direction_and_its_own_inputs_as_output(prepared, tmp_path):
     a, b = (
         save_tiny(prepared, tmp_path / "a.pt", seed=1),

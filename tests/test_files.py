@@ -313,3 +313,14 @@ def test_atomic_write_not_following_a_link_replaces_the_link_and_spares_its_targ
         assert not (run_dir / name).is_symlink() and (run_dir / name).read_text() == "ours"
     assert elsewhere.read_text() == "precious"
     assert sorted(p.name for p in elsewhere.parent.iterdir()) == [".bashrc"]
+
+
+@pytest.mark.parametrize("under", ["out.txt", "sub/out.txt"])
+def test_atomic_write_under_a_file_names_that_file(tmp_path, under):
+    """mkdir says "File exists" for a name under a file: the error names the file in the way."""
+    taken = tmp_path / "notes"
+    taken.write_text("kept\n")
+    with pytest.raises(TranslatorError, match=f"{taken} is a file, not a directory") as err:
+        with atomic_write(taken / under) as handle:
+            handle.write("x")
+    assert err.value.where == str(taken / under) and taken.read_text() == "kept\n"

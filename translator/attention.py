@@ -24,7 +24,7 @@ from translator.diagnostics.figures import diversity_figure, heads_figure, save_
 from translator.diagnostics.html import sentence_data, write_page
 from translator.diagnostics.stats import LayerStats, allowed_keys, layer_stats
 from translator.diagnostics.words import merge_words, word_labels
-from translator.errors import TranslatorError
+from translator.errors import TranslatorError, counted
 from translator.files import atomic_write
 from translator.model.transformer import Transformer
 
@@ -77,6 +77,8 @@ def run(
     """Attention of `sources` (with `targets`, else searched translations) -> the stats table;
     figures, page and TSV written where asked. `langs`: source and target language codes, for the
     page's screen readers."""
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        raise TranslatorError("is a file, not a directory", str(out_dir), "give -o a directory")
     src_ids, tgt_ids = token_ids(model, tokenizer, decode, sources, targets)
     forced = forced_attention(model, src_ids, tgt_ids)
     labels = [
@@ -152,7 +154,8 @@ def token_ids(
         )
     if targets is not None and len(targets) != len(sources):
         raise TranslatorError(
-            f"{len(targets)} --target for {len(sources)} sentences",
+            f"--target given {counted(len(targets), 'time')} for "
+            f"{counted(len(sources), 'sentence')}",
             "--target",
             "give one --target per source sentence, in order",
         )

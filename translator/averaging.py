@@ -4,6 +4,7 @@ run, as fairseq's average_checkpoints does; also the recipe's last step."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -49,9 +50,11 @@ def _refuse_duplicates(paths: list[str | Path]) -> None:
             )
 
 
-def average(paths: list[str | Path], out: str | Path) -> int:
+def average(
+    paths: list[str | Path], out: str | Path, progress: Callable[[int, int], None] | None = None
+) -> int:
     """Average the parameters of checkpoints of one architecture into `out` (optimizer state
-    dropped).
+    dropped); `progress(read, total)` after each checkpoint read.
 
     Sums in float64, so averaging identical checkpoints gives them back bit for bit; integer
     tensors are taken from the first checkpoint; tied weights stay one shared tensor.
@@ -63,11 +66,20 @@ def average(paths: list[str | Path], out: str | Path) -> int:
             "is one of the checkpoints it averages", str(out), "write the average to a new file"
         )
     _refuse_duplicates(paths)
+    # opened first: an output that cannot be written fails before minutes of reading
+    with atomic_write(out, "wb") as handle:
+        torch.save(seal(_mean(paths, progress or (lambda done, total: None))), handle)
+    return len(paths)
+
+
+def _mean(paths: list[str | Path], progress: Callable[[int, int], None]) -> dict:
+    """The first checkpoint's payload with the mean of all their weights."""
     first = read(paths[0])
+    progress(1, len(paths))
     weights = first["model"]
     direction = _direction(first)
     total = {k: v.double() for k, v in weights.items() if v.is_floating_point()}
-    for path in paths[1:]:
+    for done, path in enumerate(paths[1:], start=2):
         payload = read(path)
         diff = architecture_changes(first["config"]["model"], payload["config"]["model"])
         if diff or payload["model"].keys() != weights.keys():
@@ -90,6 +102,7 @@ def average(paths: list[str | Path], out: str | Path) -> int:
             )
         for key in total:
             total[key] += payload["model"][key].double()
+        progress(done, len(paths))
     shared: dict[tuple, torch.Tensor] = {}  # a tensor of the first checkpoint -> its average
     for key, value in weights.items():
         if key in total:
@@ -99,9 +112,7 @@ def average(paths: list[str | Path], out: str | Path) -> int:
             weights[key] = shared[same]
     first["state"] = {"averaged": [str(p) for p in paths]}
     first["made_by"] = made_by()
-    with atomic_write(out, "wb") as handle:
-        torch.save(seal(first), handle)
-    return len(paths)
+    return first
 
 
 def _direction(payload: dict) -> str:

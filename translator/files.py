@@ -74,6 +74,12 @@ def atomic_write(
             prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent
         )
     except OSError as err:
+        # a name under a file (mkdir's "File exists", or "Not a directory"): name that file
+        near = next((p for p in path.parents if p.exists()), None)
+        if near is not None and not near.is_dir():
+            raise TranslatorError(
+                f"cannot write: {near} is a file, not a directory", str(given), "give another path"
+            ) from None
         raise TranslatorError(
             f"cannot write: {err.strerror}", str(given), "check the path and its permissions"
         ) from None

@@ -97,7 +97,7 @@ def test_attention_reads_stdin_lines_ending_at_newline_alone(copy_model):
 
 def test_attention_bad_input_is_a_user_error(copy_model):
     for sources, targets, message in [
-        (["ka", "lo"], ["ka"], "1 --target for 2 sentences"),
+        (["ka", "lo"], ["ka"], "--target given 1 time for 2 sentences"),
         (["ka", "  "], None, "no source sentence"),
         (["ka"], [" "], "an empty --target"),
         # numbered from 0, as the printed list and the PNG file names
@@ -113,6 +113,15 @@ def test_attention_bad_input_is_a_user_error(copy_model):
                 sources,
                 targets,
             )
+
+
+def test_attention_out_dir_that_is_a_file_is_refused_before_any_work(copy_model, tmp_path):
+    taken = tmp_path / "notes.txt"
+    taken.write_text("kept\n")
+    args = (copy_model.model, copy_model.tokenizer, copy_model.cfg.diagnostics)
+    with pytest.raises(TranslatorError, match="is a file, not a directory") as err:
+        attention.run(*args, copy_model.cfg.decode, ["ka lo"], out_dir=taken)
+    assert err.value.where == str(taken) and taken.read_text() == "kept\n"
 
 
 def test_translate_alignments_on_the_command_line(copy_model):

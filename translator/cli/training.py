@@ -92,6 +92,7 @@ def average(
             "--last", min=1, help="Average the newest N step-*.pt of the run directory given."
         ),
     ] = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Average the parameters of several checkpoints.
 
@@ -101,13 +102,15 @@ def average(
     Example: translator average runs/multi30k --last 3 -o runs/multi30k/avg.pt
     """
     from translator import averaging
+    from translator.console import sentence_progress
 
     if last is not None and len(ckpts) != 1:
         raise TranslatorError(
             "--last takes one run directory", "average", "give the run directory alone"
         )
     paths = averaging.latest_steps(ckpts[0], last) if last is not None else ckpts
-    count = averaging.average([str(p) for p in paths], out)
+    with sentence_progress("averaging", quiet, unit="checkpoints") as progress:
+        count = averaging.average([str(p) for p in paths], out, progress)
     typer.echo(f"averaged {counted(count, 'checkpoint')} into {out}")
 
 
