@@ -146,17 +146,17 @@ def test_concurrent_requests_each_get_their_own_answer(tiny, server):
         ("POST", "/translate", {"text": ["a", 3]}, 400, "'text' must be a string or a list"),
         ("POST", "/translate", {"text": ["a"], "beam": 0}, 400, "'beam' must be an integer"),
         ("POST", "/translate", {"text": ["a"], "nbest": True}, 400, "'nbest' must be"),
-        ("POST", "/score", {"source": ["a"], "target": []}, 400, "1 sources but 0 targets"),
+        ("POST", "/score", {"source": ["a"], "target": []}, 400, "1 source but 0 targets"),
         ("GET", "/nowhere", None, 404, "no such path"),
         ("GET", "/translate", None, 405, "/translate takes POST"),
         ("DELETE", "/health", None, 405, "/health takes GET"),
         ("POST", "/translate", b"[" * 100_000, 400, "not UTF-8 JSON"),  # nesting: no recursion
         ("POST", "/translate", b'{"text": [], "beam": 1' + b"0" * 5000 + b"}", 400, "JSON"),
-        ("POST", "/translate", {"text": ["a"] * 1001}, 400, "over 1000 lines"),
-        ("POST", "/translate", {"text": ["a" * 100_001]}, 400, "100000 characters"),
+        ("POST", "/translate", {"text": ["a"] * 1001}, 400, "1001 lines, over 1000"),
+        ("POST", "/translate", {"text": ["a" * 100_001]}, 400, "100001 characters, over"),
         ("POST", "/translate", {"text": ["a"], "beam": 17}, 400, "from 1 to 16"),
         ("POST", "/translate", {"text": "a", "prefix": ["b"]}, 400, "'prefix' must be a string"),
-        ("POST", "/translate", {"text": ["a", "b"], "prefix": ["c"]}, 400, "2 lines of text but"),
+        ("POST", "/translate", {"text": ["a"], "prefix": ["b", "c"]}, 400, "but 2 prefixes"),
         ("POST", "/translate", {"text": ["a"], "prefix": [3]}, 400, "'prefix' must be a string"),
         ("POST", "/translate", {"text": "a", "constraints": "b"}, 400, "a list of phrases"),
         ("POST", "/translate", {"text": ["a"], "constraints": ["b"]}, 400, "one such list a line"),
@@ -177,6 +177,12 @@ def test_bad_requests_get_a_4xx_and_an_error(server, method, path, body, status,
     got, reply = call(server + path, body, method)
     assert got == status and message in reply["error"]
     assert call(server + "/health")[1]["status"] == "ok"  # and the server goes on
+
+
+def test_a_body_opening_with_a_byte_order_mark_is_read(server):
+    body = "\ufeff".encode() + json.dumps({"text": ["A dog."]}).encode()
+    status, reply = call(server + "/translate", body)
+    assert status == 200 and len(reply["translations"]) == 1
 
 
 def test_a_body_over_the_limit_is_refused_unread(server, monkeypatch):

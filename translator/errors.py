@@ -30,9 +30,10 @@ OS_ERROR_FIXES = {
 }
 
 
-def counted(n: int, noun: str) -> str:
-    """'1 line', '3 lines': a count in a message, its noun agreeing."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
+def counted(n: int, noun: str, plural: str = "") -> str:
+    """'1 line', '3 lines' ('2 prefixes' with its `plural`): a count in a message, its noun
+    agreeing."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def error_line(err: Exception) -> str:

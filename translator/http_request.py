@@ -215,7 +215,7 @@ class Handler(BaseHTTPRequestHandler):
             ) from None
         self.body_unread = False
         try:
-            return json.loads(body.decode("utf-8"))
+            return json.loads(body.decode("utf-8-sig"))  # a byte order mark is allowed (RFC 8259)
         except (UnicodeDecodeError, ValueError, RecursionError) as err:  # ValueError: JSON's
             raise BadRequest(f"the body is not UTF-8 JSON: {err}") from None
 

@@ -32,7 +32,7 @@ from translator.config import Config, DecodeConfig
 from translator.console import log as log_line
 from translator.data.tokenizer import Tokenizer
 from translator.device import DTYPE_NAMES
-from translator.errors import TranslatorError
+from translator.errors import TranslatorError, counted
 from translator.http_api import JsonServer, Route
 from translator.http_request import BadRequest, ClientLeft
 from translator.loading import Checkpoints, load_models
@@ -108,7 +108,10 @@ class Translator:
             one = [prefix] if isinstance(prefix, str) else prefix
             prefixes = _lines(one, "'prefix' must be a string or")
             if len(prefixes) != len(lines):
-                raise BadRequest(f"{len(lines)} lines of text but {len(prefixes)} prefixes")
+                raise BadRequest(
+                    f"{counted(len(lines), 'line')} of text but "
+                    f"{counted(len(prefixes), 'prefix', 'prefixes')}"
+                )
             if not any(p.strip() for p in prefixes):  # all blank: none
                 prefixes = None
         constraints = None
@@ -148,7 +151,9 @@ class Translator:
         sources = _lines(request.get("source"), "'source' must be")
         targets = _lines(request.get("target"), "'target' must be")
         if len(sources) != len(targets):
-            raise BadRequest(f"{len(sources)} sources but {len(targets)} targets")
+            raise BadRequest(
+                f"{counted(len(sources), 'source')} but {counted(len(targets), 'target')}"
+            )
         warnings: list[str] = []
         with _refused_as_bad_request():
             pairs = self.on_model(
@@ -205,10 +210,10 @@ def _lines(value: Any, must: str) -> list[str]:
     translate's stdin."""
     if not isinstance(value, list) or not all(isinstance(line, str) for line in value):
         raise BadRequest(f"{must} a list of strings")
-    if len(value) > MAX_LINES or sum(map(len, value)) > MAX_CHARACTERS:
-        raise BadRequest(
-            f"over {MAX_LINES} lines or {MAX_CHARACTERS} characters a request: send several"
-        )
+    if len(value) > MAX_LINES:
+        raise BadRequest(f"{len(value)} lines, over {MAX_LINES} a request: send several")
+    if (characters := sum(map(len, value))) > MAX_CHARACTERS:
+        raise BadRequest(f"{characters} characters, over {MAX_CHARACTERS} a request: send several")
     # through UTF-16, whose decoder replaces a lone surrogate with one U+FFFD (UTF-8's with three)
     return [line.encode("utf-16", "surrogatepass").decode("utf-16", "replace") for line in value]
 
@@ -223,12 +228,18 @@ def _constraint_lists(value: Any, one_text: bool, lines: list[str]) -> list[list
             "list a line"
         )
     if len(per_line) != len(lines):
-        raise BadRequest(f"{len(lines)} lines of text but {len(per_line)} constraint lists")
+        raise BadRequest(
+            f"{counted(len(lines), 'line')} of text but {counted(len(per_line), 'constraint list')}"
+        )
     if any(len(phrases) > MAX_PHRASES for phrases in per_line):
         raise BadRequest(f"over {MAX_PHRASES} constraints a line: give the ones that matter")
     phrases = [_lines(p, "'constraints' phrases must be") for p in per_line]
-    if sum(map(len, lines)) + sum(len(t) for p in phrases for t in p) > MAX_CHARACTERS:
-        raise BadRequest(f"over {MAX_CHARACTERS} characters a request: send several")
+    characters = sum(map(len, lines)) + sum(len(t) for p in phrases for t in p)
+    if characters > MAX_CHARACTERS:
+        raise BadRequest(
+            f"{characters} characters with the constraints', over {MAX_CHARACTERS} a request: "
+            "send several"
+        )
     return phrases
 
 
