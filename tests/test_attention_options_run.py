@@ -69,18 +69,18 @@ def test_trained_with_the_option_and_recorded(prepared, tmp_path, overrides, fie
         return
     with pytest.raises(TranslatorError, match=f"model.{next(iter(fields))}=") as error:
         export.export_ctranslate2(ckpt, tmp_path / "ct2")
-    assert "\n" not in str(error.value)
+    assert "\n" not in str(error.value) and "trains with --set model." in error.value.fix
 
 
 def test_export_names_every_option_it_cannot_express():
     problems = export.unsupported(
         ModelConfig(positions="relative", attention_window=8, n_heads=4, d_model=32)
     )
-    assert [p.split(" ")[0] for p in problems] == [
-        "model.positions=relative",
-        "model.attention_window=8",
+    assert [(what.split(" ")[0], instead) for what, instead in problems] == [
+        ("model.positions=relative", "model.positions=sinusoidal"),
+        ("model.attention_window=8", "model.attention_window=0"),
     ]
-    assert export.unsupported(ModelConfig(attention="linear"))[0].startswith(
-        "model.attention=linear"
-    )
+    ((what, instead),) = export.unsupported(ModelConfig(attention="linear"))
+    assert what.startswith("model.attention=linear") and instead == "model.attention=softmax"
+    assert export.unsupported(ModelConfig(positions="rope"))[0][1] == "model.positions=sinusoidal"
     assert export.unsupported(ModelConfig()) == []

@@ -34,22 +34,37 @@ EXPORTED = frozenset(
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default; CTranslate2 assumes 1e-6 unless told
 
 
-def unsupported(cfg: ModelConfig) -> list[str]:
-    """The config's options that a CTranslate2 Transformer cannot express (empty: exportable)."""
+def unsupported(cfg: ModelConfig) -> list[tuple[str, str]]:
+    """The config's options that a CTranslate2 Transformer cannot express, each with the setting
+    that a model to export trains with instead (empty: exportable)."""
     problems = []
+    sinusoidal = "model.positions=sinusoidal"
     if cfg.positions == "rope":
         problems.append(
-            "model.positions=rope (CTranslate2's encoder-decoder has no rotary positions)"
+            (
+                "model.positions=rope (CTranslate2's encoder-decoder has no rotary positions)",
+                sinusoidal,
+            )
         )
     if cfg.positions == "relative":  # CT2 has T5's bias, but not tested against ours: refused
-        problems.append("model.positions=relative (not mapped to CTranslate2's T5 bias here)")
+        problems.append(
+            ("model.positions=relative (not mapped to CTranslate2's T5 bias here)", sinusoidal)
+        )
     if cfg.attention_window:
         problems.append(
-            f"model.attention_window={cfg.attention_window} "
-            "(CTranslate2's encoder-decoder attends to every position)"
+            (
+                f"model.attention_window={cfg.attention_window} "
+                "(CTranslate2's encoder-decoder attends to every position)",
+                "model.attention_window=0",
+            )
         )
     if cfg.attention == "linear":
-        problems.append("model.attention=linear (CTranslate2 has softmax attention only)")
+        problems.append(
+            (
+                "model.attention=linear (CTranslate2 has softmax attention only)",
+                "model.attention=softmax",
+            )
+        )
     return problems
 
 
@@ -85,9 +100,10 @@ def export_ctranslate2(ckpt: str | Path, out: str | Path, quantization: str | No
     problems = unsupported(cfg.model)
     if problems:
         raise TranslatorError(
-            f"cannot export {'; '.join(problems)}",
+            f"cannot export {'; '.join(what for what, _ in problems)}",
             str(ckpt),
-            "train with options CTranslate2 supports",
+            "a model to deploy with CTranslate2 trains with "
+            + " ".join(f"--set {setting}" for _, setting in problems),
         )
     spec = build_spec(model, tokenizer)
     spec.validate()
