@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import zipfile
 from pathlib import Path
 
@@ -61,9 +62,39 @@ def written_by(payload: dict) -> str:
     return f"  written by translator {made['translator']}{at if commit else ''}"
 
 
+def _refuse_other_models(path: Path) -> None:
+    """A model directory (Hugging Face's, a CTranslate2 export) or a Hugging Face config.json,
+    named as what it is: neither a config of ours nor a checkpoint."""
+    hf_config = path / "config.json" if path.is_dir() else path
+    if hf_config.name == "config.json" and hf_config.is_file():
+        try:
+            hf = json.loads(hf_config.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            hf = None
+        if isinstance(hf, dict) and "model_type" in hf and not (path / "model.bin").is_file():
+            raise TranslatorError(
+                f"a Hugging Face model ({hf['model_type']}), not a translator config or checkpoint",
+                str(path),
+                "import a MarianMT one first: translator import-hf DIR -o CKPT, then info CKPT",
+            )
+    if path.is_dir() and (path / "model.bin").is_file():
+        raise TranslatorError(
+            "a CTranslate2 model directory, not a translator config or checkpoint",
+            str(path),
+            "give the checkpoint it was exported from",
+        )
+    if path.is_dir():
+        raise TranslatorError(
+            "a directory, not a config or a checkpoint",
+            str(path),
+            "give a YAML config or a .pt file, e.g. RUN_DIR/config.yaml or RUN_DIR/best.pt",
+        )
+
+
 def describe(source: str, overrides: list[str]) -> str:
     """A short text: the model section, the vocabulary, the KV-cache size and the parameter
     count."""
+    _refuse_other_models(Path(source))
     # torch.save writes a zip
     if Path(source).suffix in (".pt", ".pth") or zipfile.is_zipfile(source):
         if overrides:

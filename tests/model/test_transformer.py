@@ -267,3 +267,21 @@ def test_residual_dropout_touches_only_the_sublayer_branch(pre_norm):
     out = block(x, torch.zeros_like)
     expected = x if pre_norm else F.layer_norm(x, (16,), block.norm.weight, block.norm.bias)
     torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize(
+    "files, given, what",
+    [
+        ({"config.json": '{"model_type": "marian"}'}, ".", "a Hugging Face model (marian)"),
+        ({"config.json": '{"model_type": "bart"}'}, "config.json", "a Hugging Face model (bart)"),
+        ({"config.json": "{}", "model.bin": ""}, ".", "a CTranslate2 model directory"),
+        ({"best.pt": ""}, ".", "a directory, not a config or a checkpoint"),
+    ],
+)
+def test_info_names_other_models_and_directories_as_what_they_are(tmp_path, files, given, what):
+    from translator.errors import TranslatorError
+
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(TranslatorError, match=what.replace("(", r"\(").replace(")", r"\)")):
+        summary.describe(str(tmp_path / given), [])
