@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from translator.checkpoint import read, seal, step_files
+from translator.checkpoint import read, refuse_replacing_another_kind, seal, step_files
 from translator.config import architecture_changes
 from translator.errors import TranslatorError, counted
 from translator.files import atomic_write
@@ -66,6 +66,7 @@ def average(
             "is one of the checkpoints it averages", str(out), "write the average to a new file"
         )
     _refuse_duplicates(paths)
+    refuse_replacing_another_kind(out)
     # opened first: an output that cannot be written fails before minutes of reading
     with atomic_write(out, "wb") as handle:
         torch.save(seal(_mean(paths, progress or (lambda done, total: None))), handle)

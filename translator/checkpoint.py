@@ -12,6 +12,7 @@ loads, unverified but for its tokenizer.
 from __future__ import annotations
 
 import hashlib
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,18 @@ def save(
     }
     with atomic_write(path, "wb", follow_link=follow_link) as handle:
         torch.save(seal(payload), handle)
+
+
+def refuse_replacing_another_kind(path: str | Path) -> None:
+    """A command's checkpoint output (-o) that names a file of another kind, a text file a slip
+    of the keyboard picked, is refused before any work: writing would replace it."""
+    path = Path(path)
+    if path.is_file() and path.stat().st_size and not zipfile.is_zipfile(path):
+        raise TranslatorError(
+            "exists and is not a checkpoint: writing one there would replace it",
+            str(path),
+            "give a new path, or remove that file first",
+        )
 
 
 def read(path: str | Path) -> dict[str, Any]:

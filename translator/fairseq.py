@@ -64,6 +64,7 @@ def import_fairseq(
     the SentencePiece model(s) `spm` (and `tgt_spm`), and write an equivalent translator checkpoint
     to `out`. The languages default to the checkpoint's source_lang/target_lang."""
     path, folder = Path(path), Path(dicts)
+    checkpoint.refuse_replacing_another_kind(out)
     saved = read_checkpoint(path)
     settings = saved["settings"]
     w = {k: v.float() for k, v in saved["weights"].items() if isinstance(v, torch.Tensor)}

@@ -102,6 +102,7 @@ def import_marian(
 ) -> Config:
     """Read a MarianMT directory (or `hf:NAME`, a hub model, downloaded) and write an equivalent
     translator checkpoint to `out`; the languages default to its tokenizer_config.json."""
+    checkpoint.refuse_replacing_another_kind(out)
     directory = model_directory(directory)
     hf = read_json(directory / "config.json")
     if hf.get("model_type", "marian") != "marian":  # BART, mBART, T5...: other layers, other names

@@ -258,3 +258,27 @@ def test_non_finite_weights_are_refused_everywhere_a_checkpoint_is_read(
     with pytest.raises(TranslatorError, match="not finite"):
         averaging.average([checkpoint_file, tmp_path / "nan.pt"], tmp_path / "avg.pt")
     assert not (tmp_path / "avg.pt").exists()
+
+
+def test_a_checkpoint_output_naming_a_file_of_another_kind_is_refused_before_any_work(
+    checkpoint_file, tmp_path, monkeypatch
+):
+    """average, import-hf and import-fairseq write a checkpoint to -o: a text file there (a slip
+    of the keyboard) is kept, and refused before anything is read."""
+    from translator import fairseq, marian
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("kept\n")
+    monkeypatch.setattr(averaging, "read", lambda path: pytest.fail("read before the check"))
+    for write in (
+        lambda: averaging.average([checkpoint_file], notes),
+        lambda: marian.import_marian(tmp_path / "no-such-model", notes),
+        lambda: fairseq.import_fairseq(tmp_path / "no.pt", tmp_path, tmp_path / "spm", notes),
+    ):
+        with pytest.raises(TranslatorError, match="exists and is not a checkpoint") as err:
+            write()
+        assert err.value.where == str(notes) and notes.read_text() == "kept\n"
+    monkeypatch.undo()
+    for _ in range(2):  # the second time a checkpoint is there: replaced
+        averaging.average([checkpoint_file], tmp_path / "avg.pt")
+    assert checkpoint.read(tmp_path / "avg.pt")["state"]["averaged"] == [str(checkpoint_file)]
