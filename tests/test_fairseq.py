@@ -229,6 +229,12 @@ def test_cli_import_fairseq_then_translate(made, tmp_path):
         (lambda c: c["args"].__setattr__("encoder_attention_heads", 3), "different widths"),
         (lambda c: c["model"].pop("decoder.layers.1.fc2.bias"), "decoder.layers.1.fc2.bias"),
         (lambda c: c.pop("model"), "no model weights"),
+        (  # pre-norm layers without the decoder's final LayerNorm (--no-decoder-final-norm)
+            lambda c: c["args"].__dict__.update(
+                encoder_normalize_before=True, decoder_normalize_before=True
+            ),
+            "no_decoder_final_norm",
+        ),
         (
             lambda c: c["args"].__delattr__("target_lang"),
             "does not record its target lang",
@@ -363,3 +369,14 @@ def test_an_imported_model_exported_to_ctranslate2_scores_as_fairseq(made, tmp_p
     scored = ct2.score_batch(sources, targets)
     theirs = reference_log_probs(reference, sp, symbols, SOURCES, TARGETS)
     assert [sum(r.log_probs) for r in scored] == pytest.approx(theirs, abs=1e-4)
+
+
+@pytest.mark.parametrize("made", ["separate"], indirect=True)
+def test_a_damaged_checkpoint_is_one_line_as_ours_are(made, tmp_path):
+    folder, *_ = made
+    data = (folder / "checkpoint.pt").read_bytes()
+    for name, content in (("text.pt", b"garbage\n"), ("cut.pt", data[: len(data) // 2])):
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(TranslatorError) as err:
+            fairseq.read_checkpoint(tmp_path / name)
+        assert "cut short, damaged or not PyTorch" in err.value.what and "\n" not in str(err.value)

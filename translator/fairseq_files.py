@@ -60,7 +60,7 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
         payload = torch.load(path, map_location="cpu", weights_only=False, pickle_module=_Lenient)
     except Exception as err:  # a damaged file fails anywhere inside pickle or zip
         raise TranslatorError(
-            f"not a readable checkpoint ({type(err).__name__}: {err})".splitlines()[0],
+            f"not a readable checkpoint ({type(err).__name__}: cut short, damaged or not PyTorch)",
             str(path),
             "give the .pt file fairseq-train wrote",
         ) from None

@@ -75,7 +75,11 @@ def _unsupported(settings: dict[str, Any], w: dict[str, torch.Tensor]) -> list[s
     widths = {w[f"{side}.embed_tokens.weight"].shape[1] for side in sides}
     ffn = {w[f"{side}.layers.0.fc1.weight"].shape[0] for side in sides}
     heads = {settings.get(f"{side}_attention_heads") for side in sides}
-    pre = {f"{side}.layer_norm.weight" in w for side in sides}
+    # pre-norm as the settings say, else as the final LayerNorms show (a pre-norm stack has one)
+    pre_norm = [
+        bool(settings.get(f"{side}_normalize_before", f"{side}.layer_norm.weight" in w))
+        for side in sides
+    ]
     learned = {f"{side}.embed_positions.weight" in w for side in sides}
     activation = settings.get("activation_fn", "relu")
     problems = [
@@ -87,7 +91,9 @@ def _unsupported(settings: dict[str, Any], w: dict[str, torch.Tensor]) -> list[s
         "encoder and decoder of different widths"
         if max(len(widths), len(ffn), len(heads)) > 1
         else "",
-        "pre-norm on one side, post-norm on the other" if len(pre) > 1 else "",
+        "pre-norm on one side, post-norm on the other" if len(set(pre_norm)) > 1 else "",
+        # a pre-norm decoder without its final LayerNorm: ours always has one
+        "no_decoder_final_norm" if pre_norm[1] and "decoder.layer_norm.weight" not in w else "",
         "learned positions on one side only" if len(learned) > 1 else "",
     ]
     return [p for p in problems if p]
