@@ -12,6 +12,7 @@ loads, unverified but for its tokenizer.
 from __future__ import annotations
 
 import hashlib
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -271,13 +272,17 @@ FAIRSEQ = "a fairseq checkpoint, not a translator one"
 IMPORT_FAIRSEQ = "import it first: translator import-fairseq CKPT --dicts DIR --spm MODEL -o OUT"
 
 
+# a pickle's GLOBAL opcode naming a class of fairseq's, or the argparse Namespace that fairseq's
+# checkpoints keep their settings in (not the text "fairseq" an imported checkpoint of ours holds)
+FAIRSEQ_CLASS = re.compile(rb"c(?:fairseq(?:\.\w+)*|argparse)\n\w+\n")
+
+
 def _pickles_fairseq_settings(path: Path) -> bool:
-    """Whether the file's pickle (read as bytes, nothing unpickled) names fairseq's classes or the
-    argparse Namespace that fairseq's checkpoints keep their settings in. OpenNMT-py keeps a
-    Namespace too, beside its own (`onmt`) classes: that is not fairseq."""
+    """Whether the file's pickle (read as bytes, nothing unpickled) names a class of FAIRSEQ_CLASS.
+    OpenNMT-py keeps a Namespace too, beside its own (`onmt`) classes: that is not fairseq."""
     with open(path, "rb") as file:
         head = file.read(1 << 20)  # the pickle comes first (data.pkl, a zip's first entry)
-    return b"onmt" not in head and (b"fairseq" in head or b"argparse\nNamespace" in head)
+    return b"conmt" not in head and FAIRSEQ_CLASS.search(head) is not None
 
 
 def _partial(payload: dict) -> bool:

@@ -85,6 +85,17 @@ def test_another_toolkit_s_checkpoint_is_named_with_its_import(
     assert message in text and fix in text and "damaged" not in text
 
 
+def test_a_damaged_checkpoint_imported_from_fairseq_is_damaged_not_fairseqs(
+    checkpoint_file, tmp_path, no_model_built
+):
+    payload = torch.load(checkpoint_file, weights_only=True)
+    payload["state"] = {"imported_from": "fairseq"}  # the word, in a checkpoint of ours
+    torch.save(payload, tmp_path / "ours.pt")
+    data = (tmp_path / "ours.pt").read_bytes()
+    (tmp_path / "cut.pt").write_bytes(data[: len(data) // 2])
+    assert "not a readable checkpoint" in refused(tmp_path / "cut.pt")
+
+
 def test_a_newer_format_is_refused_as_newer_not_as_foreign(tmp_path, no_model_built):
     torch.save({"format": checkpoint.FORMAT + 1, "model": {}}, tmp_path / "newer.pt")
     message = refused(tmp_path / "newer.pt")
