@@ -355,7 +355,7 @@ def test_missing_checkpoint_is_one_line_error(tmp_path):
     "args, said",
     [
         (["translate", "DIR"], "DIR: a directory, not a checkpoint"),
-        (["info", "DIR"], "DIR: a directory, not a config file"),
+        (["info", "DIR"], "DIR: a directory, not a config or a checkpoint"),
     ],
 )
 def test_a_directory_where_a_file_belongs_is_named_as_one(tmp_path, args, said):
