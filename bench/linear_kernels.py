@@ -7,7 +7,8 @@ The base model's linears as beam 4 over 32 sentences meets them (128 rows: d 512
 `F.linear` (PyTorch's CPU fp32 path, MKL's sgemm: what Hugging Face's model runs), oneDNN with
 its weight packed once (ours: translator/model/inference.py) and MKL's packed sgemm (the one
 `torch.ops.mkl._mkl_linear` offers). Rounds alternate the kernels; a round's figure is its best
-of `--calls` calls. Prints GFLOP/s (2 x rows x in x out a call) per kernel, median over rounds.
+of `--calls` calls. Prints GFLOP/s (2 x rows x in x out a call) per kernel, median over rounds,
+and the rate of a 2048^3 matmul as the CPU's reachable peak.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch.nn.functional as F
 from bench.machine import cpu_model
 
 SHAPES = [(512, 512), (512, 2048), (2048, 512), (512, 32000)]  # (in, out), base size
+PEAK = 2048  # the square matmul whose rate stands for the CPU's reachable fp32 peak
 
 
 def kernels(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> dict[str, Callable[[], object]]:
@@ -70,6 +72,10 @@ def main(argv: list[str] | None = None) -> None:
                     rates[name].append(flops / best_seconds(call, args.calls) / 1e9)
             cells = [f"{statistics.median(r):.0f}" for r in rates.values()]
             print(f"| {n_in} -> {n_out} | " + " | ".join(cells) + " |")
+        # what the CPU reaches on a product large enough to run at its best: the peak to compare
+        x, w, _ = _inputs(PEAK, PEAK, PEAK)
+        peak = 2 * PEAK**3 / best_seconds(lambda: x @ w, args.calls) / 1e9
+    print(f"\nreachable peak: {peak:.0f} GFLOP/s (a {PEAK}^3 fp32 matmul, best of {args.calls})")
 
 
 def _inputs(rows: int, n_in: int, n_out: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
