@@ -326,6 +326,27 @@ def test_paths_expand_home_and_environment_variables_as_a_shell_would(monkeypatc
     assert err.value.where == "train.run_dir"
 
 
+def test_data_given_with_dash_dash_data_is_expanded_and_an_empty_one_refused(monkeypatch):
+    """--data takes its text literally (not as YAML), but a path in it is expanded as data.source
+    is: `--data=~/corpus` reaches us unexpanded (the shell expands ~ only at a word's start)."""
+    from translator.cli.options import load_config
+
+    monkeypatch.setenv("HOME", "/home/someone")
+    assert load_config(None, [], "~/corpus").data.source == "/home/someone/corpus"
+    assert load_config(None, [], "hf:wmt/wmt14:de-en").data.source == "hf:wmt/wmt14:de-en"
+    for given, where, said in [
+        ("", "--data", "an empty data source"),  # an unset $DATA in --data "$DATA"
+        ("hf:", "--data", "names no dataset"),
+        ("hf::de-en", "--data", "names no dataset"),
+    ]:
+        with pytest.raises(TranslatorError, match=said) as err:
+            load_config(None, [], given)
+        assert err.value.where == where
+    with pytest.raises(TranslatorError, match="an empty data source") as err:
+        config.load(None, ["data.source="])
+    assert err.value.where == "data.source"
+
+
 @pytest.mark.parametrize(
     "overrides, said",
     [

@@ -154,3 +154,24 @@ def test_a_saved_dataset_whose_translation_is_not_a_record_is_refused(tmp_path):
     cfg = tiny_config(tmp_path / "saved", tmp_path / "data")
     with pytest.raises(TranslatorError, match=r"\(train\): 'translation' is not a record .*string"):
         load_split(cfg.data, "train", tmp_path / "cache")
+
+
+def test_tsv_column_names_are_read_without_their_spaces_and_must_differ(tmp_path):
+    spaced = {"train.tsv": "en \t de\nhello\thallo\n"}  # a stray space around a name
+    assert load(tmp_path / "spaced", spaced) == (["hello"], ["hallo"])
+    twice = {"train.tsv": "id\tid\ten\tde\n1\t2\thello\thallo\n"}
+    with pytest.raises(TranslatorError, match=r"train.tsv:1: column 'id' is named twice"):
+        load(tmp_path / "twice", twice)
+    with pytest.raises(TranslatorError, match=r"data.tsv_columns: column 'en' is named twice"):
+        load(tmp_path / "given", {"train.tsv": "a\tb\tc\n"}, "train", "data.tsv_columns=en,en,de")
+
+
+@pytest.mark.parametrize("damaged", ["dataset_dict.json", "train/state.json"])
+def test_a_saved_dataset_with_damaged_metadata_is_one_line(tmp_path, damaged):
+    saved = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"en": ["a"], "de": ["b"]})})
+    saved.save_to_disk(str(tmp_path / "saved"))
+    (tmp_path / "saved" / damaged).write_text('{"bad json')
+    cfg = tiny_config(tmp_path / "saved", tmp_path / "data")
+    with pytest.raises(TranslatorError, match="metadata cannot be read") as err:
+        load_split(cfg.data, "train", tmp_path / "cache")
+    assert err.value.where == str(tmp_path / "saved") and "save_to_disk" in err.value.fix

@@ -235,11 +235,12 @@ GraphsOpt = Annotated[
 def load_config(path: Path, overrides: list[str] | None, data: str | None):
     """The config at path with --set overrides and --data applied."""
     from translator import config
+    from translator.config.checks import data_source
 
     cfg = config.load(path, overrides or [])
     # a path or hub name taken literally (through --set it would be parsed as YAML: "a #2" is "a")
-    if data:
-        cfg.data = dataclasses.replace(cfg.data, source=data)
+    if data is not None:  # "" too: an unset $DATA in `--data "$DATA"` is refused, not ignored
+        cfg.data = dataclasses.replace(cfg.data, source=data_source(data, "--data"))
     return cfg
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from translator.config.checks import expand_path
+from translator.config.checks import data_source, expand_path
 from translator.config.convert import build, set_dotted
 from translator.config.data import DataConfig
 from translator.config.decode import DecodeConfig
@@ -118,8 +118,7 @@ def load(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -
     cfg = build(Config, raw, where, "", overridden)
     # what a user wrote, not what a checkpoint stores (from_dict): that was expanded when written
     cfg.data.data_dir = expand_path(cfg.data.data_dir, "data.data_dir")
-    if not cfg.data.source.startswith("hf:"):
-        cfg.data.source = expand_path(cfg.data.source, "data.source")
+    cfg.data.source = data_source(cfg.data.source, "data.source")
     cfg.train.run_dir = expand_path(cfg.train.run_dir, "train.run_dir")
     cfg.train.init_from = expand_path(cfg.train.init_from, "train.init_from")
     cfg.data.spm_model = expand_path(cfg.data.spm_model, "data.spm_model")

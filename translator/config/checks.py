@@ -50,3 +50,19 @@ def expand_path(value: str, key: str) -> str:
             f"{value!r} names {unset[0]}, which is not set", key, "set it, or write the path out"
         )
     return expanded
+
+
+def data_source(value: str, key: str) -> str:
+    """A data source as given (data.source, --data): `hf:NAME[:CONFIG]` as it is, a path expanded
+    (expand_path); an empty one, or hf: without a name, refused."""
+    if value.startswith("hf:"):
+        if not value[3:].split(":")[0].strip():
+            raise TranslatorError(
+                f"{value!r} names no dataset", key, "give hf:NAME[:CONFIG], e.g. hf:wmt14:de-en"
+            )
+        return value
+    if not value.strip():
+        raise TranslatorError(
+            "an empty data source", key, "give a directory of the data's files or hf:NAME"
+        )
+    return expand_path(value, key)

@@ -45,7 +45,15 @@ def load_local(datasets, root: Path, split: str, data: DataConfig, cache_dir: Pa
             "give a directory of {split}.{lang} / .tsv / .jsonl files or hf:NAME[:CONFIG]",
         )
     if (root / "dataset_dict.json").is_file():
-        saved = datasets.load_from_disk(str(root))
+        try:
+            saved = datasets.load_from_disk(str(root))
+        except (ValueError, KeyError, TypeError) as err:  # its JSON metadata, damaged
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise TranslatorError(
+                f"a saved dataset whose metadata cannot be read ({type(err).__name__}: {first})",
+                str(root),
+                "save it again with save_to_disk",
+            ) from None
         if split not in saved:
             raise TranslatorError(
                 f"no split {split!r} (splits: {', '.join(saved)})",
@@ -110,14 +118,20 @@ def _load_tsv(datasets, path: Path, data: DataConfig, cache_dir: Path | None):
     does not become a pair. A first row naming them in another order is refused: which is right?"""
     _check_start(path)
     names = [c.strip() for c in data.tsv_columns.split(",") if c.strip()]
-    header = _lines(path, 1)[0].split("\t")
-    if not names and not {data.src_lang, data.tgt_lang} <= set(header):
+    named = [field.strip() for field in _lines(path, 1)[0].split("\t")]  # the header, if any
+    if not names and not {data.src_lang, data.tgt_lang} <= set(named):
         raise TranslatorError(
             f"the first row does not name the columns {data.src_lang} and {data.tgt_lang}",
             f"{path}:1",
             "add a header row, or set data.tsv_columns (e.g. en,de) for headerless files",
         )
-    named = [field.strip() for field in header]
+    twice = sorted({name for name in names or named if (names or named).count(name) > 1})
+    if twice:  # a table's column names are unique: which one holds the text?
+        raise TranslatorError(
+            f"column {twice[0]!r} is named twice",
+            "data.tsv_columns" if names else f"{path}:1",
+            "give each column its own name",
+        )
     if names and named != names and sorted(named) == sorted(names):
         raise TranslatorError(
             f"the header row names the columns in another order ({', '.join(named)}) than "
@@ -125,7 +139,7 @@ def _load_tsv(datasets, path: Path, data: DataConfig, cache_dir: Path | None):
             f"{path}:1",
             "give data.tsv_columns in file order, or leave it empty to follow the header",
         )
-    columns = names or header
+    columns = names or named
     skip = 0 if names and named != names else 1
     table = lines_dataset(datasets, path, tsv_rows(path, columns, skip=skip), columns, cache_dir)
     if not table.num_rows:
