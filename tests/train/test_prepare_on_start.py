@@ -113,6 +113,22 @@ def test_data_prepared_with_other_settings_is_refused_and_left_alone(tmp_path):
     assert manifest.stat().st_mtime_ns == made and not (tmp_path / "run").exists()
 
 
+def test_a_run_directory_holding_prepared_data_is_refused_before_anything_is_written(tmp_path):
+    """Its manifest.json is prepare's: the run's would replace it, and the data be lost."""
+    source = write_text_corpus(tmp_path / "corpus", small_splits())
+    prepare.run(small_config(source, tmp_path), quiet=True)
+    prepared = tmp_path / "data" / "multi30k-tiny"
+    before = {p.name: p.stat().st_mtime_ns for p in prepared.iterdir()}
+    copy = tmp_path / "copy"  # another config's prepared data: its manifest tells
+    copy.mkdir()
+    (copy / "manifest.json").write_bytes((prepared / "manifest.json").read_bytes())
+    for run_dir in (prepared, copy):
+        with pytest.raises(TranslatorError, match="train.run_dir is a directory of prepared data"):
+            loop.run(small_config(source, tmp_path, f"train.run_dir={run_dir}"), quiet=True)
+    assert {p.name: p.stat().st_mtime_ns for p in prepared.iterdir()} == before
+    assert [p.name for p in copy.iterdir()] == ["manifest.json"]
+
+
 def test_a_directory_that_is_not_prepared_data_is_not_replaced(tmp_path):
     source = write_text_corpus(tmp_path / "corpus", small_splits())
     cfg = small_config(source, tmp_path)

@@ -3,6 +3,7 @@ optimizer and scaler, the log opened; resumed from run_dir/last.pt when it exist
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -34,6 +35,7 @@ from translator.vocab_source import spm_model_vocab
 def setup(cfg: Config, quiet: bool) -> Session:
     """Process group, prepared data and tokenizer, seeded model, optimizer and scaler; resumed when
     run_dir/last.pt exists."""
+    _refuse_a_data_directory(Path(cfg.train.run_dir), cfg)
     # a missing MeCab (ja, ko) fails now, not at the validation
     bleu_metric(cfg.data.tgt_lang, cfg.train.valid_bleu_tokenize)
     t, d = cfg.train, distributed.init(cfg.train.device)
@@ -71,6 +73,29 @@ def setup(cfg: Config, quiet: bool) -> Session:
         s.monitor.check_scales(model, s.metrics)
         s.monitor.describe(s.metrics)
     return s
+
+
+def _refuse_a_data_directory(run_dir: Path, cfg: Config) -> None:
+    """A run directory that is prepared data's (this config's, or any with prepare's manifest)
+    is refused before anything is written: the run's manifest.json would take the place of
+    prepare's, and the data would be lost to both."""
+    manifest = run_dir / "manifest.json"
+    ours = run_dir.resolve() == prepared_dir(cfg.data).resolve()
+    try:
+        prepares = (
+            manifest.is_file()
+            and {"settings", "vocab", "files"}
+            <= json.loads(manifest.read_text(encoding="utf-8")).keys()
+        )
+    except (ValueError, UnicodeDecodeError, AttributeError):  # damaged, or not a JSON object
+        prepares = False
+    if ours or prepares:
+        raise TranslatorError(
+            "train.run_dir is a directory of prepared data: training's files would replace "
+            "prepare's",
+            str(run_dir),
+            "give train.run_dir a directory of its own, e.g. runs/NAME",
+        )
 
 
 def _claim_run_dir(s: Session) -> list[str]:
