@@ -222,12 +222,15 @@ def read_tokenizer(path: str | Path) -> tuple[Tokenizer, dict[str, Any]]:
 
 def _open(path: str | Path, mmap: bool) -> dict[str, Any]:
     """torch.load of a file that must be a translator checkpoint (format checked, weights not)."""
-    path = Path(path)
+    given, path = str(path), Path(path)
     if not path.is_file():
+        fix = "give a .pt file written by `translator train`, e.g. RUN_DIR/best.pt"
+        if (path / "config.json").is_file() or given.startswith("hf:"):  # a Hugging Face model
+            fix = f"import it first: translator import-hf {given} -o CKPT, then give CKPT"
         raise TranslatorError(
             "a directory, not a checkpoint" if path.is_dir() else "checkpoint not found",
-            str(path),
-            "give a .pt file written by `translator train`, e.g. RUN_DIR/best.pt",
+            given,
+            fix,
         )
     if path.stat().st_size == 0:
         raise TranslatorError(

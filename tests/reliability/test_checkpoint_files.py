@@ -293,3 +293,16 @@ def test_a_checkpoint_output_naming_a_file_of_another_kind_is_refused_before_any
     for _ in range(2):  # the second time a checkpoint is there: replaced
         averaging.average([checkpoint_file], tmp_path / "avg.pt")
     assert checkpoint.read(tmp_path / "avg.pt")["state"]["averaged"] == [str(checkpoint_file)]
+
+
+def test_a_hugging_face_model_given_as_a_checkpoint_is_pointed_to_import_hf(tmp_path):
+    model_dir = tmp_path / "opus-mt-en-de"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text('{"model_type": "marian"}')
+    for given in (str(model_dir), "hf:Helsinki-NLP/opus-mt-en-de"):
+        with pytest.raises(TranslatorError) as err:
+            checkpoint.load(given)
+        assert err.value.fix.startswith(f"import it first: translator import-hf {given} -o CKPT")
+    with pytest.raises(TranslatorError) as err:
+        checkpoint.load(tmp_path / "missing.pt")
+    assert "import-hf" not in err.value.fix
