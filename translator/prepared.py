@@ -13,7 +13,7 @@ from pathlib import Path
 from translator import __version__
 from translator.config import DataConfig, to_dict
 from translator.data import clean
-from translator.data.corpus import is_hub
+from translator.data.corpus import is_hub, source_files
 from translator.data.shards import PREPARE_AGAIN
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
@@ -53,15 +53,20 @@ def vocab_files(data: DataConfig) -> dict[str, str]:
 
 
 def source_fingerprint(data: DataConfig) -> list:
-    """Name, size and mtime of a local source's files, so edited data is prepared again (hub:
-    none)."""
+    """Name, size and mtime of the files a local source's splits are read from (of every file of
+    a save_to_disk dataset), so edited data is prepared again, and a README beside them is not
+    (hub: none)."""
     root = Path(data.source)
     if is_hub(data.source) or not root.is_dir():
         return []
-    files = [p for p in root.iterdir() if p.is_file()]
-    # save_to_disk splits
-    files += [p for d in root.iterdir() if d.is_dir() for p in d.iterdir() if p.is_file()]
-    return sorted([str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns] for p in files)
+    if (root / "dataset_dict.json").is_file():
+        files = [p for p in root.iterdir() if p.is_file()]
+        files += [p for d in root.iterdir() if d.is_dir() for p in d.iterdir() if p.is_file()]
+    else:
+        files = [path for split in data.splits for path in source_files(data, split)]
+    return sorted(
+        [str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns] for p in set(files)
+    )
 
 
 def shaping_settings(data: DataConfig, vocab_from: str | None = None) -> dict:
@@ -100,10 +105,11 @@ def out_of_date(data: DataConfig, vocab_from: str | None = None) -> str:
         made = manifest.get("settings", {}).get("vocab_from")
         if "settings" in manifest and made != vocab_from:
             return f"it was encoded with {_vocab_origin(made, manifest.get('vocab_from'))}"
-        if change := source_change(data, manifest):
-            return change
+        # settings first: other split names also read other files
         diff = setting_changes(manifest.get("settings") or {}, shaping_settings(data, vocab_from))
-        return f"other data settings: {diff}" if diff else "other data settings"
+        if diff:
+            return f"other data settings: {diff}"
+        return source_change(data, manifest) or "other data settings"
     if change := cleaning_change(data, manifest):
         return change
     return file_damage(folder, manifest) or checksum_damage(folder, manifest)

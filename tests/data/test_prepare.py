@@ -348,6 +348,8 @@ def test_edited_source_files_are_prepared_again(tmp_path, corpus):
     cfg = tiny_config(corpus, tmp_path / "data")
     run(cfg)
     assert not out_of_date(cfg.data)
+    (corpus / "README.md").write_text("notes beside the data\n")  # not read: not a change
+    assert not out_of_date(cfg.data)
     os.utime(corpus / "train.de", ns=(1, 1))  # same settings, edited file
     assert out_of_date(cfg.data)
 
