@@ -68,6 +68,13 @@ def run(
     data, out = cfg.data, prepared_dir(cfg.data)
     say = (lambda line: None) if quiet else log
     vocab, given = given_vocab(cfg)
+    if vocab is not None and (missing := _missing_symbols(vocab, data.user_symbols)):
+        print(  # under --quiet too: the data will not read as the setting asks
+            f"warning: data.user_symbols {', '.join(missing)}: not pieces of {given}'s "
+            "SentencePiece model, which cuts them into pieces (a model trained here holds them: "
+            f"leave {given} empty)",
+            file=sys.stderr,
+        )
     vocab_from = vocab.checksum() if vocab else None
     why = "" if force else out_of_date(data, data_vocab_from(data, vocab_from))
     if not force and not why:
@@ -113,6 +120,12 @@ def run(
         else:
             (say or bars.print)(line)
     return out
+
+
+def _missing_symbols(vocab: Tokenizer, symbols: list[str]) -> list[str]:
+    """The user symbols that a given vocabulary lacks as pieces of its own, on either side."""
+    models = (vocab.sp, vocab.target_sp)
+    return [s for s in symbols if any(m.piece_to_id(s) == m.unk_id() for m in models)]
 
 
 def _prepare(data: DataConfig, tmp: Path, bars: Bars, vocab: Tokenizer | None, given: str) -> dict:

@@ -176,3 +176,15 @@ def test_training_encodes_with_the_given_model(prepared, tmp_path):
     spm_train(model, texts[::-1], size=80)
     with pytest.raises(TranslatorError, match="is not the SentencePiece model .*last.pt was"):
         loop.run(more, quiet=True)
+
+
+def test_user_symbols_a_given_model_lacks_are_warned_about(tmp_path, corpus, capsys):
+    """data.user_symbols shapes models prepare trains; a given one has the pieces it has."""
+    en, de = small_splits()["train"]
+    model = spm_train(tmp_path / "given.model", en + de)
+    cfg = tiny_config(corpus, tmp_path / "data", f"data.spm_model={model}")
+    cfg.data.user_symbols = ["<BT>", "\u2581"]  # the second: a piece every model has
+    prepare.run(cfg, quiet=True)
+    warned = capsys.readouterr().err
+    assert "warning: data.user_symbols <BT>: not pieces of data.spm_model's" in warned
+    assert "\u2581" not in warned.split(":")[1]
