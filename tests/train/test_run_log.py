@@ -59,6 +59,23 @@ def test_the_error_that_ends_a_run_is_in_train_log_and_the_manifest(
     assert f"updates 1-{n} all had a non-finite" in session["error"]
 
 
+def test_an_error_reading_the_batches_at_the_start_is_in_train_log_and_the_manifest(
+    prepared, tmp_path, monkeypatch
+):
+    """As any error that ends a run: it came before the loop, after train.log was opened."""
+
+    def refuse(*args, **kwargs):
+        raise TranslatorError("a pair longer than the model's positions", "train.tsv:11", "fix it")
+
+    monkeypatch.setattr(loop, "TrainBatches", refuse)
+    run_dir = tmp_path / "run"
+    with pytest.raises(TranslatorError) as raised:
+        loop.run(variant(prepared, run_dir), quiet=True)
+    assert f"error: {raised.value}" in (run_dir / "train.log").read_text()
+    (session,) = json.loads((run_dir / "manifest.json").read_text())["sessions"]
+    assert session["end_reason"] == "error" and session["error"] == str(raised.value)
+
+
 def test_a_reader_that_leaves_stdout_does_not_end_the_run(prepared, tmp_path):
     """`translator train ... | head -3`: the pipe closes after three lines; training goes on to
     its end and saves, logging to train.log alone (it used to exit 1, silently, unsaved)."""

@@ -137,16 +137,16 @@ def run(cfg: Config, quiet: bool = False) -> Transformer:
 def _run(cfg: Config, quiet: bool) -> Transformer:
     s = setup(cfg, quiet)
     state = s.state
-    data = TrainBatches(cfg, s.dist)
     manifest = (
         RunManifest(s.run_dir, cfg, s.dist.world_size, state.step, s.vocab_from, s.changed)
         if s.dist.main
         else None
     )
-    start_logging(s, data)
     stop, reason, error = StopRequest(), "error", None
-    s.clock_zero = time.time() - state.seconds  # training wall-clock continues where it was saved
-    try:
+    try:  # from here an error that ends the run is kept in train.log and the manifest too
+        data = TrainBatches(cfg, s.dist)
+        start_logging(s, data)
+        s.clock_zero = time.time() - state.seconds  # training wall-clock goes on where it was saved
         reason = _train(s, data, stop, manifest)
         if reason != "interrupted" and state.last_valid_step != state.step:
             # a limit's reason stands (its verdict on early stopping comes too late to matter)
