@@ -175,3 +175,12 @@ def test_a_saved_dataset_with_damaged_metadata_is_one_line(tmp_path, damaged):
     with pytest.raises(TranslatorError, match="metadata cannot be read") as err:
         load_split(cfg.data, "train", tmp_path / "cache")
     assert err.value.where == str(tmp_path / "saved") and "save_to_disk" in err.value.fix
+
+
+def test_json_lines_that_are_not_records_or_no_records_at_all_are_named(tmp_path):
+    with pytest.raises(TranslatorError, match=r"train.jsonl:2: not a JSON object"):
+        load(tmp_path / "list", {"train.jsonl": jsonl({"en": "a", "de": "b"}, [1, 2])})
+    with pytest.raises(TranslatorError, match=r"train.jsonl: no records"):
+        load(tmp_path / "blank", {"train.jsonl": "\n\n"})
+    array = {"train.jsonl": json.dumps([{"en": "a", "de": "b"}, {"en": "c", "de": "d"}]) + "\n"}
+    assert load(tmp_path / "array", array) == (["a", "c"], ["b", "d"])  # one JSON array: read

@@ -52,6 +52,13 @@ def _read_records(datasets, path: Path, cache_dir: Path | None, langs: tuple[str
             raise TranslatorError(
                 "not a JSON object", f"{path}:{line}", "write one JSON object per line"
             ) from None
+        with open_maybe_gz(path) as handle:
+            if not any(raw.strip() for raw in handle):
+                raise TranslatorError(
+                    "no records (empty, or blank lines only)",
+                    str(path),
+                    "write one JSON object per line",
+                ) from None
         # Arrow's reader: "Column(/translation/de) changed from string to number in row N"
         changed = re.search(r"Column\(/(?:translation/)?([^/)]+)\) changed from", _messages(err))
         if changed and changed[1] in langs:
@@ -208,14 +215,21 @@ def first_invalid_utf8_line(path: Path) -> int:
 def first_invalid_json_line(path: Path) -> int:
     """1-based number of the first non-blank line that is not a JSON object (0 if none, or if the
     file is one JSON array); Arrow's reader counts its rows from 0 and skips blank lines."""
+    first = True
     with open_maybe_gz(path) as handle:
         for number, raw in enumerate(handle, 1):
-            if raw.lstrip().startswith(b"["):
-                return 0
-            if raw.strip():
+            if not raw.strip():
+                continue
+            if first and raw.lstrip().startswith(b"["):  # a file that is one JSON array
                 try:
-                    if not isinstance(json.loads(raw), dict):
-                        return number
-                except ValueError:
+                    records = json.loads(raw)
+                except ValueError:  # over several lines
+                    return 0
+                return 0 if all(isinstance(r, dict) for r in records) else number
+            first = False
+            try:
+                if not isinstance(json.loads(raw), dict):
                     return number
+            except ValueError:
+                return number
     return 0
