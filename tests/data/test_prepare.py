@@ -529,3 +529,15 @@ def test_user_symbols_are_one_piece_each_and_tag_the_sources_that_carry_them(tmp
     # without the setting the tag is split into ordinary pieces
     plain = Tokenizer(run(tiny_config(root, tmp_path / "plain")) / "spm.model").sp
     assert plain.piece_to_id("<BT>") == UNK_ID
+
+
+def test_a_junk_line_too_long_to_keep_does_not_count_in_the_unk_share(tmp_path):
+    """One pair of thousands of characters the vocabulary lacks is dropped by the length rule:
+    its <unk>s say nothing of the corpus, and counting them refused the whole of it."""
+    splits = small_splits()
+    junk = " ".join(["\u03b1\u03b2"] * 3000)  # Greek, which Multi30k's vocabulary lacks
+    splits["train"] = ([*splits["train"][0], junk], [*splits["train"][1], junk])
+    corpus = write_text_corpus(tmp_path / "corpus", splits)
+    out = run(tiny_config(corpus, tmp_path / "data"))
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["unk"]["src"]["unk"] < 50 and manifest["dropped"]["too long"] == 1

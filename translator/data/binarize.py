@@ -94,8 +94,10 @@ def encode_to_ids(
     advance: Advance,
 ) -> dict[str, int]:
     """Encode the kept pairs into out/train.{src,tgt}.{ids,offsets}.npy; returns pair and token
-    counts, and per side the <unk> and all tokens encoded before the length rules (a vocabulary
-    that lacks the text's script turns pairs into <unk> runs the rules may drop)."""
+    counts, and per side the <unk> and all tokens of the pairs not too long for
+    max_tokens_per_side, counted before the ratio rule (a vocabulary that lacks the text's script
+    turns a side into short <unk> runs, which that rule may drop; a pair too long is dropped
+    whatever its pieces, and one junk line of a megabyte would outweigh the corpus)."""
     writers = {
         side: IdWriter(out / f"train.{side}", tokenizers[side].vocab_size)
         for side in ("src", "tgt")
@@ -109,9 +111,12 @@ def encode_to_ids(
             for side, rows in ids.items()
         }
         fits = length_filter(lengths["src"], lengths["tgt"], max_tokens, max_ratio, drops)
+        short = np.ones(len(src), dtype=bool)  # not too long for max_tokens_per_side
+        if max_tokens:
+            short = (lengths["src"] <= max_tokens) & (lengths["tgt"] <= max_tokens)
         for side, rows in ids.items():
-            unk[side]["unk"] += sum(row.count(UNK_ID) for row in rows)
-            unk[side]["tokens"] += int(lengths[side].sum())
+            unk[side]["unk"] += sum(row.count(UNK_ID) for row in itertools.compress(rows, short))
+            unk[side]["tokens"] += int(lengths[side][short].sum())
             writers[side].append(rows if fits.all() else list(itertools.compress(rows, fits)))
         pairs += int(fits.sum())
         advance(len(src))
