@@ -29,6 +29,7 @@ def test_top_k_keeps_the_k_most_likely_renormalised():
 @pytest.mark.parametrize(
     "top_p, ids",
     [
+        (0.0, [1]),  # the most likely always stays
         (0.3, [1]),  # 0.4 alone reaches 0.3
         (0.39, [1]),
         (0.6, [1, 3]),  # 0.4 < 0.6, then 0.65
@@ -161,7 +162,7 @@ def test_top_k_keeps_exactly_k_where_logits_tie():
         {"temperature": float("inf")},
         {"temperature": float("nan")},
         {"temperature": 1e-39},
-        {"top_p": 0.0},
+        {"top_p": -0.1},
         {"top_p": 1.5},
         {"top_k": -1},
         {"seed": -2},

@@ -70,7 +70,8 @@ BeamOpt = Annotated[
 ]
 LengthPenaltyOpt = Annotated[
     Optional[float],
-    typer.Option("--length-penalty", help="GNMT length-penalty alpha (0 = none)."),
+    # the ranges here are decode.*'s (config/decode.py), so that the help shows them
+    typer.Option("--length-penalty", min=-10, max=10, help="GNMT length-penalty alpha (0 = none)."),
 ]
 ChannelOpt = Annotated[
     Optional[list[Path]],
@@ -86,6 +87,7 @@ ChannelWeightOpt = Annotated[
     typer.Option(
         "--channel-weight",
         min=0,
+        max=100,
         help="Weight of the --channel score; default from the checkpoint (decode.channel_weight).",
     ),
 ]
@@ -99,7 +101,7 @@ ChannelCandidatesOpt = Annotated[
 ]
 MaxLenAOpt = Annotated[
     Optional[float],
-    typer.Option("--max-len-a", min=0, help="Output length limit a*|src|+b: a."),
+    typer.Option("--max-len-a", min=0, max=1000, help="Output length limit a*|src|+b: a."),
 ]
 MaxLenBOpt = Annotated[
     Optional[int], typer.Option("--max-len-b", min=0, help="Output length limit: b.")

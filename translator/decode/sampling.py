@@ -44,9 +44,9 @@ class Sampling:
                 "--temperature",
                 "give one in that range (greedy search, without --sampling, for the most likely)",
             )
-        if not 0 < self.top_p <= 1:
+        if not 0 <= self.top_p <= 1:  # 0: the most likely token alone (the first always stays)
             raise TranslatorError(
-                f"top-p {self.top_p} is outside (0, 1]", "--sampling-topp", "give one in range"
+                f"top-p {self.top_p} is outside 0-1", "--sampling-topp", "give one in range"
             )
         if self.top_k < 0 or self.seed < 0:
             raise TranslatorError(
@@ -117,9 +117,10 @@ def truncated(log_probs: torch.Tensor, sampling: Sampling) -> torch.Tensor:
         ordered, order = logits.sort(dim=-1, descending=True)  # (N, V)
         probs = ordered.softmax(dim=-1)
         before = probs.cumsum(dim=-1) - probs  # (N, V) the more likely tokens' probability
-        # a token stays while the ones before it hold less than top_p (the first always stays)
-        drop = torch.zeros_like(before, dtype=torch.bool).scatter_(
-            -1, order, before >= sampling.top_p
-        )
+        # a token stays while the ones before it hold less than top_p; the first always stays
+        # (top_p 0: the most likely alone)
+        beyond = before >= sampling.top_p
+        beyond[:, 0] = False
+        drop = torch.zeros_like(before, dtype=torch.bool).scatter_(-1, order, beyond)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
