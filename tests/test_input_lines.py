@@ -9,6 +9,8 @@ import signal
 
 import pytest
 
+from translator.errors import TranslatorError
+from translator.files import read_lines
 from translator.input_lines import read_chunks
 
 
@@ -87,3 +89,15 @@ def test_invalid_utf8_warnings_name_ten_lines_then_count_the_rest(tmp_path):
     assert len(lines) == 50 and lines[48] == "caf\ufffd 24"
     assert [w.split(":")[0] for w in warnings[:-1]] == [f"line {n}" for n in range(1, 21, 2)]
     assert warnings[-1].startswith("15 more lines had invalid UTF-8 (lines 21-49;")
+
+
+@pytest.mark.parametrize("encoding, shown", [("utf-16-le", "UTF-16LE"), ("utf-16", "UTF-16LE")])
+def test_input_in_utf16_is_refused_not_read_as_lines_of_nul_bytes(tmp_path, encoding, shown):
+    """Read as UTF-8, its NUL bytes after the last newline made one line more than it has."""
+    path = tmp_path / "in.txt"
+    path.write_bytes("A dog runs.\nA cat sleeps.\n".encode(encoding))
+    with open(path) as reader, pytest.raises(TranslatorError, match=f"looks like {shown}") as err:
+        list(read_chunks(reader))
+    assert err.value.where == "stdin" and "iconv" in err.value.fix
+    with pytest.raises(TranslatorError, match=f"looks like {shown}"):  # --src, --ref, --tgt
+        read_lines(path)

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from translator.errors import TranslatorError, counted
+from translator.input_lines import refuse_wide, wide_encoding
 
 
 def open_own(path: Path, flags: int) -> int:
@@ -274,8 +275,11 @@ def read_lines(path: str | Path) -> list[str]:
         raise TranslatorError(what, str(path), "check the path")
     lines = []
     with open(path, "rb") as handle:
-        if handle.peek(2)[:2] == b"\x1f\x8b":  # peek: a pipe cannot seek back
+        head = handle.peek(4096)  # peek: a pipe cannot seek back
+        if head[:2] == b"\x1f\x8b":
             raise TranslatorError("a gzip file, not text", str(path), "gunzip it first")
+        if encoding := wide_encoding(head):
+            refuse_wide(encoding, str(path))
         for number, raw in enumerate(handle, 1):
             try:
                 line = raw.decode("utf-8").rstrip("\r\n")

@@ -5,10 +5,13 @@ UTF-8 line by line, and the lines left in a regular file counted for a progress 
 from __future__ import annotations
 
 import os
+import re
 import select
 import stat
 from collections.abc import Callable, Iterator
 from typing import TextIO
+
+from translator.errors import TranslatorError
 
 BAD_LINES_NAMED = 10  # invalid-UTF-8 lines warned about one by one; the rest are counted
 
@@ -64,8 +67,12 @@ def read_chunks(
         if warn is not None and len(bad) <= BAD_LINES_NAMED:
             warn(message)
 
+    first = True
     while True:
         data = os.read(fd, 1 << 16)
+        if first and (encoding := wide_encoding(data)):
+            refuse_wide(encoding, "stdin")
+        first = False
         if b"\n" in data:
             *complete, last = b"".join([*pending, data]).split(b"\n")
             pending = [last]
@@ -99,6 +106,33 @@ def _decode_line(raw: bytes, number: int, note: Callable[[int, str], None]) -> s
             "with U+FFFD (re-encode the input as UTF-8)",
         )
         return raw.decode("utf-8", errors="replace").rstrip("\r")
+
+
+def wide_encoding(head: bytes) -> str | None:
+    """'UTF-16LE', 'UTF-32BE'... when the start of a file looks like UTF-16/32 text: most newline
+    bytes beside a NUL byte. UTF-8 text has a NUL only where one was put by mistake, which the
+    cleaner removes (a control character): that is no reason to refuse the file."""
+    beside = [found.start() for found in re.finditer(rb"\n\x00|\x00\n", head)]
+    # two at least: a UTF-8 file of two short lines with one stray NUL before a newline is not
+    # UTF-16 (a share of NUL bytes would not do: UTF-16 CJK text has few)
+    if len(beside) < 2 or 2 * len(beside) < head.count(b"\n"):
+        return None
+    newline = beside[0] + (head[beside[0]] == 0)
+    width = 32 if b"\x00\x00\x00" in head else 16
+    # a newline's byte opens its code unit in little-endian order and closes it in big-endian
+    order = "LE" if newline % (width // 8) == 0 else "BE"
+    return f"UTF-{width}{order}"
+
+
+def refuse_wide(encoding: str, where: str) -> None:
+    """Text in UTF-16 or UTF-32 (a Windows editor's "Unicode"): each of its lines would read as
+    invalid UTF-8, and its NUL bytes make a line of their own, so the output would not keep one
+    line per input line."""
+    raise TranslatorError(
+        f"looks like {encoding} (NUL bytes)",
+        where,
+        f"convert it to UTF-8 (iconv -f {encoding} -t UTF-8)",
+    )
 
 
 def _ready(fd: int) -> bool:

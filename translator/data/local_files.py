@@ -10,13 +10,13 @@ and gzipped.
 from __future__ import annotations
 
 import gzip
-import re
 from pathlib import Path
 
 from translator.config import DataConfig
 from translator.data.json_records import load_json
 from translator.data.lines import line_blocks, lines_dataset, open_maybe_gz, tsv_rows
 from translator.errors import TranslatorError
+from translator.input_lines import refuse_wide, wide_encoding
 
 EXTENSIONS = ("", ".gz")
 
@@ -154,27 +154,7 @@ def _check_start(path: Path) -> None:
     if not head:
         raise TranslatorError("the file is empty", str(path), "give at least one line")
     if encoding := wide_encoding(head):
-        raise TranslatorError(
-            f"looks like {encoding} (NUL bytes)",
-            str(path),
-            f"convert it to UTF-8 (iconv -f {encoding} -t UTF-8)",
-        )
-
-
-def wide_encoding(head: bytes) -> str | None:
-    """'UTF-16LE', 'UTF-32BE'... when the start of a file looks like UTF-16/32 text: most newline
-    bytes beside a NUL byte. UTF-8 text has a NUL only where one was put by mistake, which the
-    cleaner removes (a control character): that is no reason to refuse the file."""
-    beside = [found.start() for found in re.finditer(rb"\n\x00|\x00\n", head)]
-    # two at least: a UTF-8 file of two short lines with one stray NUL before a newline is not
-    # UTF-16 (a share of NUL bytes would not do: UTF-16 CJK text has few)
-    if len(beside) < 2 or 2 * len(beside) < head.count(b"\n"):
-        return None
-    newline = beside[0] + (head[beside[0]] == 0)
-    width = 32 if b"\x00\x00\x00" in head else 16
-    # a newline's byte opens its code unit in little-endian order and closes it in big-endian
-    order = "LE" if newline % (width // 8) == 0 else "BE"
-    return f"UTF-{width}{order}"
+        refuse_wide(encoding, str(path))
 
 
 def _lines(path: Path, count: int) -> list[str]:
