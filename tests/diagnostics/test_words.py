@@ -97,3 +97,17 @@ def test_alignment_ignores_eos_and_padding_beyond_the_pieces():
     cross[0, 1], cross[1, 0] = 0.05, 0.05
     assert alignment(cross, [f"{W}a", f"{W}b"], [f"{W}x", f"{W}y"]) == [(1, 0), (0, 1)]
     assert alignment(cross, [f"{W}a"], []) == [] and pharaoh([]) == ""
+
+
+def test_alignments_count_only_the_words_the_text_shows():
+    """Tokenizer.decode drops <unk>: a word of <unk> pieces alone is not in the text, so its pair
+    goes and the words after it are numbered as the text has them."""
+    from translator.data.tokenizer import UNK_ID
+    from translator.diagnostics.alignment import printed
+
+    pieces = ["<unk>", "\u2581auf", "<unk>", "\u2581", "<unk>", "\u2581dem"]
+    ids = [UNK_ID, 10, UNK_ID, 5, UNK_ID, 11]
+    # words: <unk> | ▁auf <unk> (shown: "auf") | ▁ <unk> (nothing shown) | ▁dem
+    pairs = [(9, 0), (0, 1), (4, 2), (3, 3)]
+    assert printed(pairs, pieces, ids) == [(0, 0), (3, 1)]
+    assert printed(pairs, pieces, [10, 10, 11, 5, 12, 11]) == pairs  # no <unk>: as they were

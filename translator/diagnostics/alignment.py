@@ -8,10 +8,10 @@ step to follow it), at the cost of one teacher-forced pass.
 from __future__ import annotations
 
 from translator.data.join import first_words
-from translator.data.tokenizer import Tokenizer
+from translator.data.tokenizer import UNK_ID, Tokenizer
 from translator.decode import Hypothesis
 from translator.diagnostics.capture import forced_attention
-from translator.diagnostics.words import alignment, word_ids
+from translator.diagnostics.words import WORD_START, alignment, word_ids
 from translator.errors import TranslatorError
 from translator.model.transformer import Transformer
 
@@ -44,10 +44,25 @@ def align(
         return []
     cross = forced_attention(model, src_ids, tgt_ids).maps["cross"][check_layer(model, layer)]
     cross = cross.mean(dim=1)  # (B, T, S): the heads read together
-    return [
-        alignment(cross[b], tokenizer.sp.id_to_piece(src), tokenizer.target_sp.id_to_piece(tgt))
-        for b, (src, tgt) in enumerate(zip(src_ids, tgt_ids))
-    ]
+    out = []
+    for b, (src, tgt) in enumerate(zip(src_ids, tgt_ids)):
+        pieces = tokenizer.target_sp.id_to_piece(tgt)
+        pairs = alignment(cross[b], tokenizer.sp.id_to_piece(src), pieces)
+        out.append(printed(pairs, pieces, tgt))
+    return out
+
+
+def printed(
+    pairs: list[tuple[int, int]], pieces: list[str], ids: list[int]
+) -> list[tuple[int, int]]:
+    """`pairs` over the target words the text shows: Tokenizer.decode drops <unk>, so a word of
+    <unk> (and bare-space) pieces alone is not in it; its pairs go, the words after it move up."""
+    words = word_ids(pieces)
+    shown = sorted(
+        {w for w, p, i in zip(words, pieces, ids) if i != UNK_ID and p.strip(WORD_START)}
+    )
+    number = {word: n for n, word in enumerate(shown)}
+    return [(s, number[t]) for s, t in pairs if t in number]
 
 
 def align_hypotheses(
