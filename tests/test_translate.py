@@ -668,7 +668,7 @@ def test_a_prefix_longer_than_the_model_can_output_is_dropped_naming_its_line(ti
         f"line 12: the prefix is longer than the {tiny.cfg.model.max_positions - 1} tokens the "
         "model can output, so the line is translated without it; shorten the prefix"
     ]
-    with pytest.raises(ValueError, match="1 prefixes for 2 lines"):
+    with pytest.raises(ValueError, match="prefixes: 1 given for 2 lines"):
         translate.translate_lines(
             tiny.model, tiny.tokenizer, SENTENCES[:2], tiny.cfg.decode, prefixes=["Ein"]
         )
@@ -899,3 +899,13 @@ def test_a_phrase_in_a_script_without_spaces_follows_the_text_before_it_directly
         tokenizer, [["使用这个术语"]], ["x"], [0], None, 39, None, 1
     )
     assert required == [[chinese]]
+
+
+def test_arguments_a_python_caller_can_get_wrong_are_one_line_errors(tiny):
+    args = (tiny.model, tiny.tokenizer, ["A dog.", "A cat."], tiny.cfg.decode)
+    with pytest.raises(TranslatorError, match="nbest=0"):
+        translate.translate_lines(*args, nbest=0)
+    with pytest.raises(TranslatorError, match="prefixes: 1 given for 2 lines"):
+        translate.translate_lines(*args, prefixes=["Ein"])
+    with pytest.raises(TranslatorError, match="constraints: 3 given for 2 lines"):
+        translate.translate_lines(*args, constraints=[[], [], []])

@@ -33,7 +33,7 @@ from translator.decode.forced import target_log_probs
 from translator.decode.sampling import Sampling, piece_keys
 from translator.decode.search import sample, search
 from translator.diagnostics.alignment import align_hypotheses, check_layer
-from translator.errors import TranslatorError
+from translator.errors import TranslatorError, counted
 from translator.guided import Guides, holding, line_guides
 from translator.line_pieces import detokenize, source_pieces, with_alignments
 from translator.model.ensemble import Ensemble
@@ -129,6 +129,7 @@ def translate_lines(
     """
     if isinstance(lines, str):  # would translate each character as a line
         raise TypeError("translate_lines takes a list of lines, not one string: [line]")
+    _check_lists(len(lines), nbest, prefixes, constraints)
     _check_request(model, decode.beam_size, nbest, alignment_layer, channel, sampling)
     shown, nbest = nbest, max(nbest, channel.candidates) if channel else nbest
     sources = [source_text(line, data) for line in lines]
@@ -258,6 +259,19 @@ def _search_batches(
         if progress is not None:
             progress(done, len(pieces))
     return results, aligned
+
+
+def _check_lists(n_lines: int, nbest: int, prefixes: list | None, constraints: list | None) -> None:
+    """A Python caller's arguments that the command line cannot get wrong."""
+    if nbest < 1:
+        raise TranslatorError(f"nbest={nbest}", "nbest", "ask for 1 or more translations a line")
+    for name, per_line, none in (("prefixes", prefixes, '""'), ("constraints", constraints, "[]")):
+        if per_line is not None and len(per_line) != n_lines:
+            raise TranslatorError(
+                f"{len(per_line)} given for {counted(n_lines, 'line')}",
+                name,
+                f"give one a line ({none} for none)",
+            )
 
 
 def _check_request(
