@@ -9,7 +9,7 @@ import re
 import select
 import stat
 from collections.abc import Callable, Iterator
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 from translator.errors import TranslatorError
 
@@ -124,7 +124,7 @@ def wide_encoding(head: bytes) -> str | None:
     return f"UTF-{width}{order}"
 
 
-def refuse_wide(encoding: str, where: str) -> None:
+def refuse_wide(encoding: str, where: str) -> NoReturn:
     """Text in UTF-16 or UTF-32 (a Windows editor's "Unicode"): each of its lines would read as
     invalid UTF-8, and its NUL bytes make a line of their own, so the output would not keep one
     line per input line."""
