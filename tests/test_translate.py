@@ -668,7 +668,7 @@ def test_a_prefix_longer_than_the_model_can_output_is_dropped_naming_its_line(ti
         f"line 12: the prefix is longer than the {tiny.cfg.model.max_positions - 1} tokens the "
         "model can output, so the line is translated without it; shorten the prefix"
     ]
-    with pytest.raises(ValueError, match="prefixes: 1 given for 2 lines"):
+    with pytest.raises(TranslatorError, match="prefixes: 1 given for 2 lines"):
         translate.translate_lines(
             tiny.model, tiny.tokenizer, SENTENCES[:2], tiny.cfg.decode, prefixes=["Ein"]
         )
@@ -764,7 +764,7 @@ def test_constraints_are_refused_beside_a_prefix_and_an_empty_source_stays_empty
         translate.translate_lines(
             tiny.model, tiny.tokenizer, lines[:1], decode, constraints=[["Ein"]], prefixes=["E"]
         )
-    with pytest.raises(ValueError, match="1 constraint lists for 2 lines"):
+    with pytest.raises(TranslatorError, match="constraints: 1 given for 2 lines"):
         translate.translate_lines(tiny.model, tiny.tokenizer, lines, decode, constraints=[["E"]])
     out = translate.translate_lines(
         tiny.model,

@@ -39,8 +39,6 @@ def prefix_pieces(
     it, with a warning: a stream goes on, one line out per line in."""
     if prefixes is None:
         return None
-    if len(prefixes) != len(lines):
-        raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines")
     if not any(p.strip() for p in prefixes):
         return None
     split = [split_prefix(tokenizer, p, data, limit) for p in prefixes]
@@ -103,8 +101,6 @@ def constraint_pieces(
     line in."""
     if constraints is None:
         return None
-    if len(constraints) != len(lines):
-        raise ValueError(f"{len(constraints)} constraint lists for {len(lines)} lines")
     if not all(isinstance(c, list) and all(isinstance(p, str) for p in c) for c in constraints):
         raise TypeError("constraints takes a list of phrases (strings) per line: [['Hund'], []]")
     # a phrase given twice is one constraint (fairseq would want it twice); one that cleaning
