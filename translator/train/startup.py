@@ -3,7 +3,6 @@ optimizer and scaler, the log opened; resumed from run_dir/last.pt when it exist
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -15,7 +14,13 @@ from translator.config import Config, ModelConfig
 from translator.data.tokenizer import Tokenizer
 from translator.errors import TranslatorError
 from translator.model.transformer import Transformer
-from translator.prepared import data_vocab_from, load_manifest, prepared_dir, tokenizer_of
+from translator.prepared import (
+    data_vocab_from,
+    load_manifest,
+    prepared_dir,
+    read_manifest,
+    tokenizer_of,
+)
 from translator.train import distributed, finetune
 from translator.train.attention import AttentionMonitor
 from translator.train.distributed import Dist
@@ -79,15 +84,12 @@ def _refuse_a_data_directory(run_dir: Path, cfg: Config) -> None:
     """A run directory that is prepared data's (this config's, or any with prepare's manifest)
     is refused before anything is written: the run's manifest.json would take the place of
     prepare's, and the data would be lost to both."""
-    manifest = run_dir / "manifest.json"
     ours = run_dir.resolve() == prepared_dir(cfg.data).resolve()
+    written_by_prepare = {"settings", "vocab", "files"}  # keys a run's own manifest lacks
     try:
-        prepares = (
-            manifest.is_file()
-            and {"settings", "vocab", "files"}
-            <= json.loads(manifest.read_text(encoding="utf-8")).keys()
-        )
-    except (ValueError, UnicodeDecodeError, AttributeError):  # damaged, or not a JSON object
+        found = read_manifest(run_dir) if (run_dir / "manifest.json").is_file() else {}
+        prepares = written_by_prepare <= found.keys()
+    except TranslatorError:  # damaged: the run's own record handles that (train/manifest.py)
         prepares = False
     if ours or prepares:
         raise TranslatorError(
