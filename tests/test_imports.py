@@ -14,6 +14,7 @@ LAYERS = [
         "translator.files",
         "translator.input_lines",
         "translator.line_warnings",
+        "translator.other_models",
         "translator.versions",
     },
     {"translator.bleu"},  # sacreBLEU and chrF: eval and validation score with it

@@ -12,13 +12,13 @@ loads, unverified but for its tokenizer.
 from __future__ import annotations
 
 import hashlib
-import re
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from translator import other_models
 from translator.config import Config, from_dict, to_dict
 from translator.data.tokenizer import Tokenizer, proto_checksum
 from translator.errors import TranslatorError
@@ -225,7 +225,7 @@ def _open(path: str | Path, mmap: bool) -> dict[str, Any]:
     given, path = str(path), Path(path)
     if not path.is_file():
         fix = "give a .pt file written by `translator train`, e.g. RUN_DIR/best.pt"
-        if (path / "config.json").is_file() or given.startswith("hf:"):  # a Hugging Face model
+        if other_models.is_hugging_face_model(given):
             fix = f"import it first: translator import-hf {given} -o CKPT, then give CKPT"
         raise TranslatorError(
             "a directory, not a checkpoint" if path.is_dir() else "checkpoint not found",
@@ -239,8 +239,10 @@ def _open(path: str | Path, mmap: bool) -> dict[str, Any]:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as err:  # torch raises many kinds for a corrupt file
-        if _pickles_fairseq_settings(path):  # refused by weights_only, not damaged
-            raise TranslatorError(FAIRSEQ, str(path), IMPORT_FAIRSEQ) from None
+        if other_models.pickles_fairseq_settings(path):  # refused by weights_only, not damaged
+            raise TranslatorError(
+                other_models.FAIRSEQ, str(path), other_models.IMPORT_FAIRSEQ
+            ) from None
         raise TranslatorError(
             f"not a readable checkpoint ({type(err).__name__}: cut short, damaged or not PyTorch)",
             str(path),
@@ -254,38 +256,13 @@ def _open(path: str | Path, mmap: bool) -> dict[str, Any]:
             "upgrade translator (pip install -U, or git pull and make install) to read it",
         )
     if not isinstance(payload, dict) or made not in FORMATS or _partial(payload):
-        if isinstance(payload, dict) and "model" in payload and {"args", "cfg"} & payload.keys():
-            raise TranslatorError(FAIRSEQ, str(path), IMPORT_FAIRSEQ)
-        if isinstance(payload, dict) and payload and all(map(torch.is_tensor, payload.values())):
-            raise TranslatorError(
-                "weights alone (a state dict, as Hugging Face's pytorch_model.bin), not a "
-                "translator checkpoint",
-                str(path),
-                "import the model they belong to; MarianMT: `translator import-hf DIRECTORY`",
-            )
+        other_models.refuse_other_payload(payload, path)
         raise TranslatorError(
             "not a translator checkpoint",
             str(path),
             "give a .pt file written by `translator train`, `import-hf` or `import-fairseq`",
         )
     return payload
-
-
-FAIRSEQ = "a fairseq checkpoint, not a translator one"
-IMPORT_FAIRSEQ = "import it first: translator import-fairseq CKPT --dicts DIR --spm MODEL -o OUT"
-
-
-# a pickle's GLOBAL opcode naming a class of fairseq's, or the argparse Namespace that fairseq's
-# checkpoints keep their settings in (not the text "fairseq" an imported checkpoint of ours holds)
-FAIRSEQ_CLASS = re.compile(rb"c(?:fairseq(?:\.\w+)*|argparse)\n\w+\n")
-
-
-def _pickles_fairseq_settings(path: Path) -> bool:
-    """Whether the file's pickle (read as bytes, nothing unpickled) names a class of FAIRSEQ_CLASS.
-    OpenNMT-py keeps a Namespace too, beside its own (`onmt`) classes: that is not fairseq."""
-    with open(path, "rb") as file:
-        head = file.read(1 << 20)  # the pickle comes first (data.pkl, a zip's first entry)
-    return b"conmt" not in head and FAIRSEQ_CLASS.search(head) is not None
 
 
 def _partial(payload: dict) -> bool:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import zipfile
 from pathlib import Path
 
-from translator import checkpoint, config, prepared
+from translator import checkpoint, config, other_models, prepared
 from translator.data.spm_files import given_tokenizer
 from translator.errors import TranslatorError
 from translator.model.transformer import Transformer, count_parameters
@@ -63,26 +62,8 @@ def written_by(payload: dict) -> str:
 
 
 def _refuse_other_models(path: Path) -> None:
-    """A model directory (Hugging Face's, a CTranslate2 export) or a Hugging Face config.json,
-    named as what it is: neither a config of ours nor a checkpoint."""
-    hf_config = path / "config.json" if path.is_dir() else path
-    if hf_config.name == "config.json" and hf_config.is_file():
-        try:
-            hf = json.loads(hf_config.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError):
-            hf = None
-        if isinstance(hf, dict) and "model_type" in hf and not (path / "model.bin").is_file():
-            raise TranslatorError(
-                f"a Hugging Face model ({hf['model_type']}), not a translator config or checkpoint",
-                str(path),
-                "import a MarianMT one first: translator import-hf DIR -o CKPT, then info CKPT",
-            )
-    if path.is_dir() and (path / "model.bin").is_file():
-        raise TranslatorError(
-            "a CTranslate2 model directory, not a translator config or checkpoint",
-            str(path),
-            "give the checkpoint it was exported from",
-        )
+    """Another toolkit's model directory, or any directory: neither a config nor a checkpoint."""
+    other_models.refuse_model_directory(path)
     if path.is_dir():
         raise TranslatorError(
             "a directory, not a config or a checkpoint",
