@@ -73,8 +73,15 @@ def test_japanese_and_korean_targets_use_sacrebleus_mecab_tokenizers(lang, token
 
 
 def test_hypothesis_count_must_match():
-    with pytest.raises(ValueError, match="2 hypotheses for 3 references"):
+    with pytest.raises(TranslatorError, match="2 hypotheses for 3 references"):
         bleu.score(REFS[:2], REFS)
+    with pytest.raises(TranslatorError, match="1 hypothesis for 3 references"):
+        bleu.score(REFS[:1], REFS)
+
+
+def test_an_empty_corpus_is_refused_in_words():
+    with pytest.raises(TranslatorError, match="no sentences to score"):
+        bleu.score([], [])
 
 
 def test_scores_take_hypotheses_first_and_references_second():

@@ -19,6 +19,7 @@ from translator.data.batching import make_batch
 from translator.data.tokenizer import BOS_ID, EOS_ID
 from translator.decode.beam import beam_search, length_penalty
 from translator.decode.forced import target_log_probs
+from translator.errors import TranslatorError
 from translator.model.ensemble import Ensemble
 from translator.model.transformer import Transformer
 from translator.train.loss import token_loss
@@ -126,7 +127,7 @@ def test_normalised_values():
 def test_score_lines_refuses_strings_and_unequal_lists(tiny):
     with pytest.raises(TypeError):
         score.score_lines(tiny.model, tiny.tokenizer, "A dog.", "Ein Hund.")
-    with pytest.raises(ValueError):
+    with pytest.raises(TranslatorError, match="1 source but 0 targets"):
         score.score_lines(tiny.model, tiny.tokenizer, ["A dog."], [])
 
 

@@ -309,6 +309,16 @@ def test_one_string_is_refused_not_translated_character_by_character(tiny):
         translate.translate_lines(tiny.model, tiny.tokenizer, "A dog runs.", tiny.cfg.decode)
 
 
+@pytest.mark.parametrize("line", [None, b"A dog.", 3])
+def test_a_line_that_is_not_text_is_named_by_its_index(tiny, line):
+    from translator.score import score_lines
+
+    with pytest.raises(TypeError, match=rf"lines\[1\] is {type(line).__name__}, not str"):
+        translate.translate_lines(tiny.model, tiny.tokenizer, ["A dog.", line], tiny.cfg.decode)
+    with pytest.raises(TypeError, match=rf"targets\[0\] is {type(line).__name__}, not str"):
+        score_lines(tiny.model, tiny.tokenizer, ["A dog."], [line])
+
+
 def test_length_batches_cover_every_index_within_the_budget():
     lengths = [5, 1, 9, 3, 3, 12, 7, 2, 40, 6]
     batches = list(translate.length_batches(lengths, batch_tokens=24))
@@ -317,6 +327,43 @@ def test_length_batches_cover_every_index_within_the_budget():
     assert flat == sorted(lengths, reverse=True)
     for batch in batches:
         assert len(batch) == 1 or len(batch) * (max(lengths[i] for i in batch) + 1) <= 24
+
+
+@pytest.mark.parametrize("default", [torch.bfloat16, torch.float64], ids=["bf16", "fp64"])
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_the_caller_s_default_dtype_does_not_reach_the_search(tiny, beam_size, default):
+    """A host program's torch.set_default_dtype leaves the searches' scores in float32."""
+    decode = dataclasses.replace(tiny.cfg.decode, beam_size=beam_size)
+    expected = translate.translate_lines(tiny.model, tiny.tokenizer, SENTENCES[:4], decode, nbest=2)
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(default)
+    try:
+        got = translate.translate_lines(tiny.model, tiny.tokenizer, SENTENCES[:4], decode, nbest=2)
+    finally:
+        torch.set_default_dtype(before)
+    assert got == expected
+
+
+def test_a_model_in_training_mode_decodes_and_scores_without_dropout_and_stays_in_it(tiny):
+    """A back-translation loop hands in the model it trains: no dropout in the search or the
+    scores, and the model is left in training mode."""
+    from translator.model.transformer import Transformer
+    from translator.score import score_lines
+
+    settings = copy.deepcopy(tiny.cfg.model)
+    settings.dropout = settings.attention_dropout = settings.activation_dropout = 0.5
+    training = Transformer(settings)
+    training.load_state_dict(tiny.model.state_dict())
+    training.train()
+    decode = dataclasses.replace(tiny.cfg.decode, beam_size=2)
+    lines = SENTENCES[:4]
+    expected = translate.translate_lines(tiny.model, tiny.tokenizer, lines, decode, nbest=2)
+    assert translate.translate_lines(training, tiny.tokenizer, lines, decode, nbest=2) == expected
+    assert training.training and all(m.training for m in training.modules())
+    targets = [hyps[0][0] for hyps in expected]
+    scores = score_lines(training, tiny.tokenizer, lines, targets, warn=None)
+    want = score_lines(tiny.model, tiny.tokenizer, lines, targets, warn=None)
+    assert [p.log_prob for p in scores] == [p.log_prob for p in want] and training.training
 
 
 def test_a_beam_wider_than_the_vocabulary_is_refused(tiny):

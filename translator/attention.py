@@ -18,6 +18,7 @@ import torch
 
 from translator.config import DecodeConfig, DiagnosticsConfig
 from translator.data.tokenizer import Tokenizer
+from translator.decode import in_eval_mode
 from translator.decode.search import search
 from translator.diagnostics.capture import Forced, forced_attention
 from translator.diagnostics.figures import diversity_figure, heads_figure, save_png
@@ -61,6 +62,7 @@ class Pieces:
         }[kind]
 
 
+@in_eval_mode
 def run(
     model: Transformer,
     tokenizer: Tokenizer,
@@ -68,15 +70,16 @@ def run(
     decode: DecodeConfig,
     sources: list[str],
     targets: list[str] | None = None,
-    out_dir: Path | None = None,
-    html: Path | None = None,
+    out_dir: str | Path | None = None,
+    html: str | Path | None = None,
     words: bool = False,
     langs: tuple[str, str] = ("", ""),
-    tsv: Path | None = None,
+    tsv: str | Path | None = None,
 ) -> str:
     """Attention of `sources` (with `targets`, else searched translations) -> the stats table;
     figures, page and TSV written where asked. `langs`: source and target language codes, for the
     page's screen readers."""
+    out_dir, html, tsv = (None if p is None else Path(p) for p in (out_dir, html, tsv))
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         raise TranslatorError("is a file, not a directory", str(out_dir), "give -o a directory")
     src_ids, tgt_ids = token_ids(model, tokenizer, decode, sources, targets)

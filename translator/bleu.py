@@ -10,7 +10,7 @@ from typing import get_args
 import sacrebleu
 
 from translator.config.train import BleuTokenizer
-from translator.errors import TranslatorError
+from translator.errors import TranslatorError, counted
 
 # ISO 639 codes other than the two-letter ones that sacreBLEU knows for its language tokenizers,
 # and country codes that corpora use as language suffixes (`train.jp`)
@@ -74,7 +74,14 @@ def score(
     needs no language: it drops whitespace and compares characters.
     """
     if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
+        raise TranslatorError(
+            f"{counted(len(hypotheses), 'hypothesis', 'hypotheses')} for "
+            f"{counted(len(references), 'reference')}",
+            "score",
+            "give one hypothesis a reference, line-aligned",
+        )
+    if not hypotheses:  # sacreBLEU's corpus score indexes the first line
+        raise TranslatorError("no sentences to score", "score", "give at least one pair")
     bleu, chrf = bleu_metric(tgt_lang, tokenize), sacrebleu.CHRF()
     bleu_score = bleu.corpus_score(hypotheses, [references])
     chrf_score = chrf.corpus_score(hypotheses, [references])

@@ -95,8 +95,10 @@ def save(
 ) -> None:
     """Write model weights, config, tokenizer and any training `state` (optimizer, step, RNG...).
     `follow_link`: see files.atomic_write (False for a name training picks in its run directory)."""
+    weights = model.state_dict()
+    _refuse_converted(weights, cfg, str(path))
     payload = {
-        "model": model.state_dict(),
+        "model": weights,
         "config": to_dict(cfg),
         "tokenizer": {
             "proto": tokenizer.proto(),
@@ -108,6 +110,20 @@ def save(
     }
     with atomic_write(path, "wb", follow_link=follow_link) as handle:
         torch.save(seal(payload), handle)
+
+
+def _refuse_converted(weights: dict[str, torch.Tensor], cfg: Config, path: str) -> None:
+    """Weights under other names than `cfg.model` builds: a model converted for CPU decoding
+    (packed or int8 linears, model/inference.py), which would save a file no load can read."""
+    with torch.device("meta"):  # the names alone, nothing allocated
+        names = Transformer(cfg.model).state_dict().keys()
+    if weights.keys() != names:
+        raise TranslatorError(
+            "the model is converted for decoding (loading.load on the CPU packs its weights): "
+            "the file would hold weights that its config cannot load",
+            path,
+            "save the plain model: checkpoint.load(CKPT) gives it",
+        )
 
 
 def refuse_replacing_another_kind(path: str | Path) -> None:
@@ -276,7 +292,9 @@ def load(
     """Rebuild the model (eval mode) with its config and tokenizer."""
     payload = read(path)
     cfg = from_dict(payload["config"], str(path))
-    model = Transformer(cfg.model)
+    # the random init, which the weights replace, leaves the caller's random stream as it was
+    with torch.random.fork_rng(devices=[]):
+        model = Transformer(cfg.model)
     fit_weights(model, payload["model"], str(path))
     tokenizer = Tokenizer.from_proto(
         payload["tokenizer"]["proto"], payload["tokenizer"].get("target_proto")

@@ -23,9 +23,10 @@ from typing import TextIO
 from translator.config import DataConfig
 from translator.console import log, sentence_progress, show_progress, warn_stderr
 from translator.data.tokenizer import UNK_ID, Tokenizer
+from translator.decode import in_eval_mode
 from translator.decode.beam import length_penalty
 from translator.decode.forced import perplexity, target_log_probs
-from translator.errors import TranslatorError
+from translator.errors import TranslatorError, counted
 from translator.files import read_aligned, write_errors
 from translator.input_lines import read_chunks
 from translator.line_warnings import (
@@ -38,7 +39,7 @@ from translator.loading import Checkpoints, load_models
 from translator.model.ensemble import Ensemble
 from translator.model.transformer import Transformer
 from translator.stream import model_precision
-from translator.translate import python_warning, source_text
+from translator.translate import python_warning, refuse_non_text, source_text
 
 CHUNK_LINES = 2000  # pairs scored and written at a time
 
@@ -56,6 +57,7 @@ class PairScore:
         return self.log_prob / length_penalty(self.tokens, alpha) if alpha else self.log_prob
 
 
+@in_eval_mode
 def score_lines(
     model: Transformer | Ensemble,
     tokenizer: Tokenizer,
@@ -72,10 +74,14 @@ def score_lines(
     was (see translate.translate_lines); None: only stripped. Warnings (pairs too long to score,
     pieces outside the vocabulary) number lines from `first_line` and go to `warn` (None: dropped).
     """
-    if isinstance(sources, str) or isinstance(targets, str):
-        raise TypeError("score_lines takes lists of lines, not strings: [source], [target]")
+    refuse_non_text("score_lines", "sources", sources)
+    refuse_non_text("score_lines", "targets", targets)
     if len(sources) != len(targets):
-        raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
+        raise TranslatorError(
+            f"{counted(len(sources), 'source')} but {counted(len(targets), 'target')}",
+            "score_lines",
+            "give one target a source, line-aligned",
+        )
     src_ids = tokenizer.encode([source_text(s, data) for s in sources])
     tgt_ids = tokenizer.target_sp.encode([source_text(t, data) for t in targets])
     positions = model.cfg.max_positions  # each side with its EOS (source) or BOS (target)

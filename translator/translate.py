@@ -28,7 +28,7 @@ from translator.config import DataConfig, DecodeConfig
 from translator.data.clean import source_text
 from translator.data.split import piece_limit
 from translator.data.tokenizer import Tokenizer
-from translator.decode import Hypothesis
+from translator.decode import Hypothesis, in_eval_mode
 from translator.decode.forced import target_log_probs
 from translator.decode.sampling import Sampling, piece_keys
 from translator.decode.search import sample, search
@@ -62,6 +62,16 @@ def length_batches(lengths: list[int], batch_tokens: int) -> Iterator[list[int]]
         yield batch
 
 
+def refuse_non_text(function: str, name: str, lines: list[str]) -> None:
+    """A Python caller's list of lines, checked: one string would be read a character a line, and
+    a line that is not text (None, bytes) would fail deep inside, as an AttributeError."""
+    if isinstance(lines, str):
+        raise TypeError(f"{function} takes a list of lines, not one string: [line]")
+    for number, line in enumerate(lines):
+        if not isinstance(line, str):
+            raise TypeError(f"{function}: {name}[{number}] is {type(line).__name__}, not str")
+
+
 def search_beam(beam_size: int, nbest: int = 1, channel: Channel | None = None) -> int:
     """The beam a search runs at: the widest of --beam, --nbest and a channel's candidates."""
     return max(beam_size, nbest, channel.candidates if channel else 0)
@@ -77,6 +87,7 @@ def python_warning(message: str) -> None:
     warnings.warn(message, stacklevel=level + 1)
 
 
+@in_eval_mode
 def translate_lines(
     model: Transformer | Ensemble,
     tokenizer: Tokenizer,
@@ -127,8 +138,7 @@ def translate_lines(
     Warnings (a line split, <unk> tokens in the source or dropped from the output, outputs ended
     by the length limit) number lines from `first_line` and go to `warn` (None: dropped).
     """
-    if isinstance(lines, str):  # would translate each character as a line
-        raise TypeError("translate_lines takes a list of lines, not one string: [line]")
+    refuse_non_text("translate_lines", "lines", lines)
     _check_lists(len(lines), nbest, prefixes, constraints)
     _check_request(model, decode.beam_size, nbest, alignment_layer, channel, sampling)
     shown, nbest = nbest, max(nbest, channel.candidates) if channel else nbest

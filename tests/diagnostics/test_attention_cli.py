@@ -136,3 +136,18 @@ def test_translate_alignments_on_the_command_line(copy_model):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.split("\n")[:-1]
     assert lines == ["ka lo mi\t0-0 1-1 2-2", "\t", "nu pe ri so\t0-0 1-1 2-2 3-3"]
+
+
+def test_attention_run_takes_its_output_paths_as_strings(copy_model, tmp_path):
+    """A Python caller's str paths, as every other entry point takes them."""
+    args = (copy_model.model, copy_model.tokenizer, copy_model.cfg.diagnostics)
+    figures, page, weights = tmp_path / "figs", tmp_path / "page.html", tmp_path / "w.tsv"
+    attention.run(
+        *args,
+        copy_model.cfg.decode,
+        ["ka lo"],
+        out_dir=str(figures),
+        html=str(page),
+        tsv=str(weights),
+    )
+    assert any(figures.glob("*.png")) and page.is_file() and weights.is_file()

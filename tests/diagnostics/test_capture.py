@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -143,3 +145,38 @@ def test_qk_scales_are_the_weights_rms():
     scales = qk_scales(model)
     assert scales["cross"][1] == (pytest.approx(0.5), pytest.approx(0.125))
     assert [len(scales[k]) for k in KINDS] == [2, 2, 2]
+
+
+def test_another_thread_decodes_as_usual_during_a_capture():
+    """A service's other threads keep the model's own kernels and run past the last decoder layer
+    while one thread captures: the capture's swapped kernels and its stop act on its pass alone."""
+    model = _model()
+    src = torch.randint(4, VOCAB, (2, 9))
+    src_mask = torch.ones(2, 1, 1, 9, dtype=torch.bool)
+    tgt_in = torch.randint(4, VOCAB, (2, 10))
+    with torch.no_grad():
+        expected = model(src, tgt_in, src_mask)
+    seen = {}
+
+    def other_thread():
+        try:
+            with torch.no_grad():
+                seen["logits"] = model(src, tgt_in, src_mask)
+        except BaseException as err:  # noqa: BLE001 - what the other thread met is the finding
+            seen["error"] = err
+
+    def mid_capture(module, args):  # the capture's kernels and stop are in place by now
+        if threading.current_thread() is threading.main_thread() and "done" not in seen:
+            seen["done"] = True
+            worker = threading.Thread(target=other_thread)
+            worker.start()
+            worker.join()
+
+    handle = model.decoder[0].register_forward_pre_hook(mid_capture)
+    try:
+        maps = attention_maps(model, src, src_mask, tgt_in)
+    finally:
+        handle.remove()
+    assert "error" not in seen, seen.get("error")
+    torch.testing.assert_close(seen["logits"], expected, rtol=0, atol=0)
+    assert [len(maps[kind]) for kind in KINDS] == [2, 2, 2]  # the other thread recorded nothing

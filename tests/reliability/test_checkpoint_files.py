@@ -158,6 +158,33 @@ def test_average_writes_a_verified_checkpoint(checkpoint_file, tmp_path):
     assert checkpoint.read(tmp_path / "avg.pt")["format"] == checkpoint.FORMAT
 
 
+def test_loading_leaves_the_caller_s_random_stream_alone(checkpoint_file):
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    checkpoint.load(checkpoint_file)
+    assert torch.equal(torch.rand(3), expected)
+
+
+@pytest.mark.parametrize("int8", [False, True], ids=["packed", "int8"])
+def test_a_model_converted_for_decoding_is_refused_by_save(checkpoint_file, tmp_path, int8):
+    """loading.load's CPU model holds packed (or int8) linears under other names: saved, it would
+    make a file that no load reads. The plain model saves and loads back."""
+    from translator.model.inference import for_cpu_decoding, onednn_dtypes
+
+    if not int8 and torch.float32 not in onednn_dtypes():
+        pytest.skip("this PyTorch build has no oneDNN linear: nothing is packed")
+    model, cfg, tokenizer = checkpoint.load(checkpoint_file)
+    checkpoint.save(tmp_path / "plain.pt", model, cfg, tokenizer)
+    assert checkpoint.load(tmp_path / "plain.pt")[1] == cfg
+    for_cpu_decoding(model, int8=int8)
+    out = tmp_path / "converted.pt"
+    with pytest.raises(TranslatorError, match="converted for decoding") as err:
+        checkpoint.save(out, model, cfg, tokenizer)
+    assert "\n" not in str(err.value) and str(out) in str(err.value)
+    assert not out.exists() and list(tmp_path.iterdir()) == [tmp_path / "plain.pt"]
+
+
 def test_translate_refuses_a_truncated_checkpoint_in_one_line(
     checkpoint_file, tmp_path, monkeypatch, capsys
 ):

@@ -3,11 +3,32 @@ sampling, and forced decoding of given targets; the helpers they share are here.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
 from translator.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+F = TypeVar("F", bound=Callable)
+
+
+def in_eval_mode(function: F) -> F:
+    """Runs `function(model, ...)` with `model` in eval mode (no dropout), then leaves it as it
+    was: a Python caller may hand in a model it is training (a back-translation loop)."""
+
+    @functools.wraps(function)
+    def with_model_in_eval_mode(model, *args, **kwargs):
+        was_training = model.training
+        model.eval()
+        try:
+            return function(model, *args, **kwargs)
+        finally:
+            model.train(was_training)
+
+    return with_model_in_eval_mode  # type: ignore[return-value]
 
 
 @dataclass

@@ -99,11 +99,13 @@ def beam_search(
     tokens = torch.full((B * k, steps + 1), PAD_ID, dtype=torch.long, device=device)
     tokens[:, 0] = BOS_ID
     # open beams' summed log-probs; -inf: empty slot
-    scores = torch.full((B, k), float("-inf"), device=device)
+    scores = torch.full((B, k), float("-inf"), dtype=torch.float32, device=device)
     scores[:, 0] = 0.0  # all beams start equal: let only the first one expand at step 0
     # the log-probs of every step, written in place (why: log_softmax_into)
     vocab_buffer = torch.empty(B * k, model.cfg.vocab_size, device=device, dtype=torch.float32)
-    finished_scores = torch.full((B, k), float("-inf"), device=device)  # normalised, best first
+    finished_scores = torch.full(
+        (B, k), float("-inf"), dtype=torch.float32, device=device
+    )  # normalised, best first
     # finished outputs, EOS-filled: an empty slot reads as the empty output ""
     finished_tokens = torch.full((B, k, steps + 1), EOS_ID, dtype=torch.long, device=device)
     row_offset = torch.arange(B, device=device)[:, None] * k  # (B, 1): first row of each sentence

@@ -71,7 +71,7 @@ def greedy_search(
     next_logits = decoding_step(model, memory, src_mask, cache)
     tokens = torch.full((B, steps + 1), PAD_ID, dtype=torch.long, device=device)  # BOS + outputs
     tokens[:, 0] = BOS_ID
-    scores = torch.zeros(B, device=device)
+    scores = torch.zeros(B, dtype=torch.float32, device=device)
     finished = torch.zeros(B, dtype=torch.bool, device=device)
     sentence = torch.arange(B, device=device)  # (B,) each row's sentence in the caller's batch
     out_tokens, out_scores = tokens.clone(), scores.clone()  # returned: written as rows leave

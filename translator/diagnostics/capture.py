@@ -6,6 +6,7 @@ change inside `translator/model/` needs a change here and nowhere else.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import torch
@@ -17,6 +18,9 @@ from translator.model.transformer import Transformer
 
 # encoder self-, decoder (causal) self-, decoder cross-attention
 KINDS = ("encoder", "decoder", "cross")
+# one capture at a time: each swaps the modules' kernels, and a second would save the first's as
+# the kernels to put back
+_CAPTURING = threading.Lock()
 
 
 def attention_modules(model: Transformer) -> dict[str, list[MultiHeadAttention]]:
@@ -53,9 +57,14 @@ def attention_maps(
     """
     skipped = without_weights(model)
     maps: dict[str, list[torch.Tensor]] = {kind: [] for kind in KINDS if kind not in skipped}
+    # the swapped kernels and the hook act on this thread's pass alone: another thread decoding
+    # with the same model meanwhile (a service) runs the model's own kernels, to its end
+    here = threading.get_ident()
 
-    def recording(kind: str):
+    def recording(kind: str, own):
         def kernel(q, k, v, mask, is_causal, dropout_p):
+            if threading.get_ident() != here:
+                return own(q, k, v, mask, is_causal, dropout_p)
             out, weights = attention_weights(q, k, v, mask, is_causal, dropout_p)
             maps[kind].append(weights.float())
             return out
@@ -63,25 +72,27 @@ def attention_maps(
         return kernel
 
     def stop(module, args, output):
-        raise _Done
+        if threading.get_ident() == here:
+            raise _Done
 
-    kernels = []
-    for kind, modules in attention_modules(model).items():
-        if kind not in maps:  # its own kernel stays: the pass still needs its output
-            continue
-        for module in modules:  # modules run in layer order: the lists fill layer by layer
-            kernels.append((module, module.kernel))
-            module.kernel = recording(kind)
-    # the logits are not needed: their (B, T, V) projection would be most of the pass's cost
-    handle = model.decoder[-1].register_forward_hook(stop)
-    try:
-        model.decode(tgt_in, model.encode(src, src_mask), src_mask)
-    except _Done:
-        pass
-    finally:
-        handle.remove()
-        for module, kernel in kernels:
-            module.kernel = kernel
+    with _CAPTURING:
+        kernels = []
+        for kind, modules in attention_modules(model).items():
+            if kind not in maps:  # its own kernel stays: the pass still needs its output
+                continue
+            for module in modules:  # modules run in layer order: the lists fill layer by layer
+                kernels.append((module, module.kernel))
+                module.kernel = recording(kind, module.kernel)
+        # the logits are not needed: their (B, T, V) projection would be most of the pass's cost
+        handle = model.decoder[-1].register_forward_hook(stop)
+        try:
+            model.decode(tgt_in, model.encode(src, src_mask), src_mask)
+        except _Done:
+            pass
+        finally:
+            handle.remove()
+            for module, kernel in kernels:
+                module.kernel = kernel
     return maps
 
 
