@@ -22,6 +22,8 @@ TERMS = Terms(
         ("iPhone", "iPhone"),
         ("U.S.", "USA"),
         ("한국", "Korea"),
+        ("कल", "yesterday"),
+        ("किताब", "book"),
     ]
 )
 
@@ -37,6 +39,9 @@ TERMS = Terms(
         ("iphone東京", ["iPhone"]),  # nor beside CJK
         ("한국어를 배워요", []),  # Korean is written with spaces: a word
         ("bank_note, U.S.A.", []),  # _ and letters after a dot join a word
+        # a combining mark joins a word (Unicode's \w, UTS #18): कला is "art", किताबें "books"
+        ("मुझे कला पसंद है, मेरी किताबें", []),
+        ("कल मेरी किताब", ["yesterday", "book"]),
         ("", []),
     ],
 )

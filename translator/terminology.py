@@ -3,14 +3,17 @@ source terms it holds (the WMT 2021 terminology task's setting; Sockeye's and Ma
 constrained decoding this way).
 
 A source term is found as a whole word (or words), ignoring case: "bank" in "The bank." but not
-in "embankment" or "bank_note". Where terms overlap, the longest wins ("New York" over "York").
+in "embankment" or "bank_note", and "कल" not in "कला" (a combining mark belongs to its word, as in
+Unicode's \w). Where terms overlap, the longest wins ("New York" over "York").
 Characters of scripts written without spaces (Chinese, Japanese, Thai, Lao, Khmer, Burmese) need
 no word boundary. All terms are one compiled pattern, so a long list costs little per line.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,9 +21,23 @@ from translator.data.join import no_word_spaces_class
 from translator.data.lines import tsv_rows
 from translator.errors import TranslatorError
 
-# a character that would make a term part of a longer word: a letter, digit or _, but not of a
-# script written without spaces between words
-WORD = rf"[^\W{no_word_spaces_class()}]"
+
+@functools.cache
+def word_character() -> str:
+    """A character that makes a term part of a longer word, as a regular expression: a letter,
+    digit, _ or combining mark (Devanagari's vowel signs, Arabic's harakat: Python's \\w leaves
+    marks out, yet they belong to the letter before them), but not of a script written without
+    spaces between words."""
+    marks, start = [], None
+    # the planes that hold marks: below U+20000, and the variation selectors U+E0100-E01EF
+    for code in [*range(0x20000), *range(0xE0100, 0xE01F1)]:
+        mark = unicodedata.category(chr(code)).startswith("M")
+        if mark and start is None:
+            start = code
+        elif not mark and start is not None:
+            marks.append(f"\\U{start:08x}-\\U{code - 1:08x}")
+            start = None
+    return rf"(?:[^\W{no_word_spaces_class()}]|[{''.join(marks)}])"
 
 
 def load_terms(path: Path) -> list[tuple[str, str]]:
@@ -54,7 +71,8 @@ class Terms:
                 self.targets[cleaned] = target
         self._by_fold = {source.casefold(): t for source, t in self.targets.items()}
         alternatives = "|".join(map(re.escape, sorted(self.targets, key=len, reverse=True)))
-        self.pattern = re.compile(rf"(?<!{WORD})(?:{alternatives})(?!{WORD})", re.IGNORECASE)
+        word = word_character()
+        self.pattern = re.compile(rf"(?<!{word})(?:{alternatives})(?!{word})", re.IGNORECASE)
 
     def constraints(self, line: str) -> list[str]:
         """The target terms whose source terms `line` holds (cleaned as the sources are), in the
