@@ -193,3 +193,31 @@ def test_the_keyboard_moves_through_a_map_and_highlights_as_hovering_does(browse
     active.send_keys(Keys.ARROW_UP, Keys.ARROW_UP)  # past the edge: stays on the first row
     active = browser.switch_to.active_element
     assert (active.get_attribute("data-row"), active.get_attribute("data-col")) == ("0", "1")
+
+
+def test_right_to_left_and_chinese_labels_read_as_their_scripts_are_written(browser, tmp_path):
+    """An Arabic source token keeps its word-start mark at its start (its right); a Chinese
+    target token turns sideways with the Latin ones, not upside down; the sentence list shows
+    the text as SentencePiece joins it."""
+    path = tmp_path / "scripts.html"
+    src = ["\u2581\u0643\u062a\u0627\u0628", "\u2581\u062c\u062f\u064a\u062f", "</s>"]
+    out = ["\u2581\u4e1c\u4eac", "\u5de5\u4f5c", "</s>"]
+    labels = {"src": src, "in": ["<s>", *out[:2]], "out": out}
+    write_page(path, "scripts", [sentence_data(labels, _maps())], ("ar", "zh"))
+    browser.get(path.as_uri())
+    _select(browser, "kind", "cross")
+    option = browser.find_element("css selector", "#sentence option").text
+    assert option == "0: \u0643\u062a\u0627\u0628 \u062c\u062f\u064a\u062f"
+    _select(browser, "kind", "encoder")
+    mark_left, text_right = browser.execute_script(
+        """const th = document.querySelector('#panels tbody th[scope=row]');
+        const mark = th.querySelector('[aria-hidden=true]');
+        const range = document.createRange(); range.selectNode(mark.nextSibling);
+        return [mark.getBoundingClientRect().left, range.getBoundingClientRect().right];"""
+    )
+    assert mark_left >= text_right - 0.5  # the mark on the word's right: where it starts
+    _select(browser, "kind", "decoder")
+    orientation = browser.execute_script(
+        "return getComputedStyle(document.querySelector('#panels th.collab')).textOrientation"
+    )
+    assert orientation == "sideways"

@@ -89,7 +89,10 @@ table.map { border-collapse: collapse; }
   white-space: nowrap; }
 .rowlab, .collab { font-size: 11px; white-space: nowrap; cursor: default; padding: 0 3px; }
 .rowlab { text-align: right; line-height: 16px; }
-.collab { writing-mode: vertical-rl; transform: rotate(180deg); text-align: left; }
+/* sideways: Chinese, Japanese and emoji labels turn with the Latin ones (vertical-rl alone keeps
+   them upright, and the rotation then draws them upside down) */
+.collab { writing-mode: vertical-rl; text-orientation: sideways; transform: rotate(180deg);
+  text-align: left; }
 .rowlab.hl, .collab.hl { background: #ffe08a; font-weight: 700; }
 #note { color: #555; margin: 6px 0; }
 #readout { min-height: 1.4em; margin: 6px 0; font-variant-numeric: tabular-nums; }
@@ -147,14 +150,17 @@ function heads(maps) {
   maps.forEach((m, h) => { out[h] = m.map((row) => row.map((v) => v / 1000)); });
   return out;
 }
-// a token as a header: SentencePiece's word-start mark is drawn but not read out
+// a token as a header: SentencePiece's word-start mark is drawn but not read out; isolated, so
+// that a right-to-left token (Arabic, Hebrew) draws the mark at its start, on its right
 function label(th, text, lang) {
+  const token = document.createElement("bdi");
   if (text.startsWith("\u2581")) {
     const mark = document.createElement("span");
-    mark.setAttribute("aria-hidden", "true"); mark.textContent = "\u2581"; th.appendChild(mark);
+    mark.setAttribute("aria-hidden", "true"); mark.textContent = "\u2581"; token.appendChild(mark);
     text = text.slice(1);
   }
-  th.appendChild(document.createTextNode(text));
+  token.appendChild(document.createTextNode(text));
+  th.appendChild(token);
   if (lang) th.lang = lang;
 }
 // one map as a table: token headers, and each weight as the cell's (visually hidden) text
@@ -259,7 +265,10 @@ $("panels").addEventListener("keydown", (e) => {
   if (next) { t.tabIndex = -1; next.tabIndex = 0; next.focus(); }
 });
 fill($("sentence"), DATA.sentences.map((_, i) => i), DATA.sentences.map((s, i) => {
-  return i + ": " + s.labels.src.join(" ").replace(/\u2581/g, "").slice(0, 60);
+  // the source's text: pieces joined as SentencePiece does (no space inside a word, or anywhere
+  // in Chinese), without the end of sentence
+  const text = s.labels.src.filter((p) => p !== "</s>").join("").replace(/\u2581/g, " ");
+  return i + ": " + text.trim().slice(0, 60);
 }));
 ["sentence", "kind", "layer", "head"].forEach((id) => $(id).addEventListener("change", draw));
 $("kind").value = "cross";
