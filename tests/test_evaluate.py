@@ -26,12 +26,14 @@ def save_tiny(
     seed: int = 0,
     max_positions: int | None = None,
     tgt_lang: str | None = None,
+    bleu_tokenize: str = "",
     **state,
 ) -> Path:
     """A random 2+2-layer, d_model 32 checkpoint with the prepared tokenizer and data config
     (tgt_lang put in)."""
     cfg = copy.deepcopy(prepared)
     cfg.data.tgt_lang = tgt_lang or cfg.data.tgt_lang
+    cfg.train.valid_bleu_tokenize = bleu_tokenize
     tokenizer = Tokenizer(Path(cfg.data.data_dir) / cfg.data.name / "spm.model")
     cfg.model.vocab_size, cfg.model.d_model, cfg.model.d_ff = tokenizer.vocab_size, 32, 64
     cfg.model.max_positions = max_positions or cfg.model.max_positions
@@ -61,6 +63,40 @@ def test_a_missing_mecab_tokenizer_is_a_one_line_error_before_decoding(
     )
     with pytest.raises(TranslatorError, match="MeCab"):
         evaluate.run(ckpt, src_file=src, ref_file=ref, quiet=True)
+
+
+def test_eval_scores_bleu_as_the_checkpoint_s_validation_did_unless_told(
+    prepared, tmp_path, monkeypatch
+):
+    """A Thai model trained with train.valid_bleu_tokenize=char is scored with char by eval too
+    (as its validation was), and --tokenize still overrides it."""
+    ckpt = save_tiny(prepared, tmp_path / "tiny.pt", tgt_lang="th", bleu_tokenize="char")
+    hyp, ref = (
+        "\u0e09\u0e31\u0e19\u0e0a\u0e2d\u0e1a\u0e41\u0e21\u0e27",
+        "\u0e09\u0e31\u0e19\u0e0a\u0e2d\u0e1a\u0e2b\u0e21\u0e32",
+    )
+    src, ref_file = tmp_path / "src.en", tmp_path / "ref.th"
+    src.write_text("I like dogs.\n"), ref_file.write_text(ref + "\n", encoding="utf-8")
+    monkeypatch.setattr(
+        evaluate, "translate_lines", lambda model, tok, lines, *a, **k: [[(hyp, 0.0)]] * len(lines)
+    )
+    warned = []
+    monkeypatch.setattr(evaluate, "warn_stderr", warned.append)
+    scores = evaluate.run(ckpt, src_file=src, ref_file=ref_file, quiet=True)
+    assert "tok:char" in scores.bleu_signature and scores.bleu > 0 and not warned
+    told = evaluate.run(ckpt, src_file=src, ref_file=ref_file, quiet=True, tokenize="13a")
+    assert "tok:13a" in told.bleu_signature and told.bleu == 0.0
+
+
+def test_an_unknown_bleu_tokenizer_is_a_usage_error(tmp_path):
+    from typer.testing import CliRunner
+
+    from translator import cli
+
+    result = CliRunner().invoke(
+        cli.app, ["eval", str(tmp_path / "m.pt"), "--tokenize", "flores200"]
+    )
+    assert result.exit_code == 2 and "'flores200' is not one of 13a, intl, char" in result.output
 
 
 def test_training_with_a_missing_mecab_tokenizer_stops_before_anything_is_done(
@@ -484,7 +520,7 @@ def test_eval_flags_reach_the_run(monkeypatch):
                 length_penalty=None,
                 batch_tokens=None,
                 lc_tok=False,
-                tokenize="",
+                tokenize=None,
                 device=None,
                 dtype=None,
                 cuda_graphs=None,

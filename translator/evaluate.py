@@ -50,7 +50,7 @@ def run(
     length_penalty: float | None = None,
     batch_tokens: int | None = None,
     lc_tok: bool = False,
-    tokenize: str = "",
+    tokenize: str | None = None,
     device: str | None = None,
     dtype: str | None = None,
     cuda_graphs: bool | None = None,
@@ -64,7 +64,8 @@ def run(
     write the hypotheses, and score them.
 
     Hypotheses go to `hyp_file`, by default beside the checkpoint (default_hyp_file). BLEU
-    is tokenized for the checkpoint's target language (data.tgt_lang), or as `tokenize` says.
+    is tokenized as `tokenize` says, else as the checkpoint's validation was
+    (train.valid_bleu_tokenize), else for its target language (data.tgt_lang).
     `channel`: checkpoint(s) of the reverse direction that rerank each n-best
     (translator/rerank.py). `terminology`: a term list whose targets become the constraints of
     the sources holding their source terms (translator/terminology.py); the scores then say how
@@ -88,6 +89,7 @@ def run(
         channel_weight=channel_weight,
         channel_candidates=channel_candidates,
     )
+    tokenize = tokenize or cfg.train.valid_bleu_tokenize
     bleu_metric(cfg.data.tgt_lang, tokenize)  # a missing tokenizer fails before decoding
     reranker = None
     if channel is not None:

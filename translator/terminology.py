@@ -4,7 +4,7 @@ constrained decoding this way).
 
 A source term is found as a whole word (or words), ignoring case: "bank" in "The bank." but not
 in "embankment" or "bank_note", and "कल" not in "कला" (a combining mark belongs to its word, as in
-Unicode's \w). Where terms overlap, the longest wins ("New York" over "York").
+Unicode's \\w). Where terms overlap, the longest wins ("New York" over "York").
 Characters of scripts written without spaces (Chinese, Japanese, Thai, Lao, Khmer, Burmese) need
 no word boundary. All terms are one compiled pattern, so a long list costs little per line.
 """

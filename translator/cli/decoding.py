@@ -29,6 +29,7 @@ from translator.cli.options import (
     SeedOpt,
     TemperatureOpt,
     TerminologyOpt,
+    TokenizeOpt,
     UnkPenaltyOpt,
     needs_channel,
     sampling_from,
@@ -82,17 +83,7 @@ def evaluate(
             ),
         ),
     ] = False,
-    tokenize: Annotated[
-        str,
-        typer.Option(
-            "--tokenize",
-            help=(
-                "sacreBLEU's BLEU tokenizer: 13a, intl, char, zh, ja-mecab, ko-mecab or none "
-                "(default: by the target language, as sacrebleu -l does; char for Thai, Lao, "
-                "Burmese, Khmer)."
-            ),
-        ),
-    ] = "",
+    tokenize: TokenizeOpt = None,
     terminology: TerminologyOpt = None,
     quiet: QuietOpt = False,
 ) -> None:

@@ -205,6 +205,31 @@ def _dtype_name(value: str | None) -> str | None:
     return value
 
 
+def _bleu_tokenizer(value: str | None) -> str | None:
+    """--tokenize checked as the command line is read (a usage error), before any model loads."""
+    if value is None:
+        return value
+    from typing import get_args
+
+    from translator.config.train import BleuTokenizer
+
+    names = [name for name in get_args(BleuTokenizer) if name]
+    if value not in names:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(names)}")
+    return value
+
+
+TokenizeOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--tokenize",
+        callback=_bleu_tokenizer,
+        show_default="checkpoint's train.valid_bleu_tokenize, else by the target language",
+        help="sacreBLEU's BLEU tokenizer: 13a, intl, char, zh, ja-mecab, ko-mecab or none (by "
+        "the target language, as sacrebleu -l does: zh, ja-mecab, ko-mecab, else 13a; char suits "
+        "Thai, Lao, Burmese and Khmer, which no language code maps).",
+    ),
+]
 DeviceOpt = Annotated[
     Optional[str],
     typer.Option(
