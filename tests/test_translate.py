@@ -124,6 +124,9 @@ def test_split_long_cuts_at_sentence_ends_then_word_starts(tiny):
         (["\u2581यह", "\u2581घर", "\u2581है", "।", "\u2581वह", "\u2581है", "।"], [0, 4]),  # danda
         (["\u2581هل", "\u2581هو", "؟", "\u2581نعم", "."], [0, 3]),  # Arabic question mark
         (["\u2581１", "．", "５", "\u2581m"], [0]),  # a full-width decimal point: no cut
+        # ？ and ！ as SentencePiece's default nmt_nfkc normalisation writes them: ASCII
+        (["\u2581你", "好", "吗", "?", "我", "很", "好", "!", "谢谢", "。"], [0, 4, 8]),
+        (["\u2581Is", "\u2581it", "?", "it", "\u2581is"], [0]),  # not before a Latin piece
     ],
 )
 def test_split_long_cuts_after_the_sentence_ends_of_other_scripts(pieces, starts):

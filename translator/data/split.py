@@ -10,11 +10,15 @@ from __future__ import annotations
 import math
 
 from translator.config import DecodeConfig
+from translator.data.join import no_word_spaces
 
 # Latin, CJK full-width, Devanagari danda, Arabic question mark and Urdu full stop
 SENTENCE_END = (".", "!", "?", "。", "！", "？", "．", "।", "॥", "؟", "۔")
 # Chinese and Japanese: the next sentence follows unspaced ("．" is also a decimal point)
 UNSPACED_END = ("。", "！", "？")
+# what SentencePiece's default normalisation (nmt_nfkc) makes of "！" and "？": ends too where an
+# unspaced script's character follows them
+NORMALISED_ENDS = ("!", "?")
 CLAUSE_END = (";", ":")  # where a sentence over the limit is best cut
 CLOSERS = "\"')]}»”’"  # may follow a sentence end: `"Stop." Then` ends at `."`
 # fewer source tokens than this lose too much context; an output that then hits the length
@@ -60,11 +64,15 @@ def _word_start(piece: str) -> bool:
 
 def _after_sentence_end(pieces: list[str], i: int) -> bool:
     """Whether a sentence starts at piece i: a word start after a SENTENCE_END (and any closing
-    quote), or any piece after a full-width one (no space follows it), not followed by a
-    lower-case letter ("e.g. the", "approx. five")."""
+    quote), or any piece after a full-width one (no space follows it) or after "!" or "?" before
+    Chinese or Japanese, not followed by a lower-case letter ("e.g. the", "approx. five")."""
     before = "".join(pieces[max(i - 3, 0) : i]).rstrip(CLOSERS)  # a quote may be a piece
     after = "".join(pieces[i : i + 2]).lstrip("\u2581")  # "▁" may be a piece of its own
-    starts = _word_start(pieces[i]) or before.endswith(UNSPACED_END)
+    starts = (
+        _word_start(pieces[i])
+        or before.endswith(UNSPACED_END)
+        or (before.endswith(NORMALISED_ENDS) and no_word_spaces(after[:1] or " "))
+    )
     return starts and before.endswith(SENTENCE_END) and not after[:1].islower()
 
 
