@@ -147,6 +147,8 @@ def test_invariants_checked():
         ("train.seed=4294967296", "train.seed"),
         ("data.max_train_pairs=-5", "data.max_train_pairs"),
         ("data.character_coverage=0", "data.character_coverage"),
+        ("data.character_coverage=0.9", "data.character_coverage"),  # SentencePiece's 0.98-1
+        ("data.character_coverage=1.01", "data.character_coverage"),
         ("data.src_lang=de", "data.tgt_lang"),
     ],
 )

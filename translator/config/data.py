@@ -66,7 +66,7 @@ class DataConfig:
     spm_model_type: Literal["unigram", "bpe"] = "unigram"
     """SentencePiece algorithm."""
     character_coverage: float = 1.0
-    """SentencePiece character coverage (1.0 for Latin scripts, 0.9995 for CJK)."""
+    """SentencePiece character coverage, 0.98-1 (1.0 for Latin scripts, 0.9995 for CJK)."""
     byte_fallback: bool = False
     """Encode unknown characters as UTF-8 bytes instead of <unk>."""
     spm_normalization: SpmNormalization = "nmt_nfkc"
@@ -130,11 +130,12 @@ class DataConfig:
                 "data.max_length_ratio",
                 "use a value of at least 1 (e.g. 3), or 0 for no ratio rule",
             )
-        if not 0 < self.character_coverage <= 1:
+        if not 0.98 <= self.character_coverage <= 1:  # SentencePiece's own bounds
             raise TranslatorError(
-                f"character_coverage={self.character_coverage} is out of range",
+                f"character_coverage={self.character_coverage} is out of SentencePiece's range",
                 "data.character_coverage",
-                "use a value in (0, 1]",
+                "use a value from 0.98 to 1 (1.0 for Latin scripts, 0.9995 for Chinese or "
+                "Japanese)",
             )
         if self.src_lang == self.tgt_lang:
             raise TranslatorError(
