@@ -116,8 +116,12 @@ def summary_rows(manifest: dict) -> list[tuple[str, str]]:
             )
         )
     else:
-        note = size_note(wanted, min(src, tgt))
-        rows.append(("vocabularies src / tgt", f"{src:,} / {tgt:,}{note}"))
+        # the note beside the side SentencePiece made smaller; once, at the end, when both are
+        if size_note(wanted, src) and size_note(wanted, tgt):
+            sizes = f"{src:,} / {tgt:,}{size_note(wanted, min(src, tgt))}"
+        else:
+            sizes = f"{src:,}{size_note(wanted, src)} / {tgt:,}{size_note(wanted, tgt)}"
+        rows.append(("vocabularies src / tgt", sizes))
     rows += coverage.summary_rows(manifest)
     rows.append(("time", f"{manifest['seconds']} s"))
     return rows

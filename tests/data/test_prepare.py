@@ -462,6 +462,25 @@ def test_the_summary_says_when_the_vocabulary_is_smaller_than_requested(joint):
     assert "requested" not in vocab_row
 
 
+def test_the_note_of_a_smaller_vocabulary_stands_beside_the_side_that_is_smaller():
+    manifest = {
+        "source": "corpus",
+        "pairs_in": 300,
+        "dropped": {},
+        "pairs": {"train": 300, "valid": 20, "test": 20},
+        "tokens": {"train": {"src": 4000, "tgt": 4200}},
+        "vocab": {
+            "src": {"size": 80, "id_dtype": "uint16"},
+            "tgt": {"size": 200, "id_dtype": "uint16"},
+        },
+        "joint_vocab": False,
+        "settings": {"vocab_size": 200},
+        "seconds": 3,
+    }
+    vocab_row = next(v for k, v in summary_rows(manifest) if k.startswith("vocabular"))
+    assert vocab_row.startswith("80 (200 requested:") and vocab_row.endswith("/ 200")
+
+
 def test_a_training_run_directory_is_not_prepared_over(tmp_path, corpus):
     """A run directory has a manifest.json too: data.name set to a run's name must not replace
     its checkpoints."""
