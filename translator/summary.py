@@ -77,7 +77,8 @@ def describe(source: str, overrides: list[str]) -> str:
     count."""
     _refuse_other_models(Path(source))
     # torch.save writes a zip
-    if Path(source).suffix in (".pt", ".pth") or zipfile.is_zipfile(source):
+    read_checkpoint = Path(source).suffix in (".pt", ".pth") or zipfile.is_zipfile(source)
+    if read_checkpoint:
         if overrides:
             raise TranslatorError(
                 "--set changes a YAML config, not a checkpoint",
@@ -86,9 +87,12 @@ def describe(source: str, overrides: list[str]) -> str:
             )
         payload = checkpoint.read(source)
         cfg, origin = config.from_dict(payload["config"], source), [written_by(payload)]
+        if cfg.train.init_from:  # a record: the checkpoint holds its own architecture
+            origin.append(f"  fine-tuned from train.init_from: {cfg.train.init_from}")
     else:
         cfg, origin = config.load(source, overrides), []
-    if cfg.train.init_from:  # training starts from that checkpoint: its architecture, not ours
+    if cfg.train.init_from and not read_checkpoint:  # training would start from that
+        # checkpoint: its architecture, not the config's
         where = f"train.init_from: {cfg.train.init_from}"
         try:
             _, saved = checkpoint.read_tokenizer(cfg.train.init_from)

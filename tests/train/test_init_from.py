@@ -363,3 +363,18 @@ def test_info_describes_the_checkpoint_that_training_starts_from(imported):
     assert f"from train.init_from: {imported}" in started
     with pytest.raises(TranslatorError, match="train.init_from: .*nope.pt: checkpoint not found"):
         summary.describe(tiny, [f"train.init_from={imported.parent / 'nope.pt'}"])
+
+
+def test_info_of_a_fine_tuned_checkpoint_describes_that_checkpoint_alone(imported, tmp_path):
+    """The checkpoint holds its own architecture: its train.init_from is a record, not read (it
+    may have moved, or now name another model)."""
+    from translator import checkpoint, summary
+
+    model, cfg, tokenizer = checkpoint.load(imported)
+    cfg.train.init_from = str(tmp_path / "moved-away.pt")
+    tuned = tmp_path / "tuned.pt"
+    checkpoint.save(tuned, model, cfg, tokenizer)
+    text = summary.describe(str(tuned), [])
+    assert text.splitlines()[:-2] == summary.describe(str(imported), []).splitlines()[:-1]
+    assert "written by translator" in text.splitlines()[-2]
+    assert text.splitlines()[-1] == f"  fine-tuned from train.init_from: {tmp_path}/moved-away.pt"
