@@ -168,6 +168,7 @@ def test_imported_scores_equal_fairseqs(made, tmp_path):
     assert cfg.model.tie_embeddings == (layout in ("shared", "pre-norm"))
     assert cfg.model.norm == ("pre" if layout == "pre-norm" else "post")
     assert (cfg.data.src_lang, cfg.data.tgt_lang) == ("en", "de") and cfg.model.dropout == 0.3
+    assert cfg.data.name == "imported-x"  # its own: eval --split finds no other corpus's data
 
 
 def test_imported_greedy_search_follows_fairseqs_argmax(made, tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 from translator.errors import TranslatorError
 from translator.files import read_lines
-from translator.input_lines import read_chunks
+from translator.input_lines import read_chunks, wide_encoding
 
 
 def _no_hang(signum, frame):
@@ -101,3 +101,17 @@ def test_input_in_utf16_is_refused_not_read_as_lines_of_nul_bytes(tmp_path, enco
     assert err.value.where == "stdin" and "iconv" in err.value.fix
     with pytest.raises(TranslatorError, match=f"looks like {shown}"):  # --src, --ref, --tgt
         read_lines(path)
+
+
+@pytest.mark.parametrize(
+    "head, expected",
+    [
+        ("a\u4e00\nb\u4e00\n".encode("utf-16-le"), "UTF-16LE"),  # 3 NULs in a row: not UTF-32
+        ("a\nb\n".encode("utf-32-be"), "UTF-32BE"),
+        ("Ein Hund.\nZwei.\n".encode("utf-16-be"), "UTF-16BE"),
+        (b"\x00\n\x00\n", None),  # lines of NUL in UTF-8 (controls the cleaner drops), no text
+        (b"a dog\x00\nruns\n", None),  # one stray NUL
+    ],
+)
+def test_wide_encoding_tells_utf16_and_utf32_from_utf8_with_nul_bytes(head, expected):
+    assert wide_encoding(head) == expected

@@ -458,3 +458,23 @@ def test_a_model_other_than_marian_is_refused_by_its_type(opus, tmp_path, model_
     with pytest.raises(TranslatorError, match=f"a '{model_type}' model, not MarianMT"):
         marian.import_marian(root, tmp_path / "x.pt")
     assert not (tmp_path / "x.pt").exists()
+
+
+def test_eval_of_an_imported_model_does_not_score_another_corpus_prepared_here(
+    opus, tmp_path, monkeypatch
+):
+    """An imported model has no prepared data: `eval --split test` refuses it, where it used to
+    score data/multi30k's test set (the default data.name's) when that was prepared."""
+    from translator import evaluate
+
+    root, _, _ = opus
+    marian.import_marian(root, tmp_path / "opus-en-de.pt", "en", "de")
+    recorded = checkpoint.read(tmp_path / "opus-en-de.pt")["config"]["data"]
+    assert recorded["name"] == "imported-opus-en-de"
+    other = tmp_path / "data" / "multi30k"
+    other.mkdir(parents=True)
+    (other / "test.en").write_text("A dog.\n"), (other / "test.de").write_text("Ein Hund.\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TranslatorError, match="split 'test' not found.*pass --src/--ref") as err:
+        evaluate.run([tmp_path / "opus-en-de.pt"], split="test", quiet=True)
+    assert err.value.where == str(Path("data") / "imported-opus-en-de")

@@ -126,6 +126,13 @@ def _refuse_converted(weights: dict[str, torch.Tensor], cfg: Config, path: str) 
         )
 
 
+def imported_data_name(out: str | Path) -> str:
+    """The data.name an imported checkpoint `out` records: one of its own, as it has no prepared
+    data, so that `eval --split` refuses it instead of scoring another corpus (the default
+    name's, multi30k) that happens to be prepared here."""
+    return f"imported-{Path(out).stem}"
+
+
 def refuse_replacing_another_kind(path: str | Path) -> None:
     """A command's checkpoint output (-o) that names a file of another kind, a text file a slip
     of the keyboard picked, is refused before any work: writing would replace it."""
@@ -240,14 +247,14 @@ def _open(path: str | Path, mmap: bool) -> dict[str, Any]:
     """torch.load of a file that must be a translator checkpoint (format checked, weights not)."""
     given, path = str(path), Path(path)
     if not path.is_file():
+        what = "a directory, not a checkpoint" if path.is_dir() else "checkpoint not found"
         fix = "give a .pt file written by `translator train`, e.g. RUN_DIR/best.pt"
         if other_models.is_hugging_face_model(given):
             fix = f"import it first: translator import-hf {given} -o CKPT, then give CKPT"
-        raise TranslatorError(
-            "a directory, not a checkpoint" if path.is_dir() else "checkpoint not found",
-            given,
-            fix,
-        )
+        elif other_models.is_ctranslate2_model(path):
+            what = "a CTranslate2 model directory, not a checkpoint"
+            fix = "give the checkpoint it was exported from"
+        raise TranslatorError(what, given, fix)
     if path.stat().st_size == 0:
         raise TranslatorError(
             "empty checkpoint file (0 bytes)", str(path), "use another checkpoint"

@@ -88,7 +88,12 @@ def import_fairseq(
         _with_symbols(tgt_proto, tgt_symbols, [FAIRSEQ_BOS]),
     )
     cfg = Config(
-        data=DataConfig(src_lang=src, tgt_lang=tgt, joint_vocab=False),
+        data=DataConfig(
+            name=checkpoint.imported_data_name(out),
+            src_lang=src,
+            tgt_lang=tgt,
+            joint_vocab=False,
+        ),
         model=model_config(settings, w, tokenizer, str(path)),
     )
     model = Transformer(cfg.model)

@@ -109,19 +109,27 @@ def _decode_line(raw: bytes, number: int, note: Callable[[int, str], None]) -> s
 
 
 def wide_encoding(head: bytes) -> str | None:
-    """'UTF-16LE', 'UTF-32BE'... when the start of a file looks like UTF-16/32 text: most newline
-    bytes beside a NUL byte. UTF-8 text has a NUL only where one was put by mistake, which the
-    cleaner removes (a control character): that is no reason to refuse the file."""
-    beside = [found.start() for found in re.finditer(rb"\n\x00|\x00\n", head)]
-    # two at least: a UTF-8 file of two short lines with one stray NUL before a newline is not
-    # UTF-16 (a share of NUL bytes would not do: UTF-16 CJK text has few)
-    if len(beside) < 2 or 2 * len(beside) < head.count(b"\n"):
+    """'UTF-16LE', 'UTF-32BE'... when the start of a file looks like UTF-16/32 text: most of its
+    newline bytes are whole newline code units of that width and byte order, aligned as such.
+    UTF-8 text has a NUL only where one was put by mistake, which the cleaner removes (a control
+    character): that is no reason to refuse the file."""
+    newlines = [found.start() for found in re.finditer(rb"\n", head)]
+    if len(newlines) < 2 or not head.translate(None, b"\x00\r\n"):  # no text: nothing to tell
         return None
-    newline = beside[0] + (head[beside[0]] == 0)
-    width = 32 if b"\x00\x00\x00" in head else 16
-    # a newline's byte opens its code unit in little-endian order and closes it in big-endian
-    order = "LE" if newline % (width // 8) == 0 else "BE"
-    return f"UTF-{width}{order}"
+    for width in (4, 2):  # UTF-32's newline units read as UTF-16 ones too: tried first
+        for order, unit in (
+            ("LE", b"\n".ljust(width, b"\x00")),
+            ("BE", b"\n".rjust(width, b"\x00")),
+        ):
+            start = unit.index(b"\n")  # the newline byte's place in its code unit
+            units = sum(
+                (i - start) % width == 0 and head[i - start : i - start + width] == unit
+                for i in newlines
+            )
+            # two at least, and most newlines: a byte 0x0A may also be part of another character
+            if units >= 2 and 2 * units >= len(newlines):
+                return f"UTF-{8 * width}{order}"
+    return None
 
 
 def refuse_wide(encoding: str, where: str) -> NoReturn:

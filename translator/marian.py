@@ -130,7 +130,12 @@ def import_marian(
 
     model_cfg = model_config(hf, tokenizer, str(directory / "config.json"))
     src_lang, tgt_lang = languages(directory, src_lang, tgt_lang)
-    data = DataConfig(src_lang=src_lang, tgt_lang=tgt_lang, joint_vocab=False)
+    data = DataConfig(
+        name=checkpoint.imported_data_name(out),
+        src_lang=src_lang,
+        tgt_lang=tgt_lang,
+        joint_vocab=False,
+    )
     cfg = Config(data=data, model=model_cfg)
     model = Transformer(cfg.model)
     vocabs = (vocab, target_vocab)

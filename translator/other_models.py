@@ -50,8 +50,16 @@ def refuse_other_payload(payload: Any, path: Path) -> None:
 
 
 def is_hugging_face_model(given: str) -> bool:
-    """A Hugging Face model directory (it holds config.json), or a hub name as `hf:NAME`."""
-    return (Path(given) / "config.json").is_file() or given.startswith("hf:")
+    """A Hugging Face model directory (config.json, and not a CTranslate2 export's model.bin
+    beside it), or a hub name as `hf:NAME`."""
+    folder = Path(given)
+    hf_files = (folder / "config.json").is_file() and not (folder / "model.bin").is_file()
+    return hf_files or given.startswith("hf:")
+
+
+def is_ctranslate2_model(path: Path) -> bool:
+    """A CTranslate2 model directory (`translator export`'s output)."""
+    return path.is_dir() and (path / "model.bin").is_file()
 
 
 def refuse_model_directory(path: Path) -> None:
@@ -69,7 +77,7 @@ def refuse_model_directory(path: Path) -> None:
                 str(path),
                 "import a MarianMT one first: translator import-hf DIR -o CKPT, then info CKPT",
             )
-    if path.is_dir() and (path / "model.bin").is_file():
+    if is_ctranslate2_model(path):
         raise TranslatorError(
             "a CTranslate2 model directory, not a translator config or checkpoint",
             str(path),

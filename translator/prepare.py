@@ -41,7 +41,7 @@ from translator.prepared import (
     vocab_files,
 )
 from translator.prepared_files import check_checksums
-from translator.vocab_source import given_vocab
+from translator.vocab_source import given_vocab, vocab_record
 
 SPLITS = ("valid", "test", "train")  # the small ones first: a missing split fails at once
 SEED = 1  # SentencePiece sample and training: fixed, so that train.seed does not change the data
@@ -76,7 +76,8 @@ def run(
             file=sys.stderr,
         )
     vocab_from = vocab.checksum() if vocab else None
-    why = "" if force else out_of_date(data, data_vocab_from(data, vocab_from))
+    kept_vocab_from, kept_data = data_vocab_from(data, vocab_from)
+    why = "" if force else out_of_date(kept_data, kept_vocab_from)
     if not force and not why:
         (say or Bars(quiet).print)(
             f"{out} is up to date (same data config); use --force to prepare again"
@@ -99,11 +100,8 @@ def run(
     started = time.time()
     with Bars(quiet) as bars, atomic_dir(out) as tmp:
         manifest = _prepare(data, tmp, bars, vocab, given)
-        if given == "train.init_from":
-            manifest["vocab_from"] = {"checkpoint": cfg.train.init_from, "sha256": vocab_from}
-        elif given:
-            files = [f for f in (data.spm_model, data.tgt_spm_model) if f]
-            manifest["vocab_from"] = {"spm_model": ", ".join(files), "sha256": vocab_from}
+        if given:
+            manifest["vocab_from"] = vocab_record(cfg, vocab_from)
         manifest["seconds"] = round(time.time() - started, 1)
         manifest["step_seconds"] = bars.seconds
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -308,9 +306,10 @@ def ensure(cfg: Config, quiet: bool = False, vocab_from: str | None = None) -> d
     `vocab_from`: see load_manifest.
     """
     folder = prepared_dir(cfg.data)
+    given = vocab_record(cfg, vocab_from) if vocab_from else None
     if not (folder / "manifest.json").is_file():
         run(cfg, quiet=quiet)
-        return load_manifest(cfg.data, vocab_from)
-    manifest = load_manifest(cfg.data, vocab_from)
+        return load_manifest(cfg.data, vocab_from, given)
+    manifest = load_manifest(cfg.data, vocab_from, given)
     check_checksums(folder, manifest)
     return manifest

@@ -6,6 +6,7 @@ checked in prepared_files.py.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -180,22 +181,30 @@ def tokenizer_of(folder: Path, manifest: dict) -> Tokenizer:
     return Tokenizer(src) if src == tgt else Tokenizer(src, tgt)
 
 
-def data_vocab_from(data: DataConfig, vocab_from: str | None) -> str | None:
-    """The `vocab_from` that `data`'s prepared files go by: None when prepare trained their
-    SentencePiece model(s) itself and they are byte for byte the checkpoint's (tokenizer sha256
-    `vocab_from`), as when training goes on from a model made on these very data: the ids are the
-    same either way, and preparing again would only make the parent's own run refuse them."""
+def data_vocab_from(data: DataConfig, vocab_from: str | None) -> tuple[str | None, DataConfig]:
+    """The `vocab_from` that `data`'s prepared files go by, with `data` as they were made.
+
+    When prepare trained their SentencePiece model(s) itself and they are byte for byte the
+    checkpoint's (tokenizer sha256 `vocab_from`), as when training goes on from a model made on
+    these very data: (None, `data` with the SentencePiece settings the files were made with). The
+    ids are the same either way, the checkpoint's vocabulary makes those settings moot, and
+    preparing again would only make the parent's own run refuse the data. Otherwise `vocab_from`
+    and `data` as given."""
     folder = prepared_dir(data)
     if vocab_from is None or not (folder / "manifest.json").is_file():
-        return vocab_from
+        return vocab_from, data
     try:
         manifest = read_manifest(folder)
-        if manifest.get("settings", {}).get("vocab_from") is not None:
-            return vocab_from
+        made = manifest.get("settings", {})
+        if made.get("vocab_from") is not None:
+            return vocab_from, data
         tokenizer = tokenizer_of(folder, manifest)
     except (TranslatorError, KeyError, OSError, RuntimeError):  # damaged: the usual checks say so
-        return vocab_from
-    return None if tokenizer.checksum() == vocab_from else vocab_from
+        return vocab_from, data
+    if tokenizer.checksum() != vocab_from:
+        return vocab_from, data
+    made = {**ONLY_WHEN_SET, **made}
+    return None, dataclasses.replace(data, **{k: made[k] for k in SPM_SETTINGS if k in made})
 
 
 def _vocab_origin(vocab_from: str | None, record: dict | None = None) -> str:
@@ -219,7 +228,9 @@ def setting_changes(made: dict, wanted: dict, skip: tuple[str, ...] = ()) -> str
     return ", ".join(f"data.{k}: {made.get(k)!r} there, {wanted[k]!r} here" for k in changed)
 
 
-def load_manifest(data: DataConfig, vocab_from: str | None = None) -> dict:
+def load_manifest(
+    data: DataConfig, vocab_from: str | None = None, given: dict | None = None
+) -> dict:
     """The prepare manifest of `data`, which training reads; refused if prepared with other
     settings.
 
@@ -227,7 +238,8 @@ def load_manifest(data: DataConfig, vocab_from: str | None = None) -> dict:
     repeated for `train`. Anything else (vocabulary, cleaning, max_train_pairs...) must match, or
     the run would train on other data than its config (and checkpoints) say. `vocab_from`: the
     sha256 of the checkpoint tokenizer the data must be encoded with (train.init_from), None for
-    SentencePiece trained by prepare.
+    SentencePiece trained by prepare; `given`: where that tokenizer comes from
+    (vocab_source.vocab_record), for a refusal to name it.
     """
     path = prepared_dir(data) / "manifest.json"
     if not path.is_file():
@@ -245,7 +257,7 @@ def load_manifest(data: DataConfig, vocab_from: str | None = None) -> dict:
     if made.get("vocab_from") != vocab_from:
         raise TranslatorError(
             f"prepared with {_vocab_origin(made.get('vocab_from'), manifest.get('vocab_from'))}, "
-            f"but this run needs {_vocab_origin(vocab_from)}",
+            f"but this run needs {_vocab_origin(vocab_from, given)}",
             str(prepared_dir(data)),
             "to replace it, run `translator prepare` with this config (and the same --set/--data); "
             "to keep it, set another data.name",

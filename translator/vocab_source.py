@@ -25,6 +25,15 @@ def given_vocab(cfg: Config) -> tuple[Tokenizer | None, str]:
     return vocab, "train.init_from" if vocab else ""
 
 
+def vocab_record(cfg: Config, vocab_from: str) -> dict[str, str]:
+    """Where the given vocabulary (tokenizer sha256 `vocab_from`) comes from, as prepare's
+    manifest records it and refusals name it: train.init_from's checkpoint or data.spm_model."""
+    if cfg.train.init_from:
+        return {"checkpoint": cfg.train.init_from, "sha256": vocab_from}
+    files = [f for f in (cfg.data.spm_model, cfg.data.tgt_spm_model) if f]
+    return {"spm_model": ", ".join(files), "sha256": vocab_from}
+
+
 def spm_model_vocab(cfg: Config) -> Tokenizer:
     """data.spm_model (and data.tgt_spm_model) with our special ids. Where the files are gone, the
     copy that a last.pt made with them holds, or the data prepared with them (a resume, or

@@ -333,3 +333,16 @@ def test_a_hugging_face_model_given_as_a_checkpoint_is_pointed_to_import_hf(tmp_
     with pytest.raises(TranslatorError) as err:
         checkpoint.load(tmp_path / "missing.pt")
     assert "import-hf" not in err.value.fix
+
+
+def test_a_ctranslate2_export_given_as_a_checkpoint_is_named_as_one(tmp_path):
+    """An export holds a config.json too, but import-hf cannot read it: the checkpoint it was
+    exported from is what to give (as `info` says)."""
+    export = tmp_path / "ct2-en-de"
+    export.mkdir()
+    (export / "config.json").write_text('{"add_source_bos": false}')
+    (export / "model.bin").write_bytes(b"\0" * 16)
+    with pytest.raises(TranslatorError) as err:
+        checkpoint.load(export)
+    assert err.value.what == "a CTranslate2 model directory, not a checkpoint"
+    assert err.value.fix == "give the checkpoint it was exported from"

@@ -197,7 +197,9 @@ def test_fine_tuning_one_of_our_checkpoints(tmp_path):
 def test_going_on_from_a_model_on_the_data_it_was_made_on_takes_those_data_as_they_are(tmp_path):
     """fairseq's --restore-file --reset-optimizer on the same data: the prepared SentencePiece
     model is the checkpoint's, byte for byte, so neither prepare nor train may call the data
-    other (that prepared them again, and then refused the parent's own run)."""
+    other (that prepared them again, and then refused the parent's own run), even where the
+    child's config asks other SentencePiece settings, which the checkpoint's vocabulary makes
+    moot."""
     corpus = write_text_corpus(tmp_path / "a", small_splits(200))
     parent = fine_tune(corpus, tmp_path, "", "train.max_updates=2")
     loop.run(parent, quiet=True)
@@ -209,11 +211,17 @@ def test_going_on_from_a_model_on_the_data_it_was_made_on_takes_those_data_as_th
         tmp_path / "run" / "last.pt",
         f"train.run_dir={tmp_path / 'child'}",
         "train.max_updates=2",
+        f"data.vocab_size={parent.data.vocab_size + 1000}",
+        "data.spm_threads=1",
     )
     prepare.run(child, quiet=True)  # up to date: the same data, the same vocabulary
     loop.run(child, quiet=True)
     assert (folder / "manifest.json").read_bytes() == before
     assert (tmp_path / "child" / "last.pt").is_file()
+    # the child's record of its data: the settings they were made with
+    assert checkpoint.read(tmp_path / "child" / "last.pt")["config"]["data"]["vocab_size"] == (
+        parent.data.vocab_size
+    )
     loop.run(fine_tune(corpus, tmp_path, "", "train.max_updates=4"), quiet=True)  # the parent's
     assert checkpoint.read(tmp_path / "run" / "last.pt")["state"]["train"]["step"] == 4
 
@@ -378,3 +386,24 @@ def test_info_of_a_fine_tuned_checkpoint_describes_that_checkpoint_alone(importe
     assert text.splitlines()[:-2] == summary.describe(str(imported), []).splitlines()[:-1]
     assert "written by translator" in text.splitlines()[-2]
     assert text.splitlines()[-1] == f"  fine-tuned from train.init_from: {tmp_path}/moved-away.pt"
+
+
+def test_data_prepared_with_another_checkpoint_s_vocabulary_are_refused_naming_both(
+    imported, corpus, tmp_path
+):
+    prepare.run(fine_tune(corpus, tmp_path, imported), quiet=True)  # imported's vocabulary
+    parent = fine_tune(
+        corpus,
+        tmp_path,
+        "",
+        "data.name=own",
+        f"train.run_dir={tmp_path / 'parent'}",
+        "train.max_updates=1",
+    )
+    loop.run(parent, quiet=True)
+    other = tmp_path / "parent" / "last.pt"
+    child = fine_tune(corpus, tmp_path, other, f"train.run_dir={tmp_path / 'child'}")
+    with pytest.raises(TranslatorError) as err:
+        loop.run(child, quiet=True)
+    assert f"prepared with the checkpoint {imported}'s vocabulary" in err.value.what
+    assert f"this run needs the checkpoint {other}'s vocabulary" in err.value.what

@@ -34,7 +34,7 @@ from translator.train.state import (
     refuse_earlier_checkpoints,
     seed_all,
 )
-from translator.vocab_source import spm_model_vocab
+from translator.vocab_source import spm_model_vocab, vocab_record
 
 
 def setup(cfg: Config, quiet: bool) -> Session:
@@ -125,8 +125,9 @@ def _inputs(
     start = finetune.plan(cfg, last)
     if cfg.data.spm_model:  # a vocabulary made elsewhere encodes the data
         start.vocab_from = spm_model_vocab(cfg).checksum()
-    # data prepared with SentencePiece of their own that is the checkpoint's: taken as they are
-    start.vocab_from = data_vocab_from(cfg.data, start.vocab_from)
+    # data prepared with SentencePiece of their own that is the checkpoint's: taken as they are,
+    # with the SentencePiece settings they were made with (the run's record of them)
+    start.vocab_from, cfg.data = data_vocab_from(cfg.data, start.vocab_from)
     tokenizer = prepared_tokenizer(cfg, d, quiet, start.vocab_from)
     _set_vocab_sizes(cfg.model, tokenizer)
     model = initial_model(cfg, d, start)
@@ -189,7 +190,8 @@ def prepared_tokenizer(cfg: Config, d: Dist, quiet: bool, vocab_from: str | None
     distributed.main_first(d, lambda: prepare.ensure(cfg, quiet, vocab_from), "preparing the data")
     # every rank checks the settings
     folder = prepared_dir(cfg.data)
-    tokenizer = tokenizer_of(folder, load_manifest(cfg.data, vocab_from))
+    given = vocab_record(cfg, vocab_from) if vocab_from else None
+    tokenizer = tokenizer_of(folder, load_manifest(cfg.data, vocab_from, given))
     if vocab_from and tokenizer.checksum() != vocab_from:  # files replaced after prepare
         raise TranslatorError(
             "the prepared SentencePiece model(s) are not the ones this run names "
