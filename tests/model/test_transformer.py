@@ -275,7 +275,13 @@ def test_residual_dropout_touches_only_the_sublayer_branch(pre_norm):
         ({"config.json": '{"model_type": "marian"}'}, ".", "a Hugging Face model (marian)"),
         ({"config.json": '{"model_type": "bart"}'}, "config.json", "a Hugging Face model (bart)"),
         ({"config.json": "{}", "model.bin": ""}, ".", "a CTranslate2 model directory"),
+        (  # CTranslate2 keeps no model_type; a marian one beside model.bin is still an export
+            {"config.json": '{"model_type": "marian"}', "model.bin": ""},
+            ".",
+            "a CTranslate2 model directory",
+        ),
         ({"best.pt": ""}, ".", "a directory, not a config or a checkpoint"),
+        ({"config.json": "{}"}, ".", "a directory, not a config or a checkpoint"),
     ],
 )
 def test_info_names_other_models_and_directories_as_what_they_are(tmp_path, files, given, what):

@@ -50,11 +50,19 @@ def test_a_checkpoint_cut_anywhere_is_refused(checkpoint_file, tmp_path, no_mode
 
 @pytest.mark.parametrize(
     "content",
-    [{"weight": torch.zeros(3)}, {"format": 3, "model": {}}, {"format": "3"}, [1, 2, 3], "text"],
+    [
+        {"weight-and-step": torch.zeros(3), "step": 3},  # not weights alone
+        {},
+        {"format": 3, "model": {}},
+        {"format": "3"},
+        [1, 2, 3],
+        "text",
+    ],
 )
 def test_foreign_files_are_refused(tmp_path, no_model_built, content):
     torch.save(content, tmp_path / "foreign.pt")
-    assert "not a translator checkpoint" in refused(tmp_path / "foreign.pt")
+    text = refused(tmp_path / "foreign.pt")
+    assert "not a translator checkpoint" in text and "weights alone" not in text
     (tmp_path / "notes.pt").write_text("not a checkpoint at all\n")
     assert "not a readable checkpoint" in refused(tmp_path / "notes.pt")
 
@@ -83,6 +91,55 @@ def test_another_toolkit_s_checkpoint_is_named_with_its_import(
     torch.save(content(), tmp_path / "theirs.pt")
     text = refused(tmp_path / "theirs.pt")
     assert message in text and fix in text and "damaged" not in text
+
+
+def _pickled_from(module: str, monkeypatch) -> object:
+    """An object whose pickle names a class of `module` (made importable for torch.save while the
+    test runs, its parent packages too)."""
+    import types
+
+    parts = module.split(".")
+    for depth in range(1, len(parts) + 1):
+        name = ".".join(parts[:depth])
+        if name not in sys.modules:
+            monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    kind = type("Settings", (), {"__module__": module})
+    monkeypatch.setattr(sys.modules[module], "Settings", kind, raising=False)
+    return kind()
+
+
+@pytest.mark.parametrize(
+    "content, fairseqs",
+    [
+        # newer fairseq: a dataclass of its own, in a submodule
+        (lambda mp: {"model": {}, "extra": _pickled_from("fairseq.dataclass.fake", mp)}, True),
+        # the Namespace after more than a kilobyte of pickle (a large model's weights first)
+        (
+            lambda mp: {
+                "model": {f"w{i}": torch.zeros(2) for i in range(200)},
+                "args": argparse.Namespace(arch="transformer"),
+            },
+            True,
+        ),
+        # OpenNMT-py keeps a Namespace too, beside its own classes: not fairseq's
+        (
+            lambda mp: {"opt": argparse.Namespace(a=1), "vocab": _pickled_from("onmt.fake", mp)},
+            False,
+        ),
+    ],
+    ids=["fairseq-class", "fairseq-late-namespace", "opennmt"],
+)
+def test_a_fairseq_checkpoint_is_told_by_its_pickled_classes(
+    tmp_path, no_model_built, monkeypatch, content, fairseqs
+):
+    torch.save(content(monkeypatch), tmp_path / "theirs.pt")
+    text = refused(tmp_path / "theirs.pt")
+    assert ("a fairseq checkpoint, not a translator one" in text) == fairseqs, text
+
+
+def test_a_fairseq_checkpoint_with_cfg_is_named_as_fairseq_s(tmp_path, no_model_built):
+    torch.save({"cfg": {"model": {}}, "model": {"w": torch.zeros(2)}}, tmp_path / "f.pt")
+    assert "a fairseq checkpoint, not a translator one" in refused(tmp_path / "f.pt")
 
 
 def test_a_damaged_checkpoint_imported_from_fairseq_is_damaged_not_fairseqs(
@@ -317,6 +374,7 @@ def test_a_checkpoint_output_naming_a_file_of_another_kind_is_refused_before_any
             write()
         assert err.value.where == str(notes) and notes.read_text() == "kept\n"
     monkeypatch.undo()
+    (tmp_path / "avg.pt").touch()  # an empty file (`touch`) holds nothing to keep: replaced
     for _ in range(2):  # the second time a checkpoint is there: replaced
         averaging.average([checkpoint_file], tmp_path / "avg.pt")
     assert checkpoint.read(tmp_path / "avg.pt")["state"]["averaged"] == [str(checkpoint_file)]

@@ -129,6 +129,31 @@ def test_a_run_directory_holding_prepared_data_is_refused_before_anything_is_wri
     assert [p.name for p in copy.iterdir()] == ["manifest.json"]
 
 
+def test_the_config_s_own_data_directory_is_refused_as_run_dir_before_it_is_prepared(
+    tmp_path, monkeypatch
+):
+    """Named another way (relative, through ..) and not prepared yet: still the data's place."""
+    source = write_text_corpus(tmp_path / "corpus", small_splits())
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    cfg = small_config(source, tmp_path, "train.run_dir=sub/../data/multi30k-tiny")
+    with pytest.raises(TranslatorError, match="train.run_dir is a directory of prepared data"):
+        loop.run(cfg, quiet=True)
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_run_whose_own_record_is_damaged_goes_on(tmp_path, capsys):
+    """A run directory's damaged manifest.json (cut short) is the run's own, not prepare's: kept
+    aside with a warning, and the run trains."""
+    source = write_text_corpus(tmp_path / "corpus", small_splits())
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "manifest.json").write_text('{"sessions": [{"started": ')
+    loop.run(small_config(source, tmp_path), quiet=True)
+    assert (run_dir / "last.pt").is_file() and (run_dir / "manifest.json.damaged").is_file()
+    assert "damaged" in capsys.readouterr().err
+
+
 def test_a_directory_that_is_not_prepared_data_is_not_replaced(tmp_path):
     source = write_text_corpus(tmp_path / "corpus", small_splits())
     cfg = small_config(source, tmp_path)

@@ -524,6 +524,27 @@ def test_a_second_ctrl_c_stops_at_once_and_says_what_last_pt_holds(prepared, tmp
     assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 3
 
 
+def test_a_second_sigterm_still_saves(prepared, tmp_path):
+    """A supervisor (systemd, Slurm, torchrun) may send SIGTERM more than once before it kills:
+    only a second Ctrl-C, a person's, gives up the save."""
+    advance, sent = Metrics.advance, []
+
+    def advance_then_sigterm_twice(self, at, status):
+        advance(self, at, status)
+        if at == 4 and not sent:
+            sent.append(at)
+            signal.raise_signal(signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)
+
+    run_dir = tmp_path / "run"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(Metrics, "advance", advance_then_sigterm_twice)
+        with pytest.raises(SystemExit) as stopped:
+            loop.run(variant(prepared, run_dir, *SETTINGS), quiet=True)
+    assert stopped.value.code == 143
+    assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 4
+
+
 def test_a_resume_names_every_changed_setting_and_the_manifest_keeps_each_session_s_config(
     prepared, tmp_path
 ):
