@@ -440,6 +440,7 @@ def test_a_hub_model_is_read_from_the_hugging_face_cache(opus, tmp_path, monkeyp
         ("Helsinki-NLP/opus-mt-en-de", "give hf:Helsinki-NLP/opus-mt-en-de"),
         ("https://huggingface.co/Helsinki-NLP/opus-mt-en-de", "give hf:Helsinki-NLP/opus-mt-en-de"),
         ("no-such-model", "give the directory of a MarianMT model"),
+        ("models/opus/en-de", "give the directory of a MarianMT model"),  # a path, not a name
     ],
 )
 def test_a_missing_directory_says_so_and_points_a_hub_name_to_hf(given, fix, tmp_path):
@@ -478,3 +479,44 @@ def test_eval_of_an_imported_model_does_not_score_another_corpus_prepared_here(
     with pytest.raises(TranslatorError, match="split 'test' not found.*pass --src/--ref") as err:
         evaluate.run([tmp_path / "opus-en-de.pt"], split="test", quiet=True)
     assert err.value.where == str(Path("data") / "imported-opus-en-de")
+
+
+def test_a_hub_model_without_safetensors_is_fetched_as_its_pickle_with_its_languages(
+    opus, tmp_path, monkeypatch
+):
+    """An older upload holds pytorch_model.bin alone; the download asks for the tokenizer's
+    config too, where the languages are."""
+    import huggingface_hub
+    from safetensors.torch import load_file
+
+    snapshot = copy_opus(opus[0], tmp_path / "snapshot")
+    weights = snapshot / "model.safetensors"
+    torch.save(load_file(weights), snapshot / "pytorch_model.bin")
+    weights.unlink()
+    asked = []
+
+    def snapshot_download(repo, allow_patterns):
+        asked.append(allow_patterns)
+        return str(snapshot)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    cfg = marian.import_marian("hf:someone/opus-mt-en-de", tmp_path / "hub.pt")
+    assert (cfg.data.src_lang, cfg.data.tgt_lang) == ("en", "de")  # tokenizer_config.json's
+    assert all("tokenizer_config.json" in patterns for patterns in asked)
+    assert "pytorch_model.bin" in asked[-1] and "model.safetensors" in asked[0]
+    marian.import_marian(opus[0], tmp_path / "local.pt")
+    hub, local = checkpoint.load(tmp_path / "hub.pt")[0], checkpoint.load(tmp_path / "local.pt")[0]
+    assert all(
+        torch.equal(a, b) for a, b in zip(hub.state_dict().values(), local.state_dict().values())
+    )
+
+
+def test_a_config_without_model_type_is_read_as_marian_s(opus, tmp_path):
+    """A config.json without model_type (hand-made, or older) is read as MarianMT's, the
+    importer's default; another model_type is refused (test_a_model_other_than_marian...)."""
+    model = copy_opus(opus[0], tmp_path / "m")
+    settings = json.loads((model / "config.json").read_text())
+    del settings["model_type"]
+    (model / "config.json").write_text(json.dumps(settings))
+    marian.import_marian(model, tmp_path / "m.pt")
+    assert checkpoint.read(tmp_path / "m.pt")["state"]["imported_from"] == "marian"
