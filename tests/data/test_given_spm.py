@@ -21,7 +21,7 @@ from translator.prepared import out_of_date, prepared_dir
 from translator.train import loop
 
 
-def spm_train(path, lines, model_type="unigram", size=150):
+def spm_train(path, lines, model_type="unigram", size=150, symbols=()):
     """A model as `spm_train` makes it, with SentencePiece's own default special ids."""
     text = path.with_suffix(".txt")
     text.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
@@ -31,6 +31,7 @@ def spm_train(path, lines, model_type="unigram", size=150):
         vocab_size=size,
         model_type=model_type,
         character_coverage=1.0,
+        user_defined_symbols=list(symbols),
         minloglevel=2,
     )
     return path.with_suffix(".model")
@@ -188,3 +189,15 @@ def test_user_symbols_a_given_model_lacks_are_warned_about(tmp_path, corpus, cap
     warned = capsys.readouterr().err
     assert "warning: data.user_symbols <BT>: not pieces of data.spm_model's" in warned
     assert "\u2581" not in warned.split(":")[1]
+
+
+def test_a_user_symbol_the_target_model_alone_lacks_is_warned_about(tmp_path, corpus, capsys):
+    en, de = small_splits()["train"]
+    src = spm_train(tmp_path / "src.model", en, symbols=["<BT>"])
+    tgt = spm_train(tmp_path / "tgt.model", de)
+    cfg = tiny_config(
+        corpus, tmp_path / "data", f"data.spm_model={src}", f"data.tgt_spm_model={tgt}"
+    )
+    cfg.data.user_symbols = ["<BT>"]
+    prepare.run(cfg, quiet=True)
+    assert "warning: data.user_symbols <BT>: not pieces of" in capsys.readouterr().err

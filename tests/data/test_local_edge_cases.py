@@ -184,3 +184,15 @@ def test_json_lines_that_are_not_records_or_no_records_at_all_are_named(tmp_path
         load(tmp_path / "blank", {"train.jsonl": "\n\n"})
     array = {"train.jsonl": json.dumps([{"en": "a", "de": "b"}, {"en": "c", "de": "d"}]) + "\n"}
     assert load(tmp_path / "array", array) == (["a", "c"], ["b", "d"])  # one JSON array: read
+    # an array after the first line is a line that is not a record
+    lines = jsonl({"en": "a", "de": "b"}, [{"en": "c", "de": "d"}])
+    with pytest.raises(TranslatorError, match=r"train.jsonl:2: not a JSON object"):
+        load(tmp_path / "later-array", {"train.jsonl": lines})
+    # one array on one line, holding something else than records: its line is named
+    mixed = {"train.jsonl": json.dumps([{"en": "a", "de": "b"}, 3]) + "\n"}
+    with pytest.raises(TranslatorError, match=r"train.jsonl:1: not a JSON object"):
+        load(tmp_path / "mixed-array", mixed)
+    # an array over several lines is read as one: a bad value in it is named as such
+    spread = '[\n{"en": "a", "de": "b"},\n{"en": 2, "de": "d"}\n]\n'
+    with pytest.raises(TranslatorError, match=r"the 'en' value is not text"):
+        load(tmp_path / "spread-array", {"train.jsonl": spread})

@@ -352,6 +352,9 @@ def test_edited_source_files_are_prepared_again(tmp_path, corpus):
     assert not out_of_date(cfg.data)
     os.utime(corpus / "train.de", ns=(1, 1))  # same settings, edited file
     assert out_of_date(cfg.data)
+    run(cfg)
+    os.utime(corpus / "valid.de", ns=(2, 2))  # every split's files count, not train's alone
+    assert out_of_date(cfg.data)
 
 
 def test_the_cleaning_digest_sees_a_changed_rule(monkeypatch):
@@ -560,3 +563,23 @@ def test_a_junk_line_too_long_to_keep_does_not_count_in_the_unk_share(tmp_path):
     out = run(tiny_config(corpus, tmp_path / "data"))
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["unk"]["src"]["unk"] < 50 and manifest["dropped"]["too long"] == 1
+
+
+def test_the_unk_share_counts_exactly_the_pairs_short_enough_to_keep(tmp_path):
+    """A pair too long on one side only is left out of both sides' counts (it is dropped whole);
+    the other pairs count every token; with no length limit every pair counts."""
+    splits = small_splits()
+    base = run(tiny_config(write_text_corpus(tmp_path / "base", splits), tmp_path / "d1"))
+    counted = json.loads((base / "manifest.json").read_text())["unk"]
+    junk = " ".join(["\u03b1\u03b2"] * 3000)
+    one_side = {
+        **splits,
+        "train": ([*splits["train"][0], junk], [*splits["train"][1], "Ein Hund."]),
+    }
+    out = run(tiny_config(write_text_corpus(tmp_path / "junk", one_side), tmp_path / "d2"))
+    assert json.loads((out / "manifest.json").read_text())["unk"] == counted
+    unlimited = tiny_config(write_text_corpus(tmp_path / "all", splits), tmp_path / "d3")
+    unlimited.data.max_tokens_per_side = 0
+    out = run(unlimited)
+    assert json.loads((out / "manifest.json").read_text())["unk"] == counted
+    assert counted["src"]["tokens"] > 0 and counted["tgt"]["tokens"] > 0
