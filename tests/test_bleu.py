@@ -107,5 +107,9 @@ def test_a_thai_target_is_warned_about_and_char_tokenization_can_be_chosen():
     assert chosen.bleu == pytest.approx(expected.score) and chosen.bleu > 50
     assert "tok:char" in chosen.bleu_signature
     assert bleu.unspaced_warning(TH_REFS, "th", tokenize="char") == ""  # chosen: no warning
+    # half Thai, half the names of products: still warned about
+    mixed = [f"{line} iPhone 15 Pro Max, Galaxy S24 Ultra, Pixel 9" for line in TH_REFS]
+    assert "--tokenize char" in bleu.unspaced_warning(mixed, "th")
+    assert bleu.unspaced_warning(["A dog runs on the beach."], "th") == ""  # not Thai text
     with pytest.raises(TranslatorError, match="unknown BLEU tokenizer 'flores200'"):
         bleu.score(TH_HYPS, TH_REFS, tokenize="flores200")  # downloads a model: not offered

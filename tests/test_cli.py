@@ -282,6 +282,8 @@ def test_an_error_every_torchrun_process_raises_is_printed_by_rank_0_alone(tmp_p
         (["eval", "x.pt", "--device", "tpu"], "eval: Invalid value for '--device'"),
         # the ranges decode.* holds to, shown in the help and checked there
         (["translate", "x.pt", "--length-penalty", "11"], "Invalid value for '--length-penalty'"),
+        (["translate", "x.pt", "--length-penalty", "-11"], "Invalid value for '--length-penalty'"),
+        (["eval", "x.pt", "--tokenize", "ZH"], "eval: Invalid value for '--tokenize'"),
         (["translate", "x.pt", "--max-len-a", "2000"], "Invalid value for '--max-len-a'"),
         (["eval", "x.pt", "--channel-weight", "200"], "Invalid value for '--channel-weight'"),
         (["translate"], "translate: Missing argument"),

@@ -338,6 +338,7 @@ def test_data_given_with_dash_dash_data_is_expanded_and_an_empty_one_refused(mon
     assert load_config(None, [], "hf:wmt/wmt14:de-en").data.source == "hf:wmt/wmt14:de-en"
     for given, where, said in [
         ("", "--data", "an empty data source"),  # an unset $DATA in --data "$DATA"
+        ("   ", "--data", "an empty data source"),
         ("hf:", "--data", "names no dataset"),
         ("hf::de-en", "--data", "names no dataset"),
     ]:

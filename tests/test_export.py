@@ -125,6 +125,15 @@ def test_rope_is_refused_with_the_option_named(prepared, tmp_path):
     assert not (tmp_path / "ct2").exists()
 
 
+def test_every_option_ctranslate2_lacks_is_named_with_the_setting_to_train_with(prepared, tmp_path):
+    path, _, _ = saved_model(prepared, tmp_path, positions="relative", attention_window=8)
+    with pytest.raises(TranslatorError) as err:
+        export.export_ctranslate2(path, tmp_path / "ct2")
+    assert "model.positions=relative" in err.value.what
+    assert "model.attention_window=8" in err.value.what
+    assert err.value.fix.endswith("--set model.positions=sinusoidal --set model.attention_window=0")
+
+
 def test_export_refuses_a_file_or_a_foreign_directory_and_keeps_it(prepared, tmp_path):
     """Replacing `out` would lose it: refused in one line before any work, nothing touched (the
     file was once moved aside and replaced by the model)."""

@@ -163,7 +163,13 @@ def test_concurrent_requests_each_get_their_own_answer(tiny, server):
         ("POST", "/translate", {"text": ["a"], "constraints": [[3]]}, 400, "phrases must be a"),
         ("POST", "/translate", {"text": "a", "constraints": ["b"] * 17}, 400, "over 16 con"),
         ("POST", "/translate", {"text": "a", "constraints": ["b" * 100_000]}, 400, "characters"),
-        ("POST", "/translate", {"text": ["a", "b"], "constraints": [[]]}, 400, "2 lines of text"),
+        (
+            "POST",
+            "/translate",
+            {"text": ["a", "b"], "constraints": [[]]},
+            400,
+            "2 lines of text but 1 constraint list",
+        ),
         (
             "POST",
             "/translate",
@@ -177,6 +183,16 @@ def test_bad_requests_get_a_4xx_and_an_error(server, method, path, body, status,
     got, reply = call(server + path, body, method)
     assert got == status and message in reply["error"]
     assert call(server + "/health")[1]["status"] == "ok"  # and the server goes on
+
+
+def test_a_request_at_its_limits_is_taken():
+    """MAX_LINES lines, and MAX_CHARACTERS characters, are still one request (over: refused)."""
+    from translator import serve
+
+    assert len(serve._lines(["a"] * serve.MAX_LINES, "'text' must be")) == serve.MAX_LINES
+    assert serve._lines(["a" * serve.MAX_CHARACTERS], "'text' must be")
+    with pytest.raises(serve.BadRequest):
+        serve._lines(["a"] * (serve.MAX_LINES + 1), "'text' must be")
 
 
 def test_a_body_opening_with_a_byte_order_mark_is_read(server):

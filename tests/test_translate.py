@@ -369,6 +369,22 @@ def test_a_model_in_training_mode_decodes_and_scores_without_dropout_and_stays_i
     assert [p.log_prob for p in scores] == [p.log_prob for p in want] and training.training
 
 
+def test_alignments_point_only_at_words_the_output_text_shows(tiny):
+    """Forced targets holding words made of <unk> alone, which the text drops: every target
+    index is a word of the decoded text."""
+    from translator.data.tokenizer import UNK_ID
+    from translator.diagnostics.alignment import align
+
+    words = tiny.tokenizer.target_sp.encode(["\u2581Hund", "\u2581Ball"])
+    hund, ball = (w[-1:] for w in words)
+    word_start = tiny.tokenizer.target_sp.piece_to_id("\u2581")
+    target = [UNK_ID, *hund, word_start, UNK_ID, *ball]  # <unk> | Hund | ▁<unk> | Ball
+    src = tiny.tokenizer.encode(["A dog and a ball."])
+    shown = tiny.tokenizer.decode([target])[0].split()  # <unk> dropped, as translate prints
+    (pairs,) = align(tiny.model, tiny.tokenizer, src, [target], layer=-1)
+    assert pairs and max(t for _, t in pairs) < len(shown) == 2
+
+
 def test_a_beam_wider_than_the_vocabulary_is_refused(tiny):
     vocab = tiny.cfg.model.vocab_size
     wide = dataclasses.replace(tiny.cfg.decode, beam_size=vocab + 1)
