@@ -201,6 +201,20 @@ def test_imported_greedy_search_follows_fairseqs_argmax(made, tmp_path):
         assert ours == [s if s != "<s>" else fairseq.FAIRSEQ_BOS for s in theirs]
 
 
+@pytest.mark.parametrize("made", ["pre-norm"], indirect=True)
+def test_a_pre_norm_checkpoint_that_lost_its_decoder_s_final_norm_is_refused(made, tmp_path):
+    """Its settings do not say pre-norm (older checkpoints): the final LayerNorms tell, and one
+    on the encoder alone is a model ours cannot express."""
+    folder, *_ = made
+    saved = torch.load(folder / "checkpoint.pt", weights_only=False)
+    assert not hasattr(saved["args"], "encoder_normalize_before")
+    for name in ("decoder.layer_norm.weight", "decoder.layer_norm.bias"):
+        saved["model"].pop(name)
+    torch.save(saved, tmp_path / "bad.pt")
+    with pytest.raises(TranslatorError, match="pre-norm on one side"):
+        fairseq.import_fairseq(tmp_path / "bad.pt", folder, folder / "spm.model", tmp_path / "x.pt")
+
+
 @pytest.mark.parametrize("made", ["separate"], indirect=True)  # the layouts: above
 def test_cli_import_fairseq_then_translate(made, tmp_path):
     folder, *_ = made
