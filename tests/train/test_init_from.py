@@ -83,11 +83,15 @@ def hugging_face_loss(hf_model, hf_tok, sources: list[str], targets: list[str]) 
 
 def test_fine_tuning_an_imported_model(opus, imported, corpus, tmp_path):
     _, hf_model, hf_tok = opus
-    cfg = fine_tune(corpus, tmp_path, imported, "train.max_updates=2", "train.eval_every=2")
+    cfg = fine_tune(
+        corpus, tmp_path, imported, "train.max_updates=2", "train.eval_every=2", "model.dropout=0"
+    )
     loop.run(cfg, quiet=True)
     run_dir = tmp_path / "run"
     log = (run_dir / "train.log").read_text()
     assert f"init_from: starting from the weights of {imported}" in log
+    theirs = checkpoint.read(imported)["config"]["model"]["dropout"]
+    assert theirs != 0 and f"not the checkpoint's: model.dropout: {theirs!r} -> 0.0" in log
     assert "the architecture and vocabulary are the checkpoint's; overriding the config's" in log
     assert "model.n_decoder_layers: 1 -> 2" in log and "model.n_heads: 2 -> 4" in log  # SMALL's
     assert "data.joint_vocab: True -> False" in log

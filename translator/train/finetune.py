@@ -56,9 +56,26 @@ def plan(cfg: Config, last: Path) -> Start:
         "schedule and update counter (fine-tuning)",
         *_languages(cfg, saved, where),
     ]
+    notes += _dropout_changes(cfg, saved)
     notes += adopt(cfg, saved.model, payload["tokenizer"].get("target_proto") is None)
     notes += _decoding_changes(cfg, saved)
     return Start(payload["model"], payload["tokenizer"]["sha256"], notes)
+
+
+def _dropout_changes(cfg: Config, saved: Config) -> list[str]:
+    """The dropouts fine-tuning takes from this config, not from the checkpoint (Hugging Face's
+    from_pretrained keeps the checkpoint's): said, as a model trained at 0.3 fine-tuned at 0 may
+    overfit a small corpus at once."""
+    changed = [
+        f"model.{k}: {getattr(saved.model, k)!r} -> {getattr(cfg.model, k)!r}"
+        for k in ("dropout", "attention_dropout", "activation_dropout")
+        if getattr(saved.model, k) != getattr(cfg.model, k)
+    ]
+    if not changed:
+        return []
+    return [
+        "init_from: the dropouts are this config's, not the checkpoint's: " + ", ".join(changed)
+    ]
 
 
 def _decoding_changes(cfg: Config, saved: Config) -> list[str]:
