@@ -120,6 +120,8 @@ def describe(source: str, overrides: list[str]) -> str:
         f"  layers: encoder {m.n_encoder_layers}, decoder {m.n_decoder_layers}; "
         f"d_model {m.d_model}, d_ff {m.d_ff}, heads {m.n_heads} "
         f"({attention}: kv heads {kv}, d_head {d_head})",
+        f"  translates {cfg.data.src_lang}->{cfg.data.tgt_lang}"
+        + (f" (BLEU tokenizer {bleu})" if (bleu := cfg.train.valid_bleu_tokenize) else ""),
         f"  vocabulary {vocabulary}, max positions {m.max_positions}, dropout {m.dropout}",
         f"  self-attention: {attention_options(m)}",
         f"  decoder KV cache: {cache_per_token:,} values per target token and hypothesis"

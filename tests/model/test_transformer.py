@@ -291,3 +291,11 @@ def test_info_names_other_models_and_directories_as_what_they_are(tmp_path, file
         (tmp_path / name).write_text(text)
     with pytest.raises(TranslatorError, match=what.replace("(", r"\(").replace(")", r"\)")):
         summary.describe(str(tmp_path / given), [])
+
+
+def test_info_says_which_way_a_model_translates_and_its_bleu_tokenizer():
+    base = str(REPO / "configs" / "base.yaml")
+    text = summary.describe(base, ["data.src_lang=de", "data.tgt_lang=th"])
+    assert "  translates de->th\n" in text
+    chosen = summary.describe(base, ["data.tgt_lang=th", "train.valid_bleu_tokenize=char"])
+    assert "  translates en->th (BLEU tokenizer char)\n" in chosen
