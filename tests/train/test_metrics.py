@@ -11,7 +11,7 @@ import threading
 import pytest
 from tensorboard.compat.tensorflow_stub.io import gfile
 
-from translator.train.metrics import Metrics
+from translator.train.metrics import Metrics, literal
 
 
 def full_disk(*args, **kwargs):
@@ -108,3 +108,23 @@ def test_the_eta_counts_the_time_validations_take(tmp_path):
         metrics.advance(update, "")
     metrics.close()
     assert metrics.remaining.render(task).plain == "0:02:40"
+
+
+@pytest.mark.filterwarnings("ignore:html5lib's sanitizer is deprecated:DeprecationWarning")
+@pytest.mark.parametrize(
+    "text",
+    [
+        "A *big* dog_s <b>run</b> [here](http://x) # 1 + 2 - 3 | ~4~ `code` \\ {a} !",
+        "**source:** a_b_c",
+        "<script>alert(1)</script>",
+    ],
+)
+def test_a_sample_shows_in_tensorboard_as_it_was_written(text):
+    """TensorBoard's text tab renders summaries as Markdown (its own renderer, here): a sample's
+    markup characters must come out as characters, not emphasis, links or tags."""
+    import html
+
+    from tensorboard.plugin_util import markdown_to_safe_html
+
+    rendered = markdown_to_safe_html(literal(text))
+    assert rendered == f"<p>{html.escape(text, quote=False)}</p>"

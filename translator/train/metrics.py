@@ -12,6 +12,7 @@ console's width.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -52,6 +53,19 @@ class SessionRemaining(ProgressColumn):
         seconds_per_update = (self.clock() - when) / (task.completed - update)
         left = max(task.total - task.completed, 0) * seconds_per_update
         return Text(str(timedelta(seconds=round(left))), style="progress.remaining")
+
+
+# what Markdown reads as markup (TensorBoard's text tab renders its strings as Markdown, with
+# tables): escaped with a backslash; <, > and & as the HTML entities they would become
+MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|])")
+ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def literal(text: str) -> str:
+    """`text` as TensorBoard's text tab should show it, character for character: a sentence's *, _
+    or <...> is not emphasis or a tag."""
+    escaped = MARKDOWN.sub(r"\\\1", text)
+    return re.sub("[&<>]", lambda m: ENTITIES[m.group()], escaped)
 
 
 def open_log(path: Path) -> TextIO:

@@ -21,7 +21,7 @@ from translator.train.attention import AttentionMonitor
 from translator.train.distributed import Dist, gather, sum_all
 from translator.train.dropout import use_bits_dropout
 from translator.train.linear import onednn_fp32_pays, use_onednn_linears
-from translator.train.metrics import Metrics
+from translator.train.metrics import Metrics, literal
 from translator.train.state import TrainState, refuse_non_finite, rng_state, save_checkpoints
 from translator.train.validate import Validation, too_long_pairs, validate
 
@@ -224,7 +224,8 @@ def _log_validation(s: Session, result: Validation, began: float) -> bool:
         state.step,
         "valid/samples",
         "\n\n".join(
-            f"**source:** {src}  \n**output:** {hyp}  \n**reference:** {ref}"
+            f"**source:** {literal(src)}  \n**output:** {literal(hyp)}  \n"
+            f"**reference:** {literal(ref)}"
             for src, hyp, ref in result.samples
         ),
     )
