@@ -180,6 +180,7 @@ def _prepare(data: DataConfig, tmp: Path, bars: Bars, vocab: Tokenizer | None, g
     # first: an uncovered script's pairs fall to the length rules, which would be blamed
     where = f"{given}: {data.spm_model}" if given == "data.spm_model" else given or data.source
     coverage.check_unk(counts["train"]["unk"], where, given)
+    _warn_of_skewed_pairs(cleaner.drops["length ratio"], int(keep.sum()), data.max_length_ratio)
     if not counts["train"]["pairs"]:
         raise TranslatorError(
             f"no training pairs left after the length rules (dropped: {_drops(cleaner.drops)})",
@@ -191,6 +192,23 @@ def _prepare(data: DataConfig, tmp: Path, bars: Bars, vocab: Tokenizer | None, g
     shutil.rmtree(scratch)
     vocab_from = vocab.checksum() if vocab else None
     return build_manifest(data, cleaner, counts, tokenizers, tmp, vocab_from)
+
+
+def _warn_of_skewed_pairs(dropped: int, pairs: int, max_ratio: float) -> None:
+    """A warning when the length-ratio rule drops more than a tenth of the training pairs: a
+    filter against misaligned pairs should not take that many aligned ones. A source and target
+    cut into pieces of very different sizes (Chinese or Japanese beside a spaced script in one
+    vocabulary, whose pieces may be whole phrases) are skewed by the vocabulary, not by
+    misalignment."""
+    if pairs and dropped > pairs / 10:
+        print(  # under --quiet too: the data are not what the corpus holds
+            f"warning: data.max_length_ratio={max_ratio:g} dropped {dropped:,} of {pairs:,} "
+            f"training pairs ({100 * dropped / pairs:.0f}%), more than misaligned pairs make "
+            "up: pieces of very different lengths on the two sides (Chinese or Japanese beside "
+            "another script) skew the ratio; raise data.max_length_ratio, or 0 for no ratio "
+            "rule",
+            file=sys.stderr,
+        )
 
 
 def _read_pairs(table, data: DataConfig) -> tuple[list[str], list[str]]:

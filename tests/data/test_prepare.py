@@ -583,3 +583,22 @@ def test_the_unk_share_counts_exactly_the_pairs_short_enough_to_keep(tmp_path):
     out = run(unlimited)
     assert json.loads((out / "manifest.json").read_text())["unk"] == counted
     assert counted["src"]["tokens"] > 0 and counted["tgt"]["tokens"] > 0
+
+
+def test_a_length_ratio_rule_that_drops_many_pairs_is_warned_about(tmp_path, capsys):
+    """A fifth of the pairs with a target four times as long as its source (as a vocabulary of
+    phrase-long Chinese pieces makes them): dropped, and said on stderr, not only in the table."""
+    splits = small_splits(200)
+    src, tgt = splits["train"]
+    tgt = [f"{t} {t} {t} {t}" if i % 5 == 0 else t for i, t in enumerate(tgt)]
+    splits["train"] = (src, tgt)
+    cfg = tiny_config(write_text_corpus(tmp_path / "skewed", splits), tmp_path / "data")
+    cfg.data.max_length_ratio = 3
+    out = run(cfg)
+    dropped = json.loads((out / "manifest.json").read_text())["dropped"]["length ratio"]
+    warned = capsys.readouterr().err
+    assert dropped >= 30 and f"dropped {dropped:,} of 200 training pairs" in warned
+    cfg = tiny_config(write_text_corpus(tmp_path / "plain", small_splits(200)), tmp_path / "d2")
+    cfg.data.max_length_ratio = 3
+    run(cfg)
+    assert "max_length_ratio" not in capsys.readouterr().err
