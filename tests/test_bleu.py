@@ -113,3 +113,18 @@ def test_a_thai_target_is_warned_about_and_char_tokenization_can_be_chosen():
     assert bleu.unspaced_warning(["A dog runs on the beach."], "th") == ""  # not Thai text
     with pytest.raises(TranslatorError, match="unknown BLEU tokenizer 'flores200'"):
         bleu.score(TH_HYPS, TH_REFS, tokenize="flores200")  # downloads a model: not offered
+
+
+@pytest.mark.parametrize(
+    "references",
+    [
+        ["\U00020000\U00020001\U00020002\U00020003"],  # CJK Extension B ideographs
+        ["\uff71\uff72\uff73\uff74\uff75"],  # half-width katakana
+        ["\u3053\u3093\u306b\u3061\u306f\u3002"],  # hiragana and the ideographic full stop
+    ],
+)
+def test_every_chinese_or_japanese_script_range_is_told_as_such(references):
+    """One table of scripts for joining pieces, terms and BLEU (translator/scripts.py): the
+    characters outside the main ideograph blocks are told too."""
+    assert bleu.unspaced_script(references) == "cjk"
+    assert "--tokenize zh" in bleu.unspaced_warning(references, "xx")

@@ -15,6 +15,7 @@ LAYERS = [
         "translator.input_lines",
         "translator.line_warnings",
         "translator.other_models",
+        "translator.scripts",
         "translator.versions",
     },
     {"translator.bleu"},  # sacreBLEU and chrF: eval and validation score with it

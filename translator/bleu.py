@@ -9,6 +9,7 @@ from typing import get_args
 
 import sacrebleu
 
+from translator import scripts
 from translator.config.train import BleuTokenizer
 from translator.errors import TranslatorError, counted
 
@@ -18,12 +19,12 @@ LANGUAGE_ALIASES = {
     **{"zho": "zh", "chi": "zh", "cmn": "zh", "jpn": "ja", "kor": "ko"},
     **{"cn": "zh", "jp": "ja", "kr": "ko"},
 }
-# written without spaces between words (13a would score whole phrases as one word): ideographs,
-# kana, hangul
-UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+# Chinese and Japanese (written without spaces: 13a would score whole phrases as one word) and
+# Korean (spaced, with particles attached): each has a tokenizer of its own
+UNSPACED = re.compile(f"[{scripts.char_class(scripts.UNSPACED + scripts.HANGUL)}]")
 # Thai, Lao, Burmese, Khmer: written without spaces between words, and no sacreBLEU tokenizer of
 # their own that works offline (flores200's downloads a model): characters are the usual unit
-NO_SPACES = re.compile(r"[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]")
+NO_SPACES = re.compile(f"[{scripts.char_class(scripts.UNSPACED_WORDS)}]")
 TOKENIZERS = tuple(name for name in get_args(BleuTokenizer) if name)
 UNSPACED_LANGUAGES = ("zh", "ja", "ko")  # the languages sacreBLEU tokenizes by their own rules
 

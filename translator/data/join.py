@@ -7,19 +7,7 @@ ends.
 
 from __future__ import annotations
 
-# Scripts written without spaces between words or sentences: Han, kana, CJK punctuation and
-# full-width forms (code point ranges). Hangul is not among them: Korean puts spaces between words.
-UNSPACED = (
-    (0x2E80, 0x2FDF),
-    (0x3000, 0x312F),
-    (0x31A0, 0x31FF),
-    (0x3400, 0x4DBF),
-    (0x4E00, 0x9FFF),
-    (0xF900, 0xFAFF),
-    (0xFE30, 0xFE4F),
-    (0xFF00, 0xFF9F),
-    (0x20000, 0x3FFFF),
-)
+from translator.scripts import UNSPACED, UNSPACED_WORDS, char_class
 
 
 def join_pieces(texts: list[str]) -> str:
@@ -41,11 +29,6 @@ def first_words(texts: list[str]) -> list[int]:
     ]
 
 
-# Scripts whose words have no spaces between them, though their phrases do: Thai, Lao, Burmese,
-# Khmer (joined with a space above, as their phrases are)
-UNSPACED_WORDS = ((0x0E00, 0x0EFF), (0x1000, 0x109F), (0x1780, 0x17FF))
-
-
 def _unspaced(char: str) -> bool:
     return any(low <= ord(char) <= high for low, high in UNSPACED)
 
@@ -57,4 +40,4 @@ def no_word_spaces(char: str) -> bool:
 
 def no_word_spaces_class() -> str:
     """The characters no_word_spaces holds, as the inside of a regular expression's [...]."""
-    return "".join(f"\\U{low:08x}-\\U{high:08x}" for low, high in UNSPACED + UNSPACED_WORDS)
+    return char_class(UNSPACED + UNSPACED_WORDS)
