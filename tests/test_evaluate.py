@@ -193,6 +193,8 @@ def test_eval_on_files_writes_hypotheses_and_scores(prepared, tmp_path, capsys, 
     # the result says how it was decoded, also under --quiet (it is the result, on stdout)
     lp = cfg.decode.length_penalty
     assert f"decoded: beam 2, length penalty {lp}, cpu, fp32" in scores.lines()
+    n = len(ref.read_text(encoding="utf-8").splitlines())
+    assert f"test set: {n} lines of {src} against {ref}" in scores.lines()  # which data it was
 
 
 def test_eval_in_int8_says_so_and_scores_its_own_hypotheses(prepared, tmp_path, capsys):
@@ -213,7 +215,8 @@ def test_eval_in_int8_says_so_and_scores_its_own_hypotheses(prepared, tmp_path, 
     assert (
         "eval: cpu, int8 (dynamic int8 linear layers, the rest fp32)\n" in capsys.readouterr().err
     )
-    assert scores.lines()[-1].endswith(", cpu, int8 (dynamic int8 linear layers, the rest fp32)")
+    decoded = next(line for line in scores.lines() if line.startswith("decoded: "))
+    assert decoded.endswith(", cpu, int8 (dynamic int8 linear layers, the rest fp32)")
 
 
 def test_eval_on_the_prepared_split_quietly(prepared, tmp_path, capsys):

@@ -39,6 +39,7 @@ class Scores:
     lc_tok_signature: str = ""
     decoded: str = ""  # how the hypotheses were decoded (search, precision), when eval made them
     terms: str = ""  # with a term list: how many of its targets the hypotheses hold
+    test_set: str = ""  # the files eval scored: a split's name alone does not say which data
 
     def lines(self) -> list[str]:
         out = [
@@ -47,6 +48,8 @@ class Scores:
         ]
         if self.decoded:  # beside the scores: a number without its precision does not reproduce
             out.append(f"decoded: {self.decoded}")
+        if self.test_set:
+            out.append(f"test set: {self.test_set}")
         if self.terms:
             out.append(f"terms: {self.terms}")
         if self.lc_tok_bleu is not None:

@@ -19,7 +19,7 @@ from translator.bleu import (
 )
 from translator.config import DataConfig, DecodeConfig
 from translator.console import log, sentence_progress, warn_stderr
-from translator.errors import TranslatorError
+from translator.errors import TranslatorError, counted
 from translator.files import atomic_write, read_aligned
 from translator.loading import Checkpoints, checkpoint_list, load_channel, load_models
 from translator.prepared import prepared_dir, read_manifest
@@ -124,11 +124,12 @@ def run(
         hyps = [h[0][0] for h in translated]
         handle.write("".join(h + "\n" for h in hyps))
     if not quiet:
-        log(f"{len(hyps)} {'hypothesis' if len(hyps) == 1 else 'hypotheses'} written to {hyp_path}")
+        log(f"{counted(len(hyps), 'hypothesis', 'hypotheses')} written to {hyp_path}")
     scores = score(hyps, refs, tgt_lang=cfg.data.tgt_lang, lc_tok=lc_tok, tokenize=tokenize)
     if required is not None:
         scores.terms = term_use(required, hyps, refs)
     scores.decoded = _decoded(cfg.decode, model, reranker)
+    scores.test_set = f"{counted(len(refs), 'line')} of {src_file} against {ref_file}"
     return scores
 
 
