@@ -444,28 +444,8 @@ def test_a_cr_inside_a_valid_sentence_keeps_sources_and_references_aligned(tmp_p
     assert TokenArray(out / "valid.src")[0] == tokenizer.encode(["A dog runs."])[0]
 
 
-@pytest.mark.parametrize("joint", [True, False])
-def test_the_summary_says_when_the_vocabulary_is_smaller_than_requested(joint):
-    sizes = {"size": 1677, "id_dtype": "uint16"}
-    manifest = {
-        "source": "corpus",
-        "pairs_in": 300,
-        "dropped": {},
-        "pairs": {"train": 300, "valid": 20, "test": 20},
-        "tokens": {"train": {"src": 4000, "tgt": 4200}},
-        "vocab": {"src": sizes, "tgt": sizes},
-        "joint_vocab": joint,
-        "settings": {"vocab_size": 50_000},
-        "seconds": 3,
-    }
-    vocab_row = next(v for k, v in summary_rows(manifest) if k.startswith("vocabular"))
-    assert "50,000 requested" in vocab_row
-    manifest["settings"]["vocab_size"] = 1677
-    vocab_row = next(v for k, v in summary_rows(manifest) if k.startswith("vocabular"))
-    assert "requested" not in vocab_row
-
-
-def test_the_note_of_a_smaller_vocabulary_stands_beside_the_side_that_is_smaller():
+def _vocab_row(src: int, tgt: int, joint: bool, requested: int) -> str:
+    """The summary's vocabulary row of a manifest with these sizes."""
     manifest = {
         "source": "corpus",
         "pairs_in": 300,
@@ -473,15 +453,25 @@ def test_the_note_of_a_smaller_vocabulary_stands_beside_the_side_that_is_smaller
         "pairs": {"train": 300, "valid": 20, "test": 20},
         "tokens": {"train": {"src": 4000, "tgt": 4200}},
         "vocab": {
-            "src": {"size": 80, "id_dtype": "uint16"},
-            "tgt": {"size": 200, "id_dtype": "uint16"},
+            "src": {"size": src, "id_dtype": "uint16"},
+            "tgt": {"size": tgt, "id_dtype": "uint16"},
         },
-        "joint_vocab": False,
-        "settings": {"vocab_size": 200},
+        "joint_vocab": joint,
+        "settings": {"vocab_size": requested},
         "seconds": 3,
     }
-    vocab_row = next(v for k, v in summary_rows(manifest) if k.startswith("vocabular"))
-    assert vocab_row.startswith("80 (200 requested:") and vocab_row.endswith("/ 200")
+    return next(v for k, v in summary_rows(manifest) if k.startswith("vocabular"))
+
+
+@pytest.mark.parametrize("joint", [True, False])
+def test_the_summary_says_when_the_vocabulary_is_smaller_than_requested(joint):
+    assert "50,000 requested" in _vocab_row(1677, 1677, joint, 50_000)
+    assert "requested" not in _vocab_row(1677, 1677, joint, 1677)
+
+
+def test_the_note_of_a_smaller_vocabulary_stands_beside_the_side_that_is_smaller():
+    row = _vocab_row(80, 200, False, 200)
+    assert row.startswith("80 (200 requested:") and row.endswith("/ 200")
 
 
 def test_a_training_run_directory_is_not_prepared_over(tmp_path, corpus):
