@@ -201,6 +201,20 @@ def test_imported_greedy_search_follows_fairseqs_argmax(made, tmp_path):
         assert ours == [s if s != "<s>" else fairseq.FAIRSEQ_BOS for s in theirs]
 
 
+@pytest.mark.parametrize("made", ["separate"], indirect=True)
+def test_a_pre_norm_encoder_beside_a_post_norm_decoder_is_refused_as_that_alone(made, tmp_path):
+    """The decoder is post-norm: its lack of a final LayerNorm is no fault of its own."""
+    folder, *_ = made
+    saved = torch.load(folder / "checkpoint.pt", weights_only=False)
+    saved["args"].encoder_normalize_before = True
+    torch.save(saved, tmp_path / "mixed.pt")
+    with pytest.raises(TranslatorError, match="pre-norm on one side") as err:
+        fairseq.import_fairseq(
+            tmp_path / "mixed.pt", folder, folder / "spm.model", tmp_path / "x.pt"
+        )
+    assert "no_decoder_final_norm" not in str(err.value)
+
+
 @pytest.mark.parametrize("made", ["pre-norm"], indirect=True)
 def test_a_pre_norm_checkpoint_that_lost_its_decoder_s_final_norm_is_refused(made, tmp_path):
     """Its settings do not say pre-norm (older checkpoints): the final LayerNorms tell, and one

@@ -374,6 +374,10 @@ def test_a_checkpoint_output_naming_a_file_of_another_kind_is_refused_before_any
             write()
         assert err.value.where == str(notes) and notes.read_text() == "kept\n"
     monkeypatch.undo()
+    (tmp_path / "runs").mkdir()  # a directory: named as one, not as "not a checkpoint"
+    with pytest.raises(TranslatorError, match="is a directory") as err:
+        averaging.average([checkpoint_file], tmp_path / "runs")
+    assert "not a checkpoint" not in str(err.value)
     (tmp_path / "avg.pt").touch()  # an empty file (`touch`) holds nothing to keep: replaced
     for _ in range(2):  # the second time a checkpoint is there: replaced
         averaging.average([checkpoint_file], tmp_path / "avg.pt")
