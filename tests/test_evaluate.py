@@ -88,6 +88,28 @@ def test_eval_scores_bleu_as_the_checkpoint_s_validation_did_unless_told(
     assert "tok:13a" in told.bleu_signature and told.bleu == 0.0
 
 
+def test_references_holding_what_the_training_text_was_cleaned_of_are_warned_about(
+    prepared, tmp_path, monkeypatch
+):
+    """A zero-width space in a reference is a character BLEU and chrF count and the model never
+    writes (prepare removes it from training text)."""
+    ckpt = save_tiny(prepared, tmp_path / "tiny.pt")
+    src, ref = tmp_path / "src.en", tmp_path / "ref.de"
+    src.write_text("A dog.\nA cat.\nA man.\n")
+    ref.write_text("Ein\u200bHund.\nEine Katze.\nEin Mann.\ufeff\n", encoding="utf-8")
+    monkeypatch.setattr(
+        evaluate, "translate_lines", lambda model, tok, lines, *a, **k: [[("Ein Hund.", 0.0)]] * 3
+    )
+    warned = []
+    monkeypatch.setattr(evaluate, "warn_stderr", warned.append)
+    evaluate.run(ckpt, src_file=src, ref_file=ref, quiet=True)
+    assert any(w.startswith(f"{ref}: 2 of 3 references hold zero-width spaces") for w in warned)
+    ref.write_text("Ein Hund.\nEine Katze.\nEin Mann.\n", encoding="utf-8")
+    warned.clear()
+    evaluate.run(ckpt, src_file=src, ref_file=ref, quiet=True)
+    assert not warned
+
+
 def test_an_unknown_bleu_tokenizer_is_a_usage_error(tmp_path):
     from typer.testing import CliRunner
 

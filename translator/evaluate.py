@@ -19,6 +19,7 @@ from translator.bleu import (
 )
 from translator.config import DataConfig, DecodeConfig
 from translator.console import log, sentence_progress, warn_stderr
+from translator.data.clean import holds_removed
 from translator.errors import TranslatorError, counted
 from translator.files import atomic_write, read_aligned
 from translator.loading import Checkpoints, checkpoint_list, load_channel, load_models
@@ -96,7 +97,7 @@ def run(
         reranker = load_channel(channel, cfg.data, cfg.decode, device, dtype)
     if src_file is None or ref_file is None:
         src_file, ref_file = _split_files(cfg.data, split)
-    sources, refs = _read_test_set(Path(src_file), Path(ref_file), cfg.data.nfc)
+    sources, refs = _read_test_set(Path(src_file), Path(ref_file), cfg.data)
     _warn_of_tokenizing(refs, cfg.data.tgt_lang, tokenize, lc_tok)
     hyp_path = Path(hyp_file) if hyp_file else default_hyp_file(ckpt, ref_file)
     if hyp_path.resolve() in (Path(src_file).resolve(), Path(ref_file).resolve()):
@@ -197,14 +198,22 @@ def _split_files(data: DataConfig, split: str) -> tuple[Path, Path]:
     return src_file, ref_file
 
 
-def _read_test_set(src_file: Path, ref_file: Path, nfc: bool) -> tuple[list[str], list[str]]:
-    """Sources and references, line-aligned and not empty; warns when references are not NFC."""
+def _read_test_set(src_file: Path, ref_file: Path, data: DataConfig) -> tuple[list[str], list[str]]:
+    """Sources and references, line-aligned and not empty; warns when references hold what the
+    model cannot write: text not in NFC, or characters its training text was cleaned of."""
     sources, refs = read_aligned(src_file, ref_file, "eval")
     if not sources:
         raise TranslatorError(
             "nothing to score: the files are empty", str(src_file), "give a non-empty test set"
         )
-    if nfc and (decomposed := sum(not is_normalized("NFC", r) for r in refs)):
+    if data.normalize_spaces and (removed := sum(map(holds_removed, refs))):
+        # BLEU and chrF count them (a zero-width space is no whitespace to either)
+        warn_stderr(
+            f"{ref_file}: {removed} of {len(refs)} references hold zero-width spaces, control "
+            "characters or byte-order marks, which the training text was cleaned of and the "
+            "model never writes; that lowers BLEU and chrF: remove them from the references"
+        )
+    if data.nfc and (decomposed := sum(not is_normalized("NFC", r) for r in refs)):
         # BLEU and chrF compare code points: an NFD "ü" (u + U+0308) never matches the model's
         warn_stderr(
             f"{ref_file}: {decomposed} of {len(refs)} references are not in Unicode NFC (the "

@@ -57,6 +57,12 @@ def normalize(text: str, nfc: bool = True, spaces: bool = True) -> str:
     return unicodedata.normalize("NFC", text) if nfc else text
 
 
+def holds_removed(text: str) -> bool:
+    """Whether `normalize` (with its whitespace rule on) removes characters of `text`: controls,
+    zero-width spaces, byte-order marks. A model trained on cleaned text never writes them."""
+    return _CONTROL.search(text) is not None
+
+
 def is_debris(text: str) -> bool:
     """A non-empty side that is only markup: no letter or digit once tags and entities are gone
     (`@@`, `<br/>`).
