@@ -411,3 +411,19 @@ def test_data_prepared_with_another_checkpoint_s_vocabulary_are_refused_naming_b
         loop.run(child, quiet=True)
     assert f"prepared with the checkpoint {imported}'s vocabulary" in err.value.what
     assert f"this run needs the checkpoint {other}'s vocabulary" in err.value.what
+
+
+def test_init_from_into_the_run_directory_of_a_plain_run_is_refused_before_any_work(
+    imported, corpus, tmp_path
+):
+    """Fine-tuning from RUN/best.pt with train.run_dir left at RUN: the run there would resume
+    and the checkpoint be ignored; said before anything is prepared (it once trained a new
+    SentencePiece model first, then refused)."""
+    parent = fine_tune(corpus, tmp_path, "", "train.max_updates=1")
+    loop.run(parent, quiet=True)
+    run_dir = tmp_path / "run"
+    child = fine_tune(corpus, tmp_path, run_dir / "best.pt", "data.name=child")
+    with pytest.raises(TranslatorError, match="train.run_dir holds a run that started from") as err:
+        loop.run(child, quiet=True)
+    assert err.value.where == str(run_dir) and "give a new train.run_dir" in err.value.fix
+    assert not (tmp_path / "data" / "child").exists()

@@ -471,24 +471,19 @@ def _log(run_dir) -> str:
 
 def test_each_session_of_the_log_opens_with_session_started(prepared, tmp_path):
     """What a resume says about itself (the temporary files it removed, the checkpoint it resumed
-    from, an init_from it did not load) belongs to the new session, not to the end of the last."""
+    from) belongs to the new session, not to the end of the last. (An init_from a fine-tuning
+    resume does not load: tests/train/test_init_from.py.)"""
     run_dir = tmp_path / "run"
     loop.run(variant(prepared, run_dir, *SETTINGS), quiet=True)
     (run_dir / ".last.pt.tmp").write_bytes(b"a save cut short")
-    elsewhere = tmp_path / "missing.pt"
-    loop.run(
-        variant(
-            prepared, run_dir, *SETTINGS, "train.max_updates=7", f"train.init_from={elsewhere}"
-        ),
-        quiet=True,
-    )
+    loop.run(variant(prepared, run_dir, *SETTINGS, "train.max_updates=7"), quiet=True)
     # "[   12s] message": the time stamp counts from the session's start
     lines = [line.split("] ", 1)[1] for line in (run_dir / "train.log").read_text().splitlines()]
     starts = [i for i, line in enumerate(lines) if line.startswith("session started ")]
     assert len(starts) == 2 and starts[0] == 0
     assert lines[starts[1] - 1].startswith("stopped at update 6 (max_updates)")
     second = lines[starts[1] :]
-    for said in ("removed 1 temporary files", f"{run_dir / 'last.pt'} exists", "resumed from"):
+    for said in ("removed 1 temporary files", "resumed from"):
         assert any(line.startswith(said) for line in second), said
 
 

@@ -100,6 +100,14 @@ def _resuming(cfg: Config, last: Path) -> Start:
     except TranslatorError as err:  # as resume.read_resumable says it
         raise refused_last(err, last) from None
     started_from = saved_dict.get("train", {}).get("init_from", "")
+    if cfg.train.init_from and not started_from:  # before anything is prepared or trained
+        raise TranslatorError(
+            f"train.run_dir holds a run that started from random weights ({last.name}): it "
+            f"would resume, and train.init_from ({cfg.train.init_from}) would not be loaded",
+            str(last.parent),
+            "give a new train.run_dir to fine-tune from the checkpoint, or drop train.init_from "
+            "to resume the run",
+        )
     notes = []
     if cfg.train.init_from:
         notes.append(
