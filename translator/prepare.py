@@ -19,7 +19,6 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-from contextlib import suppress
 from pathlib import Path
 
 from translator.config import Config, DataConfig, dump
@@ -34,10 +33,10 @@ from translator.files import atomic_dir, refuse_foreign_dir
 from translator.prepare_record import build_manifest, summary_rows
 from translator.prepared import (
     data_vocab_from,
+    holds_prepared_data,
     load_manifest,
     out_of_date,
     prepared_dir,
-    read_manifest,
     vocab_files,
 )
 from translator.prepared_files import check_checksums
@@ -45,16 +44,6 @@ from translator.vocab_source import given_vocab, vocab_record
 
 SPLITS = ("valid", "test", "train")  # the small ones first: a missing split fails at once
 SEED = 1  # SentencePiece sample and training: fixed, so that train.seed does not change the data
-
-
-def _holds_prepared_data(folder: Path) -> bool:
-    """Whether `folder`, which has a manifest.json, is an earlier prepare's output: its manifest
-    lists prepared files, or (the manifest damaged) a SentencePiece model is there. A training run
-    directory has a manifest.json too, of another kind, and never a SentencePiece model file."""
-    with suppress(OSError, TranslatorError):  # TranslatorError: damaged
-        if "files" in read_manifest(folder):
-            return True
-    return any(folder.glob("spm*.model"))
 
 
 def run(
@@ -88,7 +77,7 @@ def run(
     refuse_foreign_dir(
         out, ("manifest.json",), "exists but holds no prepared data (no manifest.json)", elsewhere
     )
-    if (out / "manifest.json").is_file() and not _holds_prepared_data(out):
+    if (out / "manifest.json").is_file() and not holds_prepared_data(out):
         raise TranslatorError(
             "holds a manifest.json but no prepared data (a training run directory?): "
             "prepare would replace it",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from contextlib import suppress
 from pathlib import Path
 
 from translator import __version__
@@ -148,6 +149,16 @@ def read_manifest(folder: Path) -> dict:
                     PREPARE_AGAIN,
                 )
     return manifest
+
+
+def holds_prepared_data(folder: Path) -> bool:
+    """Whether `folder` is an earlier prepare's output: its manifest lists prepared files, or
+    (the manifest damaged) a SentencePiece model is there. A training run directory has a
+    manifest.json too, of another kind, and never a SentencePiece model file."""
+    with suppress(OSError, TranslatorError):  # TranslatorError: damaged
+        if "files" in read_manifest(folder):
+            return True
+    return any(folder.glob("spm*.model"))
 
 
 def source_change(data: DataConfig, manifest: dict) -> str:

@@ -16,9 +16,9 @@ from translator.errors import TranslatorError
 from translator.model.transformer import Transformer
 from translator.prepared import (
     data_vocab_from,
+    holds_prepared_data,
     load_manifest,
     prepared_dir,
-    read_manifest,
     tokenizer_of,
 )
 from translator.train import distributed, finetune
@@ -85,13 +85,8 @@ def _refuse_a_data_directory(run_dir: Path, cfg: Config) -> None:
     is refused before anything is written: the run's manifest.json would take the place of
     prepare's, and the data would be lost to both."""
     ours = run_dir.resolve() == prepared_dir(cfg.data).resolve()
-    written_by_prepare = {"settings", "vocab", "files"}  # keys a run's own manifest lacks
-    try:
-        found = read_manifest(run_dir) if (run_dir / "manifest.json").is_file() else {}
-        prepares = written_by_prepare <= found.keys()
-    except TranslatorError:  # damaged: the run's own record handles that (train/manifest.py)
-        prepares = False
-    if ours or prepares:
+    # a damaged manifest.json without SentencePiece models is the run's own (train/manifest.py)
+    if ours or holds_prepared_data(run_dir):
         raise TranslatorError(
             "train.run_dir is a directory of prepared data: training's files would replace "
             "prepare's",
