@@ -487,24 +487,30 @@ def test_each_session_of_the_log_opens_with_session_started(prepared, tmp_path):
         assert any(line.startswith(said) for line in second), said
 
 
+def _signalled_twice_at_update_4(prepared, run_dir, signum) -> int:
+    """SETTINGS' run with `signum` raised twice as update 4 is reached -> its exit code."""
+    advance, sent = Metrics.advance, []
+
+    def advance_then_signal_twice(self, at, status):
+        advance(self, at, status)
+        if at == 4 and not sent:  # after update 3's validation and save
+            sent.append(at)
+            signal.raise_signal(signum)
+            signal.raise_signal(signum)
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(Metrics, "advance", advance_then_signal_twice)
+        with pytest.raises(SystemExit) as stopped:
+            loop.run(variant(prepared, run_dir, *SETTINGS), quiet=True)
+    return stopped.value.code
+
+
 def test_a_second_ctrl_c_stops_at_once_and_says_what_last_pt_holds(prepared, tmp_path, capfd):
     """The first Ctrl-C asks for a save after the update; a second one, before it comes, stops
     without saving: the run must say so, and which update a rerun resumes from."""
-    advance, presses = Metrics.advance, []
-
-    def advance_then_ctrl_c_twice(self, at, status):
-        advance(self, at, status)
-        if at == 4 and not presses:  # after update 3's validation and save
-            presses.append(at)
-            signal.raise_signal(signal.SIGINT)
-            signal.raise_signal(signal.SIGINT)
-
     run_dir = tmp_path / "run"
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(Metrics, "advance", advance_then_ctrl_c_twice)
-        with pytest.raises(SystemExit) as stopped:  # 130, as an interrupted program exits
-            loop.run(variant(prepared, run_dir, *SETTINGS), quiet=True)
-    assert stopped.value.code == 130
+    # 130, as an interrupted program exits
+    assert _signalled_twice_at_update_4(prepared, run_dir, signal.SIGINT) == 130
     said = f"stopped at once by a second Ctrl-C: update 4 not saved; {run_dir / 'last.pt'} holds "
     said += "update 3 (rerun to resume from there)"
     err = capfd.readouterr().err.splitlines()  # quiet: warnings (attention's) and the stop
@@ -522,21 +528,8 @@ def test_a_second_ctrl_c_stops_at_once_and_says_what_last_pt_holds(prepared, tmp
 def test_a_second_sigterm_still_saves(prepared, tmp_path):
     """A supervisor (systemd, Slurm, torchrun) may send SIGTERM more than once before it kills:
     only a second Ctrl-C, a person's, gives up the save."""
-    advance, sent = Metrics.advance, []
-
-    def advance_then_sigterm_twice(self, at, status):
-        advance(self, at, status)
-        if at == 4 and not sent:
-            sent.append(at)
-            signal.raise_signal(signal.SIGTERM)
-            signal.raise_signal(signal.SIGTERM)
-
     run_dir = tmp_path / "run"
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(Metrics, "advance", advance_then_sigterm_twice)
-        with pytest.raises(SystemExit) as stopped:
-            loop.run(variant(prepared, run_dir, *SETTINGS), quiet=True)
-    assert stopped.value.code == 143
+    assert _signalled_twice_at_update_4(prepared, run_dir, signal.SIGTERM) == 143
     assert checkpoint.read(run_dir / "last.pt")["state"]["train"]["step"] == 4
 
 
